@@ -1,0 +1,122 @@
+"""The environment contract between a protocol and the runtime that drives it.
+
+A protocol is a state machine: it never opens a socket, sleeps, reads a clock, starts a thread
+or uses the global ``random``. Everything it touches comes through an ``Env``; the simulator
+(``gossamer.runtimes.sim``) and the asyncio host (``gossamer.runtimes.net``) both provide one.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+
+from .ids import NodeId
+from .messages import Message
+
+__all__ = [
+    "Env",
+    "Process",
+    "ProcessFactory",
+    "Store",
+    "TimerHandle",
+    "get_json",
+    "put_json",
+]
+
+
+TimerHandle = object
+"""Opaque: what ``env.set_timer`` returns; pass it back to ``env.cancel``."""
+
+
+class Store(abc.ABC):
+    """Durable key/value tables.
+
+    Reads see uncommitted writes; ``commit()`` makes them durable. A crash loses everything not
+    committed. A protocol commits before it sends a message that depends on the write.
+    """
+
+    @abc.abstractmethod
+    def get(self, table: str, key: str) -> bytes | None:
+        """The value, or None."""
+
+    @abc.abstractmethod
+    def put(self, table: str, key: str, value: bytes) -> None:
+        """Write (not yet durable)."""
+
+    @abc.abstractmethod
+    def delete(self, table: str, key: str) -> None:
+        """Remove (not yet durable); absent keys are fine."""
+
+    @abc.abstractmethod
+    def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
+        """All (key, value) pairs of a table, sorted by key."""
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Make every write so far durable."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
+        """Release resources; the default store has none."""
+
+
+def get_json(store: Store, table: str, key: str) -> Any:
+    raw = store.get(table, key)
+    return None if raw is None else orjson.loads(raw)
+
+
+def put_json(store: Store, table: str, key: str, value: Any) -> None:
+    store.put(table, key, orjson.dumps(value))
+
+
+@runtime_checkable
+class Env(Protocol):
+    """What a runtime gives a protocol. See ARCHITECTURE.md, "One rule above all"."""
+
+    @property
+    def node(self) -> NodeId: ...
+
+    def now(self) -> float: ...
+
+    def send(self, dst: NodeId, msg: Message) -> None: ...
+
+    def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
+
+    def cancel(self, handle: TimerHandle) -> None: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    def trace(
+        self,
+        event: str,
+        *,
+        layer: str,
+        msg: str | None = None,
+        origin: str | None = None,
+        peer: str | None = None,
+        key: str | None = None,
+        seq: int | None = None,
+        size: int | None = None,
+        **info: Any,
+    ) -> None: ...
+
+    @property
+    def store(self) -> Store: ...
+
+
+class Process(Protocol):
+    """A protocol instance as a runtime sees it: started once, then fed messages."""
+
+    def start(self) -> None: ...
+
+    def on_message(self, src: NodeId, msg: Message) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+ProcessFactory = Callable[[Env], Process]
+"""Builds a node's process on its env; called again with a fresh env after a crash-recover."""

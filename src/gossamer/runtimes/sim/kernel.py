@@ -1,0 +1,439 @@
+"""The deterministic simulator: virtual time, one event heap, one seed for the whole run.
+
+Every node runs the same protocol class as on a real network, through a ``SimEnv``. A crash
+ends the node's incarnation (its timers and in-flight deliveries are void) and drops the
+uncommitted part of its store; recovery builds a fresh process on the committed store.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+from ...core.env import Process, ProcessFactory, Store, TimerHandle
+from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
+from ...core.ids import NodeId, check_node_id
+from ...core.messages import Codec, Message, default_codec
+from ...core.trace import MemorySink, TraceSink, encode_info
+from .network import LinkModel, Network
+from .store import MemoryStore
+
+__all__ = ["NodeStatus", "SimEnv", "Simulation", "SimulationError"]
+
+_NOARG = object()
+# heap entry: [time, sequence, callback or None when cancelled, argument, owner env or None]
+Entry = list[Any]
+
+
+class SimulationError(LocalError):
+    """A protocol raised while simulated; the message names seed, time and node to replay it."""
+
+
+class NodeStatus(enum.Enum):
+    PENDING = "pending"  # added, not started yet
+    UP = "up"
+    CRASHED = "crashed"
+    LEFT = "left"
+
+
+def layer_of(msg: Message) -> str:
+    return msg.TYPE.partition(".")[0]
+
+
+class SimEnv:
+    """The env of one incarnation of one node. Dead once its node crashes or leaves."""
+
+    __slots__ = ("_rng", "_sim", "_slot", "alive", "incarnation", "node", "process")
+
+    def __init__(self, sim: Simulation, slot: _NodeSlot, incarnation: int) -> None:
+        self._sim = sim
+        self._slot = slot
+        self.node: NodeId = slot.node
+        self.incarnation = incarnation
+        self.alive = True
+        self._rng: random.Random | None = None
+        self.process: Process | None = None
+
+    def now(self) -> float:
+        return self._sim.now
+
+    def send(self, dst: NodeId, msg: Message) -> None:
+        self._sim._send(self, dst, msg)
+
+    def set_timer(self, delay: float, fn: Callable[[], None]) -> Entry:
+        if delay < 0:
+            raise ConfigError(f"timer delay must be >= 0, got {delay}")
+        sim = self._sim
+        entry: Entry = [sim.now + delay, next(sim._sequence), fn, _NOARG, self]
+        heapq.heappush(sim._heap, entry)
+        return entry
+
+    def cancel(self, handle: TimerHandle) -> None:
+        cast(Entry, handle)[2] = None
+
+    @property
+    def rng(self) -> random.Random:
+        # made on first use: an idle node never pays for a Mersenne Twister state
+        if self._rng is None:
+            self._rng = random.Random(f"{self._sim.seed}/{self.node}/{self.incarnation}")
+        return self._rng
+
+    @property
+    def store(self) -> Store:
+        return self._slot.get_store()
+
+    def trace(
+        self,
+        event: str,
+        *,
+        layer: str,
+        msg: str | None = None,
+        origin: str | None = None,
+        peer: str | None = None,
+        key: str | None = None,
+        seq: int | None = None,
+        size: int | None = None,
+        **info: Any,
+    ) -> None:
+        sim = self._sim
+        if sim.tracing:
+            sim.trace_sink.append(
+                (sim.run_id, sim.now, self.node, layer, event, msg, origin, peer, key, seq, size,
+                 encode_info(info))
+            )
+
+
+class _NodeSlot:
+    """Everything the simulator keeps about one node id across its incarnations."""
+
+    __slots__ = ("env", "factory", "incarnation", "node", "status", "store")
+
+    def __init__(self, node: NodeId, factory: ProcessFactory) -> None:
+        self.node = node
+        self.factory = factory
+        self.status = NodeStatus.PENDING
+        self.env: SimEnv | None = None
+        self.store: MemoryStore | None = None
+        self.incarnation = 0
+
+    def get_store(self) -> MemoryStore:
+        if self.store is None:
+            self.store = MemoryStore()
+        return self.store
+
+
+class Simulation:
+    """One simulated run. Same seed and same calls give the identical trace, row for row."""
+
+    def __init__(
+        self,
+        *,
+        seed: int,
+        link: LinkModel | None = None,
+        run: str | None = None,
+        trace: TraceSink | None = None,
+        codec: Codec | None = default_codec,
+        trace_messages: bool = True,
+    ) -> None:
+        self.seed = seed
+        self.run_id = run if run is not None else f"sim-{seed}"
+        self.now = 0.0
+        self.network = Network(link)
+        self.trace_sink: TraceSink = trace if trace is not None else MemorySink()
+        self.tracing = self.trace_sink.enabled
+        self.trace_messages = trace_messages and self.tracing
+        # with a codec every message crosses the wire format, as on a real network
+        self.codec = codec
+        self.events = 0
+        self._heap: list[Entry] = []
+        self._sequence = itertools.count()
+        self._slots: dict[NodeId, _NodeSlot] = {}
+        self._net_rng = random.Random(f"{seed}/network")
+        self._sim_rng = random.Random(f"{seed}/scenario")
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    @property
+    def rng(self) -> random.Random:
+        """Randomness for scenario decisions (workloads, churn), separate from nodes' and links'."""
+        return self._sim_rng
+
+    def add_node(
+        self, node: NodeId, factory: ProcessFactory, *, at: float | None = None
+    ) -> None:
+        """Add a node that starts now, or joins at time ``at``."""
+        if node in self._slots:
+            raise ConfigError(f"node {node} already exists")
+        slot = _NodeSlot(check_node_id(node), factory)
+        self._slots[node] = slot
+        if at is None or at <= self.now:
+            self._start(slot, joined=at is not None)
+        else:
+            self.schedule(at - self.now, self._start, slot, True)
+
+    def add_nodes(self, nodes: Iterable[NodeId], factory: ProcessFactory) -> None:
+        for node in nodes:
+            self.add_node(node, factory)
+
+    def _start(self, slot: _NodeSlot, joined: bool = False) -> None:
+        slot.incarnation += 1
+        env = SimEnv(self, slot, slot.incarnation)
+        slot.env = env
+        slot.status = NodeStatus.UP
+        if joined:
+            env.trace("join", layer="sim")
+        process = slot.factory(env)
+        env.process = process
+        self._guard(env, process.start)
+
+    def nodes(self) -> list[NodeId]:
+        return list(self._slots)
+
+    def status(self, node: NodeId) -> NodeStatus:
+        return self._slot(node).status
+
+    def alive(self) -> list[NodeId]:
+        return [n for n, s in self._slots.items() if s.status is NodeStatus.UP]
+
+    def process(self, node: NodeId) -> Process:
+        """The current process of a node that is up."""
+        slot = self._slot(node)
+        if slot.env is None or slot.env.process is None:
+            raise StateError(f"node {node} is {slot.status.value}: it has no process")
+        return slot.env.process
+
+    def env(self, node: NodeId) -> SimEnv:
+        slot = self._slot(node)
+        if slot.env is None:
+            raise StateError(f"node {node} is {slot.status.value}: it has no env")
+        return slot.env
+
+    def store(self, node: NodeId) -> MemoryStore:
+        return self._slot(node).get_store()
+
+    def _slot(self, node: NodeId) -> _NodeSlot:
+        try:
+            return self._slots[node]
+        except KeyError:
+            raise ConfigError(f"unknown node {node}") from None
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def crash(self, node: NodeId, *, recover_after: float | None = None) -> None:
+        """Crash a node now: timers and in-flight messages die, uncommitted writes are lost."""
+        slot = self._slot(node)
+        if slot.status is not NodeStatus.UP or slot.env is None:
+            raise StateError(f"cannot crash node {node}: it is {slot.status.value}")
+        slot.env.trace("crash", layer="sim")
+        slot.env.alive = False
+        slot.env = None
+        slot.status = NodeStatus.CRASHED
+        if slot.store is not None:
+            slot.store.crash()
+        self.trace_sink.flush()
+        if recover_after is not None:
+            self.schedule(recover_after, self.recover, node)
+
+    def recover(self, node: NodeId) -> None:
+        """Restart a crashed node: a fresh process on its committed store."""
+        slot = self._slot(node)
+        if slot.status is not NodeStatus.CRASHED:
+            raise StateError(f"cannot recover node {node}: it is {slot.status.value}")
+        slot.incarnation += 1
+        env = SimEnv(self, slot, slot.incarnation)
+        slot.env = env
+        slot.status = NodeStatus.UP
+        env.trace("recover", layer="sim")
+        process = slot.factory(env)
+        env.process = process
+        self._guard(env, process.start)
+
+    def leave(self, node: NodeId) -> None:
+        """A graceful leave: the process's ``stop()`` runs (it may say goodbye), then it is gone."""
+        slot = self._slot(node)
+        env = slot.env
+        if slot.status is not NodeStatus.UP or env is None:
+            raise StateError(f"cannot leave node {node}: it is {slot.status.value}")
+        if env.process is not None:
+            self._guard(env, env.process.stop)
+        env.trace("leave", layer="sim")
+        env.alive = False
+        slot.env = None
+        slot.status = NodeStatus.LEFT
+
+    def partition(self, groups: Iterable[Iterable[NodeId]]) -> None:
+        groups = [list(g) for g in groups]
+        self.network.partition(groups)
+        self._trace_sim("partition", groups=groups)
+
+    def heal(self) -> None:
+        self.network.heal()
+        self._trace_sim("heal")
+
+    def _trace_sim(self, event: str, **info: Any) -> None:
+        if self.tracing:
+            self.trace_sink.append(
+                (self.run_id, self.now, "sim", "sim", event, None, None, None, None, None, None,
+                 encode_info(info))
+            )
+
+    # -- events ----------------------------------------------------------------------------
+
+    def schedule(self, delay: float, fn: Callable[..., None], *args: Any) -> Entry:
+        """Run ``fn(*args)`` after ``delay`` virtual seconds (scenario events, not per node)."""
+        if delay < 0:
+            raise ConfigError(f"delay must be >= 0, got {delay}")
+        arg: Any = args if args else _NOARG
+        entry: Entry = [self.now + delay, next(self._sequence), _Call(fn) if args else fn, arg,
+                        None]
+        heapq.heappush(self._heap, entry)
+        return entry
+
+    def call(self, node: NodeId, fn: Callable[[Process], None]) -> None:
+        """Run ``fn(process)`` on a node now, with the node's protocol errors guarded."""
+        env = self.env(node)
+        process = env.process
+        if process is None:
+            raise StateError(f"node {node} has no process")
+        self._guard(env, lambda: fn(process))
+
+    def _send(self, env: SimEnv, dst: NodeId, msg: Message) -> None:
+        if not env.alive:
+            return
+        size = None
+        codec = self.codec
+        if codec is not None:
+            data = codec.encode(msg)
+            size = len(data)
+            msg = codec.decode(data)
+        src = env.node
+        if self.trace_messages:
+            mid, origin, key, seq = msg.trace_ids()
+            self.trace_sink.append(
+                (self.run_id, self.now, src, layer_of(msg), "send", mid, origin, dst, key, seq,
+                 size, encode_info({"type": msg.TYPE}))
+            )
+        network = self.network
+        if not network.connected(src, dst):
+            return
+        delays = network.link(src, dst).delays(self._net_rng)
+        heap = self._heap
+        for delay in delays:
+            heapq.heappush(
+                heap, [self.now + delay, next(self._sequence), self._deliver, (src, dst, msg, size),
+                       None]
+            )
+
+    def _deliver(self, packet: tuple[NodeId, NodeId, Message, int | None]) -> None:
+        src, dst, msg, size = packet
+        slot = self._slots.get(dst)
+        if slot is None or slot.env is None or not self.network.connected(src, dst):
+            return
+        env = slot.env
+        if self.trace_messages:
+            mid, origin, key, seq = msg.trace_ids()
+            self.trace_sink.append(
+                (self.run_id, self.now, dst, layer_of(msg), "recv", mid, origin, src, key, seq,
+                 size, encode_info({"type": msg.TYPE}))
+            )
+        process = env.process
+        if process is not None:
+            try:
+                process.on_message(src, msg)
+            except ProtocolError as exc:
+                env.trace("drop", layer=layer_of(msg), peer=src, reason=exc.reason,
+                          error=str(exc))
+            except Exception as exc:
+                raise self._failure(dst, exc) from exc
+
+    def _guard(self, env: SimEnv, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            raise self._failure(env.node, exc) from exc
+
+    def _failure(self, node: str, exc: BaseException) -> SimulationError:
+        return SimulationError(
+            f"{type(exc).__name__} at t={self.now:.6f} on node {node} "
+            f"(replay with seed={self.seed}): {exc}"
+        )
+
+    def run(
+        self,
+        until: float | None = None,
+        *,
+        max_events: int | None = None,
+        stop_when: Callable[[], bool] | None = None,
+        progress: Callable[[float, int], None] | None = None,
+        progress_every: int = 100_000,
+    ) -> int:
+        """Process events in time order; returns how many ran.
+
+        Stops when the heap is empty, the next event is after ``until`` (time then advances to
+        ``until``), ``max_events`` ran, or ``stop_when()`` turns true after an event.
+        """
+        heap = self._heap
+        pop = heapq.heappop
+        ran = 0
+        next_progress = progress_every if progress is not None else -1
+        reached_until = True  # false when max_events or stop_when ended the run early
+        entry: Entry | None = None
+        try:
+            while heap:
+                entry = heap[0]
+                if until is not None and entry[0] > until:
+                    break
+                pop(heap)
+                fn = entry[2]
+                if fn is None:
+                    continue
+                owner = entry[4]
+                if owner is not None and not owner.alive:
+                    continue
+                self.now = entry[0]
+                arg = entry[3]
+                if arg is _NOARG:
+                    fn()
+                else:
+                    fn(arg)
+                ran += 1
+                if ran == next_progress:
+                    progress(self.now, ran)  # type: ignore[misc]
+                    next_progress += progress_every
+                if (stop_when is not None and stop_when()) or (
+                    max_events is not None and ran >= max_events
+                ):
+                    reached_until = False
+                    break
+        except SimulationError:
+            raise
+        except Exception as exc:
+            owner = entry[4] if entry is not None else None
+            raise self._failure(owner.node if owner is not None else "sim", exc) from exc
+        finally:
+            self.events += ran
+        if reached_until and until is not None and self.now < until:
+            self.now = until
+        if progress is not None:
+            progress(self.now, ran)
+        return ran
+
+    @property
+    def pending_events(self) -> int:
+        return len(self._heap)
+
+
+class _Call:
+    """Adapts ``fn(*args)`` to the heap's one-argument call."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self.fn = fn
+
+    def __call__(self, args: tuple[Any, ...]) -> None:
+        self.fn(*args)

@@ -1,0 +1,185 @@
+"""Scenarios: a seed, nodes, a network model and a schedule of faults, built into a Simulation.
+
+Used by tests and by ``gossamer sim``. Faults are data (``Fault`` rows) so a scenario can be
+printed, compared and replayed; churn schedules are drawn from the scenario's seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+from collections.abc import Callable, Sequence
+
+from ...core.env import ProcessFactory
+from ...core.errors import ConfigError
+from ...core.ids import NodeId, node_ids
+from ...core.messages import Codec, default_codec
+from ...core.trace import TraceSink
+from .kernel import Simulation
+from .network import LinkModel
+
+__all__ = ["Fault", "FaultKind", "Scenario"]
+
+
+class FaultKind(enum.Enum):
+    CRASH = "crash"
+    RECOVER = "recover"
+    JOIN = "join"
+    LEAVE = "leave"
+    PARTITION = "partition"
+    HEAL = "heal"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fault:
+    at: float
+    kind: FaultKind
+    node: NodeId | None = None
+    groups: tuple[tuple[NodeId, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.at < 0:
+            raise ConfigError(f"fault time must be >= 0, got {self.at}")
+        needs_node = self.kind in (FaultKind.CRASH, FaultKind.RECOVER, FaultKind.JOIN,
+                                   FaultKind.LEAVE)
+        if needs_node and self.node is None:
+            raise ConfigError(f"{self.kind.value} needs a node")
+        if self.kind is FaultKind.PARTITION and len(self.groups) < 1:
+            raise ConfigError("partition needs at least one group")
+
+
+@dataclasses.dataclass
+class Scenario:
+    """What to simulate. ``nodes`` start at time 0; ``joiners`` exist only once they JOIN."""
+
+    seed: int = 0
+    nodes: list[NodeId] = dataclasses.field(default_factory=list)
+    link: LinkModel = dataclasses.field(default_factory=LinkModel)
+    faults: list[Fault] = dataclasses.field(default_factory=list)
+    joiners: list[NodeId] = dataclasses.field(default_factory=list)
+    actions: list[tuple[float, Callable[[Simulation], None]]] = dataclasses.field(
+        default_factory=list
+    )
+
+    @classmethod
+    def of(cls, count: int, *, seed: int = 0, link: LinkModel | None = None) -> Scenario:
+        if count < 1:
+            raise ConfigError(f"a scenario needs at least one node, got {count}")
+        return cls(seed=seed, nodes=node_ids(count), link=link or LinkModel())
+
+    # fluent schedule builders --------------------------------------------------------------
+
+    def crash(self, at: float, node: NodeId, *, recover_after: float | None = None) -> Scenario:
+        self.faults.append(Fault(at, FaultKind.CRASH, node))
+        if recover_after is not None:
+            self.faults.append(Fault(at + recover_after, FaultKind.RECOVER, node))
+        return self
+
+    def recover(self, at: float, node: NodeId) -> Scenario:
+        self.faults.append(Fault(at, FaultKind.RECOVER, node))
+        return self
+
+    def join(self, at: float, node: NodeId) -> Scenario:
+        if node not in self.joiners and node not in self.nodes:
+            self.joiners.append(node)
+        self.faults.append(Fault(at, FaultKind.JOIN, node))
+        return self
+
+    def leave(self, at: float, node: NodeId) -> Scenario:
+        self.faults.append(Fault(at, FaultKind.LEAVE, node))
+        return self
+
+    def partition(
+        self, at: float, groups: Sequence[Sequence[NodeId]], *, heal_at: float | None = None
+    ) -> Scenario:
+        self.faults.append(Fault(at, FaultKind.PARTITION, groups=tuple(tuple(g) for g in groups)))
+        if heal_at is not None:
+            self.heal(heal_at)
+        return self
+
+    def heal(self, at: float) -> Scenario:
+        self.faults.append(Fault(at, FaultKind.HEAL))
+        return self
+
+    def at(self, time: float, action: Callable[[Simulation], None]) -> Scenario:
+        """Run ``action(sim)`` at ``time`` (workload steps: broadcasts, writes, ...)."""
+        self.actions.append((time, action))
+        return self
+
+    def crash_fraction(
+        self, at: float, fraction: float, *, recover_after: float | None = None
+    ) -> list[NodeId]:
+        """Crash a seeded random ``fraction`` of the initial nodes at once; returns them."""
+        if not 0 <= fraction <= 1:
+            raise ConfigError(f"fraction must be in [0, 1], got {fraction}")
+        rng = random.Random(f"{self.seed}/crash_fraction/{at}")
+        victims = sorted(rng.sample(self.nodes, round(len(self.nodes) * fraction)))
+        for node in victims:
+            self.crash(at, node, recover_after=recover_after)
+        return victims
+
+    def churn(
+        self,
+        *,
+        start: float,
+        end: float,
+        rate: float,
+        downtime: float,
+        pool: Sequence[NodeId] | None = None,
+    ) -> Scenario:
+        """Crash-recover churn: ``rate`` crashes per second over [start, end), each node down
+        for ``downtime`` seconds; a node is never crashed again while down."""
+        if end <= start or rate <= 0 or downtime <= 0:
+            raise ConfigError("churn needs end > start, rate > 0 and downtime > 0")
+        candidates = list(pool if pool is not None else self.nodes)
+        rng = random.Random(f"{self.seed}/churn/{start}")
+        down_until: dict[NodeId, float] = {}
+        t = start + rng.expovariate(rate)
+        while t < end:
+            up = [n for n in candidates if down_until.get(n, -1.0) <= t]
+            if up:
+                node = rng.choice(up)
+                self.crash(t, node, recover_after=downtime)
+                down_until[node] = t + downtime
+            t += rng.expovariate(rate)
+        return self
+
+    # building ---------------------------------------------------------------------------
+
+    def build(
+        self,
+        factory: ProcessFactory,
+        *,
+        trace: TraceSink | None = None,
+        run: str | None = None,
+        codec: Codec | None = default_codec,
+        trace_messages: bool = True,
+    ) -> Simulation:
+        sim = Simulation(seed=self.seed, link=self.link, run=run, trace=trace, codec=codec,
+                         trace_messages=trace_messages)
+        sim.add_nodes(self.nodes, factory)
+        # stable order: by time, then by the order they were added
+        ordered = sorted(enumerate(self.faults), key=lambda item: (item[1].at, item[0]))
+        for _, fault in ordered:
+            self._schedule_fault(sim, fault, factory)
+        for time, action in sorted(self.actions, key=lambda item: item[0]):
+            sim.schedule(time, action, sim)
+        return sim
+
+    @staticmethod
+    def _schedule_fault(sim: Simulation, fault: Fault, factory: ProcessFactory) -> None:
+        kind, node = fault.kind, fault.node
+        if kind is FaultKind.JOIN:
+            assert node is not None
+            sim.add_node(node, factory, at=fault.at)
+        elif kind is FaultKind.CRASH:
+            sim.schedule(fault.at, sim.crash, node)
+        elif kind is FaultKind.RECOVER:
+            sim.schedule(fault.at, sim.recover, node)
+        elif kind is FaultKind.LEAVE:
+            sim.schedule(fault.at, sim.leave, node)
+        elif kind is FaultKind.PARTITION:
+            sim.schedule(fault.at, sim.partition, fault.groups)
+        else:
+            sim.schedule(fault.at, sim.heal)

@@ -1,0 +1,65 @@
+"""The simulator's durable store: in memory, and crash-aware.
+
+Committed writes survive a simulated crash; uncommitted ones are lost, as on a real disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ...core.env import Store
+
+__all__ = ["MemoryStore"]
+
+_DELETED = None
+
+
+class MemoryStore(Store):
+    __slots__ = ("_committed", "_pending")
+
+    def __init__(self) -> None:
+        self._committed: dict[str, dict[str, bytes]] = {}
+        self._pending: dict[tuple[str, str], bytes | None] = {}
+
+    def get(self, table: str, key: str) -> bytes | None:
+        pending = self._pending
+        if pending and (table, key) in pending:
+            return pending[(table, key)]
+        rows = self._committed.get(table)
+        return None if rows is None else rows.get(key)
+
+    def put(self, table: str, key: str, value: bytes) -> None:
+        if not isinstance(value, bytes):
+            raise TypeError(f"store values are bytes, got {type(value).__name__}")
+        self._pending[(table, key)] = value
+
+    def delete(self, table: str, key: str) -> None:
+        self._pending[(table, key)] = _DELETED
+
+    def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
+        merged = dict(self._committed.get(table, {}))
+        for (tbl, key), value in self._pending.items():
+            if tbl != table:
+                continue
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return iter(sorted(merged.items()))
+
+    def commit(self) -> None:
+        for (table, key), value in self._pending.items():
+            rows = self._committed.setdefault(table, {})
+            if value is None:
+                rows.pop(key, None)
+            else:
+                rows[key] = value
+        self._pending = {}
+
+    def crash(self) -> None:
+        """Forget every write that was not committed."""
+        self._pending = {}
+
+    @property
+    def uncommitted(self) -> int:
+        return len(self._pending)
