@@ -2,7 +2,8 @@
 
 Per-origin sequence numbers, duplicate discard, a bounded holdback queue for early messages,
 NACKs for gaps (delayed to let reordered messages land, retried with backoff), retransmission
-from a bounded durable send log, and STATUS announcements so a lost *last* message is noticed.
+from a bounded durable send log, and STATUS announcements (repeated to each peer until it ACKs
+them) so that a lost *last* message is noticed, with no traffic once everyone is caught up.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ...core.ids import NodeId
 from ...core.messages import Message, TraceIds, message
 
 __all__ = [
+    "FifoAck",
     "FifoBroadcast",
     "FifoConfig",
     "FifoData",
@@ -85,6 +87,17 @@ class FifoStatus(Message):
             raise ValueError(f"high must be >= 0, got {self.high}")
 
 
+@message("fifo.ack")
+class FifoAck(Message):
+    """Answer to a STATUS: I have delivered your messages up to ``upto``."""
+
+    upto: int
+
+    def __post_init__(self) -> None:
+        if self.upto < 0:
+            raise ValueError(f"upto must be >= 0, got {self.upto}")
+
+
 @message("fifo.sync")
 class FifoSync(Message):
     """I (re)started: tell me your STATUS so I can ask for what I missed."""
@@ -96,7 +109,7 @@ class FifoConfig:
     nack_retry: float = 0.2  # first retry interval while a gap persists; doubles
     nack_retry_cap: float = 2.0
     status_interval: float = 0.1  # first STATUS after a broadcast; then doubling
-    status_repeats: int = 3
+    status_retry_cap: float = 2.0  # STATUS repeats to un-ACKed peers at most this far apart
     holdback_limit: int = 1024  # early messages kept per origin
     send_log_limit: int = 4096  # own messages kept for retransmission
     max_nack_range: int = 256  # most messages one NACK asks for
@@ -109,11 +122,11 @@ class FifoConfig:
                 raise ConfigError(f"{name} must be > 0")
         if self.nack_retry_cap < self.nack_retry:
             raise ConfigError("nack_retry_cap must be >= nack_retry")
+        if self.status_retry_cap < self.status_interval:
+            raise ConfigError("status_retry_cap must be >= status_interval")
         for name in ("holdback_limit", "send_log_limit", "max_nack_range"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
-        if self.status_repeats < 0:
-            raise ConfigError("status_repeats must be >= 0")
 
 
 class _OriginState:
@@ -152,8 +165,8 @@ class FifoBroadcast:
         self._origins: dict[NodeId, _OriginState] = {}
         self._send_log: dict[int, Any] = {}
         self._status_timer: TimerHandle | None = None
-        self._status_left = 0
         self._status_delay = 0.0
+        self._acked: dict[NodeId, int] = {}  # peer -> highest own seq it has confirmed
         store = env.store if self.config.durable else None
         self._store = store
         self._next_seq = 1
@@ -173,7 +186,7 @@ class FifoBroadcast:
     def start(self) -> None:
         if self._recovered:
             # tell peers what we sent before the crash, and learn what we missed meanwhile
-            self._send_all(FifoStatus(high=self._next_seq - 1))
+            self._arm_status()
             self._send_all(FifoSync())
 
     def stop(self) -> None:
@@ -187,6 +200,10 @@ class FifoBroadcast:
             self._on_data(msg)
         elif isinstance(msg, FifoStatus):
             self._learn_high(src, msg.high)
+            self.env.send(src, FifoAck(upto=self.delivered_upto(src)))
+        elif isinstance(msg, FifoAck):
+            if msg.upto > self._acked.get(src, 0):
+                self._acked[src] = msg.upto
         elif isinstance(msg, FifoNack):
             self._on_nack(src, msg)
         elif isinstance(msg, FifoGone):
@@ -231,9 +248,6 @@ class FifoBroadcast:
             send(peer, msg)
 
     def _arm_status(self) -> None:
-        if self.config.status_repeats == 0:
-            return
-        self._status_left = self.config.status_repeats
         self._status_delay = self.config.status_interval
         if self._status_timer is not None:
             self.env.cancel(self._status_timer)
@@ -241,11 +255,15 @@ class FifoBroadcast:
 
     def _announce_status(self) -> None:
         self._status_timer = None
-        self._send_all(FifoStatus(high=self._next_seq - 1))
-        self._status_left -= 1
-        if self._status_left > 0:
-            self._status_delay *= 2
-            self._status_timer = self.env.set_timer(self._status_delay, self._announce_status)
+        high = self._next_seq - 1
+        behind = [peer for peer in self.peers if self._acked.get(peer, 0) < high]
+        if not behind:
+            return
+        status = FifoStatus(high=high)
+        for peer in behind:
+            self.env.send(peer, status)
+        self._status_delay = min(self._status_delay * 2, self.config.status_retry_cap)
+        self._status_timer = self.env.set_timer(self._status_delay, self._announce_status)
 
     def _on_nack(self, src: NodeId, nack: FifoNack) -> None:
         if not self.config.retransmit:

@@ -1,0 +1,193 @@
+"""The ``gossamer`` command line: one verb per subcommand, each a small function over the library.
+
+Verbs: ``sim`` (simulate a FIFO broadcast group), ``trace show`` (summarise a trace), ``bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .. import __version__
+from ..core.errors import GossamerError
+from ..core.traceio import read_trace, summarize
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace, Console], int]
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
+    from ..services.broadcast import FifoRunOptions, run_fifo_sim
+
+    options = FifoRunOptions(
+        nodes=args.nodes, messages=args.messages, seed=args.seed, loss=args.loss,
+        duplicate=args.duplicate, reorder=args.reorder, latency=args.latency, rate=args.rate,
+        crash=args.crash, recover_after=args.recover_after, settle=args.settle,
+        retransmit=not args.no_retransmit,
+    )
+    console.print(
+        f"[bold]gossamer sim[/]: FIFO broadcast, {options.nodes} nodes, {options.messages} "
+        f"messages, loss={options.loss} dup={options.duplicate} reorder={options.reorder} "
+        f"crash={options.crash} seed={options.seed}"
+    )
+    with Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn("{task.completed:.1f}/{task.total:.1f} virtual s"), TimeElapsedColumn(),
+        console=console, transient=False,
+    ) as bar:
+        task = bar.add_task("simulating", total=1.0)
+
+        def progress(now: float, until: float) -> None:
+            bar.update(task, completed=now, total=until)
+
+        result = run_fifo_sim(options, out_dir=args.out, progress=progress)
+    table = Table(title=f"run {result.run}", show_header=False)
+    table.add_row("nodes (alive at end)", f"{result.nodes} ({result.alive})")
+    table.add_row("messages published", str(result.published))
+    table.add_row("deliveries (expected)", f"{result.actual_deliveries} "
+                                           f"({result.expected_deliveries})")
+    table.add_row("reliability", f"{result.reliability:.4%}")
+    table.add_row("FIFO order violations", str(result.order_violations))
+    table.add_row("simulator events", f"{result.events:,}")
+    table.add_row("virtual / wall seconds", f"{result.virtual_seconds:.2f} / "
+                                            f"{result.wall_seconds:.2f}")
+    table.add_row("trace", str(result.trace_file))
+    console.print(table)
+    if result.trace_file is not None:
+        _print_trace_summary(Path(args.out), console)
+    ok = result.reliability == 1.0 and result.order_violations == 0
+    console.print("[green]all messages delivered in FIFO order[/]" if ok else
+                  "[red]delivery guarantee violated[/]")
+    return 0 if ok or args.allow_violations else 1
+
+
+def _print_trace_summary(run_dir: Path, console: Console) -> None:
+    summary = summarize(read_trace(run_dir))
+    table = Table(title=f"trace {run_dir / 'trace'}")
+    table.add_column("layer")
+    table.add_column("event")
+    table.add_column("rows", justify="right")
+    for layer, event, count in summary["by_event"]:
+        table.add_row(layer, event, f"{count:,}")
+    console.print(table)
+    t_min, t_max = summary["t_min"], summary["t_max"]
+    span = "empty" if t_min is None else f"{t_min:.3f} .. {t_max:.3f} s"
+    console.print(
+        f"{summary['rows']:,} rows, {summary['nodes']} nodes, runs {', '.join(summary['runs'])}, "
+        f"time span {span}"
+    )
+
+
+def _cmd_trace_show(args: argparse.Namespace, console: Console) -> int:
+    _print_trace_summary(Path(args.run_dir), console)
+    return 0
+
+
+BENCHMARKS = {"sim": "sim_kernel.py"}
+
+
+def _load_benchmark(name: str) -> ModuleType:
+    if name not in BENCHMARKS:
+        raise GossamerError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
+    root = Path(__file__).resolve().parents[3] / "benchmarks"
+    path = root / BENCHMARKS[name]
+    if not path.is_file():
+        raise GossamerError(f"benchmark file {path} not found (run from a source checkout)")
+    spec = importlib.util.spec_from_file_location(f"gossamer_bench_{name}", path)
+    if spec is None or spec.loader is None:
+        raise GossamerError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
+    module = _load_benchmark(args.name)
+    code: int = module.main(args.bench_args)
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gossamer",
+        description="Replicate data and messages among peers with a checked delivery guarantee.",
+    )
+    parser.add_argument("--version", action="version", version=f"gossamer {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    sim = verbs.add_parser("sim", help="simulate a reliable FIFO broadcast group",
+                           description="Simulate a FIFO broadcast group under faults, write its "
+                                       "trace and print a summary.")
+    sim.add_argument("--nodes", type=_positive_int, default=20)
+    sim.add_argument("--messages", type=int, default=200)
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--loss", type=_probability, default=0.0)
+    sim.add_argument("--duplicate", type=_probability, default=0.0)
+    sim.add_argument("--reorder", type=_probability, default=0.0)
+    sim.add_argument("--latency", default="uniform:0.005,0.05",
+                     help="const:D | uniform:LO,HI | exp:MEAN | lognormal:MEDIAN,SIGMA (seconds)")
+    sim.add_argument("--rate", type=float, default=100.0, help="broadcasts per virtual second")
+    sim.add_argument("--crash", type=_probability, default=0.0,
+                     help="fraction of nodes crashed at once mid-workload")
+    sim.add_argument("--recover-after", type=float, default=None,
+                     help="crashed nodes recover after this many virtual seconds")
+    sim.add_argument("--settle", type=float, default=30.0,
+                     help="virtual seconds after the last broadcast for repair")
+    sim.add_argument("--no-retransmit", action="store_true",
+                     help="disable retransmission (to see the checks catch losses)")
+    sim.add_argument("--allow-violations", action="store_true",
+                     help="exit 0 even if the guarantee was violated")
+    sim.add_argument("--out", default="runs/sim", help="run directory; trace under OUT/trace/")
+    sim.set_defaults(handler=_cmd_sim)
+
+    trace = verbs.add_parser("trace", help="inspect traces")
+    trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)
+    show = trace_verbs.add_parser("show", help="rows by layer and event, time span")
+    show.add_argument("run_dir")
+    show.set_defaults(handler=_cmd_trace_show)
+
+    bench = verbs.add_parser("bench", help="run a benchmark from benchmarks/")
+    bench.add_argument("name", choices=sorted(BENCHMARKS))
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER,
+                       help="arguments passed to the benchmark (e.g. --quick)")
+    bench.set_defaults(handler=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    console = Console()
+    handler: Handler = args.handler
+    try:
+        return handler(args, console)
+    except GossamerError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
