@@ -1,0 +1,68 @@
+"""The gossamer command: sim writes a trace and judges the run; trace show summarises it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gossamer.cli.main import main
+from gossamer.core.traceio import SCHEMA, read_trace
+
+
+def test_help_lists_the_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for verb in ("sim", "trace", "bench"):
+        assert verb in out
+
+
+def test_sim_writes_a_trace_and_reports_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["sim", "--nodes", "6", "--messages", "60", "--loss", "0.2", "--duplicate",
+                 "0.1", "--reorder", "0.2", "--crash", "0.34", "--recover-after", "0.5",
+                 "--seed", "4", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "100.0000%" in out
+    table = read_trace(tmp_path)
+    assert table.schema == SCHEMA
+    events = set(zip(table["layer"].to_pylist(), table["event"].to_pylist(), strict=True))
+    assert {("fifo", "publish"), ("fifo", "deliver"), ("sim", "crash"),
+            ("sim", "recover")} <= events
+
+
+def test_sim_exits_1_when_the_guarantee_is_broken(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["sim", "--nodes", "5", "--messages", "50", "--loss", "0.3", "--no-retransmit",
+                 "--out", str(tmp_path)])
+    assert code == 1
+    assert "violated" in capsys.readouterr().out
+
+
+def test_trace_show_summarises_by_layer_and_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", "--nodes", "3", "--messages", "9", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["trace", "show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "deliver" in out and "publish" in out and "time span" in out
+
+
+def test_trace_show_on_a_directory_without_trace_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["trace", "show", str(tmp_path)]) == 2
+    assert "no trace files" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [["--loss", "1.5"], ["--nodes", "0"]])
+def test_bad_options_are_refused(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sim", *bad])
+    assert exit_info.value.code == 2
