@@ -121,7 +121,7 @@ def test_evicted_messages_are_skipped_in_order_not_delivered_out_of_order() -> N
     config = FifoConfig(send_log_limit=10)
     scenario = make_scenario(nodes=3, messages=90, seed=14, link=LinkModel())
     scenario.partition(0.0, [scenario.nodes[:2], scenario.nodes[2:]], heal_at=2.0)
-    sim, sink = run(scenario, config)
+    _sim, sink = run(scenario, config)
     seqs_by_stream: dict[tuple[str, str], list[int]] = {}
     for row in sink.rows:
         if row[4] == "deliver":
