@@ -66,7 +66,8 @@ def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
         result = run_fifo_sim(options, out_dir=args.out, progress=progress)
     table = Table(title=f"run {result.run}", show_header=False)
     table.add_row("nodes (alive at end)", f"{result.nodes} ({result.alive})")
-    table.add_row("messages published", str(result.published))
+    table.add_row("messages published", f"{result.published} of {result.requested} requested "
+                                        f"({result.skipped} skipped: origin down)")
     table.add_row("deliveries (expected)", f"{result.actual_deliveries} "
                                            f"({result.expected_deliveries})")
     table.add_row("reliability", f"{result.reliability:.4%}")

@@ -83,6 +83,8 @@ class FifoRunResult:
     run: str
     nodes: int
     alive: int
+    requested: int  # broadcasts the workload asked for
+    skipped: int  # of those, asked of an origin that was down at the time
     published: int
     expected_deliveries: int
     actual_deliveries: int
@@ -119,12 +121,16 @@ def run_fifo_sim(
     run_id = options.run or f"fifo-n{options.nodes}-m{options.messages}-s{options.seed}"
 
     interval = 1.0 / options.rate
+    skipped = 0
     for i in range(options.messages):
         origin = nodes[i % len(nodes)]
 
         def publish(sim: Simulation, origin: NodeId = origin, i: int = i) -> None:
+            nonlocal skipped
             if sim.status(origin) is NodeStatus.UP:
-                sim.call(origin, lambda app: app.broadcast({"n": i}))  # type: ignore[attr-defined]
+                sim.call(origin, lambda app: cast(BroadcastApp, app).broadcast({"n": i}))
+            else:
+                skipped += 1
 
         scenario.at(i * interval, publish)
     workload_end = options.messages * interval
@@ -166,6 +172,8 @@ def run_fifo_sim(
         run=run_id,
         nodes=options.nodes,
         alive=len(apps),
+        requested=options.messages,
+        skipped=skipped,
         published=sum(sent.values()),
         expected_deliveries=expected,
         actual_deliveries=actual,
