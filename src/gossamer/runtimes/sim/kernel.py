@@ -294,7 +294,7 @@ class Simulation:
         heappush(self._heap, entry)
         return entry
 
-    def call(self, node: NodeId, fn: Callable[[Process], None]) -> None:
+    def call(self, node: NodeId, fn: Callable[[Process], object]) -> None:
         """Run ``fn(process)`` on a node now, with the node's protocol errors guarded."""
         env = self.env(node)
         process = env.process
