@@ -355,7 +355,7 @@ class Simulation:
             except Exception as exc:
                 raise self._failure(dst, exc) from exc
 
-    def _guard(self, env: SimEnv, fn: Callable[[], None]) -> None:
+    def _guard(self, env: SimEnv, fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception as exc:
