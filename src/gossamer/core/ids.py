@@ -14,12 +14,12 @@ __all__ = ["NodeId", "check_node_id", "node_id", "node_ids"]
 
 NodeId = str
 
-_VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_VALID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
 
 
 def check_node_id(value: object) -> NodeId:
     """Return ``value`` if it is a valid node id, else raise ``ConfigError``."""
-    if not isinstance(value, str) or not _VALID.match(value):
+    if not isinstance(value, str) or not _VALID.fullmatch(value):
         raise ConfigError(
             f"invalid node id {value!r}: 1-128 chars of letters, digits, '_', '.', ':', '-'"
         )

@@ -95,7 +95,7 @@ def _checker_for(annotation: Any) -> Checker:
         def check_float(value: Any, path: str) -> Any:
             if not isinstance(value, int | float) or isinstance(value, bool):
                 _fail(path, "number", value)
-            return float(value)
+            return float(value)  # JSON has no NaN or infinity, so orjson never yields them
 
         return check_float
     if annotation is str:
@@ -137,7 +137,7 @@ def _checker_for(annotation: Any) -> Checker:
             return tuple(check(v, f"{path}[{i}]") for i, (check, v) in pairs)
 
         return check_fixed_tuple
-    if origin is list:
+    if origin is list or annotation is list:
         item = _checker_for(args[0]) if args else _checker_for(Any)
 
         def check_list(value: Any, path: str) -> Any:
@@ -228,6 +228,8 @@ class Codec:
         return data
 
     def decode(self, data: bytes | str) -> Message:
+        if isinstance(data, str):
+            data = data.encode()  # the limit is in bytes, as on the wire
         if len(data) > self.max_frame:
             raise FrameTooLarge(f"frame of {len(data)} bytes over max_frame={self.max_frame}")
         try:

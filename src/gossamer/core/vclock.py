@@ -137,7 +137,7 @@ class VectorClock:
             return clock
         for part in text.split(","):
             node, sep, count = part.rpartition("=")
-            if not sep or not node or not count.isdigit():
+            if not sep or not node or not (count.isascii() and count.isdecimal()):
                 raise InvalidMessage(f"bad compact vector entry {part!r}")
             clock.set(node, int(count))
         return clock
