@@ -1,0 +1,34 @@
+"""net: the asyncio runtime, driving the same sans-I/O processes over TCP (JSON lines) or WebSocket.
+
+One ``NetNode`` per protocol process, many per ``NetHost`` (one event loop); sqlite for storage.
+"""
+
+from .host import (
+    BackoffFactory,
+    NetEnv,
+    NetHost,
+    NetNode,
+    NetNodeError,
+    NodeState,
+    run_until_signalled,
+)
+from .store import SqliteStore
+from .transport import Address, Connection, LinkError, Listener, TransportKind, connect, listen
+
+__all__ = [
+    "Address",
+    "BackoffFactory",
+    "Connection",
+    "LinkError",
+    "Listener",
+    "NetEnv",
+    "NetHost",
+    "NetNode",
+    "NetNodeError",
+    "NodeState",
+    "SqliteStore",
+    "TransportKind",
+    "connect",
+    "listen",
+    "run_until_signalled",
+]

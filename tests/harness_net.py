@@ -1,0 +1,169 @@
+"""The network runtime behind the conformance suite's cluster facade (see ``harness_sim``).
+
+A synchronous ``NetCluster``: a private event loop, one ``NetHost`` with every node on a
+127.0.0.1 ephemeral port and its own sqlite file; the loop runs only inside the calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tempfile
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gossamer.core import Codec, MemorySink, Process, ProcessFactory, default_codec
+from gossamer.runtimes.net import NetHost, NetNode, NetNodeError, SqliteStore
+
+T = TypeVar("T")
+
+LOOPBACK = "127.0.0.1"
+
+
+def reserve_port() -> int:
+    """A loopback port that is free now (for a node that starts later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+async def _cancel_leftovers() -> None:
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
+
+
+class NetCluster:
+    """``down`` nodes get a reserved port and are only started by ``start_node``."""
+
+    def __init__(
+        self,
+        node_ids: list[str],
+        factory: ProcessFactory,
+        *,
+        transport: str,
+        seed: int = 0,
+        loss: float = 0.0,
+        run: str = "test",
+        codec: Codec = default_codec,
+        down: Iterable[str] = (),
+        **node_options: Any,
+    ) -> None:
+        self.node_ids = list(node_ids)
+        self.trace = MemorySink()
+        self.factory = factory
+        self.transport = transport
+        self._options: dict[str, Any] = dict(
+            node_options, transport=transport, seed=seed, loss=loss, run=run, codec=codec,
+            trace=self.trace,
+        )
+        self._tmp = tempfile.TemporaryDirectory(prefix="gossamer-net-")
+        self._loop = asyncio.new_event_loop()
+        self._wake = asyncio.Event()
+        self.host = NetHost(on_activity=self._wake.set)
+        self._ports: dict[str, int] = {}
+        down_set = set(down)
+        for node in down_set:
+            port = self._ports[node] = reserve_port()
+            self.host.directory[node] = (LOOPBACK, port)
+        try:
+            for node in self.node_ids:
+                if node not in down_set:
+                    self.host.add(self._make_node(node))
+            self._run(self.host.start())
+            for started in self.host.nodes.values():
+                self._ports[started.node_id] = started.address[1]
+        except BaseException:
+            self.close()
+            raise
+
+    def _make_node(self, node: str) -> NetNode:
+        store = SqliteStore(Path(self._tmp.name) / f"{node}.sqlite")
+        return NetNode(node_id=node, factory=self.factory, store=store,
+                       listen=(LOOPBACK, self._ports.get(node, 0)), **self._options)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def _check_failures(self) -> None:
+        if self.host.failures:
+            node, exc = next(iter(self.host.failures.items()))
+            raise NetNodeError(f"node {node} failed: {exc!r}") from exc
+
+    # -- the facade the conformance suite uses -------------------------------------------
+
+    def node(self, node: str) -> NetNode:
+        return self.host.nodes[node]
+
+    def process(self, node: str) -> Process:
+        process = self.node(node).process
+        assert process is not None, f"node {node} has no process"
+        return process
+
+    def call(self, node: str, fn: Callable[[Process], None]) -> None:
+        async def inside() -> None:
+            self.node(node).call(fn)
+
+        self._run(inside())
+
+    def run_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Run the loop until ``predicate()`` holds (re-checked on every activity of any node)
+        or ``timeout`` wall seconds pass; a node failure raises ``NetNodeError``."""
+
+        async def wait() -> bool:
+            deadline = self._loop.time() + timeout
+            while not predicate():
+                self._check_failures()
+                remaining = deadline - self._loop.time()
+                if remaining <= 0:
+                    return False
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), remaining)
+                except TimeoutError:
+                    continue
+            return True
+
+        result = self._run(wait())
+        self._check_failures()
+        return result
+
+    def close(self) -> None:
+        loop = self._loop
+        if loop.is_closed():
+            return
+        try:
+            loop.run_until_complete(self.host.stop())
+            loop.run_until_complete(_cancel_leftovers())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+            self._tmp.cleanup()
+
+    # -- extras for the runtime's own tests ----------------------------------------------
+
+    def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the cluster's loop (raw clients, node control)."""
+        return self._run(coro)
+
+    def address(self, node: str) -> tuple[str, int]:
+        return (LOOPBACK, self._ports[node])
+
+    def stop_node(self, node: str) -> None:
+        """Close a node (uncommitted store writes are lost); its port stays reserved for it."""
+        self._run(self.host.stop_node(node))
+
+    def start_node(self, node: str) -> NetNode:
+        """Start a fresh incarnation of ``node`` on its port and its sqlite file."""
+        made = self.host.add(self._make_node(node))
+        self._run(self.host.start())
+        self._ports[node] = made.address[1]
+        return made
+
+    def restart(self, node: str) -> NetNode:
+        self.stop_node(node)
+        return self.start_node(node)
