@@ -66,3 +66,10 @@ def test_bad_options_are_refused(bad: list[str], capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exit_info:
         main(["sim", *bad])
     assert exit_info.value.code == 2
+
+
+def test_bench_sim_quick_runs_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("simpy")
+    assert main(["bench", "sim", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "gossamer/heapq" in out and "kernel bytes per idle node" in out

@@ -121,6 +121,7 @@ def _load_benchmark(name: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise GossamerError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses in the benchmark look their module up here
     spec.loader.exec_module(module)
     return module
 

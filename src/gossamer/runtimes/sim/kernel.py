@@ -8,12 +8,10 @@ uncommitted part of its store; recovery builds a fresh process on the committed 
 from __future__ import annotations
 
 import enum
+import heapq
 import itertools
-import math
 import random
-import sys
 from collections.abc import Callable, Iterable
-from heapq import heappop, heappush
 from typing import Any, cast
 
 from ...core.env import Process, ProcessFactory, Store, TimerHandle
@@ -70,8 +68,8 @@ class SimEnv:
         if delay < 0:
             raise ConfigError(f"timer delay must be >= 0, got {delay}")
         sim = self._sim
-        entry: Entry = [sim.now + delay, sim._next_seq(), fn, _NOARG, self]
-        heappush(sim._heap, entry)
+        entry: Entry = [sim.now + delay, next(sim._sequence), fn, _NOARG, self]
+        heapq.heappush(sim._heap, entry)
         return entry
 
     def cancel(self, handle: TimerHandle) -> None:
@@ -112,7 +110,7 @@ class SimEnv:
 class _NodeSlot:
     """Everything the simulator keeps about one node id across its incarnations."""
 
-    __slots__ = ("env", "factory", "incarnation", "node", "status", "store")
+    __slots__ = ("crashes", "env", "factory", "incarnation", "node", "status", "store")
 
     def __init__(self, node: NodeId, factory: ProcessFactory) -> None:
         self.node = node
@@ -121,6 +119,7 @@ class _NodeSlot:
         self.env: SimEnv | None = None
         self.store: MemoryStore | None = None
         self.incarnation = 0
+        self.crashes = 0
 
     def get_store(self) -> MemoryStore:
         if self.store is None:
@@ -152,7 +151,7 @@ class Simulation:
         self.codec = codec
         self.events = 0
         self._heap: list[Entry] = []
-        self._next_seq = itertools.count().__next__
+        self._sequence = itertools.count()
         self._slots: dict[NodeId, _NodeSlot] = {}
         self._net_rng = random.Random(f"{seed}/network")
         self._sim_rng = random.Random(f"{seed}/scenario")
@@ -233,6 +232,7 @@ class Simulation:
         slot.env.trace("crash", layer="sim")
         slot.env.alive = False
         slot.env = None
+        slot.crashes += 1
         slot.status = NodeStatus.CRASHED
         if slot.store is not None:
             slot.store.crash()
@@ -290,8 +290,9 @@ class Simulation:
         if delay < 0:
             raise ConfigError(f"delay must be >= 0, got {delay}")
         arg: Any = args if args else _NOARG
-        entry: Entry = [self.now + delay, self._next_seq(), _Call(fn) if args else fn, arg, None]
-        heappush(self._heap, entry)
+        entry: Entry = [self.now + delay, next(self._sequence), _Call(fn) if args else fn, arg,
+                        None]
+        heapq.heappush(self._heap, entry)
         return entry
 
     def call(self, node: NodeId, fn: Callable[[Process], object]) -> None:
@@ -321,20 +322,19 @@ class Simulation:
         network = self.network
         if not network.connected(src, dst):
             return
-        delays = network.link(src, dst).delays(self._net_rng)
-        if not delays:
-            return
-        heap = self._heap
-        now = self.now
-        deliver = self._deliver
-        packet = (src, dst, msg, size)  # shared by duplicates: it is immutable
-        for delay in delays:
-            heappush(heap, [now + delay, self._next_seq(), deliver, packet, None])
-
-    def _deliver(self, packet: tuple[NodeId, NodeId, Message, int | None]) -> None:
-        src, dst, msg, size = packet
         slot = self._slots.get(dst)
-        if slot is None:
+        # the target's crash count goes along: a crash while in flight voids the message
+        # (a node added later in this same instant has no slot yet: it counts as no crash)
+        packet = (src, dst, msg, size, slot.crashes if slot is not None else 0)
+        heap = self._heap
+        for delay in network.link(src, dst).delays(self._net_rng):
+            heapq.heappush(heap, [self.now + delay, next(self._sequence), self._deliver, packet,
+                                  None])
+
+    def _deliver(self, packet: tuple[NodeId, NodeId, Message, int | None, int]) -> None:
+        src, dst, msg, size, crashes = packet
+        slot = self._slots.get(dst)
+        if slot is None or slot.crashes != crashes:
             return
         env = slot.env
         if env is None or not self.network.connected(src, dst):
@@ -382,45 +382,38 @@ class Simulation:
         ``until``), ``max_events`` ran, or ``stop_when()`` turns true after an event.
         """
         heap = self._heap
-        horizon = math.inf if until is None else until
+        pop = heapq.heappop
         ran = 0
-        # one test per event for the rare stops: ``ran`` reaching ``check_at`` means a progress
-        # report, max_events or stop_when is due (stop_when makes every event a check)
-        never = sys.maxsize  # an int: comparing ``ran`` with a float inf is slower
-        next_progress = progress_every if progress is not None else never
-        limit = max_events if max_events is not None else never
-        check_at = 0 if stop_when is not None else min(next_progress, limit)
+        next_progress = progress_every if progress is not None else -1
         reached_until = True  # false when max_events or stop_when ended the run early
         entry: Entry | None = None
         try:
             while heap:
-                entry = heappop(heap)
-                when = entry[0]
-                if when > horizon:
-                    heappush(heap, entry)  # (time, sequence) is unique: order is unchanged
+                entry = heap[0]
+                if until is not None and entry[0] > until:
                     break
+                pop(heap)
                 fn = entry[2]
                 if fn is None:
                     continue
                 owner = entry[4]
                 if owner is not None and not owner.alive:
                     continue
-                self.now = when
+                self.now = entry[0]
                 arg = entry[3]
                 if arg is _NOARG:
                     fn()
                 else:
                     fn(arg)
                 ran += 1
-                if ran >= check_at:
-                    if ran == next_progress:
-                        progress(self.now, ran)  # type: ignore[misc]
-                        next_progress += progress_every
-                    if (stop_when is not None and stop_when()) or ran >= limit:
-                        reached_until = False
-                        break
-                    if stop_when is None:
-                        check_at = min(next_progress, limit)
+                if ran == next_progress:
+                    progress(self.now, ran)  # type: ignore[misc]
+                    next_progress += progress_every
+                if (stop_when is not None and stop_when()) or (
+                    max_events is not None and ran >= max_events
+                ):
+                    reached_until = False
+                    break
         except SimulationError:
             raise
         except Exception as exc:
