@@ -68,6 +68,16 @@ def test_crash_recover_members_catch_up_without_duplicates(seed: int) -> None:
     assert count(sink.rows, layer="sim", event="recover") == 4
 
 
+@pytest.mark.parametrize("leave", [False, True])
+def test_churn_members_that_come_back_catch_up(leave: bool) -> None:
+    scenario = make_scenario(nodes=12, messages=400, seed=21, link=FAULTY, rate=50.0)
+    scenario.churn(start=0.5, end=6.0, rate=2.0, downtime=1.0, leave=leave)
+    sim, sink = run(scenario, until=90.0)
+    assert count(sink.rows, layer="sim", event="leave" if leave else "crash") > 3
+    assert fifo_violations(sink.rows) == []
+    assert missing_deliveries(sink.rows, sim.nodes()) == []
+
+
 def test_partition_then_heal_delivers_everything() -> None:
     scenario = make_scenario(nodes=10, messages=200, seed=11, link=FAULTY)
     half = scenario.nodes[:5], scenario.nodes[5:]

@@ -766,3 +766,35 @@ def test_scenario_faults_and_actions_run_in_order() -> None:
     assert sim_rows == [(1.0, "sim", "partition"), (2.0, c, "crash"), (2.5, c, "recover"),
                         (3.0, "sim", "heal"), (4.0, b, "leave")]
     assert sim.status(b) is NodeStatus.LEFT
+
+
+def test_leave_then_rejoin_runs_a_fresh_process_on_the_kept_store() -> None:
+    sim = make_sim(["a", "b"])
+    first = node(sim, "a")
+    sim.store("a").put("t", "k", b"v")
+    sim.store("a").commit()
+    sim.leave("a")
+    assert sim.status("a") is NodeStatus.LEFT
+    sim.rejoin("a")
+    assert sim.status("a") is NodeStatus.UP
+    assert node(sim, "a") is not first
+    assert sim.store("a").get("t", "k") == b"v"
+    with pytest.raises(StateError):
+        sim.rejoin("b")  # b never left
+
+
+def test_churn_with_leaves_rejoins_every_node_and_is_deterministic() -> None:
+    def build(seed: int) -> tuple[Simulation, list[tuple[float, str, str | None]]]:
+        scenario = Scenario.of(12, seed=seed)
+        scenario.churn(start=1.0, end=5.0, rate=3.0, downtime=0.5, leave=True)
+        sim = scenario.build(lambda env: Node(env), codec=codec)
+        sim.run(until=10.0)
+        churn = [(r.t, r.event, r.node) for r in rows(sim) if r.event in ("leave", "join")]
+        return sim, churn
+
+    sim, churn = build(3)
+    leaves = [r for r in churn if r[1] == "leave"]
+    joins = [r for r in churn if r[1] == "join"]
+    assert leaves and len(leaves) == len(joins)
+    assert all(sim.status(n) is NodeStatus.UP for n in sim.nodes())
+    assert build(3)[1] == churn

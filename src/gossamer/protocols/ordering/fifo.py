@@ -178,6 +178,8 @@ class FifoBroadcast:
                 self._recovered = True
             for origin, raw in store.scan(_DELIVERED):
                 self._origins[origin] = _OriginState(int(raw) + 1)
+            # any durable state means we ran before: ask peers what we missed while away
+            self._recovered = self._recovered or bool(self._origins)
             for key, raw in store.scan(_LOG):
                 self._send_log[int(key)] = orjson.loads(raw)
 

@@ -267,6 +267,13 @@ class Simulation:
         slot.env = None
         slot.status = NodeStatus.LEFT
 
+    def rejoin(self, node: NodeId) -> None:
+        """A node that left comes back: a fresh process on the store it left with."""
+        slot = self._slot(node)
+        if slot.status is not NodeStatus.LEFT:
+            raise StateError(f"cannot rejoin node {node}: it is {slot.status.value}")
+        self._start(slot, joined=True)
+
     def partition(self, groups: Iterable[Iterable[NodeId]]) -> None:
         groups = [list(g) for g in groups]
         self.network.partition(groups)

@@ -127,9 +127,13 @@ class Scenario:
         rate: float,
         downtime: float,
         pool: Sequence[NodeId] | None = None,
+        leave: bool = False,
     ) -> Scenario:
-        """Crash-recover churn: ``rate`` crashes per second over [start, end), each node down
-        for ``downtime`` seconds; a node is never crashed again while down."""
+        """Churn: ``rate`` departures per second over [start, end), each node away for
+        ``downtime`` seconds; a node never departs again while away.
+
+        Departures are crashes followed by recovery, or with ``leave=True`` graceful leaves
+        followed by a rejoin (the process's ``stop()`` runs; the store is kept)."""
         if end <= start or rate <= 0 or downtime <= 0:
             raise ConfigError("churn needs end > start, rate > 0 and downtime > 0")
         candidates = list(pool if pool is not None else self.nodes)
@@ -140,7 +144,11 @@ class Scenario:
             up = [n for n in candidates if down_until.get(n, -1.0) <= t]
             if up:
                 node = rng.choice(up)
-                self.crash(t, node, recover_after=downtime)
+                if leave:
+                    self.leave(t, node)
+                    self.join(t + downtime, node)
+                else:
+                    self.crash(t, node, recover_after=downtime)
                 down_until[node] = t + downtime
             t += rng.expovariate(rate)
         return self
@@ -161,7 +169,13 @@ class Scenario:
         sim.add_nodes(self.nodes, factory)
         # stable order: by time, then by the order they were added
         ordered = sorted(enumerate(self.faults), key=lambda item: (item[1].at, item[0]))
+        known = set(self.nodes)
         for _, fault in ordered:
+            if fault.kind is FaultKind.JOIN and fault.node in known:
+                sim.schedule(fault.at, sim.rejoin, fault.node)  # it was here before: back again
+                continue
+            if fault.kind is FaultKind.JOIN and fault.node is not None:
+                known.add(fault.node)
             self._schedule_fault(sim, fault, factory)
         for time, action in sorted(self.actions, key=lambda item: item[0]):
             sim.schedule(time, action, sim)
