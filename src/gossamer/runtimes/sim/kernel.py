@@ -327,16 +327,23 @@ class Simulation:
                  size, encode_info({"type": msg.TYPE}))
             )
         network = self.network
-        if not network.connected(src, dst):
+        if network.uniform:
+            link = network.default
+        elif network.connected(src, dst):
+            link = network.link(src, dst)
+        else:
             return
         slot = self._slots.get(dst)
         # the target's crash count goes along: a crash while in flight voids the message
         # (a node added later in this same instant has no slot yet: it counts as no crash)
         packet = (src, dst, msg, size, slot.crashes if slot is not None else 0)
+        delays = link.fixed_delays
+        if delays is None:
+            delays = link.delays(self._net_rng)
         heap = self._heap
-        for delay in network.link(src, dst).delays(self._net_rng):
-            heapq.heappush(heap, [self.now + delay, next(self._sequence), self._deliver, packet,
-                                  None])
+        now = self.now
+        for delay in delays:
+            heapq.heappush(heap, [now + delay, next(self._sequence), self._deliver, packet, None])
 
     def _deliver(self, packet: tuple[NodeId, NodeId, Message, int | None, int]) -> None:
         src, dst, msg, size, crashes = packet

@@ -149,8 +149,16 @@ class LinkModel:
     duplicate: float = 0.0
     reorder: float = 0.0
     reorder_delay: float = 0.1
+    #: the delays every message gets on a link without faults and with constant latency
+    fixed_delays: tuple[float, ...] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
+        if not (self.loss or self.duplicate or self.reorder) and isinstance(
+            self.latency, Constant
+        ):
+            object.__setattr__(self, "fixed_delays", (self.latency.delay,))
         _check_probability("loss", self.loss)
         _check_probability("duplicate", self.duplicate)
         _check_probability("reorder", self.reorder)
@@ -188,6 +196,11 @@ class Network:
         if self._links:
             return self._links.get((src, dst), self.default)
         return self.default
+
+    @property
+    def uniform(self) -> bool:
+        """True when every link is the default one and nothing is partitioned."""
+        return not self._links and not self._group
 
     def partition(self, groups: Iterable[Iterable[NodeId]]) -> None:
         """Split the network: nodes talk only within their group; unlisted nodes form one more."""
