@@ -54,7 +54,7 @@ class Positive(Message):
 
 @message("t.empty", codec=codec)
 class Empty(Message):
-    pass
+    """A message with no fields."""
 
 
 def sample(**overrides: Any) -> Sample:

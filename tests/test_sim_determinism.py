@@ -167,12 +167,12 @@ def test_same_trace_in_a_fresh_interpreter_with_another_hash_seed() -> None:
 
 @message("hello.ping", codec=codec)
 class Hello(Message):
-    pass
+    """Hello, with no fields."""
 
 
 @message("hello.ack", codec=codec)
 class HelloAck(Message):
-    pass
+    """Acknowledges a Hello."""
 
 
 class HelloOnce:

@@ -57,7 +57,7 @@ class Pong(Message):
 
 @message("t.bye", codec=codec)
 class Bye(Message):
-    pass
+    """Goodbye, sent from stop()."""
 
 
 @message("t.boom", codec=codec)
