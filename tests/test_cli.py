@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from checks import fifo_violations, missing_deliveries
 from gossamer.cli.main import main
 from gossamer.core.traceio import SCHEMA, read_trace
 
@@ -73,3 +74,18 @@ def test_bench_sim_quick_runs_through_the_cli(capsys: pytest.CaptureFixture[str]
     assert main(["bench", "sim", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "gossamer/heapq" in out and "kernel bytes per idle node" in out
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_loopback_runs_real_sockets_with_one_trace_file_per_node(
+    tmp_path: Path, transport: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["loopback", "--nodes", "4", "--messages", "60", "--loss", "0.1",
+                 "--transport", transport, "--rate", "1000", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    files = sorted(p.name for p in (tmp_path / "trace").rglob("*.parquet"))
+    assert files == ["n000.parquet", "n001.parquet", "n002.parquet", "n003.parquet"]
+    rows = [tuple(r.values()) for r in read_trace(tmp_path).to_pylist()]
+    assert fifo_violations(rows) == []
+    assert missing_deliveries(rows, ["n000", "n001", "n002", "n003"]) == []

@@ -6,6 +6,7 @@ Verbs: ``sim`` (simulate a FIFO broadcast group), ``trace show`` (summarise a tr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,13 @@ from rich.table import Table
 from .. import __version__
 from ..core.errors import GossamerError
 from ..core.traceio import read_trace, summarize
+from ..services.broadcast import (
+    FifoRunOptions,
+    FifoRunResult,
+    LoopbackOptions,
+    run_fifo_loopback,
+    run_fifo_sim,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -40,8 +48,6 @@ def _positive_int(text: str) -> int:
 
 
 def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
-    from ..services.broadcast import FifoRunOptions, run_fifo_sim
-
     options = FifoRunOptions(
         nodes=args.nodes, messages=args.messages, seed=args.seed, loss=args.loss,
         duplicate=args.duplicate, reorder=args.reorder, latency=args.latency, rate=args.rate,
@@ -64,6 +70,13 @@ def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
             bar.update(task, completed=now, total=until)
 
         result = run_fifo_sim(options, out_dir=args.out, progress=progress)
+    ok = _print_result(result, console)
+    if result.trace_file is not None:
+        _print_trace_summary(Path(args.out), console)
+    return 0 if ok or args.allow_violations else 1
+
+
+def _print_result(result: FifoRunResult, console: Console, *, virtual: bool = True) -> bool:
     table = Table(title=f"run {result.run}", show_header=False)
     table.add_row("nodes (alive at end)", f"{result.nodes} ({result.alive})")
     table.add_row("messages published", f"{result.published} of {result.requested} requested "
@@ -72,16 +85,39 @@ def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
                                            f"({result.expected_deliveries})")
     table.add_row("reliability", f"{result.reliability:.4%}")
     table.add_row("FIFO order violations", str(result.order_violations))
-    table.add_row("simulator events", f"{result.events:,}")
-    table.add_row("virtual / wall seconds", f"{result.virtual_seconds:.2f} / "
-                                            f"{result.wall_seconds:.2f}")
+    if virtual:
+        table.add_row("simulator events", f"{result.events:,}")
+        table.add_row("virtual / wall seconds", f"{result.virtual_seconds:.2f} / "
+                                                f"{result.wall_seconds:.2f}")
+    else:
+        table.add_row("wall seconds", f"{result.wall_seconds:.2f}")
     table.add_row("trace", str(result.trace_file))
     console.print(table)
-    if result.trace_file is not None:
-        _print_trace_summary(Path(args.out), console)
     ok = result.reliability == 1.0 and result.order_violations == 0
     console.print("[green]all messages delivered in FIFO order[/]" if ok else
                   "[red]delivery guarantee violated[/]")
+    return ok
+
+
+def _cmd_loopback(args: argparse.Namespace, console: Console) -> int:
+    options = LoopbackOptions(nodes=args.nodes, messages=args.messages, seed=args.seed,
+                              loss=args.loss, transport=args.transport, rate=args.rate,
+                              timeout=args.timeout)
+    console.print(
+        f"[bold]gossamer loopback[/]: FIFO broadcast, {options.nodes} nodes on 127.0.0.1 over "
+        f"{options.transport}, {options.messages} messages, injected loss={options.loss}"
+    )
+    with Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total} broadcasts"), TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("broadcasting", total=options.messages)
+        result = asyncio.run(run_fifo_loopback(
+            options, out_dir=args.out,
+            progress=lambda done, total: bar.update(task, completed=done, total=total)))
+    ok = _print_result(result, console, virtual=False)
+    _print_trace_summary(Path(args.out), console)
     return 0 if ok or args.allow_violations else 1
 
 
@@ -164,6 +200,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="exit 0 even if the guarantee was violated")
     sim.add_argument("--out", default="runs/sim", help="run directory; trace under OUT/trace/")
     sim.set_defaults(handler=_cmd_sim)
+
+    loop = verbs.add_parser("loopback", help="run a FIFO broadcast group over real sockets",
+                            description="Run N FIFO broadcast nodes on 127.0.0.1 in this process "
+                                        "over TCP or WebSocket, one trace file per node.")
+    loop.add_argument("--nodes", type=_positive_int, default=5)
+    loop.add_argument("--messages", type=int, default=100)
+    loop.add_argument("--seed", type=int, default=1)
+    loop.add_argument("--loss", type=_probability, default=0.0,
+                      help="fraction of sends the runtime drops on purpose (seeded)")
+    loop.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
+    loop.add_argument("--rate", type=float, default=200.0, help="broadcasts per second")
+    loop.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds to wait for every delivery")
+    loop.add_argument("--allow-violations", action="store_true")
+    loop.add_argument("--out", default="runs/loopback")
+    loop.set_defaults(handler=_cmd_loopback)
 
     trace = verbs.add_parser("trace", help="inspect traces")
     trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)

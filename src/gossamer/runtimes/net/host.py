@@ -652,7 +652,7 @@ class NetNode:
             return
         self._activity()
 
-    def call(self, fn: Callable[[Process], None]) -> None:
+    def call(self, fn: Callable[[Process], object]) -> None:
         """Run ``fn(process)`` now (from the loop's thread); a bug in it stops the node."""
         if self.state is not NodeState.RUNNING or self.process is None:
             raise StateError(f"node {self.node_id} is {self.state.value}: cannot call it")
