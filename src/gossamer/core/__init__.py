@@ -16,7 +16,15 @@ from .errors import (
     UnknownMessageType,
 )
 from .ids import NodeId, check_node_id, node_id, node_ids
-from .messages import DEFAULT_MAX_FRAME, Codec, Message, TraceIds, default_codec, message
+from .messages import (
+    DEFAULT_MAX_FRAME,
+    Codec,
+    Message,
+    TraceIds,
+    WireCodec,
+    default_codec,
+    message,
+)
 from .trace import COLUMN_TYPES, COLUMNS, MemorySink, NullSink, Row, TraceRow, TraceSink
 from .vclock import Order, VectorClock
 
@@ -54,6 +62,7 @@ __all__ = [
     "TraceSink",
     "UnknownMessageType",
     "VectorClock",
+    "WireCodec",
     "check_node_id",
     "default_codec",
     "get_json",

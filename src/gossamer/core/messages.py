@@ -12,7 +12,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar, dataclass_transform
+from typing import Any, ClassVar, Protocol, TypeVar, dataclass_transform
 
 import orjson
 
@@ -29,6 +29,7 @@ __all__ = [
     "Codec",
     "Message",
     "TraceIds",
+    "WireCodec",
     "default_codec",
     "message",
 ]
@@ -51,6 +52,16 @@ class Message:
     def trace_ids(self) -> TraceIds:
         """The trace columns (msg, origin, key, seq) this message fills; none by default."""
         return (None, None, None, None)
+
+
+class WireCodec(Protocol):
+    """What a runtime needs of a codec: ``Codec`` below, or a seed's exact wire format."""
+
+    max_frame: int
+
+    def encode(self, msg: Message) -> bytes: ...
+
+    def decode(self, data: bytes | str) -> Message: ...
 
 
 Checker = Callable[[Any, str], Any]

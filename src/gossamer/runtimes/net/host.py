@@ -24,7 +24,7 @@ from ...core.backoff import Backoff, ExponentialBackoff
 from ...core.env import Process, ProcessFactory, Store, TimerHandle
 from ...core.errors import ConfigError, DecodeError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Codec, Message, default_codec
+from ...core.messages import Message, WireCodec, default_codec
 from ...core.trace import NullSink, TraceSink, encode_info
 from .store import SqliteStore
 from .transport import (
@@ -314,7 +314,7 @@ class NetNode:
         store: Store | None = None,
         trace: TraceSink | None = None,
         run: str = "net",
-        codec: Codec = default_codec,
+        codec: WireCodec = default_codec,
         max_frame: int | None = None,
         send_queue_limit: int = 10_000,
         backoff_factory: BackoffFactory | None = None,
@@ -346,8 +346,11 @@ class NetNode:
         if not isinstance(run, str) or not run:
             raise ConfigError(f"run must be a non-empty string, got {run!r}")
         self.run = run
-        if not isinstance(codec, Codec):
-            raise ConfigError(f"codec must be a Codec, got {codec!r}")
+        codec_ok = (callable(getattr(codec, "encode", None))
+                    and callable(getattr(codec, "decode", None))
+                    and isinstance(getattr(codec, "max_frame", None), int))
+        if not codec_ok:
+            raise ConfigError(f"codec must have encode, decode and max_frame, got {codec!r}")
         self.codec = codec
         self.max_frame = codec.max_frame if max_frame is None else max_frame
         if not isinstance(self.max_frame, int) or self.max_frame < 64:

@@ -17,7 +17,7 @@ from typing import Any, cast
 from ...core.env import Process, ProcessFactory, Store, TimerHandle
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Codec, Message, default_codec
+from ...core.messages import Message, WireCodec, default_codec
 from ...core.trace import MemorySink, TraceSink, encode_info
 from .network import LinkModel, Network
 from .store import MemoryStore
@@ -137,7 +137,7 @@ class Simulation:
         link: LinkModel | None = None,
         run: str | None = None,
         trace: TraceSink | None = None,
-        codec: Codec | None = default_codec,
+        codec: WireCodec | None = default_codec,
         trace_messages: bool = True,
     ) -> None:
         self.seed = seed

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from ...core.env import ProcessFactory
 from ...core.errors import ConfigError
 from ...core.ids import NodeId, node_ids
-from ...core.messages import Codec, default_codec
+from ...core.messages import WireCodec, default_codec
 from ...core.trace import TraceSink
 from .kernel import Simulation
 from .network import LinkModel
@@ -161,7 +161,7 @@ class Scenario:
         *,
         trace: TraceSink | None = None,
         run: str | None = None,
-        codec: Codec | None = default_codec,
+        codec: WireCodec | None = default_codec,
         trace_messages: bool = True,
     ) -> Simulation:
         sim = Simulation(seed=self.seed, link=self.link, run=run, trace=trace, codec=codec,
