@@ -1,0 +1,93 @@
+"""The hub's routing core (sans-I/O): the seed's multicast channel and its id-to-connection index.
+
+A connection subscribes when it opens and is unsubscribed when it closes (the other clients get
+a ``Left``). A message goes to every other connection, or only to the connection registered
+under its ``dest``. The first ``id`` a connection sends binds it: later messages with another id
+are refused (no spoofing), and the same id arriving on a new connection moves the index there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+
+from ...core.errors import ConfigError, InvalidMessage, StateError
+from ...core.messages import Message
+from .wire import HUB_ID, Conflict, Left, Nack, Retry
+
+__all__ = ["HubRelay", "Route"]
+
+ConnId = Hashable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Route:
+    """Send ``msg`` to connection ``to``."""
+
+    to: ConnId
+    msg: Message
+
+
+def dest_of(msg: Message) -> str | None:
+    return msg.dest if isinstance(msg, Nack | Retry | Conflict) else None
+
+
+class HubRelay:
+    """Who is connected, under which id, and where each message goes."""
+
+    def __init__(self, *, max_connections: int = 10_000) -> None:
+        if max_connections < 1:
+            raise ConfigError(f"max_connections must be >= 1, got {max_connections}")
+        self.max_connections = max_connections
+        self._ids: dict[ConnId, str | None] = {}  # connection -> the id it speaks for
+        self._index: dict[str, ConnId] = {}  # id -> its current connection
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def connection_of(self, client: str) -> ConnId | None:
+        return self._index.get(client)
+
+    def id_of(self, conn: ConnId) -> str | None:
+        return self._ids.get(conn)
+
+    def connect(self, conn: ConnId) -> None:
+        """Subscribe a new connection; raises ``StateError`` when the hub is full."""
+        if conn in self._ids:
+            raise ConfigError(f"connection {conn!r} is already subscribed")
+        if len(self._ids) >= self.max_connections:
+            raise StateError(f"hub is full ({self.max_connections} connections)")
+        self._ids[conn] = None
+
+    def disconnect(self, conn: ConnId) -> list[Route]:
+        """Unsubscribe; the others are told its id left (if it had one and still owned it)."""
+        client = self._ids.pop(conn, None)
+        if client is None or self._index.get(client) != conn:
+            return []
+        del self._index[client]
+        left = Left(id=HUB_ID, left=client)
+        return [Route(other, left) for other in self._ids]
+
+    def receive(self, conn: ConnId, msg: Message) -> list[Route]:
+        """Where ``msg`` from ``conn`` goes. A refused message raises ``InvalidMessage``."""
+        if conn not in self._ids:
+            raise StateError(f"connection {conn!r} is not subscribed")
+        client = getattr(msg, "id", None)
+        if not isinstance(client, str) or client == HUB_ID:
+            raise InvalidMessage(f"a client message needs its own id, got {client!r}")
+        bound = self._ids[conn]
+        if bound is None:
+            previous = self._index.get(client)
+            if previous is not None and previous != conn:
+                self._ids[previous] = None  # the id moved: the old connection speaks for nobody
+            self._ids[conn] = client
+            self._index[client] = conn
+        elif bound != client:
+            raise InvalidMessage(f"connection speaks for {bound!r}, not {client!r}")
+        dest = dest_of(msg)
+        if dest is not None:
+            target = self._index.get(dest)
+            if target is None:
+                raise InvalidMessage(f"no client {dest!r} is connected")
+            return [Route(target, msg)]
+        return [Route(other, msg) for other in self._ids if other != conn]

@@ -1,0 +1,365 @@
+"""The wire format of seed 000 (gossip over WebSockets), spoken exactly, plus marked extensions.
+
+Messages are JSON objects told apart by a flag field, as in the seed's ``onmessage``: ``nack``,
+``retry``, ``conflict``, ``subscribe``; an object with a ``key`` is a data message. Extensions
+(``clear``, ``stop``, ``left``, and the ``data`` / ``deleted`` fields of a data message) are
+ours; a peer speaking only the seed's messages never needs them. See docs/replica-wire.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import orjson
+
+from ...core.errors import ConfigError, DecodeError, FrameTooLarge, InvalidMessage
+from ...core.ids import check_node_id
+from ...core.messages import DEFAULT_MAX_FRAME, Message, TraceIds
+
+__all__ = [
+    "HUB_ID",
+    "Clear",
+    "Conflict",
+    "Data",
+    "Left",
+    "Nack",
+    "ReplicaCodec",
+    "Retry",
+    "StopAll",
+    "Subscribe",
+    "crc_of",
+]
+
+HUB_ID = "hub"  # the ``id`` of messages the hub itself sends (``left``)
+MAX_RETRY_BATCH = 1024  # data messages in one retry
+
+
+def crc_of(key: str, value: str, data: Any = None) -> int:
+    """CRC32 (unsigned) of ``key|value`` as in the seed; with a ``data`` payload (our extension)
+    the canonical JSON of the payload is covered too: ``key|value|<json>``."""
+    text = f"{key}|{value}"
+    if data is not None:
+        text += "|" + orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+    return zlib.crc32(text.encode()) & 0xFFFFFFFF
+
+
+def _check_id(value: str, what: str) -> None:
+    try:
+        check_node_id(value)
+    except ConfigError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+def _check_vector(vector: Mapping[str, int]) -> None:
+    for node, count in vector.items():
+        if type(count) is not int or count < 0:
+            raise ValueError(f"vector entry {node!r} must be an int >= 0, got {count!r}")
+
+
+class _Wire(Message):
+    """Base of seed-000 messages: every one carries the sender's ``id``."""
+
+    __slots__ = ()
+    id: str
+    FLAG: ClassVar[str] = ""  # the flag field that marks this type on the wire
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscribe(_Wire):
+    """Sent on (re)connect and multicast: here is my vector; resend what I miss."""
+
+    TYPE: ClassVar[str] = "replica.subscribe"
+    FLAG: ClassVar[str] = "subscribe"
+    id: str
+    vector: dict[str, int]
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_vector(self.vector)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Data(_Wire):
+    """A write of object ``key`` from revision ``old_value`` (None: new object) to ``value``.
+
+    ``vector`` is the sender's vector with its own entry counting this message, so
+    ``vector[id]`` is the message's sequence number (1, 2, ...).
+    """
+
+    TYPE: ClassVar[str] = "replica.data"
+    id: str
+    key: str
+    old_value: str | None
+    value: str
+    crc: int
+    vector: dict[str, int]
+    data: Any = None  # extension: the object's new content (JSON)
+    deleted: bool = False  # extension: the write deletes the object
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_vector(self.vector)
+        if not self.key:
+            raise ValueError("key must be non-empty")
+        if self.vector.get(self.id, 0) < 1:
+            raise ValueError(f"vector[{self.id}] must be >= 1 (the message's sequence number)")
+        if not 0 <= self.crc <= 0xFFFFFFFF:
+            raise ValueError(f"crc must be an unsigned 32-bit int, got {self.crc}")
+
+    @property
+    def seq(self) -> int:
+        return self.vector[self.id]
+
+    @property
+    def crc_ok(self) -> bool:
+        return self.crc == crc_of(self.key, self.value, self.data)
+
+    def trace_ids(self) -> TraceIds:
+        return (f"{self.id}:{self.seq}", self.id, self.key, self.seq)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Nack(_Wire):
+    """To ``dest``: resend your messages ``start..end`` (sequence numbers, inclusive)."""
+
+    TYPE: ClassVar[str] = "replica.nack"
+    FLAG: ClassVar[str] = "nack"
+    id: str
+    dest: str
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.dest, "dest")
+        if self.start < 1 or self.end < self.start:
+            raise ValueError(f"need 1 <= start <= end, got {self.start}..{self.end}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retry(_Wire):
+    """To ``dest``: the data messages it asked for (or missed while away), in one message."""
+
+    TYPE: ClassVar[str] = "replica.retry"
+    FLAG: ClassVar[str] = "retry"
+    id: str
+    dest: str
+    retry: tuple[Data, ...]
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.dest, "dest")
+        if len(self.retry) > MAX_RETRY_BATCH:
+            raise ValueError(f"at most {MAX_RETRY_BATCH} messages per retry")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Conflict(_Wire):
+    """To the loser ``dest``: your write ``loser_time`` on ``object`` lost to ``winner``'s
+    write ``winner_time``; rebase it and send it again."""
+
+    TYPE: ClassVar[str] = "replica.conflict"
+    FLAG: ClassVar[str] = "conflict"
+    id: str
+    dest: str
+    loser_time: int
+    winner: str
+    winner_time: int
+    object: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.dest, "dest")
+        _check_id(self.winner, "winner")
+        if self.loser_time < 1 or self.winner_time < 1:
+            raise ValueError("loser_time and winner_time are sequence numbers >= 1")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Clear(_Wire):
+    """Extension (the demo's Clear button): every client clears its data and queues."""
+
+    TYPE: ClassVar[str] = "replica.clear"
+    FLAG: ClassVar[str] = "clear"
+    id: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StopAll(_Wire):
+    """Extension (the demo's big stop button): every client stops generating data."""
+
+    TYPE: ClassVar[str] = "replica.stop"
+    FLAG: ClassVar[str] = "stop"
+    id: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Left(_Wire):
+    """Extension, sent by the hub (``id`` = "hub"): the connection of client ``left`` closed."""
+
+    TYPE: ClassVar[str] = "replica.left"
+    FLAG: ClassVar[str] = "left"
+    id: str
+    left: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.left, "left")
+
+
+_FLAGGED: tuple[type[_Wire], ...] = (Nack, Retry, Conflict, Subscribe, Clear, StopAll)
+_FIELDS: dict[type[_Wire], tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))
+    for cls in (*_FLAGGED, Left, Data)
+}
+
+
+def _expect(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
+    if name not in obj:
+        raise InvalidMessage(f"{what}: missing field {name!r}")
+    value = obj[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise InvalidMessage(f"{what}: field {name!r} has the wrong type {type(value).__name__}")
+    return value
+
+
+def _vector(obj: Mapping[str, Any], what: str) -> dict[str, int]:
+    vector = _expect(obj, "vector", dict, what)
+    for node, count in vector.items():
+        if type(count) is not int or count < 0:
+            raise InvalidMessage(f"{what}: vector entry {node!r} is not an int >= 0")
+    return dict(vector)
+
+
+def _no_extra(obj: Mapping[str, Any], allowed: set[str], what: str) -> None:
+    extra = set(obj) - allowed
+    if extra:
+        raise InvalidMessage(f"{what}: unknown field(s) {sorted(extra)}")
+
+
+W = TypeVar("W", bound=_Wire)
+
+
+def _build(cls: Callable[..., W], what: str, **fields: Any) -> W:
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"{what}: {exc}") from exc
+
+
+class ReplicaCodec:
+    """Encode and decode seed-000 messages. Implements ``gossamer.core.WireCodec``."""
+
+    def __init__(self, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        if max_frame <= 0:
+            raise ConfigError(f"max_frame must be > 0, got {max_frame}")
+        self.max_frame = max_frame
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def to_dict(self, msg: Message) -> dict[str, Any]:
+        if isinstance(msg, Data):
+            out: dict[str, Any] = {"id": msg.id, "key": msg.key, "old_value": msg.old_value,
+                                   "value": msg.value, "crc": msg.crc, "vector": msg.vector}
+            if msg.data is not None:
+                out["data"] = msg.data
+            if msg.deleted:
+                out["deleted"] = True
+            return out
+        if isinstance(msg, Retry):
+            return {"id": msg.id, "dest": msg.dest,
+                    "retry": [self.to_dict(part) for part in msg.retry]}
+        if isinstance(msg, Left):
+            return {"id": msg.id, "left": msg.left}
+        if isinstance(msg, _FLAGGED):
+            out = {name: getattr(msg, name) for name in _FIELDS[type(msg)]}
+            out[msg.FLAG] = True
+            return out
+        raise ConfigError(f"{type(msg).__name__} is not a seed-000 message")
+
+    def encode(self, msg: Message) -> bytes:
+        data = orjson.dumps(self.to_dict(msg))
+        if len(data) > self.max_frame:
+            raise ConfigError(f"{msg.TYPE} encodes to {len(data)} bytes, over {self.max_frame}")
+        return data
+
+    # -- decoding -------------------------------------------------------------------------
+
+    def decode(self, data: bytes | str) -> Message:
+        if isinstance(data, str):
+            data = data.encode()
+        if len(data) > self.max_frame:
+            raise FrameTooLarge(f"frame of {len(data)} bytes over max_frame={self.max_frame}")
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise DecodeError(f"not JSON: {exc}") from exc
+        return self.from_dict(obj)
+
+    def from_dict(self, obj: Any) -> Message:
+        if not isinstance(obj, dict):
+            raise DecodeError(f"expected a JSON object, got {type(obj).__name__}")
+        _expect(obj, "id", str, "message")
+        for cls in _FLAGGED:
+            if cls.FLAG in obj:
+                if cls is not Retry and obj[cls.FLAG] is not True:  # retry's flag is its list
+                    raise InvalidMessage(f"flag {cls.FLAG!r} must be true")
+                return self._flagged(cls, obj)
+        if "left" in obj:
+            _no_extra(obj, {"id", "left"}, "left")
+            return _build(Left, "left", id=obj["id"], left=_expect(obj, "left", str, "left"))
+        if "key" in obj:
+            return self._data(obj)
+        raise InvalidMessage("no flag (nack, retry, conflict, subscribe, clear, stop, left) "
+                             "and no key: not a seed-000 message")
+
+    def _data(self, obj: Mapping[str, Any]) -> Data:
+        what = "data"
+        _no_extra(obj, {"id", "key", "old_value", "value", "crc", "vector", "data", "deleted"},
+                  what)
+        old_value = obj.get("old_value")
+        if old_value is not None and not isinstance(old_value, str):
+            raise InvalidMessage(f"{what}: field 'old_value' must be a string or null")
+        deleted = obj.get("deleted", False)
+        if not isinstance(deleted, bool):
+            raise InvalidMessage(f"{what}: field 'deleted' must be a bool")
+        return _build(
+            Data, what, id=obj["id"], key=_expect(obj, "key", str, what), old_value=old_value,
+            value=_expect(obj, "value", str, what), crc=_expect(obj, "crc", int, what),
+            vector=_vector(obj, what), data=obj.get("data"), deleted=deleted,
+        )
+
+    def _flagged(self, cls: type[_Wire], obj: Mapping[str, Any]) -> Message:
+        what = cls.FLAG
+        names = _FIELDS[cls]
+        _no_extra(obj, {*names, cls.FLAG}, what)
+        if cls is Retry:
+            parts = _expect(obj, "retry", list, what)
+            if len(parts) > MAX_RETRY_BATCH:
+                raise InvalidMessage(f"retry: more than {MAX_RETRY_BATCH} messages")
+            decoded = []
+            for part in parts:
+                if not isinstance(part, dict) or "key" not in part:
+                    raise InvalidMessage("retry: every element must be a data message")
+                decoded.append(self._data(part))
+            return _build(Retry, what, id=obj["id"], dest=_expect(obj, "dest", str, what),
+                          retry=tuple(decoded))
+        kinds: dict[str, type] = {"id": str, "dest": str, "start": int, "end": int,
+                                  "loser_time": int, "winner": str, "winner_time": int,
+                                  "object": str}
+        fields: dict[str, Any] = {}
+        for name in names:
+            if name == "vector":
+                fields[name] = _vector(obj, what)
+            else:
+                fields[name] = _expect(obj, name, kinds[name], what)
+        return _build(cls, what, **fields)

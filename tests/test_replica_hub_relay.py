@@ -1,0 +1,93 @@
+"""HubRelay: the seed's channel and id index, without sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from gossamer.core import ConfigError, InvalidMessage, StateError
+from gossamer.protocols.replica import (
+    Data,
+    HubRelay,
+    Left,
+    Nack,
+    Route,
+    Subscribe,
+    crc_of,
+)
+
+
+def data(sender: str, seq: int = 1) -> Data:
+    return Data(id=sender, key="k", old_value=None, value=f"r{seq}", crc=crc_of("k", f"r{seq}"),
+                vector={sender: seq})
+
+
+def relay_with(*conns: str) -> HubRelay:
+    relay = HubRelay()
+    for conn in conns:
+        relay.connect(conn)
+        relay.receive(conn, Subscribe(id=conn.upper(), vector={}))
+    return relay
+
+
+def test_multicast_goes_to_everyone_but_the_sender() -> None:
+    relay = relay_with("c1", "c2", "c3")
+    routes = relay.receive("c1", data("C1"))
+    assert sorted(r.to for r in routes) == ["c2", "c3"]
+
+
+def test_dest_goes_only_to_the_connection_registered_under_it() -> None:
+    relay = relay_with("c1", "c2", "c3")
+    nack = Nack(id="C1", dest="C3", start=1, end=2)
+    assert relay.receive("c1", nack) == [Route("c3", nack)]
+
+
+def test_an_id_reconnecting_elsewhere_moves_the_index() -> None:
+    relay = relay_with("c1", "c2")
+    relay.connect("c1-new")
+    relay.receive("c1-new", Subscribe(id="C1", vector={"C1": 3}))
+    assert relay.connection_of("C1") == "c1-new"
+    assert relay.id_of("c1") is None
+    # the old connection closing does not announce C1 as gone: it lives on elsewhere
+    assert relay.disconnect("c1") == []
+    assert relay.receive("c2", Nack(id="C2", dest="C1", start=1, end=1))[0].to == "c1-new"
+
+
+def test_closing_tells_the_others() -> None:
+    relay = relay_with("c1", "c2", "c3")
+    routes = relay.disconnect("c2")
+    assert sorted(r.to for r in routes) == ["c1", "c3"]
+    assert all(r.msg == Left(id="hub", left="C2") for r in routes)
+    assert relay.connection_of("C2") is None and len(relay) == 2
+
+
+def test_a_spoofed_id_is_refused_and_changes_nothing() -> None:
+    relay = relay_with("c1", "c2")
+    with pytest.raises(InvalidMessage, match="speaks for"):
+        relay.receive("c1", data("C2"))
+    assert relay.connection_of("C2") == "c2" and relay.id_of("c1") == "C1"
+
+
+def test_a_dest_nobody_has_is_refused() -> None:
+    relay = relay_with("c1")
+    with pytest.raises(InvalidMessage, match="no client"):
+        relay.receive("c1", Nack(id="C1", dest="ghost", start=1, end=1))
+
+
+def test_the_hub_id_cannot_be_claimed() -> None:
+    relay = relay_with()
+    relay.connect("x")
+    with pytest.raises(InvalidMessage):
+        relay.receive("x", Subscribe(id="hub", vector={}))
+
+
+def test_limits_and_misuse() -> None:
+    relay = HubRelay(max_connections=1)
+    relay.connect("a")
+    with pytest.raises(StateError, match="full"):
+        relay.connect("b")
+    with pytest.raises(ConfigError):
+        relay.connect("a")
+    with pytest.raises(StateError):
+        relay.receive("zzz", Subscribe(id="Z", vector={}))
+    with pytest.raises(ConfigError):
+        HubRelay(max_connections=0)
