@@ -40,3 +40,14 @@ def test_sim_kernel_quick_run_reports_every_figure() -> None:
         "gossamer/simpy",
         "kernel bytes per idle node",
     }
+
+
+def test_ws_libs_quick_run_measures_all_four_servers() -> None:
+    ws_libs = load_benchmark("ws_libs")
+    result = ws_libs.run(quick=True)
+    assert set(result["modes"]) == {"websockets-direct", "aiohttp-direct", "websockets-queued",
+                                    "aiohttp-queued"}
+    for mode in result["modes"].values():
+        assert mode["deliveries"] > 0
+        assert mode["deliveries_per_s"] > 0
+    assert result["ratios"]

@@ -1,0 +1,8 @@
+"""replica: the services of seed 000 (gossip over WebSockets with total order per object).
+
+``HubServer`` runs the seed's hub on real WebSockets and serves the browser client's files.
+"""
+
+from .hub_server import DEFAULT_MAX_FRAME, HubServer, HubState
+
+__all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState"]

@@ -1,0 +1,131 @@
+"""``gossamer hub``: run the seed-000 hub until SIGINT/SIGTERM, tracing to DATA_DIR.
+
+``add_hub_parser(verbs)`` plugs the verb into ``gossamer.cli.main``; ``main`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from ...core.errors import ConfigError, GossamerError
+from ...core.traceio import ParquetSink, trace_path
+from .hub_server import DEFAULT_MAX_FRAME, HubServer
+
+__all__ = ["add_hub_parser", "main"]
+
+TRACE_PART = "hub"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+def add_hub_parser(
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add the ``hub`` verb to ``verbs`` (the object ``add_subparsers()`` returned)."""
+    hub = verbs.add_parser(
+        "hub", help="run the seed-000 hub (WebSocket relay + web client files)",
+        description="Run the replica hub: a WebSocket relay at /ws (and /) that multicasts "
+                    "each client's messages to the others and point-to-point messages to their "
+                    "dest, plus static files from --web-root on the same port. Stops cleanly on "
+                    "SIGINT/SIGTERM.",
+    )
+    hub.add_argument("--host", default="127.0.0.1")
+    hub.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
+    hub.add_argument("--data-dir", default="runs/hub",
+                     help="the hub's directory; its trace goes to DATA_DIR/trace/RUN/hub.parquet."
+                          " Snapshots are not built yet: the hub keeps no state across restarts")
+    hub.add_argument("--web-root", default=None,
+                     help="directory served over HTTP at / (e.g. web); none by default")
+    hub.add_argument("--run", default="hub", help="run id written in the trace")
+    hub.add_argument("--max-frame", type=_positive_int, default=DEFAULT_MAX_FRAME,
+                     help="largest WebSocket message in bytes; larger ones close with 1009")
+    hub.add_argument("--send-queue-limit", type=_positive_int, default=1000,
+                     help="messages waiting for one client before it is disconnected as slow")
+    hub.add_argument("--max-connections", type=_positive_int, default=10_000)
+    hub.add_argument("--log-level", default="INFO",
+                     choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    hub.set_defaults(handler=_cmd_hub)
+    return hub
+
+
+def _cmd_hub(args: argparse.Namespace, console: Console) -> int:
+    web_root = None if args.web_root is None else Path(args.web_root)
+    if web_root is not None and not web_root.is_dir():
+        raise ConfigError(f"--web-root {web_root} is not a directory")
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    trace_file = trace_path(data_dir, args.run, TRACE_PART)
+    sink = ParquetSink(trace_file)
+    try:
+        server = HubServer(host=args.host, port=args.port, web_root=web_root,
+                           max_frame=args.max_frame, send_queue_limit=args.send_queue_limit,
+                           max_connections=args.max_connections, trace=sink, run=args.run)
+        code = asyncio.run(_run_until_signalled(server, console))
+    finally:
+        sink.close()
+    console.print(f"trace: {trace_file} ({sink.rows_written} rows)", soft_wrap=True,
+                  highlight=False)
+    return code
+
+
+async def _run_until_signalled(server: HubServer, console: Console) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            await server.start()
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {server.host}:{server.port}: {exc}") from exc
+        ws_url = "ws" + server.url.removeprefix("http") + "ws"
+        console.print(f"hub ready at {server.url} (WebSocket {ws_url})",
+                      soft_wrap=True, highlight=False, markup=False)
+        await stop.wait()
+        console.print("stopping", highlight=False)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await server.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hub`` without the rest of the CLI: ``python -m gossamer.services.replica.cli hub``."""
+    parser = argparse.ArgumentParser(prog="gossamer")
+    add_hub_parser(parser.add_subparsers(dest="verb", metavar="VERB", required=True))
+    args = parser.parse_args(argv)
+    console = Console()
+    try:
+        code: int = args.handler(args, console)
+    except GossamerError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

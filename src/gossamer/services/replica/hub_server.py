@@ -1,0 +1,420 @@
+"""The hub of seed 000 on real WebSockets (aiohttp): the seed's multicast channel as a server.
+
+``HubRelay`` decides where each message goes; this module moves frames. It also serves the
+browser client's static files on the same port. Bad input is dropped, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.http_websocket import WebSocketError
+
+from ...core.errors import ConfigError, ProtocolError, StateError
+from ...core.messages import Message
+from ...core.trace import NullSink, TraceSink, encode_info
+from ...protocols.replica.hub import HubRelay, Route
+from ...protocols.replica.wire import HUB_ID, ReplicaCodec
+
+__all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState"]
+
+log = logging.getLogger("gossamer.hub")
+
+LAYER = "hub"
+DEFAULT_MAX_FRAME = 64 * 1024
+CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
+DROP_DETAIL_CHARS = 200
+
+
+class HubState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class _ConnState(enum.Enum):
+    OPEN = "open"  # subscribed in the relay, frames flow both ways
+    CLOSING = "closing"  # unsubscribed by the hub (slow consumer, shutdown); close in progress
+    CLOSED = "closed"
+
+
+class _Connection:
+    """One WebSocket client: its bounded send queue, writer task and counters.
+
+    The object itself is the relay's connection key (hashed by identity).
+    """
+
+    __slots__ = ("client", "close_code", "closer", "dropped", "frames_in", "frames_out",
+                 "number", "queue", "reason", "remote", "state", "transport", "writer", "ws")
+
+    def __init__(self, number: int, ws: web.WebSocketResponse, request: web.Request,
+                 limit: int) -> None:
+        self.number = number
+        self.ws = ws
+        self.remote = str(request.remote)
+        self.transport = request.transport  # to abort a client that takes no close frame
+        # frames to send; None tells the writer to stop (see ``stop_writer``)
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=limit)
+        self.state = _ConnState.OPEN
+        self.client: str | None = None  # the id it last spoke for
+        self.writer: asyncio.Task[None] | None = None
+        self.closer: asyncio.Task[None] | None = None
+        self.reason = "closed by the client"
+        self.close_code: int | None = None  # the code the hub closed with, if it closed first
+        self.frames_in = 0
+        self.frames_out = 0
+        self.dropped = 0
+
+    def stop_writer(self) -> None:
+        """Discard the backlog and let the writer end by itself.
+
+        Never cancel the writer: it may be waiting in aiohttp's drain, on a future aiohttp
+        shares with ``close()``, and cancelling the task would cancel that future too.
+        """
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
+
+    def __repr__(self) -> str:
+        return f"<connection #{self.number} {self.client or '?'} from {self.remote}>"
+
+
+class HubServer:
+    """The seed-000 hub: WebSocket relay at ``/ws`` (and ``/``) plus static files from
+    ``web_root``. ``await start()``, then ``address``; ``await stop()`` closes every connection
+    and flushes ``trace`` (the caller closes the sink)."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        web_root: Path | None = None,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        send_queue_limit: int = 1000,
+        max_connections: int = 10_000,
+        heartbeat: float | None = 30.0,
+        close_timeout: float = 5.0,
+        trace: TraceSink | None = None,
+        run: str = "hub",
+    ) -> None:
+        if not host:
+            raise ConfigError("host must be non-empty")
+        if isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ConfigError(f"port must be in 0..65535, got {port}")
+        if web_root is not None and not Path(web_root).is_dir():
+            raise ConfigError(f"web_root {web_root} is not a directory")
+        for name, value in (("max_frame", max_frame), ("send_queue_limit", send_queue_limit),
+                            ("max_connections", max_connections)):
+            if isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        if heartbeat is not None and heartbeat <= 0:
+            raise ConfigError(f"heartbeat must be > 0 seconds or None, got {heartbeat}")
+        if close_timeout <= 0:
+            raise ConfigError(f"close_timeout must be > 0 seconds, got {close_timeout}")
+        if not run:
+            raise ConfigError("run must be non-empty")
+        self.host = host
+        self.port = port
+        self.web_root = None if web_root is None else Path(web_root).resolve()
+        self.max_frame = max_frame
+        self.send_queue_limit = send_queue_limit
+        self.max_connections = max_connections
+        self.heartbeat = heartbeat
+        self.close_timeout = close_timeout
+        self.trace = trace if trace is not None else NullSink()
+        self.run = run
+        self.state = HubState.NEW
+        self._codec = ReplicaCodec(max_frame=max_frame)
+        self._relay = HubRelay(max_connections=max_connections)
+        self._numbers = itertools.count(1)
+        self._connections: set[_Connection] = set()
+        self._all_finished = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._address: tuple[str, int] | None = None
+        self._t0 = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port); only after ``start()``."""
+        if self._address is None:
+            raise StateError(f"hub is {self.state.value}: address is known once started")
+        return self._address
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+    @property
+    def connections(self) -> int:
+        """Connections subscribed in the relay right now."""
+        return len(self._relay)
+
+    async def start(self) -> None:
+        if self.state is not HubState.NEW:
+            raise StateError(f"start() on a hub that is {self.state.value}")
+        app = web.Application()
+        app.router.add_get("/ws", self._serve_websocket)
+        app.router.add_get("/", self._serve_root)
+        if self.web_root is not None:
+            app.router.add_static("/", self.web_root, follow_symlinks=False, show_index=False)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               shutdown_timeout=self.close_timeout)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        bound = runner.addresses[0]
+        self._address = (str(bound[0]), int(bound[1]))
+        self._t0 = time.monotonic()
+        self.state = HubState.RUNNING
+        log.info("hub listening on %s", self.url)
+
+    async def stop(self) -> None:
+        """Close every connection (1001), wait for their handlers, stop listening, flush."""
+        if self.state is not HubState.RUNNING:
+            return
+        self.state = HubState.STOPPING
+        for conn in list(self._connections):
+            self._unsubscribe(conn, WSCloseCode.GOING_AWAY, "hub shutting down")
+        if self._connections:
+            try:
+                await asyncio.wait_for(self._all_finished.wait(), 2 * self.close_timeout)
+            except TimeoutError:
+                log.warning("%d connection(s) did not finish closing; aborting them",
+                            len(self._connections))
+                for conn in self._connections:
+                    self._abort(conn)
+        assert self._runner is not None
+        await self._runner.cleanup()
+        self._runner = None
+        self.trace.flush()
+        self.state = HubState.STOPPED
+        log.info("hub stopped")
+
+    async def __aenter__(self) -> HubServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    async def _serve_root(self, request: web.Request) -> web.StreamResponse:
+        # The seed's client connects to ws://host:port/, so "/" upgrades too.
+        if request.headers.get("Upgrade", "").lower() == "websocket":
+            return await self._serve_websocket(request)
+        if self.web_root is None:
+            raise web.HTTPNotFound(text="this hub serves no web root (start it with --web-root)")
+        index = self.web_root / "index.html"
+        if not index.is_file():
+            raise web.HTTPNotFound(text="no index.html in the web root")
+        return web.FileResponse(index)
+
+    # -- one WebSocket connection --------------------------------------------------------------
+
+    async def _serve_websocket(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=self.max_frame, compress=False,
+                                   heartbeat=self.heartbeat, timeout=self.close_timeout)
+        await ws.prepare(request)
+        conn = _Connection(next(self._numbers), ws, request, self.send_queue_limit)
+        if self.state is not HubState.RUNNING:
+            await self._close(conn, WSCloseCode.GOING_AWAY, "hub shutting down")
+            return ws
+        try:
+            self._relay.connect(conn)
+        except StateError as exc:
+            log.warning("refused %r: %s", conn, exc)
+            self._trace("drop", conn, info={"reason": "full", "detail": str(exc)})
+            await self._close(conn, WSCloseCode.TRY_AGAIN_LATER,
+                              f"hub full: {self.max_connections} connections")
+            return ws
+        self._connections.add(conn)
+        self._all_finished.clear()
+        conn.writer = asyncio.create_task(self._write_loop(conn), name=f"hub-writer-{conn.number}")
+        try:
+            await self._read_loop(conn)
+        finally:
+            await self._finish(conn)
+        return ws
+
+    async def _read_loop(self, conn: _Connection) -> None:
+        ws = conn.ws
+        while True:
+            frame = await ws.receive()
+            if frame.type is WSMsgType.TEXT:
+                self._on_text(conn, frame.data)
+            elif frame.type is WSMsgType.BINARY:
+                conn.frames_in += 1
+                self._drop(conn, "binary", "binary frames are not seed-000 messages",
+                           len(frame.data))
+            elif frame.type is WSMsgType.ERROR:
+                self._on_error(conn, frame.data)
+                return
+            else:  # CLOSE, CLOSING, CLOSED
+                return
+
+    def _on_error(self, conn: _Connection, exc: BaseException) -> None:
+        if isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG:
+            conn.close_code = WSCloseCode.MESSAGE_TOO_BIG  # aiohttp sent it already
+            conn.reason = f"frame over max_frame={self.max_frame}"
+            log.warning("%r sent a frame over %d bytes; closed it with 1009", conn,
+                        self.max_frame)
+            self._trace("drop", conn,
+                        info={"reason": "too_large", "detail": str(exc)[:DROP_DETAIL_CHARS]})
+        else:
+            conn.reason = f"connection error: {exc!r}"[:DROP_DETAIL_CHARS]
+            log.info("%r failed: %r", conn, exc)
+
+    def _on_text(self, conn: _Connection, text: str) -> None:
+        conn.frames_in += 1
+        if conn.state is not _ConnState.OPEN:
+            return  # already unsubscribed: what it still sends goes nowhere
+        before = self._relay.id_of(conn)
+        try:
+            msg = self._codec.decode(text)
+            routes = self._relay.receive(conn, msg)
+        except ProtocolError as exc:
+            self._drop(conn, exc.reason, str(exc), len(text.encode()))
+            return
+        if before is None:
+            conn.client = self._relay.id_of(conn)
+            self._trace("join", conn, info={"conn": conn.number, "remote": conn.remote})
+        self._forward(routes, msg, text)
+
+    async def _write_loop(self, conn: _Connection) -> None:
+        ws, queue = conn.ws, conn.queue
+        try:
+            while True:
+                text = await queue.get()
+                if text is None:
+                    return
+                await ws.send_str(text)
+                conn.frames_out += 1
+        except ConnectionError as exc:  # the transport is gone; the read loop sees it as well
+            log.debug("%r: send failed: %r", conn, exc)
+
+    async def _finish(self, conn: _Connection) -> None:
+        if conn.state is _ConnState.OPEN:
+            conn.state = _ConnState.CLOSED
+            routes = self._relay.disconnect(conn)
+            if self.state is HubState.RUNNING:
+                self._forward(routes, None, "")
+        conn.state = _ConnState.CLOSED
+        conn.stop_writer()
+        if conn.closer is not None:
+            await conn.closer  # bounded by close_timeout; it never raises
+        if conn.writer is not None:
+            done, _ = await asyncio.wait({conn.writer}, timeout=self.close_timeout)
+            if not done:  # stuck in a drain that the peer never lets finish
+                self._abort(conn)
+            await asyncio.gather(conn.writer, return_exceptions=True)
+        close_code = conn.close_code if conn.close_code is not None else conn.ws.close_code
+        self._trace("leave", conn, info={
+            "conn": conn.number, "frames_in": conn.frames_in, "frames_out": conn.frames_out,
+            "dropped": conn.dropped, "close_code": close_code, "reason": conn.reason,
+        })
+        log.info("%r left (code %s: %s; %d frames in, %d out, %d dropped)", conn, close_code,
+                 conn.reason, conn.frames_in, conn.frames_out, conn.dropped)
+        self._connections.discard(conn)
+        if not self._connections:
+            self._all_finished.set()
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def _forward(self, routes: Iterable[Route], original: Message | None, text: str) -> None:
+        """Queue each route's frame on its connection; a full queue evicts that connection
+        (whose ``Left`` routes join the work list). ``original`` is forwarded as ``text``,
+        the frame it was decoded from; anything else the hub says is encoded here."""
+        pending = deque(routes)
+        encoded: dict[int, str] = {}
+        while pending:
+            route = pending.popleft()
+            conn = route.to
+            assert isinstance(conn, _Connection)
+            if conn.state is not _ConnState.OPEN:
+                continue
+            if route.msg is original:
+                frame = text
+            else:
+                frame = encoded.get(id(route.msg)) or self._codec.encode(route.msg).decode()
+                encoded[id(route.msg)] = frame
+            try:
+                conn.queue.put_nowait(frame)
+            except asyncio.QueueFull:
+                reason = f"slow consumer: {self.send_queue_limit} messages waiting to be sent"
+                log.warning("disconnecting %r: %s", conn, reason)
+                pending.extend(self._unsubscribe(conn, WSCloseCode.POLICY_VIOLATION, reason))
+
+    def _unsubscribe(self, conn: _Connection, code: WSCloseCode, reason: str) -> list[Route]:
+        """Take ``conn`` out of the relay now and close it in the background with ``code``."""
+        if conn.state is not _ConnState.OPEN:
+            return []
+        conn.state = _ConnState.CLOSING
+        conn.reason = reason
+        conn.close_code = code
+        routes = self._relay.disconnect(conn)
+        conn.stop_writer()  # its backlog will never be sent
+        conn.closer = asyncio.create_task(self._close(conn, code, reason),
+                                          name=f"hub-closer-{conn.number}")
+        return routes
+
+    async def _close(self, conn: _Connection, code: WSCloseCode, reason: str) -> None:
+        try:
+            async with asyncio.timeout(self.close_timeout):
+                await conn.ws.close(code=code, message=_reason_bytes(reason))
+        except (TimeoutError, ConnectionError) as exc:
+            # A client that does not read would hold the socket open forever.
+            log.info("%r did not take its close frame (%r); aborting", conn, exc)
+            self._abort(conn)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                self._abort(conn)
+                raise
+            # aiohttp's drain future was cancelled under it: not our cancellation
+            log.info("%r: close interrupted; aborting", conn)
+            self._abort(conn)
+
+    def _abort(self, conn: _Connection) -> None:
+        if conn.transport is not None:
+            conn.transport.abort()
+
+    # -- trace and drops -------------------------------------------------------------------------
+
+    def _drop(self, conn: _Connection, reason: str, detail: str, size: int) -> None:
+        conn.dropped += 1
+        detail = detail[:DROP_DETAIL_CHARS]
+        log.info("dropped a frame from %r: %s: %s", conn, reason, detail)
+        self._trace("drop", conn, size=size, info={"reason": reason, "detail": detail})
+
+    def _trace(self, event: str, conn: _Connection, *, size: int | None = None,
+               info: dict[str, Any]) -> None:
+        sink = self.trace
+        if not sink.enabled:
+            return
+        sink.append((self.run, time.monotonic() - self._t0, HUB_ID, LAYER, event, None, None,
+                     conn.client, None, None, size, encode_info(info)))
+
+
+def _reason_bytes(reason: str) -> bytes:
+    """``reason`` as a close frame's reason: UTF-8, cut to 123 bytes on a character boundary."""
+    return reason.encode()[:CLOSE_REASON_BYTES].decode(errors="ignore").encode()

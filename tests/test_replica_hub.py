@@ -1,0 +1,494 @@
+"""The seed-000 hub on real WebSockets: routing, the id index, bad input, slow consumers, HTTP.
+
+Clients are plain ``websockets`` connections speaking the seed's JSON (built with the wire
+classes and ``ReplicaCodec``). "X does not receive M" is shown by a barrier: a message sent
+after M was delivered elsewhere must be the next one X sees. Waits are on messages, trace rows
+or close frames with timeouts, never fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import orjson
+import pyarrow.parquet as pq
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from gossamer.core import ConfigError, StateError
+from gossamer.core.messages import Message
+from gossamer.core.trace import MemorySink, Row, TraceRow
+from gossamer.core.traceio import SCHEMA, trace_path
+from gossamer.protocols.replica import (
+    HUB_ID,
+    Data,
+    Left,
+    Nack,
+    ReplicaCodec,
+    Subscribe,
+    crc_of,
+)
+from gossamer.services.replica import HubServer
+
+WAIT = 20.0  # wall seconds: upper bounds only; every wait ends as soon as its event happens
+CODEC = ReplicaCodec()
+T = TypeVar("T")
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(scenario())
+
+
+def data(client: str, seq: int, *, key: str = "k", body: Any = None) -> Data:
+    value = f"{seq}-{client}"
+    return Data(id=client, key=key, old_value=None, value=value,
+                crc=crc_of(key, value, body), vector={client: seq}, data=body)
+
+
+class WatchedSink(MemorySink):
+    """A memory sink whose rows can be awaited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = asyncio.Event()
+
+    def append(self, row: Row) -> None:
+        super().append(row)
+        self._changed.set()
+
+    async def wait_for(self, predicate: Callable[[TraceRow], bool]) -> TraceRow:
+        async with asyncio.timeout(WAIT):
+            while True:
+                for row in self.named():
+                    if predicate(row):
+                        return row
+                self._changed.clear()
+                await self._changed.wait()
+
+    def events(self, event: str) -> list[TraceRow]:
+        return [row for row in self.named() if row.event == event]
+
+
+class Peer:
+    """A client connection that speaks seed-000 messages."""
+
+    def __init__(self, ws: ClientConnection, name: str) -> None:
+        self.ws = ws
+        self.name = name
+
+    async def send(self, msg: Message) -> str:
+        text = CODEC.encode(msg).decode()
+        await self.ws.send(text)
+        return text
+
+    async def recv_text(self) -> str:
+        frame = await asyncio.wait_for(self.ws.recv(), WAIT)
+        assert isinstance(frame, str), frame
+        return frame
+
+    async def recv(self) -> Message:
+        return CODEC.decode(await self.recv_text())
+
+    async def recv_subscriber(self) -> str:
+        """The id of the ``subscribe`` that must come next."""
+        msg = await self.recv()
+        assert isinstance(msg, Subscribe), msg
+        return msg.id
+
+    async def closed_with(self) -> tuple[int, str]:
+        """Read until the hub closes the connection; its close code and reason."""
+        with pytest.raises(ConnectionClosed) as closed:
+            async with asyncio.timeout(WAIT):
+                while True:
+                    await self.ws.recv()
+        assert closed.value.rcvd is not None, "the hub closed without a close frame"
+        return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+@asynccontextmanager
+async def hub_and_peers(
+    names: list[str], *, path: str = "/ws", **options: Any,
+) -> AsyncIterator[tuple[HubServer, WatchedSink, AsyncExitStack, dict[str, Peer]]]:
+    """A running hub and one subscribed peer per name: every peer has heard every other's
+    ``subscribe``, so the hub has bound every id."""
+    sink = WatchedSink()
+    async with AsyncExitStack() as stack:
+        hub = HubServer(trace=sink, **options)
+        await hub.start()
+        stack.push_async_callback(hub.stop)
+        peers = {name: await open_peer(stack, hub, name, path=path) for name in names}
+        for peer in peers.values():
+            await peer.send(Subscribe(id=peer.name, vector={}))
+        for peer in peers.values():
+            heard = {await peer.recv_subscriber() for _ in range(len(peers) - 1)}
+            assert heard == set(peers) - {peer.name}
+        yield hub, sink, stack, peers
+
+
+async def open_peer(stack: AsyncExitStack, hub: HubServer, name: str, *, path: str = "/ws",
+                    **options: Any) -> Peer:
+    host, port = hub.address
+    ws = await stack.enter_async_context(
+        connect(f"ws://{host}:{port}{path}", open_timeout=WAIT, **options))
+    return Peer(ws, name)
+
+
+# -- routing ---------------------------------------------------------------------------------
+
+
+def test_data_from_a_reaches_b_and_c_but_not_a() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"], path="/") as (_, _, _, peers):
+            a, b, c = peers["a"], peers["b"], peers["c"]
+            sent = await a.send(data("a", 1))
+            assert await b.recv_text() == sent  # the original frame, forwarded as received
+            assert await c.recv() == data("a", 1)
+            barrier = data("b", 1)
+            await b.send(barrier)
+            assert await a.recv() == barrier  # a's own message never came back
+            assert await c.recv() == barrier
+
+    run(scenario)
+
+
+def test_a_nack_with_dest_reaches_only_that_client() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"]) as (_, _, _, peers):
+            a, b, c = peers["a"], peers["b"], peers["c"]
+            nack = Nack(id="a", dest="b", start=1, end=3)
+            await a.send(nack)
+            assert await b.recv() == nack
+            barrier = data("b", 1)
+            await b.send(barrier)
+            assert await c.recv() == barrier
+            assert await a.recv() == barrier
+
+    run(scenario)
+
+
+def test_the_id_index_moves_to_the_new_connection_of_a_reconnecting_client() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"]) as (hub, sink, stack, peers):
+            old, b = peers["a"], peers["b"]
+            new = await open_peer(stack, hub, "a")
+            await new.send(Subscribe(id="a", vector={}))
+            assert await b.recv_subscriber() == "a"  # the hub has bound "a" to the new connection
+            assert await old.recv_subscriber() == "a"  # the old one still gets multicasts
+            nack = Nack(id="b", dest="a", start=1, end=1)
+            await b.send(nack)
+            assert await new.recv() == nack
+            barrier = data("a", 1)
+            await new.send(barrier)
+            assert await old.recv() == barrier  # not the nack
+            assert await b.recv() == barrier
+            # the old connection no longer owns "a": closing it tells nobody "a" left
+            await old.ws.close()
+            await sink.wait_for(lambda r: r.event == "leave" and '"conn":1,' in (r.info or ""))
+            await new.send(data("a", 2))
+            assert await b.recv() == data("a", 2)
+            joins = [row.peer for row in sink.events("join")]
+            assert joins == ["a", "b", "a"]
+
+    run(scenario)
+
+
+def test_closing_a_connection_sends_left_to_the_others() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"]) as (_, sink, _, peers):
+            await peers["c"].ws.close()
+            for name in ("a", "b"):
+                text = await peers[name].recv_text()
+                assert orjson.loads(text) == {"id": "hub", "left": "c"}
+                assert CODEC.decode(text) == Left(id=HUB_ID, left="c")
+            leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "c")
+            info = orjson.loads(leave.info or "{}")
+            assert info["frames_in"] == 1 and info["frames_out"] == 2
+            assert info["close_code"] == 1000
+
+    run(scenario)
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+BAD_FRAMES: dict[str, tuple[str, str, str]] = {
+    # case: (frame sent by "a", trace reason, words in the detail)
+    "malformed JSON": ('{"id": "a", "key": ', "decode", "not JSON"),
+    "not an object": ('["a"]', "decode", "JSON object"),
+    "wrong field types": (
+        '{"id": "a", "key": 5, "old_value": null, "value": "v", "crc": 1, "vector": {"a": 1}}',
+        "invalid", "wrong type"),
+    "unknown shape": ('{"id": "a", "hello": true}', "invalid", "not a seed-000 message"),
+    "unknown dest": (CODEC.encode(Nack(id="a", dest="zed", start=1, end=1)).decode(),
+                     "invalid", "no client 'zed'"),
+    "spoofed id": (CODEC.encode(data("b", 9)).decode(), "invalid", "speaks for 'a', not 'b'"),
+    "hub's id": (CODEC.encode(Left(id=HUB_ID, left="b")).decode(), "invalid", "own id"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FRAMES))
+def test_a_bad_frame_is_dropped_and_traced_and_the_connection_still_works(
+    case: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    frame, reason, detail = BAD_FRAMES[case]
+    caplog.set_level(logging.INFO, logger="gossamer.hub")
+
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"]) as (_, sink, _, peers):
+            a, b = peers["a"], peers["b"]
+            await a.ws.send(frame)
+            drop = await sink.wait_for(lambda r: r.event == "drop")
+            assert drop.peer == "a" and drop.size == len(frame.encode())
+            info = orjson.loads(drop.info or "{}")
+            assert info["reason"] == reason
+            assert detail in info["detail"]
+            good = data("a", 1)
+            await a.send(good)
+            assert await b.recv() == good  # the bad frame was not forwarded
+            await b.send(data("b", 1))
+            assert await a.recv() == data("b", 1)
+
+    run(scenario)
+    assert f": {reason}: " in caplog.text and detail in caplog.text
+
+
+def test_a_binary_frame_is_dropped() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"]) as (_, sink, _, peers):
+            await peers["a"].ws.send(CODEC.encode(data("a", 1)))  # bytes: a binary frame
+            drop = await sink.wait_for(lambda r: r.event == "drop")
+            assert orjson.loads(drop.info or "{}")["reason"] == "binary"
+            await peers["a"].send(data("a", 2))
+            assert await peers["b"].recv() == data("a", 2)
+
+    run(scenario)
+
+
+def test_an_oversized_frame_closes_only_that_connection_with_1009(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gossamer.hub")
+
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"], max_frame=1024) as (_, sink, _, peers):
+            a, b, c = peers["a"], peers["b"], peers["c"]
+            await a.send(data("a", 1, body="x" * 2000))
+            code, _ = await a.closed_with()
+            assert code == 1009
+            for peer in (b, c):
+                assert await peer.recv() == Left(id=HUB_ID, left="a")
+            await b.send(data("b", 1))
+            assert await c.recv() == data("b", 1)
+            drop = await sink.wait_for(lambda r: r.event == "drop")
+            assert orjson.loads(drop.info or "{}")["reason"] == "too_large"
+            leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "a")
+            assert orjson.loads(leave.info or "{}")["close_code"] == 1009
+
+    run(scenario)
+    assert "closed it with 1009" in caplog.text
+
+
+# -- slow consumers --------------------------------------------------------------------------
+
+
+async def flood_until_left(a: Peer, b: Peer, gone: str) -> int:
+    """``a`` sends big data messages, ``b`` reads each, until ``b`` hears ``gone`` left;
+    returns the last sequence number sent."""
+    body = "x" * 16_000
+    left = Left(id=HUB_ID, left=gone)
+    seq = 0
+    while True:
+        seq += 1
+        assert seq < 5_000, f"{gone} was never disconnected"
+        await a.send(data("a", seq, body=body))
+        got = await b.recv()
+        if got == left:
+            assert await b.recv() == data("a", seq, body=body)
+            return seq
+        assert got == data("a", seq, body=body)
+
+
+def test_a_slow_consumer_is_disconnected_with_a_reason_and_the_others_keep_receiving() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"], send_queue_limit=5,
+                                 close_timeout=WAIT) as (hub, sink, stack, peers):
+            a, b = peers["a"], peers["b"]
+            slow = await open_slow_peer(stack, hub, "slow")
+            await slow.send(Subscribe(id="slow", vector={}))
+            assert await a.recv_subscriber() == "slow"
+            assert await b.recv_subscriber() == "slow"
+            seq = await flood_until_left(a, b, "slow")
+            await a.send(data("a", seq + 1))
+            assert await b.recv() == data("a", seq + 1)  # b never stalled
+            code, reason = await slow.closed_with()  # "slow" reads its backlog, then the close
+            assert code == 1008 and "slow consumer" in reason
+            leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "slow")
+            info = orjson.loads(leave.info or "{}")
+            assert info["close_code"] == 1008 and "slow consumer" in info["reason"]
+            assert hub.connections == 2
+
+    run(scenario)
+
+
+def test_a_consumer_that_never_reads_is_aborted_after_the_close_timeout() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"], send_queue_limit=5,
+                                 close_timeout=0.2) as (hub, sink, stack, peers):
+            a, b = peers["a"], peers["b"]
+            stuck = await open_slow_peer(stack, hub, "stuck")
+            await stuck.send(Subscribe(id="stuck", vector={}))
+            assert await a.recv_subscriber() == "stuck"
+            assert await b.recv_subscriber() == "stuck"
+            seq = await flood_until_left(a, b, "stuck")
+            # "stuck" never reads: the hub gives up on the close handshake and drops the socket
+            leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "stuck")
+            assert orjson.loads(leave.info or "{}")["close_code"] == 1008
+            await a.send(data("a", seq + 1))
+            assert await b.recv() == data("a", seq + 1)
+            assert hub.connections == 2
+
+    run(scenario)
+
+
+async def open_slow_peer(stack: AsyncExitStack, hub: HubServer, name: str) -> Peer:
+    """A client that does not read: a tiny receive buffer and a one-frame receive queue."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, hub.address)
+    except BaseException:
+        sock.close()
+        raise
+    return await open_peer(stack, hub, name, sock=sock, max_queue=1, close_timeout=0.5)
+
+
+# -- capacity, HTTP --------------------------------------------------------------------------
+
+
+def test_the_hub_refuses_connections_beyond_max_connections() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"], max_connections=2) as (hub, sink, stack, peers):
+            extra = await open_peer(stack, hub, "c")
+            code, reason = await extra.closed_with()
+            assert code == 1013 and "hub full" in reason
+            drop = await sink.wait_for(lambda r: r.event == "drop")
+            assert orjson.loads(drop.info or "{}")["reason"] == "full"
+            await peers["a"].send(data("a", 1))
+            assert await peers["b"].recv() == data("a", 1)
+            await peers["a"].ws.close()  # a slot frees up
+            await sink.wait_for(lambda r: r.event == "leave" and r.peer == "a")
+            again = await open_peer(stack, hub, "c")
+            await again.send(Subscribe(id="c", vector={}))
+            assert await peers["b"].recv() == Left(id=HUB_ID, left="a")
+            assert await peers["b"].recv_subscriber() == "c"
+
+    run(scenario)
+
+
+def test_http_get_serves_the_web_root_on_the_same_port(tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text("<title>gossamer demo</title>")
+    (tmp_path / "client.js").write_text("export const x = 1;")
+
+    async def scenario() -> None:
+        async with HubServer(web_root=tmp_path) as hub, aiohttp.ClientSession() as http:
+            async with http.get(hub.url) as index:
+                assert index.status == 200
+                assert await index.text() == "<title>gossamer demo</title>"
+                assert index.content_type == "text/html"
+            async with http.get(hub.url + "client.js") as script:
+                assert script.status == 200 and await script.text() == "export const x = 1;"
+            async with http.get(hub.url + "missing.txt") as missing:
+                assert missing.status == 404
+        async with HubServer() as bare, aiohttp.ClientSession() as http, \
+                http.get(bare.url) as nothing:
+            assert nothing.status == 404
+
+    run(scenario)
+
+
+def test_bad_options_are_refused_at_once(tmp_path: Path) -> None:
+    for options in ({"max_frame": 0}, {"send_queue_limit": 0}, {"max_connections": 0},
+                    {"port": 70_000}, {"web_root": tmp_path / "nope"}, {"close_timeout": 0}):
+        with pytest.raises(ConfigError):
+            HubServer(**options)
+    with pytest.raises(StateError):
+        _ = HubServer().address
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def hub_command() -> list[str]:
+    """``gossamer hub`` once cli/main.py has the verb, else the module's own entry point."""
+    from gossamer.cli.main import build_parser
+
+    verbs = [action for action in build_parser()._actions if action.dest == "verb"]
+    if verbs and "hub" in (verbs[0].choices or {}):
+        return [sys.executable, "-m", "gossamer.cli.main", "hub"]
+    return [sys.executable, "-m", "gossamer.services.replica.cli", "hub"]
+
+
+def test_gossamer_hub_prints_its_url_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    web = tmp_path / "web"
+    web.mkdir()
+    (web / "index.html").write_text("hello")
+    data_dir = tmp_path / "data"
+
+    async def scenario() -> tuple[int, bytes]:
+        proc = await asyncio.create_subprocess_exec(
+            *hub_command(), "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir),
+            "--web-root", str(web), "--run", "cli", stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            line = (await asyncio.wait_for(proc.stdout.readline(), WAIT)).decode()
+            assert line.startswith("hub ready at http://127.0.0.1:"), line
+            url = line.split()[3]
+            async with AsyncExitStack() as stack:
+                ws_url = url.replace("http://", "ws://") + "ws"
+                a = Peer(await stack.enter_async_context(connect(ws_url)), "a")
+                b = Peer(await stack.enter_async_context(connect(ws_url)), "b")
+                await a.send(Subscribe(id="a", vector={}))
+                assert await b.recv_subscriber() == "a"
+                proc.send_signal(signal.SIGTERM)  # with both connections open
+                assert (await a.closed_with())[0] == 1001
+                assert (await b.closed_with())[0] == 1001
+            code = await asyncio.wait_for(proc.wait(), WAIT)
+            out = await proc.stdout.read()
+            errors = await proc.stderr.read()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert code == 0, errors.decode()
+        return code, out
+
+    _, out = run(scenario)
+    assert b"trace:" in out
+    table = pq.read_table(trace_path(data_dir, "cli", "hub"))
+    assert table.schema.equals(SCHEMA)
+    rows = table.to_pylist()
+    assert [r["peer"] for r in rows if r["event"] == "join"] == ["a"]
+    leaves = [orjson.loads(r["info"]) for r in rows if r["event"] == "leave"]
+    assert sorted(leave["close_code"] for leave in leaves) == [1001, 1001]
+    assert {r["run"] for r in rows} == {"cli"}
+
+
+def test_the_hub_help_says_snapshots_are_not_built_yet(capsys: pytest.CaptureFixture[str]) -> None:
+    from gossamer.services.replica.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["hub", "--help"])
+    assert exited.value.code == 0
+    assert "Snapshots are not built yet" in " ".join(capsys.readouterr().out.split())
