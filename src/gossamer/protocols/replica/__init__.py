@@ -1,10 +1,14 @@
 """replica: the protocol family of seed 000 (gossip over WebSockets with total order per object).
 
-``wire`` is the seed's exact JSON wire format; the causal delivery layer, per-object order and
-the hub relay build on it.
+``wire`` is the seed's exact JSON wire format; ``causal`` (causal delivery with NACK repair),
+``objects`` (``ReplicaClient``: per-object total order, conflicts, rebase), ``hub`` (the relay's
+routing core) and ``hubnode`` (that relay as a simulator process) build on it.
 """
 
+from .causal import CausalConfig, CausalDelivery
 from .hub import HubRelay, Route
+from .hubnode import HubNode
+from .objects import ReplicaClient, ReplicaConfig, Verdict
 from .wire import (
     HUB_ID,
     Clear,
@@ -21,16 +25,22 @@ from .wire import (
 
 __all__ = [
     "HUB_ID",
+    "CausalConfig",
+    "CausalDelivery",
     "Clear",
     "Conflict",
     "Data",
+    "HubNode",
     "HubRelay",
     "Left",
     "Nack",
+    "ReplicaClient",
     "ReplicaCodec",
+    "ReplicaConfig",
     "Retry",
     "Route",
     "StopAll",
     "Subscribe",
+    "Verdict",
     "crc_of",
 ]

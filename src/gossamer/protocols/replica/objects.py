@@ -1,0 +1,508 @@
+"""Replicated key/value objects with total order per object (seed 000), over causal delivery.
+
+``ReplicaClient`` is the client process: ``set``/``delete``/``get``/``items`` on objects whose
+writes carry revisions, conflicts decided the same way on every replica without negotiation.
+
+Every write goes from revision ``old_value`` to a new unique revision ``value``. So the writes of
+one key form a tree rooted at "no object" (``None``). The state of a key is the end of its
+*winning path*: from the root, at every revision, take the child write of the lowest writer id
+(then lowest sequence number) until a revision has no child. That is a function of the set of
+writes alone, so every replica that delivered the same writes agrees, whatever the delivery
+order; causal delivery guarantees a write's base was delivered before it. A replica keeps the
+current path as a bounded per-key history and updates it as writes arrive:
+
+- the write's base is the current revision: it extends the path;
+- its base is on the path: it competes with the write that follows its base there (the fork
+  sibling); if it ranks lower (lowest id wins) that sibling and everything after it is reverted
+  and the new write applied; otherwise the new write loses;
+- its base is not on the path (it descends from a write that lost): it loses.
+
+(Comparing only with the fork sibling, not with every write after the base, matters: a lower id
+may build on a higher id's write; whether that chain survives is decided where it forked.)
+
+Each losing write's writer is told with a ``Conflict``, except that a client never sends one to
+itself: it sees its own write reverted when it delivers the winner (the seed's footnote 10) and
+rebases then, once (resolved writes are recorded durably). A ``Conflict`` from a peer makes the
+loser fetch the winner (a NACK) if it is not delivered yet (footnote 11) and is then checked
+against that local resolution. A rebase re-sends the intent on the current state through the
+application's ``rebase(key, intended, current)``; ``None`` gives the write up. Lost intents wait
+in a durable queue for a random delay whose window doubles with each loss of the same intent,
+and while messages are known to be missing here (up to ``catch_up_wait``): the losers of one
+winner would otherwise rebase in lockstep on stale states and collide again.
+
+Limits: histories keep ``history_limit`` writes per key. A write based on a revision that has
+left the history loses (its writer rebases it); a replica that still has that revision may judge
+it a winner instead, so replicas can disagree when a writer was cut off while more than
+``history_limit`` writes were made to the same key. Such verdicts are marked
+``beyond_history`` in the ``conflict`` trace row, so the pipeline can flag them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from ...core.env import Env, TimerHandle, put_json
+from ...core.errors import ConfigError, InvalidMessage
+from ...core.ids import NodeId
+from ...core.messages import Message
+from .causal import LAYER, CausalConfig, CausalDelivery, msg_id
+from .wire import Clear, Conflict, Data, Left, Nack, Retry, StopAll, Subscribe
+
+__all__ = ["ChangeFn", "RebaseFn", "ReplicaClient", "ReplicaConfig", "Verdict"]
+
+_OBJECTS, _RESOLVED, _REBASE = "replica.obj", "replica.resolved", "replica.rebase"
+_SLACK = 1e-9  # seconds: timers are floats
+
+RebaseFn = Callable[[str, Any, Any], Any]
+"""``rebase(key, intended_content, current_content) -> new content, or None to give up``."""
+
+ChangeFn = Callable[[str, Any, "str | None"], None]
+"""``on_change(key, content or None when deleted, revision)``."""
+
+
+def reapply(key: str, intended: Any, current: Any) -> Any:
+    """The default rebase: the intended content wins over whatever is there now."""
+    return intended
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    causal: CausalConfig = dataclasses.field(default_factory=CausalConfig)
+    history_limit: int = 256  # applied writes kept per key (to revert and to find forks)
+    resolved_limit: int = 10_000  # own lost writes remembered as resolved
+    pending_conflict_limit: int = 1024  # Conflicts waiting for their winner's delivery
+    rebase_queue_limit: int = 10_000  # own lost writes waiting to be rebased
+    # a lost write is rebased after a random delay in [0, rebase_delay * 2**g], g = how many
+    # times this intent already lost (at most rebase_backoff_max): the losers of one winner do
+    # not all rebase at once and collide again, and repeated losers back off (0: at once)
+    rebase_delay: float = 0.1
+    rebase_backoff_max: int = 6
+    # a due rebase waits (at most this long) while messages are known to be missing here, so
+    # that it is based on the network's state rather than a stale one (the seed's footnote 11)
+    catch_up_wait: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("history_limit", "resolved_limit", "pending_conflict_limit",
+                     "rebase_queue_limit"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if self.rebase_delay < 0 or self.rebase_backoff_max < 0 or self.catch_up_wait < 0:
+            raise ConfigError("rebase_delay, rebase_backoff_max, catch_up_wait must be >= 0")
+
+
+class Verdict(enum.Enum):
+    """What a delivered write does to its object."""
+
+    EXTENDS = "extends"  # based on the current revision
+    WINS = "wins"  # beats the fork sibling: the path is cut there
+    LOSES = "loses"  # ranks above the fork sibling, or descends from a loser
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Write:
+    """One applied write in an object's history."""
+
+    revision: str
+    old: str | None
+    writer: str
+    seq: int
+    content: Any
+    deleted: bool
+
+    @property
+    def rank(self) -> tuple[str, int]:
+        return (self.writer, self.seq)
+
+    def to_json(self) -> list[Any]:
+        return [self.revision, self.old, self.writer, self.seq, self.content, self.deleted]
+
+    @classmethod
+    def from_json(cls, row: list[Any]) -> _Write:
+        revision, old, writer, seq, content, deleted = row
+        return cls(str(revision), old, str(writer), int(seq), content, bool(deleted))
+
+    @classmethod
+    def of(cls, msg: Data) -> _Write:
+        return cls(msg.value, msg.old_value, msg.id, msg.seq, msg.data, msg.deleted)
+
+
+def judge(history: list[_Write], write: _Write) -> tuple[Verdict, int | None]:
+    """The verdict on ``write`` against a key's winning path, and the fork index (the position
+    of the fork sibling in ``history``) when it has one."""
+    current = history[-1].revision if history else None
+    if write.old == current:
+        return Verdict.EXTENDS, None
+    fork: int | None = None
+    if write.old is None:
+        if history and history[0].old is None:  # else the creation left the bounded history
+            fork = 0
+    else:
+        for index in range(len(history) - 2, -1, -1):
+            if history[index].revision == write.old:
+                fork = index + 1
+                break
+    if fork is None:
+        return Verdict.LOSES, None
+    if write.rank < history[fork].rank:
+        return Verdict.WINS, fork
+    return Verdict.LOSES, fork
+
+
+class ReplicaClient:
+    """One client of the hub: the replicated objects, their conflicts and rebases. A Process."""
+
+    def __init__(
+        self,
+        env: Env,
+        *,
+        config: ReplicaConfig | None = None,
+        rebase: RebaseFn | None = None,
+        on_change: ChangeFn | None = None,
+    ) -> None:
+        self.env = env
+        self.config = config if config is not None else ReplicaConfig()
+        self.me: NodeId = env.node
+        self.rebase: RebaseFn = rebase if rebase is not None else reapply
+        self.on_change = on_change
+        self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply)
+        self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
+        self._store = env.store
+        self._objects: dict[str, list[_Write]] = {}
+        self._resolved: dict[int, int | None] = {}  # own lost seq -> rebased seq (None: gave up)
+        self._rebased_from: dict[int, int] = {}  # rebased seq -> the lost seq it carries on
+        self._pending: dict[int, Conflict] = {}  # loser seq -> Conflict awaiting its winner
+        # own lost writes (seq -> key, write) waiting for their rebase; durable, like a send
+        # queue, so an intent survives a crash between its loss and its rebase
+        self._rebase_queue: dict[int, tuple[str, _Write]] = {}
+        self._rebase_at: dict[int, float] = {}  # seq -> when to rebase it (not durable)
+        self._rebase_timer: TimerHandle | None = None
+        self._rebase_timer_at = 0.0
+        self._awaiting_catch_up = False  # due rebases wait for the missing messages
+        self._outbox: list[Conflict] = []  # sent once the deliveries are committed
+        for key, raw in self._store.scan(_OBJECTS):
+            self._objects[key] = [_Write.from_json(row) for row in orjson.loads(raw)]
+        for key, raw in self._store.scan(_RESOLVED):
+            value = int(raw) if raw != b"-" else None
+            self._resolved[int(key)] = value
+            if value is not None:
+                self._rebased_from[value] = int(key)
+        for key, raw in self._store.scan(_REBASE):
+            object_key, row = orjson.loads(raw)
+            self._rebase_queue[int(key)] = (str(object_key), _Write.from_json(row))
+            self._rebase_at[int(key)] = self._rebase_time(int(key))
+
+    # -- Process ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.causal.start()
+        self._arm_rebase()
+
+    def stop(self) -> None:
+        if self._rebase_timer is not None:
+            self.env.cancel(self._rebase_timer)
+            self._rebase_timer = None
+        self.causal.stop()
+
+    def on_message(self, src: NodeId, msg: Message) -> None:
+        if isinstance(msg, Data | Retry | Nack | Subscribe):
+            self.causal.on_message(msg)  # deliveries land in _apply, then are committed
+        elif isinstance(msg, Conflict):
+            self._on_conflict(msg)
+        elif isinstance(msg, Left):
+            return  # informational: the seed's protocols need no membership
+        elif isinstance(msg, Clear | StopAll):
+            self.env.trace("drop", layer=LAYER, peer=msg.id, reason="unsupported",
+                           type=msg.TYPE)
+            return
+        else:
+            raise InvalidMessage(f"replica client got {msg.TYPE}")
+        self._after_delivery()
+
+    # -- the application's face -------------------------------------------------------------
+
+    def get(self, key: str) -> Any:
+        """The content of ``key``, or None if it does not exist (or was deleted)."""
+        history = self._objects.get(key)
+        if not history or history[-1].deleted:
+            return None
+        return history[-1].content
+
+    def revision(self, key: str) -> str | None:
+        history = self._objects.get(key)
+        return history[-1].revision if history else None
+
+    def items(self) -> dict[str, Any]:
+        """Every existing object: key -> content."""
+        return {key: history[-1].content for key, history in sorted(self._objects.items())
+                if history and not history[-1].deleted}
+
+    def revisions(self) -> dict[str, str]:
+        """Every key ever written -> its current revision (deleted objects included)."""
+        return {key: history[-1].revision for key, history in sorted(self._objects.items())
+                if history}
+
+    def history(self, key: str) -> list[tuple[str, str, int]]:
+        """The kept winning path of ``key``: (revision, writer, seq), oldest first."""
+        return [(w.revision, w.writer, w.seq) for w in self._objects.get(key, [])]
+
+    @property
+    def vector(self) -> dict[str, int]:
+        return self.causal.vector
+
+    @property
+    def holdback_size(self) -> int:
+        return self.causal.holdback_size
+
+    @property
+    def resolved(self) -> dict[int, int | None]:
+        """Own lost writes (seq) -> the seq of their rebased write, None if given up."""
+        return dict(self._resolved)
+
+    def set(self, key: str, content: Any) -> str:
+        """Write ``content`` (JSON, not None) to ``key``; returns the new revision."""
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"key must be a non-empty string, got {key!r}")
+        if content is None:
+            raise ConfigError("content None is not a value: use delete(key)")
+        return self._write(key, content, deleted=False)
+
+    def delete(self, key: str) -> str | None:
+        """Delete ``key``; returns the deleting revision, None if there was nothing to delete."""
+        if self.get(key) is None:
+            return None
+        return self._write(key, None, deleted=True)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _new_revision(self) -> str:
+        return f"{self.env.rng.getrandbits(48):012x}"
+
+    def _write(self, key: str, content: Any, *, deleted: bool) -> str:
+        history = self._objects.setdefault(key, [])
+        old = history[-1].revision if history else None
+        revision = self._new_revision()
+        msg = self.causal.make_data(key=key, old_value=old, value=revision, data=content,
+                                    deleted=deleted)
+        self._push(key, history, _Write.of(msg))
+        self.causal.send_data(msg)  # commits the write with its sequence number
+        self._changed(key)
+        return revision
+
+    def _push(self, key: str, history: list[_Write], write: _Write) -> None:
+        history.append(write)
+        if len(history) > self.config.history_limit:
+            del history[: len(history) - self.config.history_limit]
+        put_json(self._store, _OBJECTS, key, [w.to_json() for w in history])
+
+    def _changed(self, key: str) -> None:
+        if self.on_change is not None:
+            self.on_change(key, self.get(key), self.revision(key))
+
+    # -- applying delivered writes ----------------------------------------------------------
+
+    def _apply(self, msg: Data) -> None:
+        """A write delivered in causal order: extend, cut the path for it, or discard it."""
+        key = msg.key
+        history = self._objects.setdefault(key, [])
+        write = _Write.of(msg)
+        verdict, fork = judge(history, write)
+        if verdict is Verdict.EXTENDS:
+            self._push(key, history, write)
+            self._changed(key)
+        elif verdict is Verdict.WINS:
+            assert fork is not None
+            reverted = history[fork:]
+            del history[fork:]
+            self._push(key, history, write)
+            for loser in reversed(reverted):
+                self._lost(key, loser, winner=write)
+            self._changed(key)
+        else:
+            winner = history[fork] if fork is not None else (history[-1] if history else None)
+            if winner is None:
+                # unreachable while causal order holds: a base revision is delivered before use
+                self.env.trace("drop", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
+                               key=key, seq=msg.seq, reason="unknown_base")
+                return
+            # no fork found in a full history: the base may just have left it (see Limits)
+            beyond = fork is None and len(history) >= self.config.history_limit
+            self._lost(key, write, winner=winner, beyond_history=beyond)
+
+    def _lost(self, key: str, loser: _Write, *, winner: _Write,
+              beyond_history: bool = False) -> None:
+        extra: dict[str, Any] = {"beyond_history": True} if beyond_history else {}
+        self.env.trace("conflict", layer=LAYER, msg=msg_id(loser.writer, loser.seq),
+                       origin=loser.writer, key=key, seq=loser.seq,
+                       winner=msg_id(winner.writer, winner.seq),
+                       loser=msg_id(loser.writer, loser.seq), **extra)
+        if loser.writer == self.me:
+            self._queue_rebase(key, loser)  # footnote 10: resolved here, no message
+        else:
+            self._outbox.append(Conflict(id=self.me, dest=loser.writer, loser_time=loser.seq,
+                                         winner=winner.writer, winner_time=winner.seq,
+                                         object=key))
+
+    def _after_delivery(self) -> None:
+        """Once deliveries are committed: tell losers, rebase own losses, settle Conflicts."""
+        outbox, self._outbox = self._outbox, []
+        for conflict in outbox:
+            self.env.send(self.causal.config.hub, conflict)
+        if self._awaiting_catch_up and self.causal.caught_up:
+            self._rebase_due()
+        else:
+            self._arm_rebase()
+        if self._pending:
+            for seq in [s for s, c in self._pending.items()
+                        if self.causal.delivered(c.winner) >= c.winner_time]:
+                self._settle(self._pending.pop(seq))
+
+    # -- resolving own lost writes ----------------------------------------------------------
+
+    def _queue_rebase(self, key: str, write: _Write) -> None:
+        seq = write.seq
+        if seq in self._resolved or seq in self._rebase_queue:
+            return
+        if len(self._rebase_queue) >= self.config.rebase_queue_limit:
+            oldest = min(self._rebase_queue)
+            self._store.delete(_REBASE, f"{oldest:012d}")
+            self._mark_resolved(oldest, None)
+            self.env.trace("drop", layer=LAYER, origin=self.me, seq=oldest,
+                           reason="rebase_queue_full")
+            del self._rebase_queue[oldest]
+            del self._rebase_at[oldest]
+        self._rebase_queue[seq] = (key, write)
+        self._rebase_at[seq] = self._rebase_time(seq)
+        # committed with the delivery that lost it
+        put_json(self._store, _REBASE, f"{seq:012d}", [key, write.to_json()])
+
+    def losses(self, seq: int) -> int:
+        """How many times the intent carried by own write ``seq`` lost before it."""
+        count = 0
+        while seq in self._rebased_from:
+            seq = self._rebased_from[seq]
+            count += 1
+        return count
+
+    def _rebase_time(self, seq: int) -> float:
+        window = self.config.rebase_delay * 2 ** min(self.losses(seq),
+                                                     self.config.rebase_backoff_max)
+        return self.env.now() + self.env.rng.uniform(0, window)
+
+    def _arm_rebase(self) -> None:
+        if not self._rebase_queue:
+            return
+        due = min(self._rebase_at.values())
+        if self._rebase_timer is not None:
+            if self._rebase_timer_at <= due:
+                return
+            self.env.cancel(self._rebase_timer)
+        self._rebase_timer_at = due
+        self._rebase_timer = self.env.set_timer(max(0.0, due - self.env.now()), self._rebase_due)
+
+    def _rebase_due(self) -> None:
+        """Rebase the queued own lost writes that are due, oldest first, on the state now."""
+        if self._rebase_timer is not None:
+            self.env.cancel(self._rebase_timer)
+            self._rebase_timer = None
+        # a timer set for ``t - now`` may fire a rounding error before ``t``: compare with slack
+        now = self.env.now() + _SLACK
+        due = [seq for seq in sorted(self._rebase_queue) if self._rebase_at[seq] <= now]
+        if due and not self.causal.caught_up:
+            deadline = min(self._rebase_at[seq] for seq in due) + self.config.catch_up_wait
+            if now < deadline:
+                self._awaiting_catch_up = True  # deliveries that close the gaps call us again
+                self._rebase_timer_at = deadline
+                self._rebase_timer = self.env.set_timer(deadline - self.env.now(),
+                                                        self._rebase_due)
+                return
+        self._awaiting_catch_up = False
+        for seq in due:
+            key, write = self._rebase_queue.pop(seq)
+            del self._rebase_at[seq]
+            self._store.delete(_REBASE, f"{seq:012d}")
+            self._resolve(key, write)
+        self._arm_rebase()
+
+    def _resolve(self, key: str, write: _Write) -> None:
+        """Rebase one own lost write on the current state of its object, exactly once."""
+        if write.seq in self._resolved:
+            return
+        current = self.get(key)
+        new_seq: int | None = None
+        if write.deleted:
+            if current is not None:  # the intent was "gone": delete what is there now
+                new_seq = self._rebased_write(key, write.seq, None, deleted=True)
+        else:
+            content = self.rebase(key, write.content, current)
+            if content is not None:
+                new_seq = self._rebased_write(key, write.seq, content, deleted=False)
+        if new_seq is None:
+            self._mark_resolved(write.seq, None)
+            self._store.commit()
+        self.env.trace("resolve", layer=LAYER,
+                       msg=msg_id(self.me, new_seq) if new_seq is not None else None,
+                       origin=self.me, key=key, seq=new_seq, original=write.seq, new=new_seq,
+                       rebased=new_seq is not None)
+
+    def _rebased_write(self, key: str, original: int, content: Any, *, deleted: bool) -> int:
+        history = self._objects.setdefault(key, [])
+        old = history[-1].revision if history else None
+        msg = self.causal.make_data(key=key, old_value=old, value=self._new_revision(),
+                                    data=content, deleted=deleted)
+        self._push(key, history, _Write.of(msg))
+        self._mark_resolved(original, msg.seq)
+        self.causal.send_data(msg)  # commits the rebased write and the resolved mark together
+        self._changed(key)
+        return msg.seq
+
+    def _mark_resolved(self, seq: int, new_seq: int | None) -> None:
+        self._resolved[seq] = new_seq
+        if new_seq is not None:
+            self._rebased_from[new_seq] = seq
+        raw = b"-" if new_seq is None else str(new_seq).encode()
+        self._store.put(_RESOLVED, f"{seq:012d}", raw)
+        while len(self._resolved) > self.config.resolved_limit:
+            oldest = min(self._resolved)
+            rebased = self._resolved.pop(oldest)
+            if rebased is not None:
+                self._rebased_from.pop(rebased, None)
+            self._store.delete(_RESOLVED, f"{oldest:012d}")
+
+    # -- Conflict messages from peers -------------------------------------------------------
+
+    def _on_conflict(self, msg: Conflict) -> None:
+        if msg.dest != self.me:
+            self.env.trace("drop", layer=LAYER, peer=msg.id, reason="not_for_me")
+            return
+        if msg.loser_time > self.causal.sent:
+            self.env.trace("drop", layer=LAYER, peer=msg.id, seq=msg.loser_time,
+                           reason="unknown_write")
+            return
+        seq = msg.loser_time
+        if seq in self._resolved or seq in self._rebase_queue or seq in self._pending:
+            return
+        # footnote 11: the winner must be delivered here before the loser is rebased
+        self.causal.learn(msg.winner, msg.winner_time)
+        if self.causal.delivered(msg.winner) >= msg.winner_time:
+            self._settle(msg)
+            return
+        if len(self._pending) >= self.config.pending_conflict_limit:
+            # harmless: delivering the winner reverts the write here and resolves it anyway
+            oldest = min(self._pending)
+            dropped = self._pending.pop(oldest)
+            self.env.trace("drop", layer=LAYER, peer=dropped.id, seq=oldest,
+                           reason="pending_full")
+        self._pending[msg.loser_time] = msg
+
+    def _settle(self, msg: Conflict) -> None:
+        """The winner is delivered, so delivering it reverted our write and resolved it."""
+        if msg.loser_time in self._resolved or msg.loser_time in self._rebase_queue:
+            return
+        self.stale_conflicts += 1
+        self.env.trace("drop", layer=LAYER, peer=msg.id, key=msg.object, seq=msg.loser_time,
+                       reason="stale_conflict", winner=msg_id(msg.winner, msg.winner_time))

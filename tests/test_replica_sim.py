@@ -1,0 +1,696 @@
+"""Seed 000 clients in the simulator: causal delivery, per-object total order, conflicts, rebase.
+
+Every scenario has one ``hub`` (``HubNode``) and N ``ReplicaClient`` nodes, and every message
+crosses the seed's exact wire format (``ReplicaCodec``). The oracles below read only trace rows
+and re-derive what must hold (causal order, the winning revision of every key by the lowest-id
+rule, which writes lost), so they do not trust the protocol's own state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import json
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checks import count, named
+from gossamer.core import Env, InvalidMessage, MemorySink, Message, node_ids
+from gossamer.protocols.replica import (
+    CausalConfig,
+    Conflict,
+    Data,
+    HubNode,
+    Nack,
+    ReplicaClient,
+    ReplicaCodec,
+    ReplicaConfig,
+    Retry,
+    Subscribe,
+    crc_of,
+)
+from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
+
+HUB = "hub"
+LAYER = "replica"
+
+# -- oracles over trace rows ---------------------------------------------------------------
+
+
+def _info(row: Any) -> dict[str, Any]:
+    return json.loads(row.info) if row.info else {}
+
+
+def causal_violations(rows: Iterable[Sequence[object]]) -> list[str]:
+    """At every node, each delivered message's vector was delivered there before it: all of
+    (k, 1..vector[k]) except the message itself; own publishes count as delivered. Also: no
+    message is delivered twice, and ``vector[origin]`` is the message's own seq."""
+    seen: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    upto: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    problems: list[str] = []
+    for row in named(rows):
+        if row.layer != LAYER or row.event not in ("publish", "deliver"):
+            continue
+        node, origin, seq = row.node, str(row.origin), int(cast(int, row.seq))
+        vector: dict[str, int] = _info(row)["vector"]
+        if vector.get(origin) != seq:
+            problems.append(f"{node}: {row.msg} carries vector[{origin}]={vector.get(origin)}")
+        if seq in seen[node][origin]:
+            problems.append(f"{node} delivered {row.msg} twice")
+        for other, high in vector.items():
+            need = high - 1 if other == origin else high
+            if upto[node][other] < need:
+                problems.append(f"{node} {row.event} {row.msg} before {other}:{need} "
+                                f"(had {other}:1..{upto[node][other]})")
+        seen[node][origin].add(seq)
+        while upto[node][origin] + 1 in seen[node][origin]:
+            upto[node][origin] += 1
+    return problems
+
+
+def reused_sequence_numbers(rows: Iterable[Sequence[object]]) -> list[str]:
+    published: set[str] = set()
+    problems = []
+    for row in named(rows):
+        if row.layer == LAYER and row.event == "publish":
+            if row.msg in published:
+                problems.append(f"{row.msg} published twice")
+            published.add(str(row.msg))
+    return problems
+
+
+def missing_deliveries(rows: Iterable[Sequence[object]], nodes: Iterable[str]) -> list[str]:
+    """Published messages some node of ``nodes`` neither published nor delivered."""
+    published: set[str] = set()
+    have: dict[str, set[str]] = defaultdict(set)
+    for row in named(rows):
+        if row.layer == LAYER and row.event in ("publish", "deliver"):
+            have[row.node].add(str(row.msg))
+            if row.event == "publish":
+                published.add(str(row.msg))
+    return [f"{node} misses {msg}" for node in sorted(nodes)
+            for msg in sorted(published - have[node])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Write:
+    msg: str
+    writer: str
+    seq: int
+    key: str
+    old: str | None
+    rev: str
+    deleted: bool
+
+
+def published_writes(rows: Iterable[Sequence[object]]) -> list[Write]:
+    writes = []
+    for row in named(rows):
+        if row.layer == LAYER and row.event == "publish":
+            info = _info(row)
+            writes.append(Write(str(row.msg), str(row.origin), int(cast(int, row.seq)),
+                                str(row.key), info["old"], info["rev"], info["deleted"]))
+    return writes
+
+
+def winning_paths(writes: Iterable[Write]) -> dict[str, list[Write]]:
+    """Per key, the seed's rule over the revision tree: from "no object", follow the child write
+    of the lowest writer id (then seq) until a revision has no child."""
+    children: dict[tuple[str, str | None], list[Write]] = defaultdict(list)
+    keys: set[str] = set()
+    for write in writes:
+        children[(write.key, write.old)].append(write)
+        keys.add(write.key)
+    paths: dict[str, list[Write]] = {}
+    for key in sorted(keys):
+        path: list[Write] = []
+        revision: str | None = None
+        while children.get((key, revision)):
+            best = min(children[(key, revision)], key=lambda w: (w.writer, w.seq))
+            path.append(best)
+            revision = best.rev
+        paths[key] = path
+    return paths
+
+
+def loser_problems(rows: Iterable[Sequence[object]]) -> list[str]:
+    """Every write off its key's winning path lost a conflict somewhere, and its writer resolved
+    it exactly once (rebased it as a new write, itself judged the same way, or gave it up);
+    no write on the winning path was reported as a loser."""
+    rows = named(rows)
+    writes = published_writes(rows)
+    on_path = {w.msg for path in winning_paths(writes).values() for w in path}
+    reported = {_info(r)["loser"] for r in rows if r.layer == LAYER and r.event == "conflict"}
+    resolves: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if row.layer == LAYER and row.event == "resolve":
+            resolves[f"{row.node}:{_info(row)['original']}"] += 1
+    problems = [f"{msg} is on the winning path but was reported losing"
+                for msg in sorted(reported & on_path)]
+    for write in writes:
+        if write.msg in on_path:
+            continue
+        if write.msg not in reported:
+            problems.append(f"{write.msg} lost but no replica reported a conflict")
+        if resolves[write.msg] != 1:
+            problems.append(f"{write.msg} lost and was resolved {resolves[write.msg]} times")
+    return problems
+
+
+def convergence_problems(
+    rows: Iterable[Sequence[object]], states: dict[str, tuple[dict[str, str], dict[str, Any]]]
+) -> list[str]:
+    """``states``: node -> (revisions, items). All equal, and equal to the winning paths' ends."""
+    rows = named(rows)
+    expected_revisions = {key: path[-1].rev for key, path in winning_paths(
+        published_writes(rows)).items()}
+    problems = []
+    items_seen = {json.dumps(items, sort_keys=True) for _, items in states.values()}
+    if len(items_seen) > 1:
+        problems.append(f"{len(items_seen)} different items() among {len(states)} replicas")
+    for node, (revisions, _items) in sorted(states.items()):
+        if revisions != expected_revisions:
+            wrong = sorted(k for k in expected_revisions.keys() | revisions.keys()
+                           if revisions.get(k) != expected_revisions.get(k))
+            problems.append(f"{node} differs from the winning revisions on {wrong}")
+    return problems
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+FAULTY = LinkModel(latency=Uniform(0.005, 0.05), loss=0.1, duplicate=0.1, reorder=0.1)
+
+
+def client_of(sim: Simulation, node: str) -> ReplicaClient:
+    return cast(ReplicaClient, sim.process(node))
+
+
+def make_scenario(
+    *,
+    clients: int,
+    seed: int,
+    link: LinkModel,
+    writes: int,
+    keys: int,
+    window: tuple[float, float] = (0.2, 5.0),
+    delete_rate: float = 0.1,
+) -> Scenario:
+    """One hub and ``clients`` clients; ``writes`` random writes (some deletes) on ``keys`` keys,
+    each by a random client that is up, drawn from the scenario's rng."""
+    scenario = Scenario(seed=seed, nodes=[HUB, *node_ids(clients)], link=link)
+    times = random.Random(f"{seed}/write-times")
+    for number in range(writes):
+
+        def write(sim: Simulation, number: int = number) -> None:
+            up = [n for n in sim.alive() if n != HUB]
+            if not up:
+                return
+            node = sim.rng.choice(up)
+            key = f"k{sim.rng.randrange(keys)}"
+            if sim.rng.random() < delete_rate:
+                sim.call(node, lambda p: cast(ReplicaClient, p).delete(key))
+            else:
+                sim.call(node, lambda p: cast(ReplicaClient, p).set(key, {"n": number}))
+
+        scenario.at(times.uniform(*window), write)
+    return scenario
+
+
+def run(
+    scenario: Scenario,
+    *,
+    until: float,
+    config: ReplicaConfig | None = None,
+    wrap: Callable[[Env], Env] | None = None,
+    trace_messages: bool = True,
+) -> tuple[Simulation, MemorySink]:
+    sink = MemorySink()
+
+    def factory(env: Env) -> HubNode | ReplicaClient:
+        if env.node == HUB:
+            return HubNode(env)
+        return ReplicaClient(wrap(env) if wrap is not None else env, config=config)
+
+    sim = scenario.build(factory, trace=sink, codec=ReplicaCodec(),
+                         trace_messages=trace_messages)
+    sim.run(until=until)
+    return sim, sink
+
+
+def check_all(sim: Simulation, sink: MemorySink, seed: int) -> None:
+    """Every oracle: causal order, reliability, unique seqs, convergence, losers resolved."""
+    clients = [n for n in sim.alive() if n != HUB]
+    assert len(clients) == len(sim.nodes()) - 1, f"seed={seed}: a client is down at the end"
+    where = f"seed={seed}"
+    assert causal_violations(sink.rows) == [], where
+    assert reused_sequence_numbers(sink.rows) == [], where
+    assert missing_deliveries(sink.rows, clients) == [], where
+    states = {n: (client_of(sim, n).revisions(), client_of(sim, n).items()) for n in clients}
+    assert convergence_problems(sink.rows, states) == [], where
+    assert loser_problems(sink.rows) == [], where
+    assert all(client_of(sim, n).holdback_size == 0 for n in clients), where
+    assert sum(client_of(sim, n).stale_conflicts for n in clients) == 0, where
+
+
+# -- whole-system runs ----------------------------------------------------------------------
+
+
+def test_fifty_clients_under_loss_duplication_reordering_converge_in_causal_order() -> None:
+    seed = 1
+    scenario = make_scenario(clients=50, seed=seed, link=FAULTY, writes=120, keys=6,
+                             window=(0.2, 8.0))
+    sim, sink = run(scenario, until=45.0)
+    check_all(sim, sink, seed)
+    assert count(sink.rows, layer=LAYER, event="conflict") > 0, f"seed={seed}"
+    assert count(sink.rows, layer=LAYER, event="resolve") > 0, f"seed={seed}"
+    assert count(sink.rows, layer=LAYER, event="nack") > 0, f"seed={seed}: faults needed repair"
+    # deletes happened and converged too
+    deletes = [w for w in published_writes(sink.rows) if w.deleted]
+    assert deletes, f"seed={seed}"
+
+
+def test_partition_heals_and_both_sides_converge() -> None:
+    seed = 2
+    scenario = make_scenario(clients=12, seed=seed, link=FAULTY, writes=80, keys=4,
+                             window=(0.2, 6.0))
+    cut_off = scenario.nodes[7:]  # these clients lose the hub for a while
+    scenario.partition(1.0, [[HUB, *scenario.nodes[1:7]], cut_off], heal_at=4.0)
+    sim, sink = run(scenario, until=50.0)
+    check_all(sim, sink, seed)
+    rows = named(sink.rows)
+    during = [r for r in rows if r.event == "publish" and r.node in cut_off and 1.0 < r.t < 4.0]
+    assert during, f"seed={seed}: the cut-off side wrote while partitioned"
+    late = [r for r in rows if r.event == "deliver" and r.msg in {d.msg for d in during}
+            and r.node not in cut_off]
+    assert late and min(r.t for r in late) >= 4.0, f"seed={seed}: delivered only after heal"
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_clients_crash_and_recover_from_their_durable_store(seed: int) -> None:
+    scenario = make_scenario(clients=15, seed=seed, link=FAULTY, writes=100, keys=4,
+                             window=(0.2, 7.0))
+    for index, node in enumerate(scenario.nodes[1:6]):
+        scenario.crash(1.0 + index, node, recover_after=1.5)
+    sim, sink = run(scenario, until=50.0)
+    check_all(sim, sink, seed)
+    assert count(sink.rows, layer="sim", event="recover") == 5, f"seed={seed}"
+    crashed = set(scenario.nodes[1:6])
+    after = [r for r in named(sink.rows) if r.event == "publish" and r.node in crashed
+             and r.t > 2.5]
+    assert after, f"seed={seed}: recovered clients wrote again (and reused no seq)"
+
+
+def test_one_seed_one_trace() -> None:
+    def once() -> list[Any]:
+        scenario = make_scenario(clients=8, seed=9, link=FAULTY, writes=40, keys=3)
+        scenario.crash(2.0, scenario.nodes[3], recover_after=1.0)
+        _sim, sink = run(scenario, until=20.0)
+        return sink.rows
+
+    first, second = once(), once()
+    assert len(first) > 1000
+    assert first == second, "seed=9: two runs of one seed differ"
+
+
+class CorruptFirstData:
+    """An env whose client sends its first data message with a wrong CRC (a flipped bit)."""
+
+    def __init__(self, env: Env) -> None:
+        self._env = env
+        self.corrupted = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def send(self, dst: str, msg: Message) -> None:
+        if isinstance(msg, Data) and not self.corrupted:
+            self.corrupted = True
+            msg = dataclasses.replace(msg, crc=msg.crc ^ 1)
+        self._env.send(dst, msg)
+
+
+def test_corrupt_message_is_dropped_nacked_and_repaired() -> None:
+    seed = 5
+    scenario = make_scenario(clients=5, seed=seed, link=LinkModel(), writes=0, keys=1)
+    writer = scenario.nodes[1]
+    scenario.at(0.5, lambda sim: client_of(sim, writer).set("k", {"v": 1}))
+    sim, sink = run(scenario, until=10.0,
+                    wrap=lambda env: cast(Env, CorruptFirstData(env)) if env.node == writer
+                    else env)
+    rows = named(sink.rows)
+    crc_drops = [r for r in rows if r.event == "drop" and "crc" in str(r.info)]
+    assert {r.node for r in crc_drops} == set(scenario.nodes[2:]), f"seed={seed}"
+    assert all(r.msg == f"{writer}:1" for r in crc_drops)
+    nacks = [r for r in rows if r.event == "nack" and r.origin == writer]
+    assert nacks, f"seed={seed}: the corrupt message was asked for again"
+    check_all(sim, sink, seed)
+    assert all(client_of(sim, n).get("k") == {"v": 1} for n in scenario.nodes[1:])
+
+
+class DropLastData:
+    """An env whose data messages after the ``keep``-th never reach the hub (tail loss)."""
+
+    def __init__(self, env: Env, keep: int) -> None:
+        self._env = env
+        self.keep = keep
+        self.data_sent = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def send(self, dst: str, msg: Message) -> None:
+        if isinstance(msg, Data):  # a Retry that carries it later is not a Data
+            self.data_sent += 1
+            if self.data_sent > self.keep:
+                return
+        self._env.send(dst, msg)
+
+
+@pytest.mark.parametrize("announce", [True, False])
+def test_lost_last_message_is_found_by_announcements(announce: bool) -> None:
+    """The writer's last message never leaves it and nothing follows it: only the origin's
+    re-announcement (a Subscribe with its count) can reveal the gap. With announcements pushed
+    beyond the run, the oracle must see the loss."""
+    seed = 6
+    scenario = make_scenario(clients=4, seed=seed, link=LinkModel(), writes=0, keys=1)
+    writer = scenario.nodes[1]
+    for number, at in enumerate((0.5, 1.0, 1.5)):
+        scenario.at(at, lambda sim, n=number: client_of(sim, writer).set("k", {"v": n}))
+    causal = CausalConfig() if announce else CausalConfig(announce_interval=100.0,
+                                                          announce_cap=100.0)
+    sim, sink = run(scenario, until=15.0, config=ReplicaConfig(causal=causal),
+                    wrap=lambda env: cast(Env, DropLastData(env, keep=2)) if env.node == writer
+                    else env)
+    readers = scenario.nodes[2:]
+    missing = missing_deliveries(sink.rows, readers)
+    if announce:
+        assert missing == [], f"seed={seed}"
+        assert all(client_of(sim, n).get("k") == {"v": 2} for n in readers)
+        check_all(sim, sink, seed)
+    else:
+        assert missing == [f"{n} misses {writer}:3" for n in readers], f"seed={seed}"
+
+
+def test_holdback_is_bounded_and_the_nack_loop_recovers_what_it_dropped() -> None:
+    seed = 7
+    link = LinkModel(latency=Uniform(0.001, 0.2), reorder=0.5, loss=0.05)
+    scenario = make_scenario(clients=6, seed=seed, link=link, writes=150, keys=20,
+                             window=(0.2, 1.5))
+    config = ReplicaConfig(causal=CausalConfig(holdback_limit=3))
+    sim, sink = run(scenario, until=40.0, config=config)
+    drops = [r for r in named(sink.rows) if r.event == "drop" and "holdback_full" in str(r.info)]
+    assert drops, f"seed={seed}: the bound was hit"
+    check_all(sim, sink, seed)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    loss=st.floats(0.0, 0.3),
+    duplicate=st.floats(0.0, 0.3),
+    reorder=st.floats(0.0, 0.3),
+)
+def test_property_any_faults_converge_in_causal_order(
+    seed: int, loss: float, duplicate: float, reorder: float
+) -> None:
+    link = LinkModel(latency=Uniform(0.001, 0.05), loss=loss, duplicate=duplicate,
+                     reorder=reorder)
+    scenario = make_scenario(clients=8, seed=seed, link=link, writes=30, keys=3)
+    sim, sink = run(scenario, until=60.0)
+    check_all(sim, sink, seed)
+
+
+@pytest.mark.slow
+def test_a_thousand_clients_converge() -> None:
+    """Scale: 1,000 clients. The cost is the seed's join: every Subscribe reaches every client
+    already connected (about N**2 / 2 deliveries), so few writes and a short run."""
+    seed = 8
+    link = LinkModel(latency=Uniform(0.005, 0.05), loss=0.01)
+    scenario = make_scenario(clients=1000, seed=seed, link=link, writes=15, keys=3,
+                             window=(0.5, 2.0), delete_rate=0.0)
+    sim, sink = run(scenario, until=8.0, trace_messages=False)
+    check_all(sim, sink, seed)
+    assert count(sink.rows, layer=LAYER, event="deliver") >= 15 * 999, f"seed={seed}"
+
+
+# -- the client core, driven by hand --------------------------------------------------------
+
+
+class FakeEnv:
+    """An env with time stepped by hand: sends and trace rows are recorded."""
+
+    def __init__(self, node: str, *, store: MemoryStore | None = None) -> None:
+        self.node = node
+        self.t = 0.0
+        self.rng = random.Random(node)
+        self.store = store if store is not None else MemoryStore()
+        self.sent: list[Message] = []
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+        self._timers: list[list[Any]] = []
+        self._order = itertools.count()
+
+    def now(self) -> float:
+        return self.t
+
+    def send(self, dst: str, msg: Message) -> None:
+        assert dst == HUB
+        self.sent.append(msg)
+
+    def set_timer(self, delay: float, fn: Callable[[], None]) -> list[Any]:
+        entry = [self.t + delay, next(self._order), fn]
+        heapq.heappush(self._timers, entry)
+        return entry
+
+    def cancel(self, handle: object) -> None:
+        cast(list[Any], handle)[2] = None
+
+    def trace(self, event: str, *, layer: str, **fields: Any) -> None:
+        self.rows.append((event, fields))
+
+    def advance(self, seconds: float) -> None:
+        end = self.t + seconds
+        while self._timers and self._timers[0][0] <= end:
+            due, _, fn = heapq.heappop(self._timers)
+            self.t = due
+            if fn is not None:
+                fn()
+        self.t = end
+
+    def take(self, kind: type[Message]) -> list[Any]:
+        taken = [m for m in self.sent if isinstance(m, kind)]
+        self.sent = [m for m in self.sent if not isinstance(m, kind)]
+        return taken
+
+
+def write(writer: str, vector: dict[str, int], key: str, old: str | None, rev: str,
+          content: Any = None) -> Data:
+    content = {"by": writer, "rev": rev} if content is None else content
+    return Data(id=writer, key=key, old_value=old, value=rev, crc=crc_of(key, rev, content),
+                vector=vector, data=content)
+
+
+R0 = write("n9", {"n9": 1}, "k", None, "r0")
+C1 = write("n3", {"n9": 1, "n3": 1}, "k", "r0", "c1")
+C2 = write("n1", {"n9": 1, "n3": 1, "n1": 1}, "k", "c1", "c2")  # built on c1
+M = write("n2", {"n9": 1, "n2": 1}, "k", "r0", "m")  # concurrent with c1 and c2
+
+
+@pytest.mark.parametrize("order", [(R0, C1, C2, M), (R0, M, C1, C2), (R0, C1, M, C2)],
+                         ids=["c1-c2-m", "m-c1-c2", "c1-m-c2"])
+def test_conflicts_are_decided_where_the_writes_fork_whatever_the_order(
+    order: tuple[Data, ...],
+) -> None:
+    """n2's m beats n3's c1 at their fork r0, so n1's c2 (built on c1) loses with it, in every
+    causal order. (Comparing m with every write after r0 would let c2, by n1, beat m in the
+    first order and lose in the second: replicas would diverge.)"""
+    env = FakeEnv("n8")
+    client = ReplicaClient(cast(Env, env))
+    client.start()
+    for msg in order:
+        client.on_message(HUB, msg)
+    assert client.revision("k") == "m"
+    assert client.history("k") == [("r0", "n9", 1), ("m", "n2", 1)]
+    conflicts = env.take(Conflict)
+    assert sorted((c.dest, c.loser_time, c.winner, c.winner_time) for c in conflicts) == [
+        ("n1", 1, "n2", 1), ("n3", 1, "n2", 1)]
+
+
+def test_a_lost_own_write_is_rebased_once_after_its_winner_even_if_also_told() -> None:
+    env = FakeEnv("n5")
+    changes: list[tuple[str, Any, str | None]] = []
+    client = ReplicaClient(cast(Env, env), on_change=lambda k, c, r: changes.append((k, c, r)))
+    client.start()
+    mine = client.set("k", {"mine": 1})  # seq 1, creates k
+    # the peer says so before we have the winner: wait for it and ask for it (footnote 11)
+    told = Conflict(id="n7", dest="n5", loser_time=1, winner="n1", winner_time=1, object="k")
+    client.on_message(HUB, told)
+    assert [(n.dest, n.start, n.end) for n in env.take(Nack)] == []  # NACKed after nack_delay
+    env.advance(0.1)
+    assert [(n.dest, n.start, n.end) for n in env.take(Nack)] == [("n1", 1, 1)]
+    assert client.revision("k") == mine and client.resolved == {}
+    winner = write("n1", {"n1": 1}, "k", None, "w1", {"theirs": 1})
+    client.on_message(HUB, winner)
+    assert client.revision("k") == "w1"  # our creation reverted: n1 < n5
+    client.on_message(HUB, told)  # told again: still one rebase
+    env.take(Data)
+    env.advance(1.0)
+    rebased = env.take(Data)
+    assert [(d.seq, d.old_value, d.data) for d in rebased] == [(2, "w1", {"mine": 1})]
+    assert client.resolved == {1: 2}
+    assert client.get("k") == {"mine": 1}
+    assert [e for e, _ in env.rows].count("resolve") == 1
+    assert changes[-1] == ("k", {"mine": 1}, rebased[0].value)
+    assert not any(isinstance(m, Conflict) for m in env.sent), "never a Conflict to oneself"
+
+
+def test_a_queued_rebase_survives_a_crash_and_happens_once() -> None:
+    store = MemoryStore()
+    env = FakeEnv("n5", store=store)
+    client = ReplicaClient(cast(Env, env))
+    client.start()
+    client.set("k", {"mine": 1})
+    client.on_message(HUB, write("n1", {"n1": 1}, "k", None, "w1"))  # wins: ours is reverted
+    assert client.revision("k") == "w1" and client.resolved == {}
+    store.crash()  # before the rebase timer fired
+    env = FakeEnv("n5", store=store)
+    again = ReplicaClient(cast(Env, env))
+    again.start()
+    env.advance(1.0)
+    assert [(d.seq, d.old_value, d.data) for d in env.take(Data)] == [(2, "w1", {"mine": 1})]
+    assert again.resolved == {1: 2}
+    env.advance(5.0)
+    assert env.take(Data) == []
+
+
+def test_subscribe_and_nack_are_answered_from_the_send_log() -> None:
+    env = FakeEnv("n1")
+    client = ReplicaClient(cast(Env, env))
+    client.start()
+    for number in range(3):
+        client.set("k", {"v": number})
+    env.sent.clear()
+    client.on_message(HUB, Subscribe(id="n2", vector={"n1": 1}))
+    [retry] = env.take(Retry)
+    assert retry.dest == "n2" and [d.seq for d in retry.retry] == [2, 3]
+    client.on_message(HUB, Nack(id="n3", dest="n1", start=1, end=2))
+    [retry] = env.take(Retry)
+    assert retry.dest == "n3" and [d.seq for d in retry.retry] == [1, 2]
+    client.on_message(HUB, Subscribe(id="n4", vector={"n1": 3}))
+    assert env.take(Retry) == []
+
+
+def test_a_corrupt_data_message_is_dropped_without_changing_state() -> None:
+    env = FakeEnv("n2")
+    client = ReplicaClient(cast(Env, env))
+    client.start()
+    good = write("n1", {"n1": 1}, "k", None, "r1")
+    client.on_message(HUB, dataclasses.replace(good, crc=good.crc ^ 1))
+    assert client.items() == {} and client.vector == {}
+    assert [f.get("reason") for e, f in env.rows if e == "drop"] == ["crc"]
+    env.advance(0.1)
+    assert [(n.dest, n.start) for n in env.take(Nack)] == [("n1", 1)]
+    client.on_message(HUB, good)
+    assert client.get("k") == good.data and client.vector == {"n1": 1}
+
+
+def test_bad_peer_input_is_refused_before_any_state_changes() -> None:
+    env = FakeEnv("n2")
+    client = ReplicaClient(cast(Env, env))
+    client.start()
+    good = write("n1", {"n1": 1}, "k", None, "r1")
+    bad_id = write("n1", {"n1": 1, "not an id!": 3}, "k", None, "r1")
+    with pytest.raises(InvalidMessage):
+        client.on_message(HUB, Retry(id="n1", dest="n2", retry=(good, bad_id)))
+    with pytest.raises(InvalidMessage):
+        client.on_message(HUB, Subscribe(id="n1", vector={"n1": 1, "": 1}))
+    assert client.vector == {} and client.items() == {} and client.causal.gaps() == {}
+    # a message that counts writes of ours we never made could never be delivered: dropped
+    client.on_message(HUB, write("n1", {"n1": 1, "n2": 4}, "k", None, "r1"))
+    assert [f.get("reason") for e, f in env.rows if e == "drop"] == ["own_future"]
+    client.on_message(HUB, good)
+    assert client.vector == {"n1": 1}
+
+
+def test_hub_node_routes_and_drops_what_the_relay_refuses() -> None:
+    sink = MemorySink()
+    sim = Simulation(seed=1, trace=sink, codec=ReplicaCodec())
+    sim.add_node(HUB, HubNode)
+    sim.add_nodes(["n1", "n2"], ReplicaClient)
+    sim.run(until=1.0)
+    sim.env("n1").send(HUB, Nack(id="n1", dest="n9", start=1, end=1))  # no such client
+    sim.env("n1").send(HUB, Nack(id="n2", dest="n2", start=1, end=1))  # speaks for another
+    sim.call("n1", lambda p: cast(ReplicaClient, p).set("k", 1))
+    sim.run(until=2.0)
+    drops = [r for r in named(sink.rows) if r.layer == "hub" and r.event == "drop"]
+    assert len(drops) == 2 and all(r.peer == "n1" for r in drops)
+    assert cast(HubNode, sim.process(HUB)).relay.connection_of("n2") == "n2"
+    assert client_of(sim, "n2").get("k") == 1
+
+
+def test_a_crash_recovered_client_resumes_and_never_reuses_a_sequence_number() -> None:
+    store = MemoryStore()
+    env = FakeEnv("n4", store=store)
+    client = ReplicaClient(cast(Env, env))
+    client.start()
+    client.set("a", 1)
+    client.set("b", 2)
+    client.on_message(HUB, write("n1", {"n1": 1}, "c", None, "r1", 3))
+    store.crash()  # only committed state survives
+    again = ReplicaClient(cast(Env, FakeEnv("n4", store=store)))
+    assert again.items() == {"a": 1, "b": 2, "c": 3}
+    assert again.vector == {"n1": 1, "n4": 2}
+    again.set("a", 5)
+    assert again.causal.sent == 3
+
+
+# -- the oracles can fail ---------------------------------------------------------------------
+
+
+def _row(t: float, node: str, event: str, origin: str, seq: int, vector: dict[str, int],
+         **info: Any) -> tuple[Any, ...]:
+    return ("run", t, node, LAYER, event, f"{origin}:{seq}", origin, None, "k", seq, None,
+            json.dumps({"vector": vector, **info}, sort_keys=True))
+
+
+def test_causal_oracle_reports_a_delivery_before_its_cause() -> None:
+    rows = [
+        _row(0.0, "a", "publish", "a", 1, {"a": 1}),
+        _row(0.1, "b", "deliver", "a", 1, {"a": 1}),
+        _row(0.2, "b", "publish", "b", 1, {"a": 1, "b": 1}),
+        # c gets b:1 (which depends on a:1) before a:1
+        _row(0.3, "c", "deliver", "b", 1, {"a": 1, "b": 1}),
+        _row(0.4, "c", "deliver", "a", 1, {"a": 1}),
+        _row(0.5, "c", "deliver", "a", 1, {"a": 1}),
+    ]
+    problems = causal_violations(rows)
+    assert problems == ["c deliver b:1 before a:1 (had a:1..0)", "c delivered a:1 twice"]
+    assert causal_violations(rows[:3]) == []
+    assert missing_deliveries(rows[:2], ["a", "b", "c"]) == ["c misses a:1"]
+
+
+def test_convergence_and_loser_oracles_report_divergence_and_unresolved_losers() -> None:
+    def publish(node: str, seq: int, old: str | None, rev: str) -> tuple[Any, ...]:
+        return _row(0.0, node, "publish", node, seq, {node: seq}, old=old, rev=rev,
+                    deleted=False)
+
+    rows = [publish("n2", 1, None, "x"), publish("n1", 1, None, "y"),
+            publish("n3", 1, "x", "z")]  # n1's y wins at the root; x and z (on x) lose
+    assert [w.rev for w in winning_paths(published_writes(rows))["k"]] == ["y"]
+    assert convergence_problems(rows, {"n1": ({"k": "y"}, {}), "n2": ({"k": "y"}, {})}) == []
+    assert convergence_problems(rows, {"n1": ({"k": "y"}, {}), "n2": ({"k": "z"}, {})}) == [
+        "n2 differs from the winning revisions on ['k']"]
+    assert loser_problems(rows) == [
+        "n2:1 lost but no replica reported a conflict", "n2:1 lost and was resolved 0 times",
+        "n3:1 lost but no replica reported a conflict", "n3:1 lost and was resolved 0 times"]
+    reported = [("run", 0.1, "n1", LAYER, "conflict", None, None, None, "k", None, None,
+                 json.dumps({"loser": loser, "winner": "n1:1"})) for loser in ("n2:1", "n3:1")]
+    resolved = [("run", 0.2, node, LAYER, "resolve", None, node, None, "k", None, None,
+                 json.dumps({"original": 1, "new": None})) for node in ("n2", "n3", "n3")]
+    assert loser_problems(rows + reported + resolved) == ["n3:1 lost and was resolved 2 times"]
