@@ -85,6 +85,7 @@ BAD: list[tuple[str, type[ProtocolError], str]] = [
     ('{"id": "a", "dest": "b", "retry": [5]}', InvalidMessage, "data message"),
     ('{"id": "a"}', InvalidMessage, "no flag"),
     ('{"id": "a b", "clear": true}', InvalidMessage, "id"),
+    ('{"id": "a", "vector": {"no spaces": 1}, "subscribe": true}', InvalidMessage, "vector key"),
 ]
 
 

@@ -55,6 +55,7 @@ def _check_id(value: str, what: str) -> None:
 
 def _check_vector(vector: Mapping[str, int]) -> None:
     for node, count in vector.items():
+        _check_id(node, "vector key")
         if type(count) is not int or count < 0:
             raise ValueError(f"vector entry {node!r} must be an int >= 0, got {count!r}")
 
@@ -235,6 +236,10 @@ def _expect(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], wh
 def _vector(obj: Mapping[str, Any], what: str) -> dict[str, int]:
     vector = _expect(obj, "vector", dict, what)
     for node, count in vector.items():
+        try:
+            check_node_id(node)
+        except ConfigError:
+            raise InvalidMessage(f"{what}: vector key {node!r} is not a client id") from None
         if type(count) is not int or count < 0:
             raise InvalidMessage(f"{what}: vector entry {node!r} is not an int >= 0")
     return dict(vector)
