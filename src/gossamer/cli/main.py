@@ -1,6 +1,8 @@
 """The ``gossamer`` command line: one verb per subcommand, each a small function over the library.
 
-Verbs: ``sim`` (simulate a FIFO broadcast group), ``trace show`` (summarise a trace), ``bench``.
+Verbs: ``sim`` (simulate a FIFO broadcast group), ``trace show`` (summarise a trace), ``bench``,
+``experiment`` (a sweep of runs as Spark tasks, then analysis), ``analyze`` (checks, metrics,
+report over any trace).
 """
 
 from __future__ import annotations
@@ -13,13 +15,30 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from pyspark.sql import SparkSession
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import __version__
 from ..core.errors import GossamerError
 from ..core.traceio import read_trace, summarize
+from ..pipeline import (
+    DEFAULT_MASTER,
+    Analysis,
+    AnalysisConfig,
+    CheckConfig,
+    PipelineError,
+    RunOutcome,
+    analyze,
+    default_master,
+    get_spark,
+    load_experiment,
+    parse_conf,
+    print_summary,
+    run_experiment,
+    write_report,
+)
 from ..services.broadcast import (
     FifoRunOptions,
     FifoRunResult,
@@ -27,6 +46,8 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.replica.cli import add_hub_parser
+from .workloads import run_workload, validate_run
 
 __all__ = ["build_parser", "main"]
 
@@ -143,6 +164,91 @@ def _cmd_trace_show(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _analysis_steps(spark: SparkSession, run_dir: Path, out: Path | None, config: AnalysisConfig,
+                    console: Console) -> Analysis:
+    with Progress(
+        SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total} steps"), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as bar:
+        task = bar.add_task("analysing", total=1)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=f"analysing: {what}", completed=done, total=total)
+
+        analysis = analyze(spark, run_dir, out_dir=out, config=config, progress=progress)
+        bar.update(task, description="writing the report")
+        write_report(analysis)
+    print_summary(analysis, console)
+    return analysis
+
+
+def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
+    run_dir = Path(args.run_dir)
+    try:
+        checks = CheckConfig(
+            layers=tuple(args.layer) if args.layer else None,
+            total_order_layers=tuple(args.total_order or ()),
+            total_order_per_key=args.per_key, revision_field=args.revision_field,
+            exempt_crashed_origins=args.exempt_crashed_origins)
+        config = AnalysisConfig(checks=checks, throughput_bucket=args.bucket)
+        master = args.master or default_master()
+        console.print(f"[bold]gossamer analyze[/]: {run_dir / 'trace'} on Spark "
+                      f"{master or 'from spark-submit'}")
+        spark = get_spark(master, parse_conf(args.conf))
+        analysis = _analysis_steps(spark, run_dir, Path(args.out) if args.out else None, config,
+                                   console)
+    except PipelineError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    return 1 if analysis.failed else 0
+
+
+def _print_runs(outcomes: Sequence[RunOutcome], console: Console) -> None:
+    counts = {status: sum(1 for o in outcomes if o.status == status)
+              for status in ("done", "skipped", "failed")}
+    console.print(f"runs: {counts['done']} done, {counts['skipped']} skipped (already "
+                  f"complete), {counts['failed']} failed")
+    for outcome in outcomes:
+        if outcome.status == "failed":
+            console.print(f"[red]run {outcome.run} failed:[/] {outcome.detail}")
+
+
+def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
+    out = Path(args.out)
+    try:
+        experiment = load_experiment(args.file)
+        runs = experiment.runs()
+        for spec in runs:
+            validate_run(spec)
+        master = args.master or default_master()
+        console.print(
+            f"[bold]gossamer experiment[/] {experiment.name}: workload {experiment.workload} "
+            f"({experiment.mode}), {len(runs)} runs, Spark {master or 'from spark-submit'}, "
+            f"out {out}")
+        spark = get_spark(master, parse_conf(args.conf))
+        with Progress(
+            TextColumn("[progress.description]{task.description}"), BarColumn(),
+            TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
+            console=console,
+        ) as bar:
+            task = bar.add_task("running", total=len(runs))
+            outcomes = run_experiment(
+                spark, runs, out, run_workload,
+                progress=lambda done, total: bar.update(task, completed=done, total=total))
+        _print_runs(outcomes, console)
+        if all(o.status == "failed" for o in outcomes):
+            console.print("[red]error:[/] every run failed; nothing to analyse")
+            return 1
+        analysis = _analysis_steps(spark, out, None, AnalysisConfig(checks=experiment.checks),
+                                   console)
+    except PipelineError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    failed_runs = any(o.status == "failed" for o in outcomes)
+    return 1 if analysis.failed or failed_runs else 0
+
+
 BENCHMARKS = {"sim": "sim_kernel.py"}
 
 
@@ -217,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     loop.add_argument("--out", default="runs/loopback")
     loop.set_defaults(handler=_cmd_loopback)
 
+    add_hub_parser(verbs)
+
     trace = verbs.add_parser("trace", help="inspect traces")
     trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)
     show = trace_verbs.add_parser("show", help="rows by layer and event, time span")
@@ -228,7 +336,47 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("bench_args", nargs=argparse.REMAINDER,
                        help="arguments passed to the benchmark (e.g. --quick)")
     bench.set_defaults(handler=_cmd_bench)
+
+    experiment = verbs.add_parser(
+        "experiment", help="run a parameter sweep as Spark tasks, then analyse it",
+        description="Expand FILE.toml (workload, mode, seeds, [options], [sweep]) into runs, "
+                    "run each as one Spark task writing OUT/trace/<run>/ (finished runs are "
+                    "skipped), then analyse OUT like `gossamer analyze`. Exits 1 when a run "
+                    "failed or a check found violations.")
+    experiment.add_argument("file", help="experiment file (TOML)")
+    experiment.add_argument("--out", required=True, help="run directory (shared by executors)")
+    _spark_arguments(experiment)
+    experiment.set_defaults(handler=_cmd_experiment)
+
+    analyse = verbs.add_parser(
+        "analyze", help="check guarantees and compute metrics over a trace with Spark",
+        description="Read every trace under RUN_DIR/trace, run all checks and metrics, write "
+                    "Parquet tables and report.html under OUT and print a summary. Exits 1 "
+                    "when a check fails.")
+    analyse.add_argument("run_dir")
+    analyse.add_argument("--out", default=None, help="output directory (default RUN_DIR/analysis)")
+    _spark_arguments(analyse)
+    analyse.add_argument("--layer", action="append", default=None,
+                         help="check only these layers (repeatable; default: all)")
+    analyse.add_argument("--total-order", action="append", default=None, metavar="LAYER",
+                         help="a layer that promises total order (repeatable)")
+    analyse.add_argument("--per-key", action="store_true",
+                         help="total order is per key (object), not global")
+    analyse.add_argument("--revision-field", default="rev",
+                         help="info field holding an object's revision (default rev)")
+    analyse.add_argument("--exempt-crashed-origins", action="store_true",
+                         help="do not expect messages of publishers that are down at the end")
+    analyse.add_argument("--bucket", type=float, default=1.0,
+                         help="seconds per throughput bucket")
+    analyse.set_defaults(handler=_cmd_analyze)
     return parser
+
+
+def _spark_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", default=None,
+                        help=f"Spark master (default {DEFAULT_MASTER}, or spark-submit's)")
+    parser.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
+                        help="Spark configuration (repeatable)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

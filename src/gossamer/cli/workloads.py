@@ -1,0 +1,85 @@
+"""The workloads ``gossamer experiment`` can run, by name: one ``RunSpec`` in, one trace out.
+
+The pipeline never imports services, so this (command line) layer hands it ``run_workload``,
+a module-level function Spark pickles by reference and calls inside each task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+from ..pipeline.experiment import RunSpec
+from ..services.broadcast import (
+    FifoRunOptions,
+    FifoRunResult,
+    LoopbackOptions,
+    run_fifo_loopback,
+    run_fifo_sim,
+)
+
+__all__ = ["WORKLOADS", "run_workload", "validate_run"]
+
+#: workload -> mode -> options dataclass (its fields are what [options] and [sweep] may set)
+WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
+    "fifo": {"sim": FifoRunOptions, "loopback": LoopbackOptions},
+}
+
+
+def _options(spec: RunSpec) -> FifoRunOptions | LoopbackOptions:
+    modes = WORKLOADS.get(spec.workload)
+    if modes is None:
+        raise ConfigError(f"unknown workload {spec.workload!r}; known: {', '.join(WORKLOADS)}")
+    kind = modes.get(spec.mode)
+    if kind is None:
+        raise ConfigError(f"workload {spec.workload!r} has no mode {spec.mode!r}; "
+                          f"it has {', '.join(modes)}")
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    settable = sorted(set(fields) - {"seed", "run"})
+    for key, value in spec.params.items():
+        if key not in settable:
+            raise ConfigError(f"{spec.workload}/{spec.mode} has no option {key!r}; "
+                              f"options: {', '.join(settable)}")
+        if not _fits(fields[key].default, value):
+            raise ConfigError(f"option {key} = {value!r} does not fit its default "
+                              f"{fields[key].default!r}")
+    options: FifoRunOptions | LoopbackOptions = kind(**spec.params, seed=spec.seed, run=spec.run)
+    return options
+
+
+def _fits(default: Any, value: Any) -> bool:
+    """Whether a TOML value can stand where the option's default stands (None: a number)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return number and isinstance(value, int)
+    if isinstance(default, float) or default is None:
+        return number
+    return isinstance(value, type(default))
+
+
+def validate_run(spec: RunSpec) -> None:
+    """Raise ``ConfigError`` now, on the driver, for a run whose options cannot work."""
+    _options(spec)
+
+
+def _result(result: FifoRunResult) -> dict[str, Any]:
+    return {"published": result.published, "expected": result.expected_deliveries,
+            "delivered": result.actual_deliveries, "reliability": result.reliability,
+            "events": result.events, "wall_seconds": result.wall_seconds}
+
+
+def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
+    """Run one experiment run (inside a Spark task) and write its trace under ``out_dir``."""
+    options = _options(spec)
+    if isinstance(options, LoopbackOptions):
+        # durable state of an interrupted attempt would make this attempt a recovery
+        for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):
+            stale.unlink()
+        return _result(asyncio.run(run_fifo_loopback(options, out_dir=out_dir)))
+    return _result(run_fifo_sim(options, out_dir=out_dir))

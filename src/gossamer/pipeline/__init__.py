@@ -1,0 +1,106 @@
+"""pipeline: PySpark jobs that turn traces into checked guarantees, metrics and reports.
+
+It knows the trace schema (``gossamer.core.trace``) and nothing else of gossamer: experiments
+receive the function that runs one simulation from the caller.
+"""
+
+from .analysis import Analysis, AnalysisConfig, CheckSummary, analyze, read_run_params
+from .checks import (
+    VIOLATION_COLUMNS,
+    Check,
+    CheckConfig,
+    CheckResult,
+    Status,
+    atomicity_check,
+    causal_check,
+    causal_violations,
+    convergence_check,
+    convergence_violations,
+    default_checks,
+    evaluate,
+    expected_deliveries,
+    fifo_check,
+    fifo_violations,
+    member_status,
+    reliability_check,
+    reliability_summary,
+    reliability_violations,
+    total_order_check,
+    total_order_violations,
+)
+from .errors import PipelineError
+from .experiment import (
+    MODES,
+    Experiment,
+    RunOutcome,
+    RunSpec,
+    load_experiment,
+    run_done,
+    run_experiment,
+    write_run_records,
+)
+from .report import write_report
+from .schema import (
+    MEMBERSHIP_EVENTS,
+    ROW,
+    closed_trace_files,
+    is_closed_parquet,
+    load_trace,
+    membership_changes,
+    trace_schema,
+    with_row_order,
+)
+from .spark import DEFAULT_MASTER, default_master, get_spark, parse_conf
+from .summary import print_summary
+
+__all__ = [
+    "DEFAULT_MASTER",
+    "MEMBERSHIP_EVENTS",
+    "MODES",
+    "ROW",
+    "VIOLATION_COLUMNS",
+    "Analysis",
+    "AnalysisConfig",
+    "Check",
+    "CheckConfig",
+    "CheckResult",
+    "CheckSummary",
+    "Experiment",
+    "PipelineError",
+    "RunOutcome",
+    "RunSpec",
+    "Status",
+    "analyze",
+    "atomicity_check",
+    "causal_check",
+    "causal_violations",
+    "closed_trace_files",
+    "convergence_check",
+    "convergence_violations",
+    "default_checks",
+    "default_master",
+    "evaluate",
+    "expected_deliveries",
+    "fifo_check",
+    "fifo_violations",
+    "get_spark",
+    "is_closed_parquet",
+    "load_experiment",
+    "load_trace",
+    "member_status",
+    "membership_changes",
+    "parse_conf",
+    "print_summary",
+    "read_run_params",
+    "reliability_check",
+    "reliability_summary",
+    "reliability_violations",
+    "run_done",
+    "run_experiment",
+    "total_order_check",
+    "total_order_violations",
+    "trace_schema",
+    "with_row_order",
+    "write_report",
+    "write_run_records",
+]

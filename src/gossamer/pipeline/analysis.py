@@ -1,0 +1,227 @@
+"""The analysis job: extract the trace, transform it into verdicts and metrics, load the tables.
+
+``analyze(spark, RUN_DIR)`` writes every table as Parquet under ``OUT`` (default
+``RUN_DIR/analysis``) and returns the small aggregates the report and the terminal summary
+need; everything per event stays in Spark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import metrics
+from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
+from .errors import PipelineError
+from .schema import closed_trace_files, load_trace
+
+__all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params"]
+
+Progress = Callable[[str, int, int], None]
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AnalysisConfig:
+    checks: CheckConfig = dataclasses.field(default_factory=CheckConfig)
+    throughput_bucket: float = 1.0  # seconds per throughput bucket
+    cdf_points: int = 50  # quantiles per run in the latency CDF
+    load_bins: int = 30  # bins of the per-node load histogram
+    examples_per_check: int = 10  # violations per check shown in the summary and report
+
+    def __post_init__(self) -> None:
+        if self.throughput_bucket <= 0 or self.cdf_points < 2 or self.load_bins < 1:
+            raise PipelineError("need throughput_bucket > 0, cdf_points >= 2, load_bins >= 1")
+        if self.examples_per_check < 0:
+            raise PipelineError("examples_per_check must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckSummary:
+    name: str
+    status: Status
+    reason: str
+    violations: int
+    examples: list[dict[str, Any]]
+
+
+@dataclasses.dataclass
+class Analysis:
+    """What the driver keeps: verdicts, one row per run, and the series behind the plots."""
+
+    run_dir: Path
+    out_dir: Path
+    rows: int
+    unfinished_files: list[Path]
+    checks: list[CheckSummary]
+    runs: list[dict[str, Any]]
+    latency_cdf: list[tuple[str, float, float]]
+    load_histogram: list[tuple[float, float, int]]
+    throughput: list[tuple[str, float, float]]
+    report: Path | None = None
+
+    @property
+    def failed(self) -> bool:
+        return any(c.status is Status.FAIL for c in self.checks)
+
+
+def read_run_params(run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """Run id -> what ``gossamer experiment`` recorded about it (``RUN_DIR/runs/*.json``)."""
+    params: dict[str, dict[str, Any]] = {}
+    for path in sorted((Path(run_dir) / "runs").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise PipelineError(f"unreadable run record {path}: {exc}") from exc
+        if isinstance(record, dict) and isinstance(record.get("run"), str):
+            params[record["run"]] = record
+    return params
+
+
+_PARAMS_SCHEMA = T.StructType([
+    T.StructField("run", T.StringType()),
+    T.StructField("seed", T.LongType()),
+    T.StructField("params", T.StringType()),
+])
+
+
+def _slug(name: str) -> str:
+    return _SLUG.sub("_", name.lower()).strip("_")
+
+
+def _write(frame: DataFrame, path: Path) -> DataFrame:
+    frame.write.mode("overwrite").parquet(str(path))
+    return frame.sparkSession.read.parquet(str(path))
+
+
+def _as_dicts(frame: DataFrame) -> list[dict[str, Any]]:
+    return [row.asDict() for row in frame.collect()]
+
+
+def analyze(
+    spark: SparkSession,
+    run_dir: str | Path,
+    *,
+    out_dir: str | Path | None = None,
+    config: AnalysisConfig | None = None,
+    progress: Progress | None = None,
+) -> Analysis:
+    """Run every check and metric over ``RUN_DIR/trace`` and write the tables under ``OUT``."""
+    config = config if config is not None else AnalysisConfig()
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir is not None else run_dir / "analysis"
+    checks = default_checks(config.checks)
+    steps = 4 + len(checks)
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(what, done, steps)
+        done += 1
+
+    step("reading the trace")
+    _closed, unfinished = closed_trace_files(run_dir)
+    trace = load_trace(spark, run_dir).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        rows = trace.count()
+        if rows == 0:
+            raise PipelineError(f"the trace under {run_dir / 'trace'} has no rows")
+        out.mkdir(parents=True, exist_ok=True)
+        recorded = read_run_params(run_dir)
+        run_params = spark.createDataFrame(
+            [(run, record.get("seed"), json.dumps(record.get("params", {}), sort_keys=True))
+             for run, record in sorted(recorded.items())], _PARAMS_SCHEMA)
+
+        violations_dir = out / "violations"
+        shutil.rmtree(violations_dir, ignore_errors=True)
+
+        def materialize(name: str, violations: DataFrame) -> DataFrame:
+            with_seed = violations.join(run_params.select("run", "seed"), "run", "left")
+            return _write(with_seed.withColumn("check", F.lit(name)),
+                          violations_dir / f"check={_slug(name)}")
+
+        results = evaluate(trace, checks, materialize=materialize,
+                           on_check=lambda name: step(f"check: {name}"))
+        summaries = [_summarize(result, config.examples_per_check) for result in results]
+        spark.createDataFrame(
+            [(s.name, s.status.value, s.reason, s.violations) for s in summaries],
+            "check string, status string, reason string, violations long",
+        ).write.mode("overwrite").parquet(str(out / "checks"))
+
+        step("metrics: latency, load, convergence, redundancy")
+        layers = config.checks.layers
+        samples = _write(metrics.latency_samples(trace, layers=layers), out / "latency")
+        _write(metrics.latency_summary(samples), out / "latency_summary")
+        cdf = _write(metrics.latency_cdf(samples, points=config.cdf_points), out / "latency_cdf")
+        load = _write(metrics.node_load(trace), out / "node_load")
+        histogram = metrics.load_histogram(load, bins=config.load_bins)
+        times = _write(metrics.convergence_times(trace, layers=layers), out / "convergence")
+        per_run_convergence = metrics.convergence_summary(times)
+        ops = _write(metrics.messages_per_operation(trace), out / "messages_per_operation")
+        rmr = _write(metrics.redundancy(trace, layers=layers), out / "redundancy")
+        flow = _write(metrics.throughput(trace, bucket=config.throughput_bucket),
+                      out / "throughput")
+        reliability = _write(reliability_summary(
+            trace, layers=layers,
+            exempt_crashed_origins=config.checks.exempt_crashed_origins), out / "reliability")
+
+        step("per-run summary")
+        per_run_latency = metrics.latency_summary(samples, by=("run",)).drop(
+            "deliveries", "latency_mean")
+        per_run_reliability = reliability.groupBy("run").agg(
+            F.sum("published").alias("published"), F.sum("expected").alias("expected"),
+            F.sum("delivered").alias("delivered"),
+        ).withColumn("reliability", F.col("delivered") / F.col("expected"))
+        peak = flow.groupBy("run").agg(F.max("per_second").alias("peak_throughput"))
+        runs_table = (metrics.run_overview(trace)
+                      .join(metrics.failure_fraction(trace), "run", "left")
+                      .join(per_run_reliability, "run", "left")
+                      .join(per_run_latency, "run", "left")
+                      .join(ops.select("run", "messages", "messages_per_operation",
+                                       "bytes_per_operation"), "run", "left")
+                      .join(rmr, "run", "left")
+                      .join(per_run_convergence.select("run", "convergence_p95",
+                                                       "convergence_max"), "run", "left")
+                      .join(peak, "run", "left")
+                      .join(run_params, "run", "left")
+                      .orderBy("run"))
+        runs = _as_dicts(_write(runs_table, out / "runs").orderBy("run"))
+
+        step("collecting plot series")
+        cdf_rows = [(r["run"], float(r["fraction"]), float(r["latency"]))
+                    for r in cdf.orderBy("run", "fraction").collect()
+                    if r["latency"] is not None]
+        hist_rows = [(float(r["low"]), float(r["high"]), int(r["nodes"]))
+                     for r in histogram.collect()]
+        flow_rows = [(r["run"], float(r["second"]), float(r["per_second"]))
+                     for r in flow.orderBy("run", "second").collect()]
+    finally:
+        trace.unpersist()
+    if progress is not None:
+        progress("done", steps, steps)
+    return Analysis(
+        run_dir=run_dir, out_dir=out, rows=rows, unfinished_files=unfinished,
+        checks=summaries, runs=runs, latency_cdf=cdf_rows, load_histogram=hist_rows,
+        throughput=flow_rows,
+    )
+
+
+def _summarize(result: CheckResult, examples: int) -> CheckSummary:
+    shown: list[dict[str, Any]] = []
+    if result.violations is not None and result.violation_count and examples:
+        first = result.violations.orderBy("run", "node", "origin", "seq", "msg").limit(examples)
+        shown = [{k: v for k, v in row.asDict().items() if k != "check"}
+                 for row in first.collect()]
+    return CheckSummary(result.name, result.status, result.reason, result.violation_count,
+                        shown)

@@ -1,0 +1,497 @@
+"""Guarantee checks over a trace: pure ``DataFrame -> DataFrame`` transforms yielding violations.
+
+Each ``*_violations`` function takes the trace (with or without ``row``) and its config as
+keyword arguments and returns rows ``(run, node, msg, origin, seq, detail)``. A ``Check`` pairs
+one of them with the evidence that makes it applicable; ``evaluate`` turns checks into verdicts
+(pass, fail, or not applicable with the reason) without collecting any per-event data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .errors import PipelineError
+from .schema import MEMBERSHIP_EVENTS, ROW, membership_changes, with_row_order
+
+__all__ = [
+    "VIOLATION_COLUMNS",
+    "Check",
+    "CheckConfig",
+    "CheckResult",
+    "Status",
+    "atomicity_check",
+    "causal_check",
+    "causal_violations",
+    "convergence_check",
+    "convergence_violations",
+    "default_checks",
+    "evaluate",
+    "expected_deliveries",
+    "fifo_check",
+    "fifo_violations",
+    "member_status",
+    "reliability_check",
+    "reliability_summary",
+    "reliability_violations",
+    "total_order_check",
+    "total_order_violations",
+]
+
+VIOLATION_COLUMNS = ("run", "node", "msg", "origin", "seq", "detail")
+_UP_EVENTS = ("join", "recover")
+_VECTOR = T.StructType([T.StructField("vector", T.MapType(T.StringType(), T.LongType()))])
+
+
+class Status(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_APPLICABLE = "not applicable"
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _in_layers(layers: Sequence[str] | None) -> Column:
+    return F.lit(True) if layers is None else F.col("layer").isin(list(layers))
+
+
+def _deliveries(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    return with_row_order(trace).filter((F.col("event") == "deliver") & _in_layers(layers))
+
+
+def _before(t1: Column, row1: Column, t2: Column, row2: Column) -> Column:
+    """(t1, row1) comes strictly before (t2, row2) in "t, then row order"."""
+    return (t1 < t2) | ((t1 == t2) & (row1 < row2))
+
+
+def _shape(frame: DataFrame, detail: Column) -> DataFrame:
+    """Violation rows in the one shape every check returns."""
+    return frame.select(
+        F.col("run").cast("string").alias("run"),
+        F.col("node").cast("string").alias("node"),
+        F.col("msg").cast("string").alias("msg"),
+        F.col("origin").cast("string").alias("origin"),
+        F.col("seq").cast("long").alias("seq"),
+        detail.cast("string").alias("detail"),
+    )
+
+
+def _revision(field: str) -> Column:
+    return F.get_json_object(F.col("info"), f"$.{field}")
+
+
+# -- who is up: the membership timeline --------------------------------------------------------
+
+
+def member_status(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """Per (run, node): ``up_at_end`` and the intervals in which the node was up.
+
+    Members are the nodes that record a membership event or a row of a protocol layer (the
+    simulator's own rows, layer ``sim``, name node ``sim``). A node is up from the start unless
+    its first membership event is ``join``; ``join``/``recover`` bring it up, ``crash``/
+    ``leave`` take it down, up to the end of the run (see ``membership_changes``).
+
+    Returns (run, node, up_at_end, start_t, start_row, end_t, end_row), one row per interval
+    in which the node was up (null start: from the beginning; null end: to the end).
+    """
+    trace = with_row_order(trace)
+    membership = F.col("event").isin(list(MEMBERSHIP_EVENTS))
+    protocol_rows = (F.col("layer") != "sim") & _in_layers(layers)
+    members = (trace.filter(F.col("node").isNotNull() & (membership | protocol_rows))
+               .select("run", "node").distinct())
+    in_order = Window.partitionBy("run", "node").orderBy("t", ROW)
+    whole = in_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    up_after = F.col("event").isin(list(_UP_EVENTS))
+    # one window pass over the membership rows gives every interval and the final state
+    changes = membership_changes(trace).select(
+        "run", "node", "t", ROW, "event", up_after.alias("up_after"),
+        F.lead("t").over(in_order).alias("next_t"),
+        F.lead(ROW).over(in_order).alias("next_row"),
+        F.row_number().over(in_order).alias("nth"),
+        F.last(up_after).over(whole).alias("up_at_end"),
+    )
+    no_time, no_row = F.lit(None).cast("double"), F.lit(None).cast("long")
+    initial = changes.filter((F.col("nth") == 1) & (F.col("event") != "join")).select(
+        "run", "node", "up_at_end", no_time.alias("start_t"), no_row.alias("start_row"),
+        F.col("t").alias("end_t"), F.col(ROW).alias("end_row"))
+    later = changes.filter("up_after").select(
+        "run", "node", "up_at_end", F.col("t").alias("start_t"), F.col(ROW).alias("start_row"),
+        F.col("next_t").alias("end_t"), F.col("next_row").alias("end_row"))
+    steady = members.join(changes.select("run", "node"), ["run", "node"], "left_anti").select(
+        "run", "node", F.lit(True).alias("up_at_end"), no_time.alias("start_t"),
+        no_row.alias("start_row"), no_time.alias("end_t"), no_row.alias("end_row"))
+    return steady.unionByName(initial).unionByName(later)
+
+
+# -- reliability -----------------------------------------------------------------------------
+
+
+def expected_deliveries(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+) -> DataFrame:
+    """(run, layer, msg, origin, seq, node, t_publish, publisher): who must deliver what.
+
+    Every member up when the message was published and up at the end must deliver it. With
+    ``exempt_crashed_origins``, messages of a publisher that is down at the end are left out
+    (a protocol without relaying cannot repair them).
+    """
+    trace = with_row_order(trace)
+    status = member_status(trace, layers=layers)
+    publishes = trace.filter((F.col("event") == "publish") & _in_layers(layers)).select(
+        "run", "layer", "msg", "origin", "seq", F.col("t").alias("t_publish"),
+        F.col(ROW).alias("row_publish"), F.col("node").alias("publisher"),
+    )
+    if exempt_crashed_origins:
+        alive = status.filter("up_at_end").select(F.col("run"), F.col("node").alias("publisher"))
+        publishes = publishes.join(F.broadcast(alive), ["run", "publisher"], "left_semi")
+    up = status.filter("up_at_end")
+    covers = (
+        (F.col("start_t").isNull()
+         | _before(F.col("start_t"), F.col("start_row"), F.col("t_publish"),
+                   F.col("row_publish")))
+        & (F.col("end_t").isNull()
+           | _before(F.col("t_publish"), F.col("row_publish"), F.col("end_t"),
+                     F.col("end_row")))
+    )
+    # a few intervals per node: broadcast them, or one task would pair every message of a run
+    # (the join key is the run) with every node; a node's intervals never overlap
+    pairs = publishes.join(F.broadcast(up), "run").filter(covers)
+    return pairs.select("run", "layer", "msg", "origin", "seq", "node", "t_publish",
+                        "publisher")
+
+
+def _delivered_pairs(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    return _deliveries(trace, layers).select("run", "layer", "msg", "node")
+
+
+def reliability_violations(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+) -> DataFrame:
+    """Expected (message, node) pairs without a ``deliver`` row."""
+    expected = expected_deliveries(trace, layers=layers,
+                                   exempt_crashed_origins=exempt_crashed_origins)
+    missing = expected.join(_delivered_pairs(trace, layers), ["run", "layer", "msg", "node"],
+                            "left_anti")
+    return _shape(missing, F.format_string(
+        "not delivered: up when %s published it at t=%.6f and up at the end",
+        F.col("publisher"), F.col("t_publish")))
+
+
+def reliability_summary(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+) -> DataFrame:
+    """Per (run, layer): published, expected, delivered (of expected) and reliability."""
+    expected = expected_deliveries(trace, layers=layers,
+                                   exempt_crashed_origins=exempt_crashed_origins)
+    delivered = _delivered_pairs(trace, layers).distinct().withColumn("hit", F.lit(1))
+    joined = expected.join(delivered, ["run", "layer", "msg", "node"], "left")
+    return joined.groupBy("run", "layer").agg(
+        F.countDistinct("msg").alias("published"),
+        F.count(F.lit(1)).alias("expected"),
+        F.count("hit").alias("delivered"),
+    ).withColumn("reliability", F.col("delivered") / F.col("expected"))
+
+
+# -- FIFO per origin ---------------------------------------------------------------------------
+
+
+def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """Each node delivers each origin's seqs as 1, 2, 3, ... once, by t then row order."""
+    rows = _deliveries(trace, layers).filter(
+        F.col("origin").isNotNull() & F.col("seq").isNotNull())
+    earlier = (Window.partitionBy("run", "layer", "node", "origin").orderBy("t", ROW)
+               .rowsBetween(Window.unboundedPreceding, -1))
+    rows = rows.withColumn("highest_before", F.coalesce(F.max("seq").over(earlier), F.lit(0)))
+    expected = F.col("highest_before") + 1
+    bad = rows.filter(F.col("seq") != expected)
+    detail = (F.when(F.col("seq") <= F.col("highest_before"),
+                     F.format_string("duplicate or reordered: seq %d after seq %d",
+                                     F.col("seq"), F.col("highest_before")))
+              .otherwise(F.format_string("gap: seq %d delivered, expected %d",
+                                         F.col("seq"), expected)))
+    return _shape(bad, detail)
+
+
+# -- causal order ------------------------------------------------------------------------------
+
+
+def _vector() -> Column:
+    return F.from_json(F.col("info"), _VECTOR).getField("vector")
+
+
+def causal_violations(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """Deliveries that came before their causal past, from ``info.vector`` of deliver rows.
+
+    ``vector[k]`` counts k's messages the sender had delivered (``vector[origin]`` is the
+    message's own seq). So delivering it at node n needs k's message ``vector[k]`` (origin:
+    ``seq - 1``) delivered earlier at n, after at least that many of k's messages. A node's own
+    messages are its own past and are not looked up.
+    """
+    rows = _deliveries(trace, layers)
+    counted = Window.partitionBy("run", "layer", "node", "origin").orderBy("t", ROW)
+    rows = rows.withColumn("from_origin", F.count(F.lit(1)).over(counted))
+    firsts = rows.groupBy("run", "layer", "node", "origin", "seq").agg(
+        F.min(F.struct("t", ROW, "from_origin")).alias("first"))
+    needs = (rows.filter(_vector().isNotNull())
+             .select("run", "layer", "node", "msg", "origin", "seq", "t", ROW,
+                     F.explode(_vector()).alias("past_origin", "count"))
+             .withColumn("needed", F.when(F.col("past_origin") == F.col("origin"),
+                                          F.col("count") - 1).otherwise(F.col("count")))
+             .filter((F.col("needed") >= 1) & (F.col("past_origin") != F.col("node"))))
+    lookup = firsts.select(
+        "run", "layer", "node", F.col("origin").alias("past_origin"),
+        F.col("seq").alias("needed"), "first")
+    joined = needs.join(lookup, ["run", "layer", "node", "past_origin", "needed"], "left")
+    problem = (F.when(F.col("first").isNull(), F.lit("never delivered"))
+               .when(~_before(F.col("first.t"), F.col(f"first.{ROW}"), F.col("t"),
+                              F.col(ROW)), F.lit("delivered after it"))
+               .when(F.col("first.from_origin") < F.col("needed"),
+                     F.lit("delivered with earlier messages of its origin missing")))
+    bad = joined.withColumn("problem", problem).filter(F.col("problem").isNotNull())
+    per_delivery = bad.groupBy("run", "layer", "node", "msg", "origin", "seq", "t", ROW).agg(
+        F.array_join(F.sort_array(F.collect_list(F.format_string(
+            "%s:%d %s", F.col("past_origin"), F.col("needed"), F.col("problem")))), "; ")
+        .alias("what"))
+    return _shape(per_delivery, F.concat(F.lit("causal past not respected: "), F.col("what")))
+
+
+# -- one sequence everywhere (total order, per-object revision order) --------------------------
+
+
+def _sequence_divergence(rows: DataFrame, groups: Sequence[str], value: str,
+                         label: str) -> DataFrame:
+    """Per group, the first position at which a node's sequence of ``value`` leaves the
+    sequence most nodes have there (prefix-consistent: a shorter sequence is fine)."""
+    groups = list(groups)
+    per_node = Window.partitionBy(*groups, "node").orderBy("t", ROW)
+    positioned = rows.withColumn("position", F.row_number().over(per_node))
+    votes = positioned.groupBy(*groups, "position", value).agg(F.count(F.lit(1)).alias("votes"))
+    ranked = Window.partitionBy(*groups, "position").orderBy(F.col("votes").desc(),
+                                                             F.col(value).asc())
+    reference = (votes.withColumn("rank", F.row_number().over(ranked)).filter("rank = 1")
+                 .select(*groups, "position", F.col(value).alias("reference")))
+    differing = positioned.join(reference, [*groups, "position"]).filter(
+        F.col(value) != F.col("reference"))
+    first = differing.groupBy(*groups, "node").agg(F.min(F.struct(
+        "position", "msg", "origin", "seq", F.col(value).alias("got"), "reference")).alias("d"))
+    what = F.concat(F.lit(label), F.lit(" of key "), F.col("key")) if "key" in groups \
+        else F.lit(label)
+    return _shape(first.select(*groups, "node", "d.*"), F.format_string(
+        "%s: position %d has %s where the other replicas have %s",
+        what, F.col("position"), F.col("got"), F.col("reference")))
+
+
+def total_order_violations(
+    trace: DataFrame, *, layers: Sequence[str], per_key: bool = False
+) -> DataFrame:
+    """Every replica delivers the same sequence of messages (per key with ``per_key``)."""
+    if not layers:
+        raise PipelineError("total order needs the layers that promise it (layers=[...])")
+    rows = _deliveries(trace, layers).filter(F.col("msg").isNotNull())
+    groups = ["run", "layer", "key"] if per_key else ["run", "layer"]
+    if per_key:
+        rows = rows.filter(F.col("key").isNotNull())
+    return _sequence_divergence(rows, groups, "msg", "total order")
+
+
+# -- per-object convergence ---------------------------------------------------------------------
+
+
+def convergence_violations(
+    trace: DataFrame, *, layers: Sequence[str] | None = None, revision_field: str = "rev"
+) -> DataFrame:
+    """Per object (``key``): replicas apply revisions in one agreed order, and every replica up
+    at the end holds the same final revision. Revisions are ``info.<revision_field>``."""
+    rows = (_deliveries(trace, layers)
+            .withColumn("revision", _revision(revision_field))
+            .filter(F.col("key").isNotNull() & F.col("revision").isNotNull()))
+    order = _sequence_divergence(rows, ["run", "layer", "key"], "revision", "revision order")
+    up_at_end = member_status(trace, layers=layers).filter("up_at_end").select("run", "node")
+    finals = (rows.join(up_at_end, ["run", "node"], "left_semi")
+              .groupBy("run", "layer", "key", "node")
+              .agg(F.max_by(F.struct("revision", "msg", "origin", "seq", "t"),
+                            F.struct("t", ROW)).alias("last"))
+              .select("run", "layer", "key", "node", "last.*"))
+    votes = finals.groupBy("run", "layer", "key", "revision").agg(
+        F.count(F.lit(1)).alias("votes"), F.max("t").alias("latest"))
+    ranked = Window.partitionBy("run", "layer", "key").orderBy(
+        F.col("votes").desc(), F.col("latest").desc(), F.col("revision").asc())
+    agreed = (votes.withColumn("rank", F.row_number().over(ranked)).filter("rank = 1")
+              .select("run", "layer", "key", F.col("revision").alias("agreed")))
+    diverged = finals.join(agreed, ["run", "layer", "key"]).filter(
+        F.col("revision") != F.col("agreed"))
+    final = _shape(diverged, F.format_string(
+        "final state of key %s: revision %s where the other replicas ended at %s",
+        F.col("key"), F.col("revision"), F.col("agreed")))
+    return order.unionByName(final)
+
+
+# -- checks as verdicts ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A named check: the rows that make it applicable, and its violations transform.
+
+    ``evidence`` None means the check can never apply (``missing`` says why); otherwise a
+    trace without any evidence row makes it "not applicable" with ``missing`` as the reason.
+    """
+
+    name: str
+    evidence: Column | None
+    missing: str
+    violations: Callable[[DataFrame], DataFrame] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    reason: str
+    violation_count: int
+    violations: DataFrame | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckConfig:
+    """What the checks assume about a trace. ``layers`` None: every layer."""
+
+    layers: tuple[str, ...] | None = None
+    total_order_layers: tuple[str, ...] = ()
+    total_order_per_key: bool = False
+    revision_field: str = "rev"
+    exempt_crashed_origins: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.revision_field or not self.revision_field.replace("_", "").isalnum():
+            raise PipelineError(f"revision_field must be a plain JSON field name, "
+                                f"got {self.revision_field!r}")
+
+
+def _publish_evidence(layers: Sequence[str] | None) -> Column:
+    return (F.col("event") == "publish") & _in_layers(layers)
+
+
+def _deliver_evidence(layers: Sequence[str] | None) -> Column:
+    return (F.col("event") == "deliver") & _in_layers(layers)
+
+
+def reliability_check(*, layers: Sequence[str] | None = None,
+                      exempt_crashed_origins: bool = False) -> Check:
+    return Check(
+        "reliability", _publish_evidence(layers), "no publish rows: nothing was expected",
+        lambda trace: reliability_violations(
+            trace, layers=layers, exempt_crashed_origins=exempt_crashed_origins))
+
+
+def fifo_check(*, layers: Sequence[str] | None = None) -> Check:
+    return Check(
+        "fifo", _deliver_evidence(layers) & F.col("origin").isNotNull()
+        & F.col("seq").isNotNull(),
+        "no deliver rows with origin and seq",
+        lambda trace: fifo_violations(trace, layers=layers))
+
+
+def causal_check(*, layers: Sequence[str] | None = None) -> Check:
+    return Check(
+        "causal", _deliver_evidence(layers) & _vector().isNotNull(),
+        "no deliver row records a vector clock (info.vector)",
+        lambda trace: causal_violations(trace, layers=layers))
+
+
+def total_order_check(*, layers: Sequence[str], per_key: bool = False) -> Check:
+    if not layers:
+        return Check("total order", None,
+                     "no layer is declared totally ordered (analyze --total-order LAYER)", None)
+    scope = " per key" if per_key else ""
+    return Check(
+        "total order", _deliver_evidence(layers) & F.col("msg").isNotNull(),
+        f"no deliver rows in the totally ordered layers {', '.join(layers)}{scope}",
+        lambda trace: total_order_violations(trace, layers=layers, per_key=per_key))
+
+
+def convergence_check(*, layers: Sequence[str] | None = None,
+                      revision_field: str = "rev") -> Check:
+    return Check(
+        "convergence",
+        _deliver_evidence(layers) & F.col("key").isNotNull()
+        & _revision(revision_field).isNotNull(),
+        f"no deliver rows carry a key and a revision (info.{revision_field})",
+        lambda trace: convergence_violations(trace, layers=layers,
+                                             revision_field=revision_field))
+
+
+def atomicity_check() -> Check:
+    return Check(
+        "atomicity", None,
+        "cannot apply: atomic multicast (seed 004) is not built; no trace records group "
+        "snapshots", None)
+
+
+def default_checks(config: CheckConfig | None = None) -> list[Check]:
+    """Every check, configured: reliability, FIFO, causal, total order, convergence,
+    atomicity."""
+    config = config if config is not None else CheckConfig()
+    layers = config.layers
+    return [
+        reliability_check(layers=layers, exempt_crashed_origins=config.exempt_crashed_origins),
+        fifo_check(layers=layers),
+        causal_check(layers=layers),
+        total_order_check(layers=config.total_order_layers,
+                          per_key=config.total_order_per_key),
+        convergence_check(layers=layers, revision_field=config.revision_field),
+        atomicity_check(),
+    ]
+
+
+Materialize = Callable[[str, DataFrame], DataFrame]
+
+
+def evaluate(
+    trace: DataFrame,
+    checks: Sequence[Check],
+    *,
+    materialize: Materialize | None = None,
+    on_check: Callable[[str], None] | None = None,
+) -> list[CheckResult]:
+    """Verdicts for ``checks``: one pass over the trace finds which apply, then each applicable
+    check's violations are counted (after ``materialize``, e.g. written to Parquet and read
+    back, so they are computed once)."""
+    trace = with_row_order(trace)
+    applicable = [c for c in checks if c.evidence is not None]
+    found: dict[str, bool] = {}
+    if applicable:
+        flags = trace.agg(*[F.max(F.when(c.evidence, 1).otherwise(0)).alias(f"c{i}")
+                            for i, c in enumerate(applicable) if c.evidence is not None]).first()
+        found = {c.name: bool(flags is not None and flags[f"c{i}"])
+                 for i, c in enumerate(applicable)}
+    results = []
+    for check in checks:
+        if on_check is not None:
+            on_check(check.name)
+        if check.violations is None or not found.get(check.name, False):
+            results.append(CheckResult(check.name, Status.NOT_APPLICABLE, check.missing, 0, None))
+            continue
+        violations = check.violations(trace)
+        if materialize is not None:
+            violations = materialize(check.name, violations)
+        count = violations.count()
+        status = Status.FAIL if count else Status.PASS
+        reason = f"{count:,} violations" if count else "no violations"
+        results.append(CheckResult(check.name, status, reason, count, violations))
+    return results

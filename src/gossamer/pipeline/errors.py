@@ -1,0 +1,13 @@
+"""The pipeline's own error: a bad experiment file, an empty trace directory, a missing piece.
+
+It subclasses nothing from the rest of gossamer so that the pipeline depends on the trace
+schema only; the command line catches it next to ``GossamerError``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PipelineError"]
+
+
+class PipelineError(Exception):
+    """The pipeline cannot do what was asked (the message says why and what to change)."""

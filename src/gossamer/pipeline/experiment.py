@@ -1,0 +1,292 @@
+"""Experiments: a TOML file expands into runs, and each run is one Spark task.
+
+The pipeline does not know how to simulate anything (it never imports services): the caller
+passes ``run_fn(run, out_dir)``, a module-level function Spark can ship to its workers, that
+runs one ``RunSpec`` and writes its trace under ``OUT/trace/<run>/``.
+
+File format::
+
+    name = "quickstart"        # run ids start with it
+    workload = "fifo"          # which workload runs (the caller knows the names)
+    mode = "sim"               # sim | loopback
+    seeds = [1, 2]             # every sweep point runs once per seed
+
+    [options]                  # fixed options of the workload
+    nodes = 12
+
+    [sweep]                    # each list is one axis; runs = product of axes x seeds
+    loss = [0.0, 0.2]
+
+    [analysis]                 # optional: CheckConfig fields for the analysis afterwards
+    total_order_layers = []
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import re
+import shutil
+import threading
+import time
+import tomllib
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark import InheritableThread
+from pyspark.sql import SparkSession
+
+from .checks import CheckConfig
+from .errors import PipelineError
+from .schema import is_closed_parquet
+
+__all__ = [
+    "MODES",
+    "Experiment",
+    "RunOutcome",
+    "RunSpec",
+    "load_experiment",
+    "run_done",
+    "run_experiment",
+    "write_run_records",
+]
+
+MODES = ("sim", "loopback")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+_RESERVED = ("seed", "run")
+_TOP_KEYS = {"name", "workload", "mode", "seeds", "options", "sweep", "analysis"}
+Scalar = str | int | float | bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run: the workload's options for it (fixed and swept), its seed and its id."""
+
+    run: str
+    workload: str
+    mode: str
+    seed: int
+    params: Mapping[str, Scalar]
+
+    def record(self) -> dict[str, Any]:
+        return {"run": self.run, "workload": self.workload, "mode": self.mode,
+                "seed": self.seed, "params": dict(self.params)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    workload: str
+    mode: str
+    seeds: tuple[int, ...]
+    options: Mapping[str, Scalar]
+    sweep: Mapping[str, tuple[Scalar, ...]]
+    checks: CheckConfig
+
+    def runs(self) -> list[RunSpec]:
+        """The cartesian product of the sweep axes, once per seed, with unique ids."""
+        axes = list(self.sweep.items())
+        runs: list[RunSpec] = []
+        seen: set[str] = set()
+        for values in itertools.product(*(points for _, points in axes)):
+            point = dict(zip((axis for axis, _ in axes), values, strict=True))
+            for seed in self.seeds:
+                label = "-".join(f"{axis}{_UNSAFE.sub('_', str(value))}"
+                                 for axis, value in point.items())
+                run = "-".join(part for part in (self.name, label, f"s{seed}") if part)
+                if run in seen:
+                    run = f"{run}-{len(runs)}"
+                seen.add(run)
+                runs.append(RunSpec(run, self.workload, self.mode, seed,
+                                    {**self.options, **point}))
+        return runs
+
+
+def _scalar(where: str, value: Any) -> Scalar:
+    if isinstance(value, str | int | float | bool):
+        return value
+    raise PipelineError(f"{where}: expected a string, number or boolean, got {value!r}")
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment file (the workload validates its own options later)."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PipelineError(f"cannot read experiment file {file}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PipelineError(f"{file} is not valid TOML: {exc}") from exc
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise PipelineError(f"{file}: unknown keys {sorted(unknown)}; known: {sorted(_TOP_KEYS)}")
+    name = data.get("name", file.stem)
+    if not isinstance(name, str) or not _SAFE_ID.match(name):
+        raise PipelineError(f"{file}: name must be letters, digits, '_', '.', '-', got {name!r}")
+    workload = data.get("workload")
+    if not isinstance(workload, str) or not workload:
+        raise PipelineError(f"{file}: workload = \"...\" is required (e.g. \"fifo\")")
+    mode = data.get("mode", "sim")
+    if mode not in MODES:
+        raise PipelineError(f"{file}: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    seeds = data.get("seeds", [1])
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+        raise PipelineError(f"{file}: seeds must be a non-empty list of integers")
+    if len(set(seeds)) != len(seeds):
+        raise PipelineError(f"{file}: seeds repeat: {seeds}")
+    options_raw = data.get("options", {})
+    sweep_raw = data.get("sweep", {})
+    if not isinstance(options_raw, dict) or not isinstance(sweep_raw, dict):
+        raise PipelineError(f"{file}: [options] and [sweep] must be tables")
+    options = {key: _scalar(f"{file}: options.{key}", value)
+               for key, value in options_raw.items()}
+    sweep: dict[str, tuple[Scalar, ...]] = {}
+    for axis, points in sweep_raw.items():
+        if not isinstance(points, list) or not points:
+            raise PipelineError(f"{file}: sweep.{axis} must be a non-empty list")
+        sweep[axis] = tuple(_scalar(f"{file}: sweep.{axis}", p) for p in points)
+    for key in (*options, *sweep):
+        if key in _RESERVED:
+            raise PipelineError(f"{file}: {key!r} is set by the experiment itself "
+                                "(use seeds = [...]; run ids are generated)")
+    both = set(options) & set(sweep)
+    if both:
+        raise PipelineError(f"{file}: {sorted(both)} both fixed in [options] and swept")
+    return Experiment(name, workload, mode, tuple(seeds), options, sweep,
+                      _check_config(file, data.get("analysis", {})))
+
+
+def _check_config(file: Path, raw: Any) -> CheckConfig:
+    if not isinstance(raw, dict):
+        raise PipelineError(f"{file}: [analysis] must be a table")
+    fields = {f.name for f in dataclasses.fields(CheckConfig)}
+    unknown = set(raw) - fields
+    if unknown:
+        raise PipelineError(f"{file}: unknown [analysis] keys {sorted(unknown)}; "
+                            f"known: {sorted(fields)}")
+    values = dict(raw)
+    for key in ("layers", "total_order_layers"):
+        if key in values:
+            if not isinstance(values[key], list) or not all(
+                    isinstance(v, str) for v in values[key]):
+                raise PipelineError(f"{file}: analysis.{key} must be a list of layer names")
+            values[key] = tuple(values[key])
+    try:
+        return CheckConfig(**values)
+    except TypeError as exc:
+        raise PipelineError(f"{file}: [analysis]: {exc}") from exc
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def run_done(out_dir: str | Path, run: str) -> bool:
+    """A run is done when its trace directory holds Parquet files and all of them are closed."""
+    files = list((Path(out_dir) / "trace" / run).glob("*.parquet"))
+    return bool(files) and all(is_closed_parquet(f) for f in files)
+
+
+def write_run_records(out_dir: str | Path, runs: Sequence[RunSpec]) -> None:
+    """``OUT/runs/<run>.json``: what each run was asked to do (seed, options), for analysis."""
+    folder = Path(out_dir) / "runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    for spec in runs:
+        (folder / f"{spec.run}.json").write_text(json.dumps(spec.record(), sort_keys=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    run: str
+    status: str  # done | skipped | failed
+    seconds: float
+    detail: str
+    result: Mapping[str, Any]
+
+
+RunFunction = Callable[[RunSpec, str], Mapping[str, Any]]
+
+
+def _run_task(spec: RunSpec, *, run_fn: RunFunction, out_dir: str) -> RunOutcome:
+    """Inside a Spark task: clear what an interrupted attempt left, run, report."""
+    shutil.rmtree(Path(out_dir) / "trace" / spec.run, ignore_errors=True)
+    started = time.perf_counter()
+    try:
+        result = dict(run_fn(spec, out_dir))
+    except Exception as exc:  # one failed run must not take the others down with it
+        lines = traceback.format_exception_only(type(exc), exc)
+        # a partial trace must neither be analysed nor mistaken for a finished one
+        shutil.rmtree(Path(out_dir) / "trace" / spec.run, ignore_errors=True)
+        return RunOutcome(spec.run, "failed", time.perf_counter() - started,
+                          "".join(lines).strip(), {})
+    return RunOutcome(spec.run, "done", time.perf_counter() - started, "", result)
+
+
+def run_experiment(
+    spark: SparkSession,
+    runs: Sequence[RunSpec],
+    out_dir: str | Path,
+    run_fn: RunFunction,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    poll_seconds: float = 0.5,
+) -> list[RunOutcome]:
+    """Run every run that is not done yet, one Spark task each; done runs are skipped.
+
+    ``progress(done, total)`` is called from this thread as tasks finish (Spark's status
+    tracker counts them). ``out_dir`` must be visible to every executor (shared storage on a
+    cluster), since each task writes its trace there.
+    """
+    if not runs:
+        raise PipelineError("the experiment has no runs")
+    names = [spec.run for spec in runs]
+    if len(set(names)) != len(names):
+        raise PipelineError("run ids must be unique")
+    out = str(Path(out_dir).resolve())
+    write_run_records(out, runs)
+    skipped = [RunOutcome(s.run, "skipped", 0.0, "trace already complete", {})
+               for s in runs if run_done(out, s.run)]
+    pending = [s for s in runs if not run_done(out, s.run)]
+    total = len(runs)
+    if progress is not None:
+        progress(len(skipped), total)
+    if not pending:
+        return skipped
+    sc = spark.sparkContext
+    group = f"gossamer-experiment-{time.time_ns()}"
+    task = functools.partial(_run_task, run_fn=run_fn, out_dir=out)
+    collected: list[RunOutcome] = []
+    failure: list[BaseException] = []
+
+    def job() -> None:
+        sc.setJobGroup(group, f"{len(pending)} runs")
+        try:
+            collected.extend(sc.parallelize(pending, len(pending)).map(task).collect())
+        except BaseException as exc:  # re-raised in the caller's thread below
+            failure.append(exc)
+
+    worker: threading.Thread = InheritableThread(target=job, daemon=True)
+    worker.start()
+    tracker = sc.statusTracker()
+    while worker.is_alive():
+        worker.join(poll_seconds)
+        if progress is not None:
+            finished = 0
+            for job_id in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job_id)
+                for stage_id in (info.stageIds if info is not None else []):
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage is not None:
+                        finished += stage.numCompletedTasks
+            progress(len(skipped) + min(finished, len(pending)), total)
+    if failure:
+        raise PipelineError(f"the experiment's Spark job failed: {failure[0]}") from failure[0]
+    if progress is not None:
+        progress(total, total)
+    by_run = {outcome.run: outcome for outcome in [*skipped, *collected]}
+    return [by_run[name] for name in names]

@@ -1,0 +1,225 @@
+"""Metrics over a trace: pure ``DataFrame -> DataFrame`` transforms, per message, node or run.
+
+Per-event work happens here, in Spark; the per-run tables these produce are small enough for
+the driver to collect (a few rows per run), the per-message ones are written, not collected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .schema import MEMBERSHIP_EVENTS, membership_changes
+
+__all__ = [
+    "PERCENTILES",
+    "convergence_summary",
+    "convergence_times",
+    "failure_fraction",
+    "latency_cdf",
+    "latency_samples",
+    "latency_summary",
+    "load_histogram",
+    "messages_per_operation",
+    "node_load",
+    "redundancy",
+    "run_overview",
+    "throughput",
+]
+
+PERCENTILES = (0.5, 0.95, 0.99)
+_ACCURACY = 10_000  # percentile_approx: relative error about 1/10,000 of the rank
+
+
+def _in_layers(layers: Sequence[str] | None) -> Column:
+    return F.lit(True) if layers is None else F.col("layer").isin(list(layers))
+
+
+def _publishes(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    return trace.filter((F.col("event") == "publish") & _in_layers(layers)).groupBy(
+        "run", "layer", "msg").agg(F.min("t").alias("t_publish"),
+                                   F.first("node").alias("publisher"))
+
+
+def _first_deliveries(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    return trace.filter((F.col("event") == "deliver") & _in_layers(layers)).groupBy(
+        "run", "layer", "msg", "node").agg(F.min("t").alias("t_deliver"))
+
+
+def _percentiles(column: str, prefix: str) -> list[Column]:
+    quantiles = F.percentile_approx(column, list(PERCENTILES), _ACCURACY)
+    return [quantiles[i].alias(f"{prefix}_p{round(q * 100)}") for i, q in enumerate(PERCENTILES)]
+
+
+# -- latency ------------------------------------------------------------------------------------
+
+
+def latency_samples(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """(run, layer, msg, node, latency): publish to first delivery at every other node."""
+    joined = _first_deliveries(trace, layers).join(_publishes(trace, layers),
+                                                   ["run", "layer", "msg"])
+    return joined.filter(F.col("node") != F.col("publisher")).select(
+        "run", "layer", "msg", "node", (F.col("t_deliver") - F.col("t_publish")).alias("latency"))
+
+
+def latency_summary(samples: DataFrame, *, by: Sequence[str] = ("run", "layer")) -> DataFrame:
+    """Per ``by`` (run and layer): deliveries, mean, p50/p95/p99 and max latency (seconds)."""
+    return samples.groupBy(*by).agg(
+        F.count(F.lit(1)).alias("deliveries"),
+        F.avg("latency").alias("latency_mean"),
+        *_percentiles("latency", "latency"),
+        F.max("latency").alias("latency_max"),
+    )
+
+
+def latency_cdf(samples: DataFrame, *, points: int = 50) -> DataFrame:
+    """(run, fraction, latency): ``points`` quantiles per run, for plotting a CDF."""
+    if points < 2:
+        raise ValueError(f"points must be >= 2, got {points}")
+    fractions = [i / (points - 1) for i in range(points)]
+    per_run = samples.groupBy("run").agg(
+        F.percentile_approx("latency", fractions, _ACCURACY).alias("quantiles"))
+    return per_run.select("run", F.posexplode("quantiles").alias("i", "latency")).select(
+        "run", (F.col("i") / F.lit(points - 1)).alias("fraction"), "latency")
+
+
+# -- messages and load ---------------------------------------------------------------------------
+
+
+def messages_per_operation(trace: DataFrame) -> DataFrame:
+    """Per run: publishes, sends, bytes sent, and sends and bytes per publish."""
+    return trace.groupBy("run").agg(
+        F.sum(F.when(F.col("event") == "publish", 1).otherwise(0)).alias("operations"),
+        F.sum(F.when(F.col("event") == "send", 1).otherwise(0)).alias("messages"),
+        F.sum(F.when(F.col("event") == "send", F.col("size")).otherwise(0)).alias("bytes"),
+    ).withColumn(
+        "messages_per_operation",
+        F.when(F.col("operations") > 0, F.col("messages") / F.col("operations")),
+    ).withColumn(
+        "bytes_per_operation",
+        F.when(F.col("operations") > 0, F.col("bytes") / F.col("operations")),
+    )
+
+
+def node_load(trace: DataFrame) -> DataFrame:
+    """Per (run, node): messages sent and received, bytes, deliveries."""
+    def count(event: str) -> Column:
+        return F.sum(F.when(F.col("event") == event, 1).otherwise(0))
+
+    def size(event: str) -> Column:
+        return F.sum(F.when(F.col("event") == event, F.col("size")).otherwise(0))
+
+    rows = trace.filter(F.col("event").isin("send", "recv", "deliver"))
+    return rows.groupBy("run", "node").agg(
+        count("send").alias("sent"), count("recv").alias("received"),
+        count("deliver").alias("delivered"),
+        size("send").alias("bytes_sent"), size("recv").alias("bytes_received"),
+    ).withColumn("load", F.col("sent") + F.col("received"))
+
+
+def load_histogram(load: DataFrame, *, bins: int = 30) -> DataFrame:
+    """(bin, low, high, nodes): how per-node load (sent + received) spreads, all runs."""
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    bounds = load.agg(F.min("load").alias("lo"), F.max("load").alias("hi"))
+    width = F.greatest((F.col("hi") - F.col("lo")) / bins, F.lit(1.0))
+    binned = load.crossJoin(bounds).withColumn(
+        "bin", F.least(F.floor((F.col("load") - F.col("lo")) / width), F.lit(bins - 1)))
+    return binned.groupBy("bin").agg(
+        F.first(F.col("lo") + F.col("bin") * width).alias("low"),
+        F.first(F.col("lo") + (F.col("bin") + 1) * width).alias("high"),
+        F.count(F.lit(1)).alias("nodes"),
+    ).orderBy("bin")
+
+
+def throughput(trace: DataFrame, *, bucket: float = 1.0) -> DataFrame:
+    """(run, second, deliveries): deliveries per ``bucket`` seconds (``second`` = bucket
+    start)."""
+    if bucket <= 0:
+        raise ValueError(f"bucket must be > 0, got {bucket}")
+    deliveries = trace.filter(F.col("event") == "deliver")
+    return deliveries.groupBy(
+        "run", (F.floor(F.col("t") / bucket) * bucket).alias("second")).agg(
+        F.count(F.lit(1)).alias("deliveries")).withColumn(
+        "per_second", F.col("deliveries") / F.lit(bucket))
+
+
+# -- convergence and redundancy --------------------------------------------------------------
+
+
+def convergence_times(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """(run, layer, msg, t_publish, last_delivery, deliveries, convergence): per message, the
+    last delivery anywhere minus the publish."""
+    deliveries = _first_deliveries(trace, layers).groupBy("run", "layer", "msg").agg(
+        F.max("t_deliver").alias("last_delivery"), F.count(F.lit(1)).alias("deliveries"))
+    joined = _publishes(trace, layers).join(deliveries, ["run", "layer", "msg"])
+    return joined.select("run", "layer", "msg", "t_publish", "last_delivery", "deliveries",
+                         (F.col("last_delivery") - F.col("t_publish")).alias("convergence"))
+
+
+def convergence_summary(times: DataFrame) -> DataFrame:
+    """Per run: convergence time p50/p95/p99 and max (seconds)."""
+    return times.groupBy("run").agg(
+        *_percentiles("convergence", "convergence"),
+        F.max("convergence").alias("convergence_max"),
+    )
+
+
+def redundancy(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """Per run: mean RMR (m / (n - 1) - 1: m payload receipts of a message, n the nodes that
+    delivered it) and, when deliver rows carry ``info.hop``, the mean and max last delivery
+    hop."""
+    published = _publishes(trace, layers).select("run", "msg")
+    receipts = (trace.filter(F.col("event") == "recv")
+                .join(published, ["run", "msg"], "left_semi")
+                .groupBy("run", "msg").agg(F.count(F.lit(1)).alias("receipts")))
+    hop = F.get_json_object(F.col("info"), "$.hop").cast("long")
+    delivered = (trace.filter((F.col("event") == "deliver") & _in_layers(layers))
+                 .groupBy("run", "msg").agg(F.countDistinct("node").alias("nodes"),
+                                            F.max(hop).alias("last_hop")))
+    per_message = published.join(delivered, ["run", "msg"]).join(receipts, ["run", "msg"],
+                                                                 "left")
+    rmr = F.when(F.col("nodes") > 1, F.coalesce(F.col("receipts"), F.lit(0))
+                 / (F.col("nodes") - 1) - 1)
+    return per_message.groupBy("run").agg(
+        F.avg(rmr).alias("rmr"),
+        F.avg("last_hop").alias("last_hop_mean"),
+        F.max("last_hop").alias("last_hop_max"),
+    )
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+
+def failure_fraction(trace: DataFrame) -> DataFrame:
+    """Per run: members, nodes that crashed or left at least once before the run's end, and
+    their fraction."""
+    members = trace.filter((F.col("layer") != "sim") | F.col("event").isin(
+        list(MEMBERSHIP_EVENTS))).filter(F.col("node").isNotNull())
+    failed = (membership_changes(trace).filter(F.col("event").isin("crash", "leave"))
+              .groupBy("run").agg(F.countDistinct("node").alias("failed_nodes")))
+    return (members.groupBy("run").agg(F.countDistinct("node").alias("nodes"))
+            .join(failed, "run", "left")
+            .select("run", "nodes", F.coalesce("failed_nodes", F.lit(0)).alias("failed_nodes"))
+            .withColumn("failure_fraction", F.col("failed_nodes") / F.col("nodes")))
+
+
+def run_overview(trace: DataFrame) -> DataFrame:
+    """Per run: rows, time span, and the offered load (publishes per second while
+    publishing)."""
+    publish = F.col("event") == "publish"
+    overview = trace.groupBy("run").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.min("t").alias("t_start"), F.max("t").alias("t_end"),
+        F.sum(F.when(publish, 1).otherwise(0)).alias("publishes"),
+        F.min(F.when(publish, F.col("t"))).alias("first_publish"),
+        F.max(F.when(publish, F.col("t"))).alias("last_publish"),
+    )
+    span = F.col("last_publish") - F.col("first_publish")
+    return overview.withColumn(
+        "offered_load",
+        F.when(span > 0, (F.col("publishes") - 1) / span),
+    ).drop("first_publish", "last_publish")
+

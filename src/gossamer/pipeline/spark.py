@@ -1,0 +1,107 @@
+"""The one place that builds the SparkSession, for local runs and clusters alike.
+
+Local masters get small shuffle partitions, the venv's Python for workers and quiet JVM logs;
+on a cluster only what the caller passes (``--conf``) is added to the session timezone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from .errors import PipelineError
+
+__all__ = ["DEFAULT_MASTER", "default_master", "get_spark", "parse_conf"]
+
+DEFAULT_MASTER = "local[*]"
+
+# Spark's WARN lines would bury the summary; errors still show. The repl logger line keeps
+# Spark from announcing its own default level on startup.
+_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.submit.name = org.apache.spark.deploy.SparkSubmit
+logger.submit.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
+"""
+
+
+def _log_config() -> Path:
+    path = Path(tempfile.gettempdir()) / "gossamer-spark-log4j2.properties"
+    if not path.is_file() or path.read_text() != _LOG4J2:
+        path.write_text(_LOG4J2)
+    return path
+
+
+def _local_cores(master: str) -> int:
+    inside = master[len("local["):-1] if master.startswith("local[") else "1"
+    if inside.startswith("*") or not inside.split(",")[0].isdigit():
+        return os.cpu_count() or 2
+    return max(1, int(inside.split(",")[0]))
+
+
+def default_master() -> str | None:
+    """``local[*]``, unless spark-submit started this driver: then None, its ``--master``."""
+    return None if "PYSPARK_GATEWAY_PORT" in os.environ else DEFAULT_MASTER
+
+
+def parse_conf(pairs: list[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` from the command line into a dict; a pair without ``=`` is an error."""
+    conf: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise PipelineError(f"--conf expects KEY=VALUE, got {pair!r}")
+        conf[key.strip()] = value
+    return conf
+
+
+def get_spark(
+    master: str | None = DEFAULT_MASTER,
+    conf: Mapping[str, str] | None = None,
+    *,
+    app_name: str = "gossamer",
+) -> SparkSession:
+    """The SparkSession for a job (an existing one is reused, as ``getOrCreate`` does).
+
+    ``master`` None keeps the master spark-submit chose. Everything runs in UTC. For
+    ``local`` masters: shuffle partitions scale with the cores (Spark's 200 would be 200 tiny
+    tasks per shuffle), workers run this interpreter, and the JVM logs only errors. ``conf``
+    wins over every default here.
+    """
+    if master is not None and not master.strip():
+        raise PipelineError("the Spark master must be non-empty (e.g. local[*] or spark://h:7077)")
+    settings: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    if master is not None and master.startswith("local"):
+        cores = _local_cores(master)
+        settings.update({
+            "spark.sql.shuffle.partitions": str(max(2, 2 * cores)),
+            "spark.default.parallelism": str(max(2, cores)),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log_config()}",
+        })
+        # workers must import gossamer: the interpreter running this code has it installed
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings.update(conf or {})
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

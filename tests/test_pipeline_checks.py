@@ -1,0 +1,296 @@
+"""Each guarantee check on inline traces: a planted violation it must report, a clean trace it
+must pass, and the traces it cannot judge (then it says so instead of passing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from checks import fifo_violations as oracle_fifo
+from checks import missing_deliveries as oracle_missing
+from gossamer.pipeline import (
+    Check,
+    CheckResult,
+    Status,
+    atomicity_check,
+    causal_check,
+    convergence_check,
+    convergence_violations,
+    default_checks,
+    evaluate,
+    fifo_check,
+    fifo_violations,
+    reliability_check,
+    reliability_summary,
+    reliability_violations,
+    total_order_check,
+    total_order_violations,
+)
+from trace_frames import deliver, frame, publish, row, violations
+
+
+def judge(spark: Any, rows: list[Any], check: Check) -> CheckResult:
+    """The check's verdict; its violations are cached, so asserting on them costs no rerun."""
+    [result] = evaluate(frame(spark, rows), [check],
+                        materialize=lambda _name, found: found.cache())
+    return result
+
+
+def verdict(spark: Any, rows: list[Any], check: Check) -> tuple[Status, str, int]:
+    result = judge(spark, rows, check)
+    return result.status, result.reason, result.violation_count
+
+
+# -- FIFO -------------------------------------------------------------------------------------
+
+FIFO_CLEAN = [publish(0.1, "a", 1), deliver(0.1, "a", "a", 1), publish(0.2, "a", 2),
+              deliver(0.2, "a", "a", 2), deliver(0.3, "b", "a", 1), deliver(0.4, "b", "a", 2)]
+FIFO_BROKEN = [deliver(1.0, "b", "a", 1), deliver(2.0, "b", "a", 3), deliver(3.0, "b", "a", 2),
+               deliver(4.0, "b", "a", 2), deliver(1.0, "c", "a", 1)]
+
+
+def test_fifo_passes_in_order_deliveries(spark: Any) -> None:
+    result = judge(spark, FIFO_CLEAN, fifo_check())
+    assert (result.status, result.reason) == (Status.PASS, "no violations")
+    assertDataFrameEqual(result.violations, [])
+
+
+def test_fifo_reports_gap_reorder_and_duplicate(spark: Any) -> None:
+    result = judge(spark, FIFO_BROKEN, fifo_check())
+    assert (result.status, result.reason, result.violation_count) == (
+        Status.FAIL, "3 violations", 3)
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "b", "a:3", "a", 3, "gap: seq 3 delivered, expected 2"),
+        ("r1", "b", "a:2", "a", 2, "duplicate or reordered: seq 2 after seq 3"),
+        ("r1", "b", "a:2", "a", 2, "duplicate or reordered: seq 2 after seq 3"),
+    ]))
+
+
+def test_fifo_agrees_with_the_test_oracle(spark: Any) -> None:
+    oracle = oracle_fifo(FIFO_BROKEN)
+    mine = fifo_violations(frame(spark, FIFO_BROKEN)).collect()
+    assert len(oracle) == len(mine) == 3
+    assert sorted(f"{r.node} delivered {r.origin}:{r.seq}" for r in mine) == sorted(
+        p.split(", expected")[0] for p in oracle)
+
+
+def test_fifo_orders_by_t_then_row_order(spark: Any) -> None:
+    same_instant = [deliver(1.0, "b", "a", 2), deliver(1.0, "b", "a", 1)]
+    assertDataFrameEqual(fifo_violations(frame(spark, same_instant)), violations([
+        ("r1", "b", "a:2", "a", 2, "gap: seq 2 delivered, expected 1"),
+        ("r1", "b", "a:1", "a", 1, "duplicate or reordered: seq 1 after seq 2"),
+    ]))
+
+
+def test_fifo_only_checks_the_layers_asked(spark: Any) -> None:
+    other = [deliver(1.0, "b", "a", 3, layer="gossip")]
+    assert fifo_violations(frame(spark, other), layers=["fifo"]).count() == 0
+    assert verdict(spark, other, fifo_check(layers=["fifo"]))[0] is Status.NOT_APPLICABLE
+
+
+# -- reliability -----------------------------------------------------------------------------
+
+def membership(t: float, node: str, event: str) -> Any:
+    return row(t, node, event, layer="sim")
+
+
+RELIABILITY_BASE = [
+    membership(0.5, "d", "crash"), membership(1.5, "d", "recover"),  # down when published
+    membership(1.5, "e", "crash"),  # up when published, down at the end
+    membership(2.0, "f", "join"),  # joined after the publish
+    membership(1.2, "g", "crash"), membership(1.4, "g", "recover"),  # up then and at the end
+    row(0.9, "sim", "partition", layer="sim", info={"groups": [["a"], ["b"]]}),
+    publish(1.0, "a", 1), deliver(1.0, "a", "a", 1), deliver(1.1, "b", "a", 1),
+    row(0.1, "c", "send", msg="x", peer="a"),  # c is a member: it has protocol rows
+    row(3.0, "b", "send", peer="a", info={"type": "fifo.status"}),  # the run ends at t=3
+    membership(3.5, "c", "leave"),  # after the end (a shutdown): c still counts as up
+]
+
+
+def test_reliability_passes_when_every_expected_node_delivers(spark: Any) -> None:
+    rows = [*RELIABILITY_BASE, deliver(1.3, "c", "a", 1), deliver(1.6, "g", "a", 1)]
+    result = judge(spark, rows, reliability_check())
+    assert result.status is Status.PASS
+    assertDataFrameEqual(result.violations, [])
+    assertDataFrameEqual(reliability_summary(frame(spark, rows)), [Row(
+        run="r1", layer="fifo", published=1, expected=4, delivered=4, reliability=1.0)])
+
+
+def test_reliability_reports_nodes_up_at_publish_and_end_that_missed_it(spark: Any) -> None:
+    result = judge(spark, RELIABILITY_BASE, reliability_check())
+    assert result.status is Status.FAIL
+    detail = "not delivered: up when a published it at t=1.000000 and up at the end"
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "c", "a:1", "a", 1, detail),
+        ("r1", "g", "a:1", "a", 1, detail),
+    ]))
+    assertDataFrameEqual(reliability_summary(frame(spark, RELIABILITY_BASE)), [Row(
+        run="r1", layer="fifo", published=1, expected=4, delivered=2, reliability=0.5)])
+
+
+def test_reliability_agrees_with_the_test_oracle(spark: Any) -> None:
+    rows = [publish(1.0, "a", 1), publish(1.5, "b", 1), deliver(1.0, "a", "a", 1),
+            deliver(1.5, "b", "b", 1), deliver(1.2, "b", "a", 1), deliver(1.3, "c", "a", 1),
+            row(0.0, "c", "send", msg="m", peer="a")]
+    mine = {f"{r.node} misses {r.msg}"
+            for r in reliability_violations(frame(spark, rows)).collect()}
+    assert mine == set(oracle_missing(rows, ["a", "b", "c"])) == {"a misses b:1", "c misses b:1"}
+
+
+def test_reliability_can_exempt_messages_of_crashed_publishers(spark: Any) -> None:
+    rows = [publish(1.0, "a", 1), deliver(1.0, "a", "a", 1), publish(2.0, "a", 2),
+            deliver(2.0, "a", "a", 2), deliver(1.1, "b", "a", 1), deliver(1.1, "c", "a", 1),
+            membership(2.1, "a", "crash"), row(3.0, "b", "send", peer="c")]
+    strict = reliability_violations(frame(spark, rows))
+    assert sorted((r.node, r.msg) for r in strict.collect()) == [("b", "a:2"), ("c", "a:2")]
+    lenient = reliability_violations(frame(spark, rows), exempt_crashed_origins=True)
+    assertDataFrameEqual(lenient, [])
+
+
+def test_reliability_without_publishes_is_not_applicable(spark: Any) -> None:
+    rows = [deliver(1.0, "b", "a", 1)]
+    status, reason, _ = verdict(spark, rows, reliability_check())
+    assert status is Status.NOT_APPLICABLE and "no publish rows" in reason
+
+
+# -- causal order ------------------------------------------------------------------------------
+
+def cdeliver(t: float, node: str, origin: str, seq: int, vector: dict[str, int]) -> Any:
+    return deliver(t, node, origin, seq, layer="causal", info={"vector": vector})
+
+
+CAUSAL_CLEAN = [
+    cdeliver(1.0, "a", "a", 1, {"a": 1}),
+    cdeliver(2.0, "b", "a", 1, {"a": 1}), cdeliver(3.0, "b", "b", 1, {"a": 1, "b": 1}),
+    cdeliver(4.0, "c", "a", 1, {"a": 1}), cdeliver(5.0, "c", "b", 1, {"a": 1, "b": 1}),
+]
+
+
+def test_causal_passes_deliveries_after_their_causal_past(spark: Any) -> None:
+    result = judge(spark, CAUSAL_CLEAN, causal_check())
+    assert result.status is Status.PASS
+    assertDataFrameEqual(result.violations, [])
+
+
+def test_causal_reports_deliveries_before_or_without_their_causal_past(spark: Any) -> None:
+    rows = [*CAUSAL_CLEAN,
+            cdeliver(4.0, "d", "b", 1, {"a": 1, "b": 1}), cdeliver(5.0, "d", "a", 1, {"a": 1}),
+            cdeliver(4.0, "e", "b", 1, {"a": 1, "b": 1}),
+            cdeliver(4.0, "f", "a", 2, {"a": 2}), cdeliver(5.0, "f", "a", 1, {"a": 1})]
+    result = judge(spark, rows, causal_check())
+    assert (result.status, result.reason) == (Status.FAIL, "3 violations")
+    prefix = "causal past not respected: "
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "d", "b:1", "b", 1, prefix + "a:1 delivered after it"),
+        ("r1", "e", "b:1", "b", 1, prefix + "a:1 never delivered"),
+        ("r1", "f", "a:2", "a", 2, prefix + "a:1 delivered after it"),
+    ]))
+
+
+def test_causal_without_vectors_is_not_applicable(spark: Any) -> None:
+    status, reason, count = verdict(spark, FIFO_CLEAN, causal_check())
+    assert (status, count) == (Status.NOT_APPLICABLE, 0)
+    assert "info.vector" in reason
+
+
+# -- total order -------------------------------------------------------------------------------
+
+def tdeliver(t: float, node: str, seq: int, key: str | None = None) -> Any:
+    return deliver(t, node, "x", seq, layer="paxos", key=key)
+
+
+TOTAL_CLEAN = [tdeliver(1, "a", 1), tdeliver(2, "a", 2), tdeliver(3, "a", 3),
+               tdeliver(1, "b", 1), tdeliver(2, "b", 2), tdeliver(3, "b", 3),
+               tdeliver(1, "c", 1), tdeliver(2, "c", 2)]  # c is behind: a prefix is fine
+
+
+def test_total_order_passes_prefix_consistent_sequences(spark: Any) -> None:
+    result = judge(spark, TOTAL_CLEAN, total_order_check(layers=["paxos"]))
+    assert result.status is Status.PASS
+    assertDataFrameEqual(result.violations, [])
+
+
+def test_total_order_reports_the_first_divergence_per_replica(spark: Any) -> None:
+    rows = [*TOTAL_CLEAN[:6], tdeliver(1, "c", 1), tdeliver(2, "c", 3), tdeliver(3, "c", 2)]
+    result = judge(spark, rows, total_order_check(layers=["paxos"]))
+    assert result.status is Status.FAIL
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "c", "x:3", "x", 3, "total order: position 2 has x:3 where the other replicas "
+                                   "have x:2"),
+    ]))
+
+
+def test_total_order_per_key_ignores_interleaving_across_keys(spark: Any) -> None:
+    rows = [tdeliver(1, "a", 1, "k1"), tdeliver(2, "a", 2, "k2"),
+            tdeliver(1, "b", 2, "k2"), tdeliver(2, "b", 1, "k1")]
+    per_key = total_order_violations(frame(spark, rows), layers=["paxos"], per_key=True)
+    assertDataFrameEqual(per_key, [])
+    assert total_order_violations(frame(spark, rows), layers=["paxos"]).count() > 0
+
+
+def test_total_order_needs_a_declared_layer(spark: Any) -> None:
+    status, reason, _ = verdict(spark, TOTAL_CLEAN, total_order_check(layers=()))
+    assert status is Status.NOT_APPLICABLE and "--total-order" in reason
+    status, reason, _ = verdict(spark, TOTAL_CLEAN, total_order_check(layers=["raft"]))
+    assert status is Status.NOT_APPLICABLE and "raft" in reason
+
+
+# -- per-object convergence ----------------------------------------------------------------
+
+def rdeliver(t: float, node: str, origin: str, rev: str) -> Any:
+    return deliver(t, node, origin, 1, layer="replica", key="obj", info={"rev": rev})
+
+
+CONVERGED = [rdeliver(1, "a", "a", "r1"), rdeliver(2, "a", "b", "r2"),
+             rdeliver(1, "b", "a", "r1"), rdeliver(2, "b", "b", "r2"),
+             rdeliver(1, "d", "a", "r1"), row(1.5, "d", "crash", layer="sim")]
+
+
+def test_convergence_passes_when_replicas_agree(spark: Any) -> None:
+    result = judge(spark, CONVERGED, convergence_check())
+    assert result.status is Status.PASS
+    assertDataFrameEqual(result.violations, [])
+
+
+def test_convergence_reports_revision_order_and_final_state(spark: Any) -> None:
+    rows = [*CONVERGED, rdeliver(1, "c", "b", "r2"), rdeliver(2, "c", "a", "r1")]
+    result = judge(spark, rows, convergence_check())
+    assert result.status is Status.FAIL
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "c", "b:1", "b", 1, "revision order of key obj: position 1 has r2 where the "
+                                   "other replicas have r1"),
+        ("r1", "c", "a:1", "a", 1, "final state of key obj: revision r1 where the other "
+                                   "replicas ended at r2"),
+    ]))
+    # a revision ordering transform on its own: only the per-key order, with a custom field
+    renamed = [rdeliver(1, "a", "a", "r1"), rdeliver(1, "c", "b", "r2")]
+    assert convergence_violations(frame(spark, renamed), revision_field="version").count() == 0
+
+
+def test_convergence_without_revisions_is_not_applicable(spark: Any) -> None:
+    status, reason, _ = verdict(spark, FIFO_CLEAN, convergence_check())
+    assert status is Status.NOT_APPLICABLE and "info.rev" in reason
+
+
+# -- atomicity and the verdicts together ------------------------------------------------------
+
+def test_atomicity_says_it_cannot_apply(spark: Any) -> None:
+    status, reason, _ = verdict(spark, FIFO_CLEAN, atomicity_check())
+    assert status is Status.NOT_APPLICABLE
+    assert "cannot apply" in reason and "seed 004" in reason
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    (FIFO_CLEAN, {"reliability": Status.PASS, "fifo": Status.PASS}),
+    (FIFO_BROKEN, {"reliability": Status.NOT_APPLICABLE, "fifo": Status.FAIL}),
+])
+def test_default_checks_give_one_verdict_each(spark: Any, rows: list[Any],
+                                              expected: dict[str, Status]) -> None:
+    results = {r.name: r.status for r in evaluate(frame(spark, rows), default_checks())}
+    assert results == {**expected, "causal": Status.NOT_APPLICABLE,
+                       "total order": Status.NOT_APPLICABLE,
+                       "convergence": Status.NOT_APPLICABLE,
+                       "atomicity": Status.NOT_APPLICABLE}

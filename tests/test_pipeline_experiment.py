@@ -1,0 +1,122 @@
+"""Experiment files: parsing, sweep expansion, option validation, completed-run detection, and
+one loopback run through the workload function a Spark task calls (no Spark needed here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gossamer.cli.main import main
+from gossamer.cli.workloads import run_workload, validate_run
+from gossamer.core.errors import ConfigError
+from gossamer.core.traceio import ParquetSink, trace_path
+from gossamer.pipeline import (
+    PipelineError,
+    RunSpec,
+    is_closed_parquet,
+    load_experiment,
+    parse_conf,
+    run_done,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(folder: Path, text: str) -> Path:
+    path = folder / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def test_quickstart_expands_to_a_sweep_times_seeds() -> None:
+    experiment = load_experiment(REPO / "experiments" / "quickstart.toml")
+    runs = experiment.runs()
+    assert (experiment.workload, experiment.mode) == ("fifo", "sim")
+    assert len(runs) == 3 * 3 * 2
+    assert len({r.run for r in runs}) == len(runs)
+    assert runs[0].run == "quickstart-loss0.0-crash0.0-s1"
+    assert runs[0].params["nodes"] == 12 and runs[0].params["crash"] == 0.0
+    for spec in runs:
+        validate_run(spec)
+
+
+def test_sweep_is_a_cartesian_product_with_safe_ids(tmp_path: Path) -> None:
+    experiment = load_experiment(write(tmp_path, """
+name = "x"
+workload = "fifo"
+seeds = [1, 2]
+[sweep]
+nodes = [3, 4]
+latency = ["const:0.01", "uniform:0.005,0.05"]
+"""))
+    runs = experiment.runs()
+    assert len(runs) == 8
+    assert [r.seed for r in runs[:2]] == [1, 2]
+    assert runs[2].run == "x-nodes3-latencyuniform_0.005_0.05-s1"
+    assert runs[2].params == {"nodes": 3, "latency": "uniform:0.005,0.05"}
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('workload = "fifo"\nfoo = 1', "unknown keys"),
+    ('workload = "fifo"\nmode = "cluster"', "mode must be one of"),
+    ("seeds = [1]", "workload"),
+    ('workload = "fifo"\nseeds = []', "seeds"),
+    ('workload = "fifo"\nseeds = [1, 1]', "repeat"),
+    ('workload = "fifo"\n[options]\nseed = 3', "set by the experiment"),
+    ('workload = "fifo"\n[options]\nloss = 0.1\n[sweep]\nloss = [0.2]', "both fixed"),
+    ('workload = "fifo"\n[sweep]\nloss = 0.1', "non-empty list"),
+    ('workload = "fifo"\n[analysis]\nbogus = 1', "unknown [analysis] keys"),
+    ('workload = "fifo"\nname = "a b"', "name must be"),
+    ("workload = ", "not valid TOML"),
+])
+def test_bad_experiment_files_are_refused_with_the_reason(tmp_path: Path, text: str,
+                                                          error: str) -> None:
+    with pytest.raises(PipelineError, match=error.replace("[", r"\[")):
+        load_experiment(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(("spec", "error"), [
+    (RunSpec("r", "fifo", "sim", 1, {"nodez": 3}), "no option 'nodez'"),
+    (RunSpec("r", "fifo", "sim", 1, {"nodes": "ten"}), "does not fit"),
+    (RunSpec("r", "fifo", "sim", 1, {"nodes": 2.5}), "does not fit"),
+    (RunSpec("r", "fifo", "sim", 1, {"retransmit": 1}), "does not fit"),
+    (RunSpec("r", "fifo", "sim", 1, {"nodes": 0}), "nodes >= 1"),
+    (RunSpec("r", "paxos", "sim", 1, {}), "unknown workload"),
+    (RunSpec("r", "fifo", "cluster", 1, {}), "no mode"),
+])
+def test_workload_options_are_validated_before_anything_runs(spec: RunSpec, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        validate_run(spec)
+
+
+def test_a_run_is_done_only_when_its_trace_files_are_closed(tmp_path: Path) -> None:
+    assert not run_done(tmp_path, "r1")
+    path = trace_path(tmp_path, "r1", "sim")
+    sink = ParquetSink(path, buffer_rows=1)
+    sink.append(("r1", 0.0, "a", "fifo", "publish", "a:1", "a", None, None, 1, None, None))
+    assert path.is_file() and not is_closed_parquet(path)  # a row group, but no footer yet
+    assert not run_done(tmp_path, "r1")
+    sink.close()
+    assert run_done(tmp_path, "r1")
+
+
+def test_a_loopback_run_writes_one_closed_trace_file_per_node(tmp_path: Path) -> None:
+    spec = RunSpec("lb-s1", "fifo", "loopback", 1, {"nodes": 3, "messages": 20, "loss": 0.1})
+    result = run_workload(spec, str(tmp_path))
+    assert result["reliability"] == 1.0
+    assert sorted(p.name for p in (tmp_path / "trace" / "lb-s1").iterdir()) == [
+        "n000.parquet", "n001.parquet", "n002.parquet"]
+    assert run_done(tmp_path, "lb-s1")
+
+
+def test_experiment_verb_refuses_a_bad_file_before_starting_spark(tmp_path: Path) -> None:
+    bad = write(tmp_path, 'workload = "fifo"\n[options]\nnodez = 3')
+    assert main(["experiment", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_conf_pairs_need_an_equals_sign() -> None:
+    assert parse_conf(["a.b=1", "c= x=y"]) == {"a.b": "1", "c": " x=y"}
+    with pytest.raises(PipelineError, match="KEY=VALUE"):
+        parse_conf(["novalue"])

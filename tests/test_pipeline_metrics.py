@@ -1,0 +1,118 @@
+"""Metrics on one small hand-written trace whose every number can be worked out on paper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from gossamer.pipeline import metrics
+from trace_frames import deliver, frame, publish, row
+
+
+def send(t: float, node: str, msg: str, peer: str) -> Any:
+    return row(t, node, "send", msg=msg, origin=msg.split(":")[0], peer=peer, size=10,
+               info={"type": "fifo.data"})
+
+
+def recv(t: float, node: str, msg: str, peer: str) -> Any:
+    return row(t, node, "recv", msg=msg, origin=msg.split(":")[0], peer=peer, size=10,
+               info={"type": "fifo.data"})
+
+
+# a:1 reaches b in 0.1 s and c in 0.3 s (c also gets a duplicate); b:1 reaches a in 0.2 s
+# and c in 0.6 s; a crashes before the run ends
+ROWS = [
+    publish(1.0, "a", 1), deliver(1.0, "a", "a", 1),
+    send(1.0, "a", "a:1", "b"), send(1.0, "a", "a:1", "c"),
+    recv(1.1, "b", "a:1", "a"), deliver(1.1, "b", "a", 1, info={"hop": 1}),
+    recv(1.3, "c", "a:1", "a"), deliver(1.3, "c", "a", 1, info={"hop": 2}),
+    recv(1.4, "c", "a:1", "a"),
+    publish(2.0, "b", 1), deliver(2.0, "b", "b", 1),
+    send(2.0, "b", "b:1", "a"), send(2.0, "b", "b:1", "c"),
+    recv(2.2, "a", "b:1", "b"), deliver(2.2, "a", "b", 1),
+    recv(2.6, "c", "b:1", "b"), deliver(2.6, "c", "b", 1),
+    row(2.5, "a", "crash", layer="sim"),
+]
+
+
+@pytest.fixture(scope="module")
+def trace(spark: Any) -> Any:
+    return frame(spark, ROWS)
+
+
+def test_latency_per_delivery_and_percentiles(trace: Any) -> None:
+    samples = metrics.latency_samples(trace)
+    assertDataFrameEqual(samples, [
+        Row(run="r1", layer="fifo", msg="a:1", node="b", latency=0.1),
+        Row(run="r1", layer="fifo", msg="a:1", node="c", latency=0.3),
+        Row(run="r1", layer="fifo", msg="b:1", node="a", latency=0.2),
+        Row(run="r1", layer="fifo", msg="b:1", node="c", latency=0.6),
+    ])
+    assertDataFrameEqual(metrics.latency_summary(samples), [Row(
+        run="r1", layer="fifo", deliveries=4, latency_mean=0.3, latency_p50=0.2,
+        latency_p95=0.6, latency_p99=0.6, latency_max=0.6)])
+    assertDataFrameEqual(metrics.latency_cdf(samples, points=2), [
+        Row(run="r1", fraction=0.0, latency=0.1), Row(run="r1", fraction=1.0, latency=0.6)])
+
+
+def test_messages_per_operation(trace: Any) -> None:
+    assertDataFrameEqual(metrics.messages_per_operation(trace), [Row(
+        run="r1", operations=2, messages=4, bytes=40, messages_per_operation=2.0,
+        bytes_per_operation=20.0)])
+
+
+def test_node_load_and_its_distribution(trace: Any) -> None:
+    load = metrics.node_load(trace)
+    assertDataFrameEqual(load, [
+        Row(run="r1", node="a", sent=2, received=1, delivered=2, bytes_sent=20,
+            bytes_received=10, load=3),
+        Row(run="r1", node="b", sent=2, received=1, delivered=2, bytes_sent=20,
+            bytes_received=10, load=3),
+        Row(run="r1", node="c", sent=0, received=3, delivered=2, bytes_sent=0,
+            bytes_received=30, load=3),
+    ])
+    assertDataFrameEqual(metrics.load_histogram(load, bins=3),
+                         [Row(bin=0, low=3.0, high=4.0, nodes=3)])
+
+
+def test_throughput_per_bucket(trace: Any) -> None:
+    assertDataFrameEqual(metrics.throughput(trace, bucket=1.0), [
+        Row(run="r1", second=1.0, deliveries=3, per_second=3.0),
+        Row(run="r1", second=2.0, deliveries=3, per_second=3.0),
+    ])
+
+
+def test_convergence_time_per_message(trace: Any) -> None:
+    times = metrics.convergence_times(trace)
+    assertDataFrameEqual(times, [
+        Row(run="r1", layer="fifo", msg="a:1", t_publish=1.0, last_delivery=1.3, deliveries=3,
+            convergence=0.3),
+        Row(run="r1", layer="fifo", msg="b:1", t_publish=2.0, last_delivery=2.6, deliveries=3,
+            convergence=0.6),
+    ])
+    assertDataFrameEqual(metrics.convergence_summary(times), [Row(
+        run="r1", convergence_p50=0.3, convergence_p95=0.6, convergence_p99=0.6,
+        convergence_max=0.6)])
+
+
+def test_redundancy_and_last_delivery_hop(trace: Any) -> None:
+    # a:1: 3 receipts over 2 other nodes -> 0.5; b:1: 2 over 2 -> 0; mean 0.25
+    assertDataFrameEqual(metrics.redundancy(trace), [Row(
+        run="r1", rmr=0.25, last_hop_mean=2.0, last_hop_max=2)])
+
+
+def test_failure_fraction_and_run_overview(trace: Any) -> None:
+    assertDataFrameEqual(metrics.failure_fraction(trace), [Row(
+        run="r1", nodes=3, failed_nodes=1, failure_fraction=1 / 3)])
+    assertDataFrameEqual(metrics.run_overview(trace), [Row(
+        run="r1", rows=len(ROWS), t_start=1.0, t_end=2.6, publishes=2, offered_load=1.0)])
+
+
+def test_bad_metric_arguments_are_refused(trace: Any) -> None:
+    with pytest.raises(ValueError, match="bucket"):
+        metrics.throughput(trace, bucket=0)
+    with pytest.raises(ValueError, match="points"):
+        metrics.latency_cdf(metrics.latency_samples(trace), points=1)

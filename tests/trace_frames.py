@@ -1,0 +1,52 @@
+"""Inline trace DataFrames for the pipeline tests: rows written by hand, in the trace schema."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+from pyspark.sql import Row
+
+from gossamer.core import TraceRow
+from gossamer.pipeline import VIOLATION_COLUMNS, trace_schema, with_row_order
+
+
+def row(
+    t: float,
+    node: str,
+    event: str,
+    *,
+    layer: str = "fifo",
+    msg: str | None = None,
+    origin: str | None = None,
+    peer: str | None = None,
+    key: str | None = None,
+    seq: int | None = None,
+    size: int | None = None,
+    info: dict[str, Any] | None = None,
+    run: str = "r1",
+) -> TraceRow:
+    encoded = orjson.dumps(info, option=orjson.OPT_SORT_KEYS).decode() if info else None
+    return TraceRow(run, float(t), node, layer, event, msg, origin, peer, key, seq, size, encoded)
+
+
+def publish(t: float, origin: str, seq: int, **kw: Any) -> TraceRow:
+    return row(t, origin, "publish", msg=f"{origin}:{seq}", origin=origin, seq=seq, **kw)
+
+
+def deliver(t: float, node: str, origin: str, seq: int, **kw: Any) -> TraceRow:
+    return row(t, node, "deliver", msg=f"{origin}:{seq}", origin=origin, seq=seq, **kw)
+
+
+def frame(spark: Any, rows: Iterable[Sequence[Any]]) -> Any:
+    """A cached trace DataFrame with ``row`` in list order (every check scans it several
+    times; cached, the rows leave Python once)."""
+    trace = spark.createDataFrame([tuple(r) for r in rows], trace_schema())
+    return with_row_order(trace).cache()
+
+
+def violations(rows: Iterable[tuple[Any, ...]]) -> list[Row]:
+    """Expected violation rows (run, node, msg, origin, seq, detail), for assertDataFrameEqual
+    (a list, so the expectation costs no Spark job)."""
+    return [Row(**dict(zip(VIOLATION_COLUMNS, values, strict=True))) for values in rows]
