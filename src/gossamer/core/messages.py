@@ -32,6 +32,7 @@ __all__ = [
     "WireCodec",
     "default_codec",
     "message",
+    "parse_frame",
 ]
 
 DEFAULT_MAX_FRAME = 1 << 20  # 1 MiB: every transport and codec refuses larger frames
@@ -52,6 +53,18 @@ class Message:
     def trace_ids(self) -> TraceIds:
         """The trace columns (msg, origin, key, seq) this message fills; none by default."""
         return (None, None, None, None)
+
+
+def parse_frame(data: bytes | str, max_frame: int) -> Any:
+    """The JSON value of one frame, refusing frames over ``max_frame`` bytes and non-JSON."""
+    if isinstance(data, str):
+        data = data.encode()  # the limit is in bytes, as on the wire
+    if len(data) > max_frame:
+        raise FrameTooLarge(f"frame of {len(data)} bytes over max_frame={max_frame}")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"not JSON: {exc}") from exc
 
 
 class WireCodec(Protocol):
@@ -239,15 +252,7 @@ class Codec:
         return data
 
     def decode(self, data: bytes | str) -> Message:
-        if isinstance(data, str):
-            data = data.encode()  # the limit is in bytes, as on the wire
-        if len(data) > self.max_frame:
-            raise FrameTooLarge(f"frame of {len(data)} bytes over max_frame={self.max_frame}")
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise DecodeError(f"not JSON: {exc}") from exc
-        return self.from_dict(obj)
+        return self.from_dict(parse_frame(data, self.max_frame))
 
     def from_dict(self, obj: Any) -> Message:
         if not isinstance(obj, dict):

@@ -15,9 +15,9 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
-from ...core.errors import ConfigError, DecodeError, FrameTooLarge, InvalidMessage
+from ...core.errors import ConfigError, DecodeError, InvalidMessage
 from ...core.ids import check_node_id
-from ...core.messages import DEFAULT_MAX_FRAME, Message, TraceIds
+from ...core.messages import DEFAULT_MAX_FRAME, Message, TraceIds, parse_frame
 
 __all__ = [
     "HUB_ID",
@@ -300,15 +300,7 @@ class ReplicaCodec:
     # -- decoding -------------------------------------------------------------------------
 
     def decode(self, data: bytes | str) -> Message:
-        if isinstance(data, str):
-            data = data.encode()
-        if len(data) > self.max_frame:
-            raise FrameTooLarge(f"frame of {len(data)} bytes over max_frame={self.max_frame}")
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise DecodeError(f"not JSON: {exc}") from exc
-        return self.from_dict(obj)
+        return self.from_dict(parse_frame(data, self.max_frame))
 
     def from_dict(self, obj: Any) -> Message:
         if not isinstance(obj, dict):
