@@ -274,6 +274,16 @@ def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
     return code
 
 
+def _add_group_options(
+    parser: argparse.ArgumentParser, *, nodes: int, messages: int, loss_help: str
+) -> None:
+    """The options every FIFO-group verb shares."""
+    parser.add_argument("--nodes", type=_positive_int, default=nodes)
+    parser.add_argument("--messages", type=int, default=messages)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--loss", type=_probability, default=0.0, help=loss_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gossamer",
@@ -285,10 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim = verbs.add_parser("sim", help="simulate a reliable FIFO broadcast group",
                            description="Simulate a FIFO broadcast group under faults, write its "
                                        "trace and print a summary.")
-    sim.add_argument("--nodes", type=_positive_int, default=20)
-    sim.add_argument("--messages", type=int, default=200)
-    sim.add_argument("--seed", type=int, default=1)
-    sim.add_argument("--loss", type=_probability, default=0.0)
+    _add_group_options(sim, nodes=20, messages=200, loss_help="fraction of messages lost")
     sim.add_argument("--duplicate", type=_probability, default=0.0)
     sim.add_argument("--reorder", type=_probability, default=0.0)
     sim.add_argument("--latency", default="uniform:0.005,0.05",
@@ -310,11 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     loop = verbs.add_parser("loopback", help="run a FIFO broadcast group over real sockets",
                             description="Run N FIFO broadcast nodes on 127.0.0.1 in this process "
                                         "over TCP or WebSocket, one trace file per node.")
-    loop.add_argument("--nodes", type=_positive_int, default=5)
-    loop.add_argument("--messages", type=int, default=100)
-    loop.add_argument("--seed", type=int, default=1)
-    loop.add_argument("--loss", type=_probability, default=0.0,
-                      help="fraction of sends the runtime drops on purpose (seeded)")
+    _add_group_options(loop, nodes=5, messages=100,
+                       loss_help="fraction of sends the runtime drops on purpose (seeded)")
     loop.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
     loop.add_argument("--rate", type=float, default=200.0, help="broadcasts per second")
     loop.add_argument("--timeout", type=float, default=60.0,
