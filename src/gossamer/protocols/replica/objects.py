@@ -295,9 +295,17 @@ class ReplicaClient:
 
     def _push(self, key: str, history: list[_Write], write: _Write) -> None:
         history.append(write)
+        self._trace_applied(key, write)
         if len(history) > self.config.history_limit:
             del history[: len(history) - self.config.history_limit]
         put_json(self._store, _OBJECTS, key, [w.to_json() for w in history])
+
+    def _trace_applied(self, key: str, write: _Write) -> None:
+        """``apply``: ``write`` is now the object's current revision here (the pipeline's
+        convergence check reads these, minus the later ``revert`` rows)."""
+        self.env.trace("apply", layer=LAYER, msg=msg_id(write.writer, write.seq),
+                       origin=write.writer, key=key, seq=write.seq, rev=write.revision,
+                       old=write.old)
 
     def _changed(self, key: str) -> None:
         if self.on_change is not None:
@@ -318,6 +326,10 @@ class ReplicaClient:
             assert fork is not None
             reverted = history[fork:]
             del history[fork:]
+            for undone in reversed(reverted):
+                self.env.trace("revert", layer=LAYER, msg=msg_id(undone.writer, undone.seq),
+                               origin=undone.writer, key=key, seq=undone.seq,
+                               rev=undone.revision)
             self._push(key, history, write)
             for loser in reversed(reverted):
                 self._lost(key, loser, winner=write)
