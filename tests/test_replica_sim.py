@@ -28,6 +28,8 @@ from gossamer.protocols.replica import (
     Conflict,
     Data,
     HubNode,
+    KeeperConfig,
+    LinkState,
     Nack,
     ReplicaClient,
     ReplicaCodec,
@@ -36,6 +38,7 @@ from gossamer.protocols.replica import (
     Subscribe,
     crc_of,
 )
+from gossamer.protocols.replica.hubnode import DEFAULT_KEEPER
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
 
 HUB = "hub"
@@ -50,19 +53,33 @@ def _info(row: Any) -> dict[str, Any]:
 
 def causal_violations(rows: Iterable[Sequence[object]]) -> list[str]:
     """At every node, each delivered message's vector was delivered there before it: all of
-    (k, 1..vector[k]) except the message itself; own publishes count as delivered. Also: no
-    message is delivered twice, and ``vector[origin]`` is the message's own seq."""
+    (k, 1..vector[k]) except the message itself; own publishes count as delivered, and so does
+    everything an installed snapshot's vector covers. Also: no message is delivered twice
+    (except again after a crash, by a node that commits in groups, like the hub's keeper), and
+    ``vector[origin]`` is the message's own seq."""
     seen: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     upto: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    floor: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))  # snapshots
     problems: list[str] = []
     for row in named(rows):
-        if row.layer != LAYER or row.event not in ("publish", "deliver"):
+        if row.layer == "sim" and row.event == "crash":
+            seen.pop(row.node, None)
+            floor.pop(row.node, None)
+            continue
+        if row.layer != LAYER:
+            continue
+        if row.event == "snapshot":
+            for origin, high in _info(row)["vector"].items():
+                upto[row.node][origin] = max(upto[row.node][origin], high)
+                floor[row.node][origin] = max(floor[row.node][origin], high)
+            continue
+        if row.event not in ("publish", "deliver"):
             continue
         node, origin, seq = row.node, str(row.origin), int(cast(int, row.seq))
         vector: dict[str, int] = _info(row)["vector"]
         if vector.get(origin) != seq:
             problems.append(f"{node}: {row.msg} carries vector[{origin}]={vector.get(origin)}")
-        if seq in seen[node][origin]:
+        if seq in seen[node][origin] or seq <= floor[node][origin]:
             problems.append(f"{node} delivered {row.msg} twice")
         for other, high in vector.items():
             need = high - 1 if other == origin else high
@@ -87,16 +104,25 @@ def reused_sequence_numbers(rows: Iterable[Sequence[object]]) -> list[str]:
 
 
 def missing_deliveries(rows: Iterable[Sequence[object]], nodes: Iterable[str]) -> list[str]:
-    """Published messages some node of ``nodes`` neither published nor delivered."""
-    published: set[str] = set()
-    have: dict[str, set[str]] = defaultdict(set)
+    """Published messages some node of ``nodes`` neither published, delivered nor received
+    in an installed snapshot."""
+    published: set[tuple[str, int]] = set()
+    have: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    snapshot: dict[str, dict[str, int]] = defaultdict(dict)
     for row in named(rows):
-        if row.layer == LAYER and row.event in ("publish", "deliver"):
-            have[row.node].add(str(row.msg))
+        if row.layer != LAYER:
+            continue
+        if row.event in ("publish", "deliver"):
+            ident = (str(row.origin), int(cast(int, row.seq)))
+            have[row.node].add(ident)
             if row.event == "publish":
-                published.add(str(row.msg))
-    return [f"{node} misses {msg}" for node in sorted(nodes)
-            for msg in sorted(published - have[node])]
+                published.add(ident)
+        elif row.event == "snapshot":
+            for origin, high in _info(row)["vector"].items():
+                snapshot[row.node][origin] = max(snapshot[row.node].get(origin, 0), high)
+    return [f"{node} misses {origin}:{seq}" for node in sorted(nodes)
+            for origin, seq in sorted(published - have[node])
+            if seq > snapshot[node].get(origin, 0)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,13 +256,16 @@ def run(
     config: ReplicaConfig | None = None,
     wrap: Callable[[Env], Env] | None = None,
     trace_messages: bool = True,
+    keeper: KeeperConfig | None = DEFAULT_KEEPER,
+    client: Callable[..., ReplicaClient] = ReplicaClient,
 ) -> tuple[Simulation, MemorySink]:
+    """Build and run; ``keeper`` None runs the seed's bare relay."""
     sink = MemorySink()
 
     def factory(env: Env) -> HubNode | ReplicaClient:
         if env.node == HUB:
-            return HubNode(env)
-        return ReplicaClient(wrap(env) if wrap is not None else env, config=config)
+            return HubNode(env, keeper=keeper)
+        return client(wrap(env) if wrap is not None else env, config=config)
 
     sim = scenario.build(factory, trace=sink, codec=ReplicaCodec(),
                          trace_messages=trace_messages)
@@ -336,18 +365,23 @@ class CorruptFirstData:
         self._env.send(dst, msg)
 
 
-def test_corrupt_message_is_dropped_nacked_and_repaired() -> None:
+@pytest.mark.parametrize("keeper", [True, False])
+def test_corrupt_message_is_dropped_nacked_and_repaired(keeper: bool) -> None:
+    """With the keeper the hub refuses the corrupt frame; with the seed's bare relay every
+    client drops it. Either way it is asked for again and delivered intact."""
     seed = 5
     scenario = make_scenario(clients=5, seed=seed, link=LinkModel(), writes=0, keys=1)
     writer = scenario.nodes[1]
     scenario.at(0.5, lambda sim: client_of(sim, writer).set("k", {"v": 1}))
-    sim, sink = run(scenario, until=10.0,
+    sim, sink = run(scenario, until=10.0, keeper=DEFAULT_KEEPER if keeper else None,
                     wrap=lambda env: cast(Env, CorruptFirstData(env)) if env.node == writer
                     else env)
     rows = named(sink.rows)
     crc_drops = [r for r in rows if r.event == "drop" and "crc" in str(r.info)]
-    assert {r.node for r in crc_drops} == set(scenario.nodes[2:]), f"seed={seed}"
-    assert all(r.msg == f"{writer}:1" for r in crc_drops)
+    droppers = {HUB} if keeper else set(scenario.nodes[2:])
+    assert {r.node for r in crc_drops} == droppers, f"seed={seed}"
+    if not keeper:
+        assert all(r.msg == f"{writer}:1" for r in crc_drops)
     nacks = [r for r in rows if r.event == "nack" and r.origin == writer]
     assert nacks, f"seed={seed}: the corrupt message was asked for again"
     check_all(sim, sink, seed)
@@ -489,6 +523,14 @@ class FakeEnv:
         return taken
 
 
+def start_online(client: ReplicaClient) -> None:
+    """Start a client and answer its subscribe as the hub's keeper does (an empty retry): it
+    has caught up, so it is online."""
+    client.start()
+    client.on_message(HUB, Retry(id=HUB, dest=client.me, retry=()))
+    assert client.link is LinkState.ONLINE
+
+
 def write(writer: str, vector: dict[str, int], key: str, old: str | None, rev: str,
           content: Any = None) -> Data:
     content = {"by": writer, "rev": rev} if content is None else content
@@ -512,7 +554,7 @@ def test_conflicts_are_decided_where_the_writes_fork_whatever_the_order(
     first order and lose in the second: replicas would diverge.)"""
     env = FakeEnv("n8")
     client = ReplicaClient(cast(Env, env))
-    client.start()
+    start_online(client)
     for msg in order:
         client.on_message(HUB, msg)
     assert client.revision("k") == "m"
@@ -526,7 +568,7 @@ def test_a_lost_own_write_is_rebased_once_after_its_winner_even_if_also_told() -
     env = FakeEnv("n5")
     changes: list[tuple[str, Any, str | None]] = []
     client = ReplicaClient(cast(Env, env), on_change=lambda k, c, r: changes.append((k, c, r)))
-    client.start()
+    start_online(client)
     mine = client.set("k", {"mine": 1})  # seq 1, creates k
     # the peer says so before we have the winner: wait for it and ask for it (footnote 11)
     told = Conflict(id="n7", dest="n5", loser_time=1, winner="n1", winner_time=1, object="k")
@@ -554,14 +596,14 @@ def test_a_queued_rebase_survives_a_crash_and_happens_once() -> None:
     store = MemoryStore()
     env = FakeEnv("n5", store=store)
     client = ReplicaClient(cast(Env, env))
-    client.start()
+    start_online(client)
     client.set("k", {"mine": 1})
     client.on_message(HUB, write("n1", {"n1": 1}, "k", None, "w1"))  # wins: ours is reverted
     assert client.revision("k") == "w1" and client.resolved == {}
     store.crash()  # before the rebase timer fired
     env = FakeEnv("n5", store=store)
     again = ReplicaClient(cast(Env, env))
-    again.start()
+    start_online(again)
     env.advance(1.0)
     assert [(d.seq, d.old_value, d.data) for d in env.take(Data)] == [(2, "w1", {"mine": 1})]
     assert again.resolved == {1: 2}
@@ -572,7 +614,7 @@ def test_a_queued_rebase_survives_a_crash_and_happens_once() -> None:
 def test_subscribe_and_nack_are_answered_from_the_send_log() -> None:
     env = FakeEnv("n1")
     client = ReplicaClient(cast(Env, env))
-    client.start()
+    start_online(client)
     for number in range(3):
         client.set("k", {"v": number})
     env.sent.clear()
@@ -589,7 +631,7 @@ def test_subscribe_and_nack_are_answered_from_the_send_log() -> None:
 def test_a_corrupt_data_message_is_dropped_without_changing_state() -> None:
     env = FakeEnv("n2")
     client = ReplicaClient(cast(Env, env))
-    client.start()
+    start_online(client)
     good = write("n1", {"n1": 1}, "k", None, "r1")
     client.on_message(HUB, dataclasses.replace(good, crc=good.crc ^ 1))
     assert client.items() == {} and client.vector == {}
@@ -603,7 +645,7 @@ def test_a_corrupt_data_message_is_dropped_without_changing_state() -> None:
 def test_bad_peer_input_is_refused_before_any_state_changes() -> None:
     env = FakeEnv("n2")
     client = ReplicaClient(cast(Env, env))
-    client.start()
+    start_online(client)
     good = write("n1", {"n1": 1}, "k", None, "r1")
     # a vector key that is not a client id cannot even be built, nor decoded from the wire
     with pytest.raises(ValueError, match="vector key"):
@@ -638,7 +680,7 @@ def test_a_crash_recovered_client_resumes_and_never_reuses_a_sequence_number() -
     store = MemoryStore()
     env = FakeEnv("n4", store=store)
     client = ReplicaClient(cast(Env, env))
-    client.start()
+    start_online(client)
     client.set("a", 1)
     client.set("b", 2)
     client.on_message(HUB, write("n1", {"n1": 1}, "c", None, "r1", 3))
@@ -646,6 +688,7 @@ def test_a_crash_recovered_client_resumes_and_never_reuses_a_sequence_number() -
     again = ReplicaClient(cast(Env, FakeEnv("n4", store=store)))
     assert again.items() == {"a": 1, "b": 2, "c": 3}
     assert again.vector == {"n1": 1, "n4": 2}
+    start_online(again)
     again.set("a", 5)
     assert again.causal.sent == 3
 

@@ -20,6 +20,7 @@ from gossamer.protocols.replica import (
     Nack,
     ReplicaCodec,
     Retry,
+    Snapshot,
     StopAll,
     Subscribe,
     crc_of,
@@ -27,7 +28,8 @@ from gossamer.protocols.replica import (
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "replica-wire.md"
 KINDS = {"subscribe": Subscribe, "data": Data, "nack": Nack, "retry": Retry,
-         "conflict": Conflict, "clear": Clear, "stop": StopAll, "left": Left}
+         "conflict": Conflict, "clear": Clear, "stop": StopAll, "left": Left,
+         "snapshot": Snapshot}
 codec = ReplicaCodec()
 
 
@@ -133,3 +135,20 @@ def test_data_round_trips(sender: str, key: str, old: str | None, value: str, da
     back = codec.decode(codec.encode(msg))
     assert back == msg
     assert isinstance(back, Data) and back.crc_ok and back.seq == seq
+
+
+@pytest.mark.parametrize("objects", [
+    '{"k": []}',  # an empty path
+    '{"k": [["r1", null, "c1", 1, 5]]}',  # five fields
+    '{"k": [["r1", null, "c1", 0, 5, false]]}',  # seq 0
+    '{"k": [["r1", 7, "c1", 1, 5, false]]}',  # old revision not a string
+    '{"k": [["r1", null, "bad id!", 1, 5, false]]}',  # writer not an id
+    '{"k": [["", null, "c1", 1, 5, false]]}',  # empty revision
+    '{"k": [["r1", null, "c1", 1, 5, "no"]]}',  # deleted not a bool
+    '{"k": "r1"}',  # not a list
+])
+def test_malformed_snapshots_are_refused(objects: str) -> None:
+    frame = ('{"id": "hub", "dest": "c1", "snapshot": true, "vector": {}, "objects": '
+             + objects + ', "last": true}')
+    with pytest.raises(InvalidMessage):
+        codec.decode(frame)

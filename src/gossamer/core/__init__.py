@@ -4,6 +4,7 @@ from .backoff import Backoff, ExponentialBackoff, FibonacciBackoff
 from .env import Env, Process, ProcessFactory, Store, TimerHandle, get_json, put_json
 from .errors import (
     ConfigError,
+    CorruptMessage,
     DecodeError,
     FrameTooLarge,
     GossamerError,
@@ -35,6 +36,7 @@ __all__ = [
     "Backoff",
     "Codec",
     "ConfigError",
+    "CorruptMessage",
     "DecodeError",
     "Env",
     "ExponentialBackoff",

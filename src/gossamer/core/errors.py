@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CorruptMessage",
     "DecodeError",
     "FrameTooLarge",
     "GossamerError",
@@ -54,6 +55,12 @@ class InvalidMessage(ProtocolError):
     """A message of a known type with missing, extra or wrongly typed fields."""
 
     reason = "invalid"
+
+
+class CorruptMessage(InvalidMessage):
+    """A well-formed message whose checksum does not match its content."""
+
+    reason = "crc"
 
 
 class LocalError(GossamerError):

@@ -8,7 +8,8 @@ routing core) and ``hubnode`` (that relay as a simulator process) build on it.
 from .causal import CausalConfig, CausalDelivery
 from .hub import HubRelay, Route
 from .hubnode import HubNode
-from .objects import ReplicaClient, ReplicaConfig, Verdict
+from .keeper import HubKeeper, KeeperConfig
+from .objects import LinkState, ReplicaClient, ReplicaConfig, Verdict
 from .wire import (
     HUB_ID,
     Clear,
@@ -18,6 +19,7 @@ from .wire import (
     Nack,
     ReplicaCodec,
     Retry,
+    Snapshot,
     StopAll,
     Subscribe,
     crc_of,
@@ -30,15 +32,19 @@ __all__ = [
     "Clear",
     "Conflict",
     "Data",
+    "HubKeeper",
     "HubNode",
     "HubRelay",
+    "KeeperConfig",
     "Left",
+    "LinkState",
     "Nack",
     "ReplicaClient",
     "ReplicaCodec",
     "ReplicaConfig",
     "Retry",
     "Route",
+    "Snapshot",
     "StopAll",
     "Subscribe",
     "Verdict",

@@ -150,6 +150,7 @@ class CausalDelivery:
 
     def start(self) -> None:
         """(Re)connect: multicast our vector; keep announcing while we have anything to say."""
+        self._heard = False  # repeat the Subscribe until the hub (or anyone) answers
         self._send_subscribe()
         self._arm_announce(reset=True)
 
@@ -219,6 +220,15 @@ class CausalDelivery:
         return self._vector.get(self.me, 0)
 
     @property
+    def heard(self) -> bool:
+        """Whether anything arrived since the last ``start``."""
+        return self._heard
+
+    def note_heard(self) -> None:
+        """Something other than this layer's messages arrived: the hub knows us."""
+        self._heard = True
+
+    @property
     def caught_up(self) -> bool:
         """No message is known to be missing here (nothing held, no gap being repaired)."""
         return not self._gaps and not self._held
@@ -272,6 +282,33 @@ class CausalDelivery:
     def sent_message(self, seq: int) -> Data | None:
         """Own data message ``seq`` if it is still in the send log."""
         return self._send_log.get(seq)
+
+    def offer(self, msg: Data) -> None:
+        """A data message seen on its way to someone else (the hub sees every retry): deliver
+        it here too if it is new. The caller commits (``commit_if_dirty``)."""
+        self._check_ids(msg.vector)
+        self._receive(msg, multicast=False)
+
+    def install(self, vector: dict[str, int]) -> None:
+        """Take ``vector`` (entry-wise at least ours) as delivered: a snapshot made at it was
+        installed. Held messages it covers are discarded; gaps it closes are forgotten."""
+        self._check_ids(vector)
+        mine = self._vector
+        for origin, count in vector.items():
+            if count > mine.get(origin, 0):
+                mine[origin] = count
+                self._store.put(_VECTOR, origin, str(count).encode())
+        self._dirty = True
+        for origin in list(self._holdback):
+            held = self._holdback[origin]
+            for seq in [s for s in held if s <= mine.get(origin, 0)]:
+                del held[seq]
+                self._held -= 1
+            if not held:
+                del self._holdback[origin]
+        self._drain()
+        for origin, gap in list(self._gaps.items()):
+            self._update_gap(origin, gap)
 
     # -- announcing (Subscribe) -------------------------------------------------------------
 

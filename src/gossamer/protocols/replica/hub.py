@@ -13,7 +13,7 @@ from collections.abc import Hashable
 
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.messages import Message
-from .wire import HUB_ID, Conflict, Left, Nack, Retry
+from .wire import HUB_ID, Conflict, Left, Nack, Retry, Snapshot
 
 __all__ = ["HubRelay", "Route"]
 
@@ -29,7 +29,7 @@ class Route:
 
 
 def dest_of(msg: Message) -> str | None:
-    return msg.dest if isinstance(msg, Nack | Retry | Conflict) else None
+    return msg.dest if isinstance(msg, Nack | Retry | Conflict | Snapshot) else None
 
 
 class HubRelay:
@@ -70,6 +70,12 @@ class HubRelay:
 
     def receive(self, conn: ConnId, msg: Message) -> list[Route]:
         """Where ``msg`` from ``conn`` goes. A refused message raises ``InvalidMessage``."""
+        self.bind(conn, msg)
+        return self.routes(conn, msg)
+
+    def bind(self, conn: ConnId, msg: Message) -> str:
+        """Check that ``msg`` speaks for the id ``conn`` is bound to (binding it on its first
+        message, and moving the id's index entry here); returns that id."""
         if conn not in self._ids:
             raise StateError(f"connection {conn!r} is not subscribed")
         client = getattr(msg, "id", None)
@@ -84,6 +90,11 @@ class HubRelay:
             self._index[client] = conn
         elif bound != client:
             raise InvalidMessage(f"connection speaks for {bound!r}, not {client!r}")
+        return client
+
+    def routes(self, conn: ConnId, msg: Message) -> list[Route]:
+        """Where ``msg`` from the bound connection ``conn`` goes: its ``dest``, or every other
+        connection."""
         dest = dest_of(msg)
         if dest is not None:
             target = self._index.get(dest)
@@ -91,3 +102,12 @@ class HubRelay:
                 raise InvalidMessage(f"no client {dest!r} is connected")
             return [Route(target, msg)]
         return [Route(other, msg) for other in self._ids if other != conn]
+
+    def from_hub(self, msg: Message) -> list[Route]:
+        """Where a message the hub itself sends goes: its ``dest`` if connected (else
+        nowhere), or every connection."""
+        dest = dest_of(msg)
+        if dest is not None:
+            target = self._index.get(dest)
+            return [] if target is None else [Route(target, msg)]
+        return [Route(conn, msg) for conn in self._ids]

@@ -47,22 +47,49 @@ from typing import Any
 import orjson
 
 from ...core.env import Env, TimerHandle, put_json
-from ...core.errors import ConfigError, InvalidMessage
+from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
 from .causal import LAYER, CausalConfig, CausalDelivery, msg_id
-from .wire import Clear, Conflict, Data, Left, Nack, Retry, StopAll, Subscribe
+from .wire import (
+    Clear,
+    Conflict,
+    Data,
+    Left,
+    Nack,
+    Retry,
+    Snapshot,
+    StopAll,
+    Subscribe,
+    crc_of,
+)
 
-__all__ = ["ChangeFn", "RebaseFn", "ReplicaClient", "ReplicaConfig", "Verdict"]
+__all__ = ["ChangeFn", "LinkState", "RebaseFn", "ReplicaClient", "ReplicaConfig", "Verdict"]
 
 _OBJECTS, _RESOLVED, _REBASE = "replica.obj", "replica.resolved", "replica.rebase"
+_OFFLINE = "replica.offline"
 _SLACK = 1e-9  # seconds: timers are floats
 
 RebaseFn = Callable[[str, Any, Any], Any]
 """``rebase(key, intended_content, current_content) -> new content, or None to give up``."""
 
 ChangeFn = Callable[[str, Any, "str | None"], None]
-"""``on_change(key, content or None when deleted, revision)``."""
+"""``on_change(key, content or None when deleted, revision)``; the revision is None for a write
+waiting in the offline queue."""
+
+PeerFn = Callable[[str], None]
+"""``on_clear(by)`` / ``on_stop(by)``: client ``by`` pressed Clear / stop-all."""
+
+
+class LinkState(enum.Enum):
+    """The client's connection to the hub, as the runtime reports it."""
+
+    OFFLINE = "offline"  # not connected: writes wait in the offline queue
+    SYNCING = "syncing"  # connected, catching up before the offline queue is rebased and sent
+    ONLINE = "online"
+
+
+_OfflineWrite = tuple[str, Any, bool, "str | None"]  # key, content, deleted, base revision
 
 
 def reapply(key: str, intended: Any, current: Any) -> Any:
@@ -85,10 +112,15 @@ class ReplicaConfig:
     # a due rebase waits (at most this long) while messages are known to be missing here, so
     # that it is based on the network's state rather than a stale one (the seed's footnote 11)
     catch_up_wait: float = 2.0
+    offline_queue_limit: int = 10_000  # writes made while not online; a full queue refuses
+    sync_timeout: float = 5.0  # on connect: the longest wait to catch up before sending
+    snapshot_keys_limit: int = 100_000  # objects accepted from one (multi-part) snapshot
 
     def __post_init__(self) -> None:
+        if self.sync_timeout <= 0:
+            raise ConfigError("sync_timeout must be > 0")
         for name in ("history_limit", "resolved_limit", "pending_conflict_limit",
-                     "rebase_queue_limit"):
+                     "rebase_queue_limit", "offline_queue_limit", "snapshot_keys_limit"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         if self.rebase_delay < 0 or self.rebase_backoff_max < 0 or self.catch_up_wait < 0:
@@ -163,13 +195,34 @@ class ReplicaClient:
         config: ReplicaConfig | None = None,
         rebase: RebaseFn | None = None,
         on_change: ChangeFn | None = None,
+        on_clear: PeerFn | None = None,
+        on_stop: PeerFn | None = None,
+        on_link: Callable[[LinkState], None] | None = None,
+        on_delivered: Callable[[Data], None] | None = None,
+        observer: bool = False,
     ) -> None:
+        """``observer``: a member that never writes and never sends ``Conflict`` (the hub's
+        snapshot keeper); ``on_delivered`` sees every data message as it is delivered."""
         self.env = env
         self.config = config if config is not None else ReplicaConfig()
         self.me: NodeId = env.node
         self.rebase: RebaseFn = rebase if rebase is not None else reapply
         self.on_change = on_change
+        self.on_clear = on_clear
+        self.on_stop = on_stop
+        self.on_link = on_link
+        self.on_delivered = on_delivered
+        self.observer = observer
+        self.link = LinkState.OFFLINE
         self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply)
+        self._sync_timer: TimerHandle | None = None
+        self._sync_started = 0.0
+        # writes made while not online: number -> (key, content, deleted, base revision)
+        self._offline: dict[int, _OfflineWrite] = {}
+        self._offline_latest: dict[str, int] = {}  # key -> its latest queued write
+        self._offline_next = 1
+        self._snapshot_vector: dict[str, int] | None = None  # a snapshot being received
+        self._snapshot_parts: dict[str, tuple[Any, ...]] = {}
         self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
         self._store = env.store
         self._objects: dict[str, list[_Write]] = {}
@@ -195,38 +248,98 @@ class ReplicaClient:
             object_key, row = orjson.loads(raw)
             self._rebase_queue[int(key)] = (str(object_key), _Write.from_json(row))
             self._rebase_at[int(key)] = self._rebase_time(int(key))
+        for key, raw in self._store.scan(_OFFLINE):
+            object_key, content, deleted, base = orjson.loads(raw)
+            number = int(key)
+            self._offline[number] = (str(object_key), content, bool(deleted), base)
+            self._offline_latest[str(object_key)] = number
+            self._offline_next = max(self._offline_next, number + 1)
 
     # -- Process ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.causal.start()
-        self._arm_rebase()
+        """Start as connected (the simulator's clients, the hub's keeper)."""
+        self.connected()
 
     def stop(self) -> None:
+        self._go_offline("stopped")
+
+    def connected(self) -> None:
+        """The runtime's link to the hub is up: resubscribe and sync before sending."""
+        if self.link is not LinkState.OFFLINE:
+            return
+        self._sync_started = self.env.now()
+        self.env.trace("connect", layer=LAYER, node_state="syncing", queued=len(self._offline))
+        self.causal.start()
+        if self.observer:
+            self._set_link(LinkState.ONLINE)
+            return
+        self._set_link(LinkState.SYNCING)
+        self._sync_timer = self.env.set_timer(self.config.sync_timeout,
+                                              lambda: self._sync_done(timed_out=True))
+
+    def disconnected(self) -> None:
+        """The link to the hub is down (or going offline on purpose): writes queue up."""
+        self._go_offline("disconnected")
+
+    def _go_offline(self, why: str) -> None:
         if self._rebase_timer is not None:
             self.env.cancel(self._rebase_timer)
             self._rebase_timer = None
+        if self._sync_timer is not None:
+            self.env.cancel(self._sync_timer)
+            self._sync_timer = None
         self.causal.stop()
+        if self.link is not LinkState.OFFLINE:
+            self.env.trace("offline", layer=LAYER, reason=why, queued=len(self._offline))
+            self._set_link(LinkState.OFFLINE)
+
+    def _set_link(self, state: LinkState) -> None:
+        self.link = state
+        if self.on_link is not None:
+            self.on_link(state)
 
     def on_message(self, src: NodeId, msg: Message) -> None:
-        if isinstance(msg, Data | Retry | Nack | Subscribe):
-            self.causal.on_message(msg)  # deliveries land in _apply, then are committed
-        elif isinstance(msg, Conflict):
-            self._on_conflict(msg)
-        elif isinstance(msg, Left):
-            return  # informational: the seed's protocols need no membership
-        elif isinstance(msg, Clear | StopAll):
-            self.env.trace("drop", layer=LAYER, peer=msg.id, reason="unsupported",
+        if self.link is LinkState.OFFLINE:
+            self.env.trace("drop", layer=LAYER, peer=getattr(msg, "id", src), reason="offline",
                            type=msg.TYPE)
             return
+        if isinstance(msg, Data | Retry | Nack | Subscribe):
+            self.causal.on_message(msg)  # deliveries land in _apply, then are committed
         else:
-            raise InvalidMessage(f"replica client got {msg.TYPE}")
+            self.causal.note_heard()
+            if isinstance(msg, Conflict):
+                self._on_conflict(msg)
+            elif isinstance(msg, Snapshot):
+                self._on_snapshot(msg)
+            elif isinstance(msg, Clear):
+                self._cleared(msg.id)
+            elif isinstance(msg, StopAll):
+                self.env.trace("stop", layer=LAYER, peer=msg.id)
+                if self.on_stop is not None:
+                    self.on_stop(msg.id)
+            elif isinstance(msg, Left):
+                pass  # informational: the seed's protocols need no membership
+            else:
+                raise InvalidMessage(f"replica client got {msg.TYPE}")
         self._after_delivery()
+        if (self.link is LinkState.SYNCING and self.causal.heard
+                and self.causal.caught_up):
+            self._sync_done(timed_out=False)
 
     # -- the application's face -------------------------------------------------------------
 
     def get(self, key: str) -> Any:
-        """The content of ``key``, or None if it does not exist (or was deleted)."""
+        """The content of ``key`` here, or None if it does not exist (or was deleted): the
+        latest write waiting in the offline queue, else the replicated state."""
+        number = self._offline_latest.get(key)
+        if number is not None:
+            _key, content, deleted, _base = self._offline[number]
+            return None if deleted else content
+        return self.replicated(key)
+
+    def replicated(self, key: str) -> Any:
+        """The content of ``key`` as replicated (offline writes not included)."""
         history = self._objects.get(key)
         if not history or history[-1].deleted:
             return None
@@ -237,14 +350,34 @@ class ReplicaClient:
         return history[-1].revision if history else None
 
     def items(self) -> dict[str, Any]:
-        """Every existing object: key -> content."""
-        return {key: history[-1].content for key, history in sorted(self._objects.items())
-                if history and not history[-1].deleted}
+        """Every existing object here: key -> content (offline writes included)."""
+        keys = set(self._objects) | set(self._offline_latest)
+        found = {key: self.get(key) for key in sorted(keys)}
+        return {key: content for key, content in found.items() if content is not None}
+
+    @property
+    def offline_queue(self) -> list[tuple[str, Any, bool]]:
+        """Writes waiting for a connection, oldest first: (key, content, deleted)."""
+        return [(key, content, deleted)
+                for key, content, deleted, _base in (self._offline[n]
+                                                     for n in sorted(self._offline))]
+
+    @property
+    def rebase_queue(self) -> list[tuple[str, Any, bool]]:
+        """Own lost writes waiting to be rebased, oldest first: (key, content, deleted)."""
+        return [(key, write.content, write.deleted)
+                for key, write in (self._rebase_queue[s] for s in sorted(self._rebase_queue))]
 
     def revisions(self) -> dict[str, str]:
         """Every key ever written -> its current revision (deleted objects included)."""
         return {key: history[-1].revision for key, history in sorted(self._objects.items())
                 if history}
+
+    def paths(self) -> dict[str, list[list[Any]]]:
+        """Every object's kept winning path, oldest first, as snapshot rows
+        ``[revision, old, writer, seq, content, deleted]``."""
+        return {key: [w.to_json() for w in history]
+                for key, history in sorted(self._objects.items()) if history}
 
     def history(self, key: str) -> list[tuple[str, str, int]]:
         """The kept winning path of ``key``: (revision, writer, seq), oldest first."""
@@ -263,8 +396,9 @@ class ReplicaClient:
         """Own lost writes (seq) -> the seq of their rebased write, None if given up."""
         return dict(self._resolved)
 
-    def set(self, key: str, content: Any) -> str:
-        """Write ``content`` (JSON, not None) to ``key``; returns the new revision."""
+    def set(self, key: str, content: Any) -> str | None:
+        """Write ``content`` (JSON, not None) to ``key``; returns the new revision, or None
+        when the write waits in the offline queue."""
         if not isinstance(key, str) or not key:
             raise ConfigError(f"key must be a non-empty string, got {key!r}")
         if content is None:
@@ -272,7 +406,8 @@ class ReplicaClient:
         return self._write(key, content, deleted=False)
 
     def delete(self, key: str) -> str | None:
-        """Delete ``key``; returns the deleting revision, None if there was nothing to delete."""
+        """Delete ``key``; returns the deleting revision, None if there was nothing to delete
+        or the delete waits in the offline queue."""
         if self.get(key) is None:
             return None
         return self._write(key, None, deleted=True)
@@ -282,7 +417,15 @@ class ReplicaClient:
     def _new_revision(self) -> str:
         return f"{self.env.rng.getrandbits(48):012x}"
 
-    def _write(self, key: str, content: Any, *, deleted: bool) -> str:
+    def _write(self, key: str, content: Any, *, deleted: bool) -> str | None:
+        if self.observer:
+            raise StateError("an observer replica does not write")
+        if self.link is not LinkState.ONLINE:
+            self._queue_offline(key, content, deleted=deleted)
+            return None
+        return self._write_now(key, content, deleted=deleted)
+
+    def _write_now(self, key: str, content: Any, *, deleted: bool) -> str:
         history = self._objects.setdefault(key, [])
         old = history[-1].revision if history else None
         revision = self._new_revision()
@@ -315,6 +458,8 @@ class ReplicaClient:
 
     def _apply(self, msg: Data) -> None:
         """A write delivered in causal order: extend, cut the path for it, or discard it."""
+        if self.on_delivered is not None:
+            self.on_delivered(msg)
         key = msg.key
         history = self._objects.setdefault(key, [])
         write = _Write.of(msg)
@@ -352,6 +497,8 @@ class ReplicaClient:
                        origin=loser.writer, key=key, seq=loser.seq,
                        winner=msg_id(winner.writer, winner.seq),
                        loser=msg_id(loser.writer, loser.seq), **extra)
+        if self.observer:
+            return  # the writers' peers tell them; the keeper only keeps the state
         if loser.writer == self.me:
             self._queue_rebase(key, loser)  # footnote 10: resolved here, no message
         else:
@@ -372,6 +519,145 @@ class ReplicaClient:
             for seq in [s for s, c in self._pending.items()
                         if self.causal.delivered(c.winner) >= c.winner_time]:
                 self._settle(self._pending.pop(seq))
+
+    # -- offline work ---------------------------------------------------------------------------
+
+    def _queue_offline(self, key: str, content: Any, *, deleted: bool) -> None:
+        if len(self._offline) >= self.config.offline_queue_limit:
+            raise StateError(f"the offline queue is full ({self.config.offline_queue_limit} "
+                             f"writes): the write to {key!r} was not made")
+        if content is not None:
+            crc_of(key, "", content)  # refuse content that is not JSON before queueing it
+        number = self._offline_next
+        self._offline_next += 1
+        base = self.revision(key)
+        self._offline[number] = (key, content, deleted, base)
+        self._offline_latest[key] = number
+        put_json(self._store, _OFFLINE, f"{number:012d}", [key, content, deleted, base])
+        self._store.commit()
+        self.env.trace("queue", layer=LAYER, key=key, seq=number, deleted=deleted, base=base)
+        if self.on_change is not None:
+            self.on_change(key, None if deleted else content, None)
+
+    def _sync_done(self, *, timed_out: bool) -> None:
+        """Caught up after (re)connecting: rebase the offline queue on the state now, send."""
+        if self.link is not LinkState.SYNCING:
+            return
+        if self._sync_timer is not None:
+            self.env.cancel(self._sync_timer)
+            self._sync_timer = None
+        self._set_link(LinkState.ONLINE)
+        queued = [self._offline[n] for n in sorted(self._offline)]
+        for number in sorted(self._offline):
+            self._store.delete(_OFFLINE, f"{number:012d}")
+        self._offline.clear()
+        self._offline_latest.clear()
+        sent = rebased = 0
+        for key, content, deleted, base in queued:
+            current = self.replicated(key)
+            revision = self.revision(key)
+            if deleted:
+                if current is not None:
+                    self._write_now(key, None, deleted=True)
+                    sent += 1
+                continue
+            if base != revision:
+                rebased += 1
+                content = self.rebase(key, content, current)
+                if content is None:
+                    continue
+            self._write_now(key, content, deleted=False)
+            sent += 1
+        self._store.commit()
+        self.env.trace("sync", layer=LAYER, queued=len(queued), sent=sent, rebased=rebased,
+                       timed_out=timed_out, waited=self.env.now() - self._sync_started)
+        for key in {key for key, *_rest in queued}:
+            self._changed(key)
+        self._arm_rebase()
+
+    # -- clear and stop (the demo's buttons) ------------------------------------------------
+
+    def clear_all(self) -> None:
+        """Clear on every client: delete every object (ordinary writes, so replicas converge)
+        and have every client drop its offline queue and waiting rebases."""
+        if self.link is not LinkState.ONLINE:
+            raise StateError(f"clear needs the hub: this client is {self.link.value}")
+        self.env.send(self.causal.config.hub, Clear(id=self.me))
+        self._cleared(self.me)
+        for key in list(self._objects):
+            if self.replicated(key) is not None:
+                self._write_now(key, None, deleted=True)
+
+    def stop_all(self) -> None:
+        """Tell every client (this one too) to stop its automatic writes."""
+        if self.link is not LinkState.ONLINE:
+            raise StateError(f"stop-all needs the hub: this client is {self.link.value}")
+        self.env.send(self.causal.config.hub, StopAll(id=self.me))
+        self.env.trace("stop", layer=LAYER, peer=self.me)
+        if self.on_stop is not None:
+            self.on_stop(self.me)
+
+    def _cleared(self, by: str) -> None:
+        for number in list(self._offline):
+            self._store.delete(_OFFLINE, f"{number:012d}")
+        dropped = len(self._offline) + len(self._rebase_queue)
+        self._offline.clear()
+        self._offline_latest.clear()
+        for seq in list(self._rebase_queue):
+            self._store.delete(_REBASE, f"{seq:012d}")
+            self._mark_resolved(seq, None)
+        self._rebase_queue.clear()
+        self._rebase_at.clear()
+        self._pending.clear()
+        self._store.commit()
+        self.env.trace("clear", layer=LAYER, peer=by, dropped=dropped)
+        if self.on_clear is not None:
+            self.on_clear(by)
+
+    # -- snapshots from the hub -------------------------------------------------------------
+
+    def _on_snapshot(self, msg: Snapshot) -> None:
+        if msg.dest != self.me:
+            self.env.trace("drop", layer=LAYER, peer=msg.id, reason="not_for_me")
+            return
+        if self._snapshot_vector != msg.vector:
+            self._snapshot_vector = dict(msg.vector)  # a new snapshot: forget partial parts
+            self._snapshot_parts = {}
+        self._snapshot_parts.update(msg.objects)
+        if len(self._snapshot_parts) > self.config.snapshot_keys_limit:
+            self.env.trace("drop", layer=LAYER, peer=msg.id, reason="snapshot_too_large",
+                           objects=len(self._snapshot_parts))
+            self._snapshot_vector, self._snapshot_parts = None, {}
+            return
+        if msg.last:
+            parts, self._snapshot_parts = self._snapshot_parts, {}
+            self._snapshot_vector = None
+            self._install(dict(msg.vector), parts)
+
+    def _install(self, vector: dict[str, int], objects: dict[str, tuple[Any, ...]]) -> None:
+        """Replace the objects by a snapshot's, if it holds everything delivered here."""
+        mine = self.causal.vector
+        behind = {o: c for o, c in mine.items() if c > vector.get(o, 0)}
+        if behind:
+            self.env.trace("drop", layer=LAYER, peer="hub", reason="snapshot_behind",
+                           behind=behind)
+            return
+        touched = set(self._objects) | set(objects)
+        for key in list(self._objects):
+            self._store.delete(_OBJECTS, key)
+        self._objects = {}
+        for key, path in objects.items():
+            history = [_Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path]
+            history = history[-self.config.history_limit:]
+            self._objects[key] = history
+            put_json(self._store, _OBJECTS, key, [w.to_json() for w in history])
+            for write in history:
+                self._trace_applied(key, write)
+        self.causal.install(vector)
+        self.env.trace("snapshot", layer=LAYER, peer="hub", objects=len(objects),
+                       vector=vector)
+        for key in sorted(touched):
+            self._changed(key)
 
     # -- resolving own lost writes ----------------------------------------------------------
 
@@ -406,7 +692,7 @@ class ReplicaClient:
         return self.env.now() + self.env.rng.uniform(0, window)
 
     def _arm_rebase(self) -> None:
-        if not self._rebase_queue:
+        if not self._rebase_queue or self.link is not LinkState.ONLINE:
             return
         due = min(self._rebase_at.values())
         if self._rebase_timer is not None:
@@ -421,6 +707,8 @@ class ReplicaClient:
         if self._rebase_timer is not None:
             self.env.cancel(self._rebase_timer)
             self._rebase_timer = None
+        if self.link is not LinkState.ONLINE:
+            return  # re-armed once the client is back online and synced
         # a timer set for ``t - now`` may fire a rounding error before ``t``: compare with slack
         now = self.env.now() + _SLACK
         due = [seq for seq in sorted(self._rebase_queue) if self._rebase_at[seq] <= now]
@@ -444,7 +732,7 @@ class ReplicaClient:
         """Rebase one own lost write on the current state of its object, exactly once."""
         if write.seq in self._resolved:
             return
-        current = self.get(key)
+        current = self.replicated(key)
         new_seq: int | None = None
         if write.deleted:
             if current is not None:  # the intent was "gone": delete what is there now

@@ -28,6 +28,7 @@ __all__ = [
     "Nack",
     "ReplicaCodec",
     "Retry",
+    "Snapshot",
     "StopAll",
     "Subscribe",
     "crc_of",
@@ -217,7 +218,56 @@ class Left(_Wire):
         _check_id(self.left, "left")
 
 
-_FLAGGED: tuple[type[_Wire], ...] = (Nack, Retry, Conflict, Subscribe, Clear, StopAll)
+SnapshotWrite = tuple[str, "str | None", str, int, Any, bool]
+"""One write of a snapshot's object path: (revision, old revision, writer, seq, content,
+deleted)."""
+
+
+def _check_write(row: Any) -> SnapshotWrite:
+    if not isinstance(row, list | tuple) or len(row) != 6:
+        raise ValueError("a snapshot write is [revision, old, writer, seq, content, deleted]")
+    revision, old, writer, seq, content, deleted = row
+    if not isinstance(revision, str) or not revision:
+        raise ValueError("a snapshot write's revision must be a non-empty string")
+    if old is not None and not isinstance(old, str):
+        raise ValueError("a snapshot write's old revision must be a string or null")
+    if not isinstance(writer, str):
+        raise ValueError("a snapshot write's writer must be a string")
+    _check_id(writer, "snapshot writer")
+    if type(seq) is not int or seq < 1:
+        raise ValueError("a snapshot write's seq must be an int >= 1")
+    if not isinstance(deleted, bool):
+        raise ValueError("a snapshot write's deleted flag must be a bool")
+    return (revision, old, writer, seq, content, deleted)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot(_Wire):
+    """Extension, sent by the hub to ``dest``: one part of the object states at ``vector``
+    (``objects``: key -> winning path, oldest first); ``last`` marks the final part."""
+
+    TYPE: ClassVar[str] = "replica.snapshot"
+    FLAG: ClassVar[str] = "snapshot"
+    id: str
+    dest: str
+    vector: dict[str, int]
+    objects: dict[str, tuple[SnapshotWrite, ...]]
+    last: bool
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.dest, "dest")
+        _check_vector(self.vector)
+        for key, path in self.objects.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError("snapshot object keys must be non-empty strings")
+            if not isinstance(path, tuple) or not path:
+                raise ValueError(f"snapshot object {key!r} needs a non-empty path")
+            for row in path:
+                _check_write(row)
+
+
+_FLAGGED: tuple[type[_Wire], ...] = (Nack, Retry, Conflict, Subscribe, Clear, StopAll, Snapshot)
 _FIELDS: dict[type[_Wire], tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls))
     for cls in (*_FLAGGED, Left, Data)
@@ -285,6 +335,11 @@ class ReplicaCodec:
                     "retry": [self.to_dict(part) for part in msg.retry]}
         if isinstance(msg, Left):
             return {"id": msg.id, "left": msg.left}
+        if isinstance(msg, Snapshot):
+            return {"id": msg.id, "dest": msg.dest, "snapshot": True, "vector": msg.vector,
+                    "objects": {key: [list(row) for row in path]
+                                for key, path in msg.objects.items()},
+                    "last": msg.last}
         if isinstance(msg, _FLAGGED):
             out = {name: getattr(msg, name) for name in _FIELDS[type(msg)]}
             out[msg.FLAG] = True
@@ -339,6 +394,19 @@ class ReplicaCodec:
         what = cls.FLAG
         names = _FIELDS[cls]
         _no_extra(obj, {*names, cls.FLAG}, what)
+        if cls is Snapshot:
+            objects = _expect(obj, "objects", dict, what)
+            paths: dict[str, tuple[SnapshotWrite, ...]] = {}
+            for key, path in objects.items():
+                if not isinstance(path, list):
+                    raise InvalidMessage(f"snapshot: object {key!r} is not a list of writes")
+                try:
+                    paths[key] = tuple(_check_write(row) for row in path)
+                except ValueError as exc:
+                    raise InvalidMessage(f"snapshot: object {key!r}: {exc}") from None
+            return _build(Snapshot, what, id=obj["id"], dest=_expect(obj, "dest", str, what),
+                          vector=_vector(obj, what), objects=paths,
+                          last=_expect(obj, "last", bool, what))
         if cls is Retry:
             parts = _expect(obj, "retry", list, what)
             if len(parts) > MAX_RETRY_BATCH:

@@ -1,0 +1,325 @@
+"""The hub's snapshot keeper (seed 000's future work): the hub as a silent, durable member.
+
+The keeper is an observer ``ReplicaClient`` with id ``hub``: it delivers every data message in
+causal order as a client would (it never writes and never sends ``Conflict``), so it holds the
+same object states, and it keeps the latest ``log_per_origin`` data messages of every origin.
+With them the hub answers what would otherwise go to every peer:
+
+- a client's ``subscribe``: a ``retry`` from ``hub`` with what the subscriber lacks, in the
+  order the keeper delivered it (always sent, possibly empty: the subscriber knows it was heard),
+  or a ``snapshot`` when the log no longer reaches back far enough and the subscriber has seen
+  nothing the keeper has not. The ``subscribe`` then goes on to the others carrying the vector
+  the subscriber will have, so they resend only what the keeper lacked;
+- a ``nack`` whose whole range is in the log: answered here, not forwarded.
+
+It catches up like a client (its own ``subscribe`` and NACKs go out through the hub), so after
+a restart it asks the clients for what it missed. The store is committed in groups (every
+``commit_interval``), not per message: what a crash loses of the last interval is still in the
+writers' send logs and comes back through the NACKs above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+
+from ...core.env import Env, Store, TimerHandle
+from ...core.errors import ConfigError, CorruptMessage, InvalidMessage
+from ...core.ids import NodeId
+from ...core.messages import Message
+from .causal import LAYER
+from .objects import ReplicaClient, ReplicaConfig
+from .wire import (
+    HUB_ID,
+    MAX_RETRY_BATCH,
+    Clear,
+    Conflict,
+    Data,
+    Nack,
+    ReplicaCodec,
+    Retry,
+    Snapshot,
+    StopAll,
+    Subscribe,
+)
+
+__all__ = ["HubKeeper", "KeeperConfig"]
+
+_LOG = "keeper.log"
+_FRAME_OVERHEAD = 256  # bytes of a retry or snapshot frame besides its parts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeeperConfig:
+    replica: ReplicaConfig = dataclasses.field(default_factory=ReplicaConfig)
+    log_per_origin: int = 1000  # latest data messages kept per origin
+    part_bytes: int = 32 * 1024  # encoded bytes per retry or snapshot frame (under max_frame)
+    commit_interval: float = 0.05  # seconds between group commits of the keeper's store
+
+    def __post_init__(self) -> None:
+        if self.log_per_origin < 1:
+            raise ConfigError("log_per_origin must be >= 1")
+        if self.part_bytes < 1024:
+            raise ConfigError("part_bytes must be >= 1024")
+        if self.commit_interval <= 0:
+            raise ConfigError("commit_interval must be > 0")
+
+
+RouteFn = Callable[[Message], None]
+"""Send a message from the hub: to its ``dest``, or to every connection."""
+
+
+class _GroupCommitStore(Store):
+    """The keeper's store: ``commit`` is deferred to one commit per interval."""
+
+    def __init__(self, inner: Store, env: Env, interval: float) -> None:
+        self.inner = inner
+        self._env = env
+        self._interval = interval
+        self._timer: TimerHandle | None = None
+
+    def get(self, table: str, key: str) -> bytes | None:
+        return self.inner.get(table, key)
+
+    def put(self, table: str, key: str, value: bytes) -> None:
+        self.inner.put(table, key, value)
+
+    def delete(self, table: str, key: str) -> None:
+        self.inner.delete(table, key)
+
+    def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
+        return self.inner.scan(table)
+
+    def commit(self) -> None:
+        if self._timer is None:
+            self._timer = self._env.set_timer(self._interval, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._env.cancel(self._timer)
+            self._timer = None
+        self.inner.commit()
+
+
+class _KeeperEnv:
+    """The observer's env: the hub's, with sends routed by the hub and a group-commit store."""
+
+    def __init__(self, env: Env, route: RouteFn, store: Store) -> None:
+        self._env = env
+        self._route = route
+        self._store = store
+
+    @property
+    def node(self) -> NodeId:
+        return self._env.node
+
+    def now(self) -> float:
+        return self._env.now()
+
+    def send(self, dst: NodeId, msg: Message) -> None:
+        self._route(msg)
+
+    def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
+        return self._env.set_timer(delay, fn)
+
+    def cancel(self, handle: TimerHandle) -> None:
+        self._env.cancel(handle)
+
+    @property
+    def rng(self) -> random.Random:
+        return self._env.rng
+
+    def trace(self, event: str, **fields: Any) -> None:
+        self._env.trace(event, **fields)
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+
+class HubKeeper:
+    """Observes what the hub relays; answers subscribes and NACKs it can serve."""
+
+    def __init__(self, env: Env, route: RouteFn, *, config: KeeperConfig | None = None) -> None:
+        if env.node != HUB_ID:
+            raise ConfigError(f"the keeper speaks as {HUB_ID!r}, its env is {env.node!r}")
+        self.config = config if config is not None else KeeperConfig()
+        self.env = env
+        self._route = route
+        self._codec = ReplicaCodec()
+        self.store = _GroupCommitStore(env.store, env, self.config.commit_interval)
+        # origin -> seq -> (delivery index, message, encoded size); contiguous seqs per origin
+        self._log: dict[str, dict[int, tuple[int, Data, int]]] = {}
+        self._first: dict[str, int] = {}  # origin -> lowest seq in its log
+        self._index = 0
+        for key, raw in env.store.scan(_LOG):
+            origin, _, seq_text = key.partition(" ")
+            index, body = orjson.loads(raw)
+            data = self._codec.from_dict(body)
+            if isinstance(data, Data):
+                self._remember(origin, int(seq_text), int(index), data)
+        self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
+                                     config=self.config.replica, observer=True,
+                                     on_delivered=self._delivered)
+        self.served_subscribes = 0
+        self.served_nacks = 0
+        self.snapshots = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.replica.start()
+
+    def stop(self) -> None:
+        self.replica.stop()
+        self.store.flush()
+
+    # -- the log --------------------------------------------------------------------------------
+
+    def _remember(self, origin: str, seq: int, index: int, data: Data) -> None:
+        log = self._log.setdefault(origin, {})
+        log[seq] = (index, data, len(self._codec.encode(data)))
+        self._first[origin] = min(self._first.get(origin, seq), seq)
+        self._index = max(self._index, index)
+
+    def _delivered(self, data: Data) -> None:
+        origin, seq = data.id, data.seq
+        self._index += 1
+        self._remember(origin, seq, self._index, data)
+        self.store.put(_LOG, f"{origin} {seq:012d}",
+                       orjson.dumps([self._index, self._codec.to_dict(data)]))
+        log = self._log[origin]
+        while len(log) > self.config.log_per_origin:
+            first = self._first[origin]
+            log.pop(first, None)
+            self.store.delete(_LOG, f"{origin} {first:012d}")
+            self._first[origin] = first + 1
+
+    def logged(self, origin: str) -> tuple[int, int] | None:
+        """The (first, last) seqs of ``origin`` in the log, None if none."""
+        log = self._log.get(origin)
+        if not log:
+            return None
+        return self._first[origin], self._first[origin] + len(log) - 1
+
+    def _has(self, origin: str, start: int, end: int) -> bool:
+        span = self.logged(origin)
+        return span is not None and span[0] <= start and end <= span[1]
+
+    # -- what the hub relays ----------------------------------------------------------------------
+
+    def handle(self, msg: Message) -> Message | None:
+        """Observe ``msg`` from a client (its id already checked by the relay); returns what the
+        hub should forward (``msg``, a rewritten message, or None when answered here). A data
+        message with a wrong checksum raises ``InvalidMessage``: the hub refuses it."""
+        replica = self.replica
+        if isinstance(msg, Data):
+            self._check_crc(msg)
+            replica.on_message(msg.id, msg)
+            return msg
+        if isinstance(msg, Retry):
+            for part in msg.retry:
+                self._check_crc(part)
+            if msg.dest == HUB_ID:
+                replica.on_message(msg.id, msg)
+                return None
+            for part in msg.retry:
+                replica.causal.offer(part)
+            replica.causal.commit_if_dirty()
+            return msg
+        if isinstance(msg, Subscribe):
+            replica.on_message(msg.id, msg)  # learn what it has; NACK what we lack
+            return self._serve_subscribe(msg)
+        if isinstance(msg, Nack):
+            if msg.dest == HUB_ID:
+                return None  # the keeper never publishes: nothing of its own to resend
+            if self._has(msg.dest, msg.start, msg.end):
+                self.served_nacks += 1
+                self._send_retries(msg.id, [self._log[msg.dest][seq]
+                                            for seq in range(msg.start, msg.end + 1)])
+                return None
+            return msg
+        if isinstance(msg, Conflict):
+            return None if msg.dest == HUB_ID else msg
+        if isinstance(msg, Snapshot):
+            raise InvalidMessage("only the hub sends snapshots")
+        if isinstance(msg, Clear | StopAll):
+            return msg
+        raise InvalidMessage(f"the hub does not relay {msg.TYPE} from clients")
+
+    @staticmethod
+    def _check_crc(data: Data) -> None:
+        if not data.crc_ok:
+            raise CorruptMessage(f"data {data.id}:{data.seq} on {data.key!r}: wrong crc")
+
+    def _serve_subscribe(self, msg: Subscribe) -> Message:
+        have = self.replica.causal.vector
+        theirs = msg.vector
+        lacking = {origin: (theirs.get(origin, 0) + 1, high) for origin, high in have.items()
+                   if high > theirs.get(origin, 0)}
+        covered = all(count <= have.get(origin, 0) for origin, count in theirs.items())
+        self.served_subscribes += 1
+        if all(self._has(origin, start, end) for origin, (start, end) in lacking.items()):
+            parts = [self._log[origin][seq] for origin, (start, end) in lacking.items()
+                     for seq in range(start, end + 1)]
+            self._send_retries(msg.id, parts)
+            kind = "retry"
+        elif covered:
+            self._send_snapshot(msg.id, have)
+            kind = "snapshot"
+        else:
+            # the subscriber has messages we lack and we lack what it misses: the peers serve
+            self._send_retries(msg.id, [])
+            self.env.trace("serve", layer=LAYER, peer=msg.id, kind="forward")
+            return msg
+        self.env.trace("serve", layer=LAYER, peer=msg.id, kind=kind,
+                       messages=sum(end - start + 1 for start, end in lacking.values()))
+        merged = dict(theirs)
+        for origin, count in have.items():
+            merged[origin] = max(count, merged.get(origin, 0))
+        return Subscribe(id=msg.id, vector=merged)
+
+    def _send_retries(self, dest: str, parts: list[tuple[int, Data, int]]) -> None:
+        """Retries from the hub to ``dest``, in delivery order, each under ``part_bytes``;
+        one empty retry when there is nothing to send."""
+        parts.sort(key=lambda part: part[0])
+        batch: list[Data] = []
+        size = _FRAME_OVERHEAD
+        for _index, data, length in parts:
+            if batch and (size + length > self.config.part_bytes
+                          or len(batch) == MAX_RETRY_BATCH):
+                self._route(Retry(id=HUB_ID, dest=dest, retry=tuple(batch)))
+                batch, size = [], _FRAME_OVERHEAD
+            batch.append(data)
+            size += length + 1
+        if batch or not parts:
+            self._route(Retry(id=HUB_ID, dest=dest, retry=tuple(batch)))
+
+    def _send_snapshot(self, dest: str, vector: dict[str, int]) -> None:
+        """The object states, in parts under ``part_bytes`` (a path too long for one part
+        keeps its latest writes)."""
+        self.snapshots += 1
+        budget = self.config.part_bytes - _FRAME_OVERHEAD - len(orjson.dumps(vector))
+        objects: dict[str, tuple[Any, ...]] = {}
+        size = 0
+        for key, path in self.replica.paths().items():
+            rows: list[Any] = []
+            length = len(key) + 8
+            for row in reversed(path):
+                row_length = len(orjson.dumps(row)) + 1
+                if rows and length + row_length > budget:
+                    break
+                rows.append(row)
+                length += row_length
+            rows.reverse()
+            if objects and size + length > budget:
+                self._route(Snapshot(id=HUB_ID, dest=dest, vector=vector, objects=objects,
+                                     last=False))
+                objects, size = {}, 0
+            objects[key] = tuple(tuple(row) for row in rows)
+            size += length
+        self._route(Snapshot(id=HUB_ID, dest=dest, vector=vector, objects=objects, last=True))

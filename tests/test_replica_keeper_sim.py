@@ -1,0 +1,232 @@
+"""Seed 000 in the simulator, beyond the seed: offline work, the hub's snapshot keeper (joiners
+bootstrap from the hub, the hub crashes and recovers, everyone leaves), clear and stop-all.
+
+Scenarios and oracles are those of ``test_replica_sim``; each failure names its seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, cast
+
+import pytest
+
+from checks import count, named
+from gossamer.core import Env, Message, node_ids
+from gossamer.protocols.replica import (
+    HubNode,
+    KeeperConfig,
+    LinkState,
+    ReplicaClient,
+    ReplicaConfig,
+    Retry,
+    Snapshot,
+)
+from gossamer.runtimes.sim import LinkModel, Simulation
+from test_replica_sim import (
+    FAULTY,
+    HUB,
+    LAYER,
+    check_all,
+    client_of,
+    convergence_problems,
+    make_scenario,
+    missing_deliveries,
+    run,
+)
+
+
+def _info(row: Any) -> dict[str, Any]:
+    return json.loads(row.info) if row.info else {}
+
+
+def go_offline(sim: Simulation, node: str) -> None:
+    sim.call(node, lambda p: cast(ReplicaClient, p).disconnected())
+
+
+def reconnect(sim: Simulation, node: str) -> None:
+    sim.call(node, lambda p: cast(ReplicaClient, p).connected())
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_offline_writers_sync_then_rebase_and_everyone_converges(seed: int) -> None:
+    scenario = make_scenario(clients=15, seed=seed, link=FAULTY, writes=90, keys=3,
+                             window=(0.2, 7.0))
+    away = scenario.nodes[1:5]
+    offline_writes: dict[str, int] = defaultdict(int)
+    for index, node in enumerate(away):
+        scenario.at(1.0 + index * 0.1, lambda sim, node=node: go_offline(sim, node))
+        for number in range(3):  # writes on the keys everyone else is writing too
+
+            def write(sim: Simulation, node: str = node, number: int = number) -> None:
+                sim.call(node, lambda p: cast(ReplicaClient, p).set(f"k{number % 3}",
+                                                                    {"offline": node}))
+
+            scenario.at(2.0 + number * 0.5, write)
+            offline_writes[node] += 1
+        scenario.at(5.0 + index * 0.3, lambda sim, node=node: reconnect(sim, node))
+    sim, sink = run(scenario, until=60.0)
+    check_all(sim, sink, seed)
+    rows = named(sink.rows)
+    for node in away:
+        published_while_away = [r for r in rows if r.node == node and r.event == "publish"
+                                and 1.0 + 0.4 < r.t < 5.0]
+        assert published_while_away == [], f"seed={seed}: {node} sent while offline"
+        syncs = [_info(r) for r in rows if r.node == node and r.event == "sync"
+                 and r.t >= 5.0]
+        assert syncs, f"seed={seed}: {node} never synced after reconnecting"
+        # queued: the scripted writes plus the scenario's random writes that picked it
+        assert syncs[0]["queued"] >= offline_writes[node], f"seed={seed}: {node}"
+        assert syncs[0]["rebased"] >= 1, f"seed={seed}: {node} rebased on the network state"
+        assert client_of(sim, node).link is LinkState.ONLINE
+        assert client_of(sim, node).offline_queue == []
+
+
+def test_offline_write_is_queued_visible_locally_and_survives_a_crash() -> None:
+    seed = 13
+    scenario = make_scenario(clients=4, seed=seed, link=LinkModel(), writes=0, keys=1)
+    node = scenario.nodes[1]
+    scenario.at(0.5, lambda sim: client_of(sim, scenario.nodes[2]).set("k", 1))
+    scenario.at(1.0, lambda sim: go_offline(sim, node))
+    scenario.at(1.5, lambda sim: client_of(sim, node).set("k", 2))
+    scenario.at(1.7, lambda sim: client_of(sim, scenario.nodes[3]).set("k", 3))
+    scenario.crash(2.0, node, recover_after=1.0)  # recovers connected, offline queue intact
+    seen: dict[str, Any] = {}
+
+    def look(sim: Simulation) -> None:
+        seen["before"] = client_of(sim, scenario.nodes[3]).get("k")
+
+    scenario.at(1.6, look)
+    sim, sink = run(scenario, until=20.0)
+    check_all(sim, sink, seed)
+    assert seen["before"] == 1, f"seed={seed}: the offline write stayed local"
+    assert all(client_of(sim, n).get("k") == 2 for n in scenario.nodes[1:]), f"seed={seed}"
+    syncs = [_info(r) for r in named(sink.rows) if r.node == node and r.event == "sync"]
+    assert any(s["queued"] == 1 and s["sent"] == 1 and s["rebased"] == 1 for s in syncs)
+
+
+class RecordingClient(ReplicaClient):
+    """A client that keeps every message it is given."""
+
+    def __init__(self, env: Env, **kwargs: Any) -> None:
+        super().__init__(env, **kwargs)
+        self.received: list[Message] = []
+
+    def on_message(self, src: str, msg: Message) -> None:
+        self.received.append(msg)
+        super().on_message(src, msg)
+
+
+@pytest.mark.parametrize("log_per_origin", [1000, 5], ids=["from-log", "snapshot"])
+def test_a_late_joiner_bootstraps_from_the_hub_not_from_its_peers(log_per_origin: int) -> None:
+    seed = 14
+    nodes = node_ids(7)
+    scenario = make_scenario(clients=6, seed=seed, link=LinkModel(), writes=80, keys=4,
+                             window=(0.2, 4.0))
+    joiner = nodes[-1]
+    scenario.join(8.0, joiner)
+    sim, sink = run(scenario, until=20.0, client=RecordingClient,
+                    keeper=KeeperConfig(log_per_origin=log_per_origin))
+    check_all(sim, sink, seed)
+    got = cast(RecordingClient, client_of(sim, joiner)).received
+    from_peers = [m for m in got if isinstance(m, Retry) and m.id != HUB]
+    assert from_peers == [], f"seed={seed}: peers resent {len(from_peers)} retries"
+    snapshots = [m for m in got if isinstance(m, Snapshot)]
+    served = [_info(r)["kind"] for r in named(sink.rows)
+              if r.event == "serve" and r.peer == joiner]
+    if log_per_origin == 5:
+        assert snapshots and snapshots[-1].last, f"seed={seed}: bootstrapped from a snapshot"
+        assert served[0] == "snapshot"
+    else:
+        assert snapshots == [] and served[0] == "retry", f"seed={seed}"
+    assert client_of(sim, joiner).items() == client_of(sim, nodes[0]).items()
+
+
+@pytest.mark.parametrize("seed", [15, 16])
+def test_the_hub_crashes_recovers_and_nothing_is_lost(seed: int) -> None:
+    scenario = make_scenario(clients=10, seed=seed, link=FAULTY, writes=80, keys=3,
+                             window=(0.2, 6.0))
+    scenario.crash(2.0, HUB, recover_after=1.0)
+    scenario.crash(4.0, HUB, recover_after=0.5)
+    sim, sink = run(scenario, until=60.0)
+    check_all(sim, sink, seed)
+    keeper = cast(HubNode, sim.process(HUB)).keeper
+    assert keeper is not None
+    assert keeper.replica.revisions() == client_of(sim, scenario.nodes[1]).revisions(), \
+        f"seed={seed}: the hub's snapshot converged too"
+
+
+@pytest.mark.parametrize("log_per_origin", [1000, 3], ids=["from-log", "snapshot"])
+def test_everyone_leaves_and_a_newcomer_gets_everything_from_the_hub(
+    log_per_origin: int,
+) -> None:
+    seed = 17
+    nodes = node_ids(6)
+    scenario = make_scenario(clients=5, seed=seed, link=LinkModel(), writes=40, keys=3,
+                             window=(0.2, 3.0))
+    for node in nodes[:5]:
+        scenario.leave(6.0, node)
+    scenario.join(8.0, nodes[5])
+    sim, sink = run(scenario, until=20.0, keeper=KeeperConfig(log_per_origin=log_per_origin))
+    newcomer = client_of(sim, nodes[5])
+    assert missing_deliveries(sink.rows, [nodes[5]]) == [], f"seed={seed}"
+    states = {nodes[5]: (newcomer.revisions(), newcomer.items())}
+    assert convergence_problems(sink.rows, states) == [], f"seed={seed}"
+    assert newcomer.items(), f"seed={seed}: there was something to get"
+
+
+def test_clear_deletes_everything_everywhere_and_drops_queues() -> None:
+    seed = 18
+    scenario = make_scenario(clients=6, seed=seed, link=LinkModel(), writes=30, keys=3,
+                             window=(0.2, 2.0))
+    clearer = scenario.nodes[1]
+    cleared: dict[str, list[str]] = defaultdict(list)
+    stopped: dict[str, list[str]] = defaultdict(list)
+
+    def factory(env: Env, **kwargs: Any) -> ReplicaClient:
+        return ReplicaClient(env, on_clear=lambda by: cleared[env.node].append(by),
+                             on_stop=lambda by: stopped[env.node].append(by), **kwargs)
+
+    scenario.at(4.0, lambda sim: client_of(sim, clearer).clear_all())
+    scenario.at(4.0, lambda sim: client_of(sim, clearer).stop_all())
+    sim, sink = run(scenario, until=15.0, client=factory)
+    check_all(sim, sink, seed)
+    clients = scenario.nodes[1:]
+    assert all(client_of(sim, n).items() == {} for n in clients), f"seed={seed}"
+    assert all(cleared[n] == [clearer] for n in clients), f"seed={seed}: {dict(cleared)}"
+    assert all(stopped[n] == [clearer] for n in clients), f"seed={seed}: {dict(stopped)}"
+    assert count(sink.rows, layer=LAYER, event="clear") == len(clients)
+
+
+def test_clear_and_stop_need_the_hub() -> None:
+    scenario = make_scenario(clients=2, seed=19, link=LinkModel(), writes=0, keys=1)
+    node = scenario.nodes[1]
+    errors: list[str] = []
+
+    def try_clear(sim: Simulation) -> None:
+        try:
+            client_of(sim, node).clear_all()
+        except Exception as exc:
+            errors.append(type(exc).__name__)
+
+    scenario.at(1.0, lambda sim: go_offline(sim, node))
+    scenario.at(1.5, try_clear)
+    run(scenario, until=3.0)
+    assert errors == ["StateError"]
+
+
+def test_a_snapshot_behind_the_client_is_not_installed() -> None:
+    """A client that delivered something the snapshot lacks keeps its state."""
+    seed = 20
+    scenario = make_scenario(clients=3, seed=seed, link=LinkModel(), writes=10, keys=2)
+    sim, sink = run(scenario, until=10.0,
+                    config=ReplicaConfig(), keeper=KeeperConfig(log_per_origin=2))
+    client = client_of(sim, scenario.nodes[1])
+    before = client.revisions()
+    sim.call(scenario.nodes[1], lambda p: cast(ReplicaClient, p).on_message(
+        HUB, Snapshot(id=HUB, dest=scenario.nodes[1], vector={}, objects={}, last=True)))
+    sim.run(until=11.0)
+    assert client.revisions() == before
+    assert any(r.event == "drop" and "snapshot_behind" in str(r.info)
+               for r in named(sink.rows) if r.node == scenario.nodes[1])
