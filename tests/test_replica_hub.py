@@ -120,7 +120,9 @@ async def hub_and_peers(
     names: list[str], *, path: str = "/ws", **options: Any,
 ) -> AsyncIterator[tuple[HubServer, WatchedSink, AsyncExitStack, dict[str, Peer]]]:
     """A running hub and one subscribed peer per name: every peer has heard every other's
-    ``subscribe``, so the hub has bound every id."""
+    ``subscribe``, so the hub has bound every id. The hub is the seed's bare relay unless
+    ``keeper`` is given (test_replica_hub_keeper.py tests the keeper)."""
+    options.setdefault("keeper", None)
     sink = WatchedSink()
     async with AsyncExitStack() as stack:
         hub = HubServer(trace=sink, **options)
@@ -485,10 +487,10 @@ def test_gossamer_hub_prints_its_url_and_stops_cleanly_on_sigterm(tmp_path: Path
     assert {r["run"] for r in rows} == {"cli"}
 
 
-def test_the_hub_help_says_snapshots_are_not_built_yet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_hub_help_says_where_snapshots_live(capsys: pytest.CaptureFixture[str]) -> None:
     from gossamer.services.replica.cli import main
 
     with pytest.raises(SystemExit) as exited:
         main(["hub", "--help"])
     assert exited.value.code == 0
-    assert "Snapshots are not built yet" in " ".join(capsys.readouterr().out.split())
+    assert "DATA_DIR/hub.sqlite" in " ".join(capsys.readouterr().out.split())

@@ -12,6 +12,7 @@ from .host import (
     NodeState,
     run_until_signalled,
 )
+from .loopenv import LoopEnv
 from .store import SqliteStore
 from .transport import Address, Connection, LinkError, Listener, TransportKind, connect, listen
 
@@ -21,6 +22,7 @@ __all__ = [
     "Connection",
     "LinkError",
     "Listener",
+    "LoopEnv",
     "NetEnv",
     "NetHost",
     "NetNode",

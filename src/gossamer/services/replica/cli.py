@@ -17,7 +17,7 @@ from rich.console import Console
 
 from ...core.errors import ConfigError, GossamerError
 from ...core.traceio import ParquetSink, trace_path
-from .hub_server import DEFAULT_MAX_FRAME, HubServer
+from .hub_server import DEFAULT_KEEPER, DEFAULT_MAX_FRAME, HubServer
 
 __all__ = ["add_hub_parser", "main"]
 
@@ -38,6 +38,12 @@ def _port(text: str) -> int:
     return value
 
 
+def _default_web_root() -> str | None:
+    """The repository's ``web/`` (browser client and demo), for a source checkout."""
+    candidate = Path(__file__).resolve().parents[4] / "web"
+    return str(candidate) if (candidate / "index.html").is_file() else None
+
+
 def add_hub_parser(
     verbs: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
@@ -52,10 +58,14 @@ def add_hub_parser(
     hub.add_argument("--host", default="127.0.0.1")
     hub.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
     hub.add_argument("--data-dir", default="runs/hub",
-                     help="the hub's directory; its trace goes to DATA_DIR/trace/RUN/hub.parquet."
-                          " Snapshots are not built yet: the hub keeps no state across restarts")
-    hub.add_argument("--web-root", default=None,
-                     help="directory served over HTTP at / (e.g. web); none by default")
+                     help="the hub's directory: the object snapshot and per-client logs live in "
+                          "DATA_DIR/hub.sqlite (kept across restarts), the trace in "
+                          "DATA_DIR/trace/RUN/hub.parquet")
+    hub.add_argument("--no-snapshots", action="store_true",
+                     help="run the seed's bare relay: no snapshot, nothing kept")
+    hub.add_argument("--web-root", default=_default_web_root(),
+                     help="directory served over HTTP at / (default: the repository's web/, "
+                          "the browser client and demo page, when it exists)")
     hub.add_argument("--run", default="hub", help="run id written in the trace")
     hub.add_argument("--max-frame", type=_positive_int, default=DEFAULT_MAX_FRAME,
                      help="largest WebSocket message in bytes; larger ones close with 1009")
@@ -81,7 +91,9 @@ def _cmd_hub(args: argparse.Namespace, console: Console) -> int:
     try:
         server = HubServer(host=args.host, port=args.port, web_root=web_root,
                            max_frame=args.max_frame, send_queue_limit=args.send_queue_limit,
-                           max_connections=args.max_connections, trace=sink, run=args.run)
+                           max_connections=args.max_connections, trace=sink, run=args.run,
+                           data_dir=data_dir,
+                           keeper=None if args.no_snapshots else DEFAULT_KEEPER)
         code = asyncio.run(_run_until_signalled(server, console))
     finally:
         sink.close()

@@ -1,7 +1,8 @@
 """The hub of seed 000 on real WebSockets (aiohttp): the seed's multicast channel as a server.
 
-``HubRelay`` decides where each message goes; this module moves frames. It also serves the
-browser client's static files on the same port. Bad input is dropped, never fatal.
+``HubRelay`` decides where each message goes and ``HubKeeper`` keeps the durable snapshot
+(sqlite in ``data_dir``) that answers subscribes and NACKs; this module moves frames. It also
+serves the browser client's static files on the same port. Bad input is dropped, never fatal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from ...core.errors import ConfigError, ProtocolError, StateError
 from ...core.messages import Message
 from ...core.trace import NullSink, TraceSink, encode_info
 from ...protocols.replica.hub import HubRelay, Route
+from ...protocols.replica.keeper import HubKeeper, KeeperConfig
 from ...protocols.replica.wire import HUB_ID, ReplicaCodec
+from ...runtimes.net import LoopEnv, SqliteStore
 
 __all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState"]
 
@@ -33,6 +36,8 @@ LAYER = "hub"
 DEFAULT_MAX_FRAME = 64 * 1024
 CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 DROP_DETAIL_CHARS = 200
+DEFAULT_KEEPER = KeeperConfig()
+STORE_FILE = "hub.sqlite"
 
 
 class HubState(enum.Enum):
@@ -107,7 +112,11 @@ class HubServer:
         close_timeout: float = 5.0,
         trace: TraceSink | None = None,
         run: str = "hub",
+        data_dir: Path | None = None,
+        keeper: KeeperConfig | None = DEFAULT_KEEPER,
     ) -> None:
+        """``data_dir``: where the keeper's sqlite store lives (None: in memory, lost on stop);
+        ``keeper`` None runs the seed's bare relay, with no snapshot."""
         if not host:
             raise ConfigError("host must be non-empty")
         if isinstance(port, bool) or not 0 <= port <= 65535:
@@ -124,6 +133,8 @@ class HubServer:
             raise ConfigError(f"close_timeout must be > 0 seconds, got {close_timeout}")
         if not run:
             raise ConfigError("run must be non-empty")
+        if data_dir is not None and not Path(data_dir).is_dir():
+            raise ConfigError(f"data_dir {data_dir} is not a directory")
         self.host = host
         self.port = port
         self.web_root = None if web_root is None else Path(web_root).resolve()
@@ -134,6 +145,11 @@ class HubServer:
         self.close_timeout = close_timeout
         self.trace = trace if trace is not None else NullSink()
         self.run = run
+        self.data_dir = None if data_dir is None else Path(data_dir)
+        self.keeper_config = keeper
+        self.keeper: HubKeeper | None = None
+        self._keeper_env: LoopEnv | None = None
+        self._store: SqliteStore | None = None
         self.state = HubState.NEW
         self._codec = ReplicaCodec(max_frame=max_frame)
         self._relay = HubRelay(max_connections=max_connections)
@@ -171,6 +187,8 @@ class HubServer:
         app.router.add_get("/", self._serve_root)
         if self.web_root is not None:
             app.router.add_static("/", self.web_root, follow_symlinks=False, show_index=False)
+        if self.keeper_config is not None:
+            self._start_keeper(self.keeper_config)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                shutdown_timeout=self.close_timeout)
         await runner.setup()
@@ -179,6 +197,7 @@ class HubServer:
             await site.start()
         except BaseException:
             await runner.cleanup()
+            self._stop_keeper()
             raise
         self._runner = runner
         bound = runner.addresses[0]
@@ -205,9 +224,33 @@ class HubServer:
         assert self._runner is not None
         await self._runner.cleanup()
         self._runner = None
+        self._stop_keeper()
         self.trace.flush()
         self.state = HubState.STOPPED
         log.info("hub stopped")
+
+    def _start_keeper(self, config: KeeperConfig) -> None:
+        path = ":memory:" if self.data_dir is None else self.data_dir / STORE_FILE
+        self._store = SqliteStore(path)
+        self._keeper_env = LoopEnv(HUB_ID, send=lambda _dst, msg: self._from_hub(msg),
+                                   store=self._store, trace=self.trace, run=self.run)
+        self.keeper = HubKeeper(self._keeper_env, self._from_hub, config=config)
+        self.keeper.start()
+
+    def _stop_keeper(self) -> None:
+        if self.keeper is not None:
+            self.keeper.stop()  # commits what the group commit still holds
+            self.keeper = None
+        if self._keeper_env is not None:
+            self._keeper_env.close()
+            self._keeper_env = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _from_hub(self, msg: Message) -> None:
+        if self.state is HubState.RUNNING:
+            self._forward(self._relay.from_hub(msg), None, "")
 
     async def __aenter__(self) -> HubServer:
         await self.start()
@@ -291,7 +334,9 @@ class HubServer:
         before = self._relay.id_of(conn)
         try:
             msg = self._codec.decode(text)
-            routes = self._relay.receive(conn, msg)
+            self._relay.bind(conn, msg)
+            forward = msg if self.keeper is None else self.keeper.handle(msg)
+            routes = [] if forward is None else self._relay.routes(conn, forward)
         except ProtocolError as exc:
             self._drop(conn, exc.reason, str(exc), len(text.encode()))
             return
