@@ -230,3 +230,41 @@ def test_a_snapshot_behind_the_client_is_not_installed() -> None:
     assert client.revisions() == before
     assert any(r.event == "drop" and "snapshot_behind" in str(r.info)
                for r in named(sink.rows) if r.node == scenario.nodes[1])
+
+
+def everything_at_once(clients: int, seed: int, *, writes: int, until: float,
+                       trace_messages: bool = True) -> None:
+    """10% loss, duplication and reordering; a tenth of the clients cut off by a partition that
+    heals; a twentieth crashing and restarting; a twentieth going offline and writing."""
+    scenario = make_scenario(clients=clients, seed=seed, link=FAULTY, writes=writes, keys=5,
+                             window=(0.5, 4.0))
+    nodes = scenario.nodes[1:]
+    tenth, twentieth = max(1, clients // 10), max(1, clients // 20)
+    cut_off = nodes[:tenth]
+    scenario.partition(1.0, [[HUB, *nodes[tenth:]], cut_off], heal_at=3.0)
+    for index, node in enumerate(nodes[tenth:tenth + twentieth]):
+        scenario.crash(1.5 + index * 0.01, node, recover_after=1.0)
+    away = nodes[tenth + twentieth:tenth + 2 * twentieth]
+    for index, node in enumerate(away):
+        scenario.at(1.2 + index * 0.01, lambda sim, node=node: go_offline(sim, node))
+        scenario.at(2.0 + index * 0.01, lambda sim, node=node, key=f"k{index % 5}":
+                    client_of(sim, node).set(key, {"offline": node}))
+        scenario.at(3.5 + index * 0.04, lambda sim, node=node: reconnect(sim, node))
+    sim, sink = run(scenario, until=until, trace_messages=trace_messages)
+    check_all(sim, sink, seed)
+    syncs = {r.node for r in named(sink.rows) if r.event == "sync" and _info(r)["queued"]}
+    assert set(away) <= syncs, f"seed={seed}: every offline writer synced its queue"
+    keeper = cast(HubNode, sim.process(HUB)).keeper
+    assert keeper is not None
+    assert keeper.replica.revisions() == client_of(sim, nodes[0]).revisions(), f"seed={seed}"
+    # every detecting replica tells the loser; the hub forwards one of each
+    assert keeper.duplicate_conflicts > 0, f"seed={seed}"
+
+
+def test_fifty_clients_everything_at_once() -> None:
+    everything_at_once(50, 22, writes=150, until=60.0)
+
+
+@pytest.mark.slow
+def test_a_thousand_clients_everything_at_once() -> None:
+    everything_at_once(1000, 23, writes=40, until=40.0, trace_messages=False)

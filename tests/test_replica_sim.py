@@ -407,11 +407,12 @@ class DropLastData:
         self._env.send(dst, msg)
 
 
-@pytest.mark.parametrize("announce", [True, False])
-def test_lost_last_message_is_found_by_announcements(announce: bool) -> None:
-    """The writer's last message never leaves it and nothing follows it: only the origin's
-    re-announcement (a Subscribe with its count) can reveal the gap. With announcements pushed
-    beyond the run, the oracle must see the loss."""
+@pytest.mark.parametrize(("announce", "keeper"), [(True, False), (False, True), (False, False)])
+def test_lost_last_message_is_found_by_announcements(announce: bool, keeper: bool) -> None:
+    """The writer's last message never leaves it and nothing follows it: only an announcement
+    (a Subscribe with a vector) can reveal the gap: the writer's own, or the hub keeper's (it
+    announces its vector after deliveries, and the writer answers what the keeper lacks). With
+    the clients' announcements pushed beyond the run and no keeper, the oracle must see the loss."""
     seed = 6
     scenario = make_scenario(clients=4, seed=seed, link=LinkModel(), writes=0, keys=1)
     writer = scenario.nodes[1]
@@ -420,11 +421,12 @@ def test_lost_last_message_is_found_by_announcements(announce: bool) -> None:
     causal = CausalConfig() if announce else CausalConfig(announce_interval=100.0,
                                                           announce_cap=100.0)
     sim, sink = run(scenario, until=15.0, config=ReplicaConfig(causal=causal),
+                    keeper=DEFAULT_KEEPER if keeper else None,
                     wrap=lambda env: cast(Env, DropLastData(env, keep=2)) if env.node == writer
                     else env)
     readers = scenario.nodes[2:]
     missing = missing_deliveries(sink.rows, readers)
-    if announce:
+    if announce or keeper:
         assert missing == [], f"seed={seed}"
         assert all(client_of(sim, n).get("k") == {"v": 2} for n in readers)
         check_all(sim, sink, seed)

@@ -15,14 +15,20 @@ __all__ = ["NodeId", "check_node_id", "node_id", "node_ids"]
 NodeId = str
 
 _VALID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}")
+_SEEN_LIMIT = 100_000
+_seen: set[str] = set()  # ids already checked: every message checks its vector's keys
 
 
 def check_node_id(value: object) -> NodeId:
     """Return ``value`` if it is a valid node id, else raise ``ConfigError``."""
+    if value.__class__ is str and value in _seen:
+        return value  # checked before (a str subclass never gets here)
     if not isinstance(value, str) or not _VALID.fullmatch(value):
         raise ConfigError(
             f"invalid node id {value!r}: 1-128 chars of letters, digits, '_', '.', ':', '-'"
         )
+    if value.__class__ is str and len(_seen) < _SEEN_LIMIT:
+        _seen.add(value)
     return value
 
 

@@ -116,8 +116,12 @@ class CausalDelivery:
         *,
         config: CausalConfig | None = None,
         on_deliver: DeliverFn | None = None,
+        announce_deliveries: bool = False,
     ) -> None:
+        """``announce_deliveries``: announce our vector after every burst of deliveries, not
+        only after publishing (the hub's keeper: one announcement instead of every writer's)."""
         self.env = env
+        self.announce_deliveries = announce_deliveries
         self.config = config if config is not None else CausalConfig()
         self.on_deliver = on_deliver
         self.me: NodeId = env.node
@@ -316,7 +320,7 @@ class CausalDelivery:
         self.env.send(self.config.hub, Subscribe(id=self.me, vector=dict(self._vector)))
 
     def _wants_announce(self) -> bool:
-        return self.sent > 0 or not self._heard
+        return self.sent > 0 or not self._heard or self.announce_deliveries
 
     def _arm_announce(self, *, reset: bool) -> None:
         if reset:
@@ -334,7 +338,7 @@ class CausalDelivery:
         self._announce_timer = None
         if not self._wants_announce():
             return
-        if not self._covered or not self._heard:
+        if not self._covered or not self._heard or self.announce_deliveries:
             self._send_subscribe()
         self._covered = False
         self._announce_delay = min(self._announce_delay * 2, self.config.announce_cap)
@@ -450,6 +454,9 @@ class CausalDelivery:
                        key=msg.key, seq=seq, vector=msg.vector)
         if self.on_deliver is not None:
             self.on_deliver(msg)
+        if self.announce_deliveries and (self._announce_timer is None
+                                         or self._announce_delay > self.config.announce_interval):
+            self._arm_announce(reset=True)
         gap = self._gaps.get(origin)
         if gap is not None:
             self._update_gap(origin, gap)

@@ -8,14 +8,21 @@ With them the hub answers what would otherwise go to every peer:
 - a client's ``subscribe``: a ``retry`` from ``hub`` with what the subscriber lacks, in the
   order the keeper delivered it (always sent, possibly empty: the subscriber knows it was heard),
   or a ``snapshot`` when the log no longer reaches back far enough and the subscriber has seen
-  nothing the keeper has not. The ``subscribe`` then goes on to the others carrying the vector
-  the subscriber will have, so they resend only what the keeper lacked;
-- a ``nack`` whose whole range is in the log: answered here, not forwarded.
+  nothing the keeper has not. Served, it goes no further: the keeper learns the gaps it reveals
+  (and NACKs them), and the others learn everything it could tell them from the keeper's own
+  announcements. Only a subscribe the keeper cannot serve is forwarded, for the peers to serve;
+- a ``nack`` whose whole range is in the log: answered here, not forwarded;
+- a ``conflict``: every replica that detects it tells the loser, so the keeper forwards the
+  first and drops the same conflict (loser, object, loser's seq) from the others.
 
-It catches up like a client (its own ``subscribe`` and NACKs go out through the hub), so after
-a restart it asks the clients for what it missed. The store is committed in groups (every
-``commit_interval``), not per message: what a crash loses of the last interval is still in the
-writers' send logs and comes back through the NACKs above.
+So a join or a writer's tail-loss announcement costs one message to the hub instead of one to
+every client, and the keeper's ``subscribe`` (its vector, multicast after each burst of
+deliveries with backoff) is the one announcement that finds lost last messages for everyone.
+It catches up like a client (its own NACKs go out through the hub; clients answer its
+``subscribe`` with what it lacks of theirs), so after a restart it asks for what it missed.
+The store is committed in groups (every ``commit_interval``), not per message: what a crash
+loses of the last interval is still in the writers' send logs and comes back through the
+NACKs above.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class KeeperConfig:
     log_per_origin: int = 1000  # latest data messages kept per origin
     part_bytes: int = 32 * 1024  # encoded bytes per retry or snapshot frame (under max_frame)
     commit_interval: float = 0.05  # seconds between group commits of the keeper's store
+    conflict_memory: int = 4096  # conflicts recently forwarded, to drop the same one again
 
     def __post_init__(self) -> None:
         if self.log_per_origin < 1:
@@ -67,6 +75,8 @@ class KeeperConfig:
             raise ConfigError("part_bytes must be >= 1024")
         if self.commit_interval <= 0:
             raise ConfigError("commit_interval must be > 0")
+        if self.conflict_memory < 0:
+            raise ConfigError("conflict_memory must be >= 0")
 
 
 RouteFn = Callable[[Message], None]
@@ -167,6 +177,12 @@ class HubKeeper:
                                      on_delivered=self._delivered)
         self.served_subscribes = 0
         self.served_nacks = 0
+        self.duplicate_conflicts = 0
+        # (loser, object, loser_time) of conflicts forwarded lately, oldest first (a dict as a
+        # bounded ordered set): every replica that detects a conflict tells the loser (the seed),
+        # so with N clients the loser would hear it N times; it needs to hear it once (and it
+        # finds the conflict on its own when the winner's write reaches it: footnote 10)
+        self._conflicts: dict[tuple[str, str, int], None] = {}
         self.snapshots = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -244,19 +260,30 @@ class HubKeeper:
                 return None
             return msg
         if isinstance(msg, Conflict):
-            return None if msg.dest == HUB_ID else msg
+            return None if msg.dest == HUB_ID else self._first_conflict(msg)
         if isinstance(msg, Snapshot):
             raise InvalidMessage("only the hub sends snapshots")
         if isinstance(msg, Clear | StopAll):
             return msg
         raise InvalidMessage(f"the hub does not relay {msg.TYPE} from clients")
 
+    def _first_conflict(self, msg: Conflict) -> Conflict | None:
+        seen = (msg.dest, msg.object, msg.loser_time)
+        if seen in self._conflicts:
+            self.duplicate_conflicts += 1
+            return None
+        if self.config.conflict_memory:
+            self._conflicts[seen] = None
+            if len(self._conflicts) > self.config.conflict_memory:
+                del self._conflicts[next(iter(self._conflicts))]
+        return msg
+
     @staticmethod
     def _check_crc(data: Data) -> None:
         if not data.crc_ok:
             raise CorruptMessage(f"data {data.id}:{data.seq} on {data.key!r}: wrong crc")
 
-    def _serve_subscribe(self, msg: Subscribe) -> Message:
+    def _serve_subscribe(self, msg: Subscribe) -> Message | None:
         have = self.replica.causal.vector
         theirs = msg.vector
         lacking = {origin: (theirs.get(origin, 0) + 1, high) for origin, high in have.items()
@@ -278,10 +305,7 @@ class HubKeeper:
             return msg
         self.env.trace("serve", layer=LAYER, peer=msg.id, kind=kind,
                        messages=sum(end - start + 1 for start, end in lacking.values()))
-        merged = dict(theirs)
-        for origin, count in have.items():
-            merged[origin] = max(count, merged.get(origin, 0))
-        return Subscribe(id=msg.id, vector=merged)
+        return None
 
     def _send_retries(self, dest: str, parts: list[tuple[int, Data, int]]) -> None:
         """Retries from the hub to ``dest``, in delivery order, each under ``part_bytes``;

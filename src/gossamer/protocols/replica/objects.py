@@ -201,8 +201,9 @@ class ReplicaClient:
         on_delivered: Callable[[Data], None] | None = None,
         observer: bool = False,
     ) -> None:
-        """``observer``: a member that never writes and never sends ``Conflict`` (the hub's
-        snapshot keeper); ``on_delivered`` sees every data message as it is delivered."""
+        """``observer``: a member that never writes and never sends ``Conflict`` and announces
+        its vector after deliveries (the hub's snapshot keeper); ``on_delivered`` sees every
+        data message as it is delivered."""
         self.env = env
         self.config = config if config is not None else ReplicaConfig()
         self.me: NodeId = env.node
@@ -214,7 +215,8 @@ class ReplicaClient:
         self.on_delivered = on_delivered
         self.observer = observer
         self.link = LinkState.OFFLINE
-        self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply)
+        self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply,
+                                     announce_deliveries=observer)
         self._sync_timer: TimerHandle | None = None
         self._sync_started = 0.0
         # writes made while not online: number -> (key, content, deleted, base revision)
