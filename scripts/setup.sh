@@ -23,6 +23,19 @@ if ! command -v java >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 
+if [ ! -x /usr/bin/chromium ]; then
+  echo "setup: /usr/bin/chromium not found, installing Debian's chromium for the browser tests"
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup: no apt-get here; install chromium as /usr/bin/chromium yourself" \
+      "(tests/test_browser.py skips without it)" >&2
+  else
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PYTHON" -m venv .venv
