@@ -1,0 +1,735 @@
+"""The seed-003 server as a sans-I/O state machine over connections.
+
+The runtime reports ``connected(conn)``, ``line(conn, data)`` and ``closed(conn)``; the core
+answers with ``Send`` / ``Close`` / ``Dial`` actions (to ``on_action``, or kept in ``outbox``
+for ``drain()``). Time, timers, randomness, the user store and the trace come from the ``Env``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import hmac
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ...core.env import Env, TimerHandle
+from ...core.errors import ConfigError, ProtocolError
+from .users import UserTable, is_hash
+from .wire import (
+    ANONYMOUS,
+    DEFAULT_MAX_LINE,
+    ActivityBroadcast,
+    ActivityCodec,
+    ActivityMessage,
+    ActivityWire,
+    Authenticate,
+    AuthenticationFail,
+    InvalidMessageReply,
+    LockAllowed,
+    LockCancel,
+    LockDenied,
+    LockRequest,
+    Login,
+    LoginFailed,
+    LoginSuccess,
+    Logout,
+    Redirect,
+    Register,
+    RegisterFailed,
+    RegisterSuccess,
+    ServerAnnounce,
+    ServerInfo,
+)
+
+__all__ = [
+    "LAYER",
+    "ORIGIN_KEY",
+    "SEQ_KEY",
+    "Action",
+    "ActivityServer",
+    "Close",
+    "ConnRole",
+    "Dial",
+    "Send",
+    "ServerConfig",
+    "TreeState",
+    "activity_ids",
+]
+
+LAYER = "activity"
+ORIGIN_KEY = "_origin"  # extension fields of a processed activity: who published it and its
+SEQ_KEY = "_seq"  # per-publisher sequence number (dedup after reconnects, FIFO checks)
+FORGET_WINDOWS = 10  # known servers silent this many parent-loss windows are forgotten
+MAX_CANCELLED = 10_000  # LOCK_CANCEL ids remembered to stop a cancel from circling
+SERVER_ONLY = (ServerAnnounce, ActivityBroadcast, LockRequest, LockDenied, LockAllowed,
+               LockCancel, ServerInfo)
+
+
+def activity_ids(activity: dict[str, Any]) -> tuple[str, int] | None:
+    """(origin, seq) a server of ours stamped on a processed activity, if it has them."""
+    origin, seq = activity.get(ORIGIN_KEY), activity.get(SEQ_KEY)
+    if isinstance(origin, str) and isinstance(seq, int) and not isinstance(seq, bool):
+        return origin, seq
+    return None
+
+
+# -- actions -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Send:
+    conn: str
+    msg: ActivityWire
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Close:
+    conn: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Dial:
+    """Open a connection to ``host:port`` named ``conn``; report ``connected`` or ``closed``."""
+
+    conn: str
+    host: str
+    port: int
+
+
+Action = Send | Close | Dial
+
+
+class ConnRole(enum.Enum):
+    PENDING = "pending"  # incoming, not yet logged in or authenticated
+    CLIENT = "client"  # logged in
+    CHILD = "child"  # incoming server that authenticated
+    DIALING = "dialing"  # outgoing, not yet connected
+    JOINING = "joining"  # outgoing, AUTHENTICATE sent, waiting for SERVER_INFO
+    PARENT = "parent"  # outgoing, SERVER_INFO received
+
+
+class TreeState(enum.Enum):
+    ROOT = "root"  # no parent by design (first server) or after failures
+    JOINING = "joining"  # first connection to the configured remote
+    ATTACHED = "attached"
+    RECONNECTING = "reconnecting"  # parent lost; activities for it are buffered
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    secret: str
+    hostname: str = "127.0.0.1"
+    port: int = 3780
+    server_id: str | None = None  # default: the env's node id
+    remote: tuple[str, int] | None = None
+    announce_interval: float = 5.0
+    miss_announces: int = 3  # intervals of silence before the parent is presumed lost
+    reconnect_delay: float = 1.0
+    max_depth: int | None = None
+    max_connections: int = 1000
+    max_buffer: int = 10_000
+    max_line: int = DEFAULT_MAX_LINE
+    max_origins: int = 100_000
+    hash_iterations: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not self.secret:
+            raise ConfigError("secret must be non-empty")
+        if not 0 < self.port <= 65535:
+            raise ConfigError(f"port must be in 1..65535, got {self.port}")
+        if self.announce_interval <= 0:
+            raise ConfigError(f"announce_interval must be > 0, got {self.announce_interval}")
+        if self.reconnect_delay <= 0:
+            raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
+        if self.max_depth is not None and self.max_depth < 1:
+            raise ConfigError(f"max_depth must be >= 1, got {self.max_depth}")
+        for name in ("miss_announces", "max_connections", "max_buffer", "max_origins",
+                     "hash_iterations"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass(slots=True)
+class _Known:
+    id: str
+    load: int
+    hostname: str
+    port: int
+    level: int
+    seen: float
+
+
+@dataclasses.dataclass(slots=True)
+class _Client:
+    username: str
+    secret_digest: bytes
+    origin: str
+    seq: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class _Lock:
+    username: str
+    secret: str
+    upstream: str | None  # the server conn that asked us; None at the registering server
+    client: str | None  # the registering client's conn (origin server only)
+    waiting: set[str]
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+class ActivityServer:
+    """One server of the activity network; see the module docstring for how it is driven."""
+
+    def __init__(self, env: Env, config: ServerConfig,
+                 *, salt: Callable[[], bytes] | None = None) -> None:
+        self.env = env
+        self.config = config
+        self.id = config.server_id or env.node
+        self.codec = ActivityCodec(max_frame=config.max_line)
+        self.users = UserTable(env.store, salt=salt or (lambda: env.rng.randbytes(16)),
+                               iterations=config.hash_iterations)
+        self.on_action: Callable[[Action], None] | None = None
+        self.outbox: list[Action] = []
+        self.level = 0
+        self.state = TreeState.ROOT
+        self.parent: str | None = None  # conn to the parent (dialing, joining or attached)
+        self.parent_id: str | None = None
+        self.known: dict[str, _Known] = {}
+        self.roles: dict[str, ConnRole] = {}
+        self.clients: dict[str, _Client] = {}
+        self.buffer: deque[ActivityBroadcast] = deque()
+        self._candidates: list[tuple[str, int]] = []
+        self._failed: set[str] = set()
+        self._attached_at = 0.0
+        self._dials = 0
+        self._locks: dict[str, _Lock] = {}
+        self._lock_numbers = 0
+        self._registering: set[str] = set()
+        self._cancelled: OrderedDict[str, None] = OrderedDict()
+        self._last_seq: OrderedDict[str, int] = OrderedDict()
+        self._tick: TimerHandle | None = None
+        self._retry: TimerHandle | None = None
+        self.running = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.running = True
+        if self.config.remote is not None:
+            self.state = TreeState.JOINING
+            self._dial(*self.config.remote)
+        else:
+            self._trace("root", level=0)
+        self._tick = self.env.set_timer(self.config.announce_interval, self._on_tick)
+
+    def stop(self) -> None:
+        self.running = False
+        for handle in (self._tick, self._retry):
+            if handle is not None:
+                self.env.cancel(handle)
+        self._tick = self._retry = None
+        for conn in list(self.roles):
+            self._close(conn, "server stopping")
+
+    def drain(self) -> list[Action]:
+        actions, self.outbox = self.outbox, []
+        return actions
+
+    @property
+    def load(self) -> int:
+        return len(self.clients)
+
+    def server_conns(self) -> list[str]:
+        """Authenticated server links: children and the attached parent."""
+        return [c for c, r in self.roles.items() if r in (ConnRole.CHILD, ConnRole.PARENT)]
+
+    # -- events from the runtime -------------------------------------------------------------
+
+    def connected(self, conn: str) -> None:
+        role = self.roles.get(conn)
+        if role is ConnRole.DIALING:
+            self.roles[conn] = ConnRole.JOINING
+            self._send(conn, Authenticate(secret=self.config.secret))
+            return
+        if role is not None:
+            return
+        incoming = sum(1 for r in self.roles.values()
+                       if r in (ConnRole.PENDING, ConnRole.CLIENT, ConnRole.CHILD))
+        self.roles[conn] = ConnRole.PENDING
+        if not self.running or incoming >= self.config.max_connections:
+            self._invalid(conn, f"too many connections (limit {self.config.max_connections})"
+                          if self.running else "server is not running")
+
+    def line(self, conn: str, data: bytes | str) -> None:
+        role = self.roles.get(conn)
+        if role is None:
+            return  # closed by us already; what was in flight is ignored
+        try:
+            msg = self.codec.decode(data)
+        except ProtocolError as exc:
+            self._trace("drop", peer=conn, reason=exc.reason, detail=str(exc)[:200])
+            self._invalid(conn, str(exc))
+            return
+        if role is ConnRole.PENDING:
+            self._from_pending(conn, msg)
+        elif role is ConnRole.CLIENT:
+            self._from_client(conn, msg)
+        elif role is ConnRole.CHILD:
+            self._from_server(conn, msg)
+        else:
+            self._from_parent(conn, role, msg)
+
+    def closed(self, conn: str) -> None:
+        if conn in self.roles:
+            self._forget(conn, "closed by the peer")
+
+    # -- dispatch by role -------------------------------------------------------------------
+
+    def _from_pending(self, conn: str, msg: ActivityWire) -> None:
+        if isinstance(msg, Authenticate):
+            self._authenticate(conn, msg)
+        elif isinstance(msg, Login):
+            self._login(conn, msg)
+        elif isinstance(msg, Register):
+            if conn in self._registering:
+                self._invalid(conn, "a registration is already in progress on this connection")
+            else:
+                self._register(conn, msg)
+        elif isinstance(msg, ActivityMessage):
+            self._auth_fail(conn, "the user has not logged in")
+        elif isinstance(msg, Logout):
+            self._close(conn, "logout")
+        elif isinstance(msg, SERVER_ONLY):
+            self._invalid(conn, f"{msg.TYPE} received from an unauthenticated server")
+        else:
+            self._invalid(conn, f"unexpected {msg.TYPE} from a client")
+
+    def _from_client(self, conn: str, msg: ActivityWire) -> None:
+        if isinstance(msg, ActivityMessage):
+            self._activity(conn, msg)
+        elif isinstance(msg, Logout):
+            self._close(conn, "logout")
+        elif isinstance(msg, Register):
+            self._invalid(conn, "REGISTER received from a client that has already logged in")
+        elif isinstance(msg, Login):
+            self._invalid(conn, "LOGIN received from a client that has already logged in")
+        elif isinstance(msg, InvalidMessageReply):
+            self._close(conn, f"client sent INVALID_MESSAGE: {msg.info}")
+        else:
+            self._invalid(conn, f"unexpected {msg.TYPE} from a client")
+
+    def _from_server(self, conn: str, msg: ActivityWire) -> None:
+        if isinstance(msg, ServerAnnounce):
+            self._announce(conn, msg)
+        elif isinstance(msg, ActivityBroadcast):
+            self._broadcast(conn, msg)
+        elif isinstance(msg, LockRequest):
+            self._lock_request(conn, msg)
+        elif isinstance(msg, LockAllowed):
+            self._lock_allowed(conn, msg)
+        elif isinstance(msg, LockDenied):
+            self._lock_denied(conn, msg)
+        elif isinstance(msg, LockCancel):
+            self._lock_cancel(conn, msg)
+        elif isinstance(msg, Authenticate):
+            self._invalid(conn, "AUTHENTICATE received on an already authenticated connection")
+        elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
+            self._close(conn, f"peer sent {msg.TYPE}: {msg.info}")
+        else:
+            self._invalid(conn, f"unexpected {msg.TYPE} from a server")
+
+    def _from_parent(self, conn: str, role: ConnRole, msg: ActivityWire) -> None:
+        if isinstance(msg, ServerInfo):
+            self._server_info(conn, msg)
+        elif isinstance(msg, Redirect) and role is ConnRole.JOINING:
+            self._trace("redirected", peer=conn, host=msg.hostname, port=msg.port)
+            self._candidates.insert(0, (msg.hostname, msg.port))
+            self._close(conn, "redirected")
+        elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
+            self._close(conn, f"parent sent {msg.TYPE}: {msg.info}")
+        elif role is ConnRole.JOINING:
+            self._invalid(conn, f"{msg.TYPE} received before SERVER_INFO")
+        else:
+            self._from_server(conn, msg)
+
+    # -- servers: authentication, info, announcements ------------------------------------------
+
+    def _authenticate(self, conn: str, msg: Authenticate) -> None:
+        if not hmac.compare_digest(msg.secret.encode(), self.config.secret.encode()):
+            self._trace("drop", peer=conn, reason="auth")
+            self._send(conn, AuthenticationFail(
+                info=f"the supplied secret is incorrect: {msg.secret}"))
+            self._close(conn, "authentication failed")
+            return
+        depth = self.config.max_depth
+        if depth is not None and self.level + 1 > depth:
+            target = self._shallower_server(depth)
+            if target is not None:
+                self._trace("redirect", peer=conn, to=target.id, reason="max_depth")
+                self._send(conn, Redirect(hostname=target.hostname, port=target.port))
+                self._close(conn, "redirected: max depth")
+                return
+        self.roles[conn] = ConnRole.CHILD
+        self._trace("join", peer=conn, role="child")
+        self._send(conn, self._server_info_msg())
+
+    def _server_info_msg(self) -> ServerInfo:
+        return ServerInfo(id=self.id, level=self.level,
+                          users=[f"{name}:{record}" for name, record in self.users.items()])
+
+    def _shallower_server(self, depth: int) -> _Known | None:
+        fresh = [k for k in self._fresh() if k.level + 1 <= depth]
+        return min(fresh, key=lambda k: (k.level, k.load, k.id), default=None)
+
+    def _server_info(self, conn: str, msg: ServerInfo) -> None:
+        for entry in msg.users:
+            name, secret = entry.split(":", 1)
+            if name not in self.users:
+                if is_hash(secret):
+                    self.users.add_record(name, secret)
+                else:
+                    self.users.add(name, secret)
+        self.users.commit()
+        old_level = self.level
+        self.level = msg.level + 1
+        self.parent_id = msg.id
+        first = self.roles[conn] is ConnRole.JOINING
+        self.roles[conn] = ConnRole.PARENT
+        if first:
+            self._attached_at = self.env.now()
+            self.state = TreeState.ATTACHED
+            self._candidates = []
+            self._failed.clear()
+            self._trace("attach", peer=conn, parent=msg.id, level=self.level,
+                        buffered=len(self.buffer))
+            while self.buffer:
+                self._send(conn, self.buffer.popleft())
+        if self.level != old_level:
+            for child in self._children():
+                self._send(child, self._server_info_msg())  # extension: levels follow moves
+
+    def _children(self) -> list[str]:
+        return [c for c, r in self.roles.items() if r is ConnRole.CHILD]
+
+    def _announce(self, conn: str, msg: ServerAnnounce) -> None:
+        if msg.id == self.id:
+            return
+        self.known[msg.id] = _Known(msg.id, msg.load, msg.hostname, msg.port, msg.level,
+                                    self.env.now())
+        for other in self.server_conns():
+            if other != conn:
+                self._send(other, msg)
+
+    def _fresh(self) -> list[_Known]:
+        horizon = self.env.now() - self.config.miss_announces * self.config.announce_interval
+        return [k for k in self.known.values() if k.seen >= horizon and k.id != self.id]
+
+    def _on_tick(self) -> None:
+        self._tick = self.env.set_timer(self.config.announce_interval, self._on_tick)
+        announce = ServerAnnounce(id=self.id, load=self.load, hostname=self.config.hostname,
+                                  port=self.config.port, level=self.level)
+        for conn in self.server_conns():
+            self._send(conn, announce)
+        window = self.config.miss_announces * self.config.announce_interval
+        horizon = self.env.now() - window
+        forget = horizon - FORGET_WINDOWS * window
+        for server_id in [k.id for k in self.known.values() if k.seen < forget]:
+            del self.known[server_id]
+        parent = self.known.get(self.parent_id or "")
+        if (self.state is TreeState.ATTACHED and self.parent is not None
+                and (parent is None or parent.seen < horizon) and self._attached_at < horizon):
+            self._trace("parent_silent", peer=self.parent, parent=self.parent_id)
+            self._close(self.parent, "no announcements from the parent")
+
+    # -- the tree: dialing and reconnecting -----------------------------------------------------
+
+    def _dial(self, host: str, port: int) -> None:
+        self._dials += 1
+        conn = f"out-{self._dials}"
+        self.parent = conn
+        self.roles[conn] = ConnRole.DIALING
+        self._trace("dial", peer=conn, host=host, port=port)
+        self._emit(Dial(conn, host, port))
+
+    def _parent_gone(self, was_attached: bool) -> None:
+        self.parent = None
+        if not self.running:
+            return
+        if was_attached:
+            self.state = TreeState.RECONNECTING
+            if self.parent_id is not None:
+                self._failed.add(self.parent_id)
+            self._candidates = self._reconnect_candidates()
+            self._trace("parent_lost", parent=self.parent_id, candidates=len(self._candidates))
+        self._next_candidate()
+
+    def _reconnect_candidates(self) -> list[tuple[str, int]]:
+        # stale entries count too: a silent parent also silences what it relayed to us
+        fresh = [k for k in self.known.values() if k.id not in self._failed]
+        lower = sorted((k for k in fresh if k.level < self.level), key=lambda k: (-k.level, k.id))
+        same = sorted((k for k in fresh if k.level == self.level and k.id < self.id),
+                      key=lambda k: k.id)
+        return [(k.hostname, k.port) for k in (*lower, *same)]
+
+    def _next_candidate(self) -> None:
+        if self._candidates:
+            self._dial(*self._candidates.pop(0))
+        elif self.state is TreeState.JOINING and self.config.remote is not None:
+            self._retry = self.env.set_timer(self.config.reconnect_delay, self._retry_join)
+        else:
+            self._become_root()
+
+    def _retry_join(self) -> None:
+        self._retry = None
+        if self.running and self.state is TreeState.JOINING and self.parent is None:
+            assert self.config.remote is not None
+            self._dial(*self.config.remote)
+
+    def _become_root(self) -> None:
+        self.state = TreeState.ROOT
+        self.parent_id = None
+        dropped = len(self.buffer)
+        self.buffer.clear()  # no server above us: the subtree has them all already
+        old_level, self.level = self.level, 0
+        self._trace("root", level=0, dropped=dropped)
+        if old_level != 0:
+            for child in self._children():
+                self._send(child, self._server_info_msg())
+
+    # -- clients: login, register ---------------------------------------------------------------
+
+    def _login(self, conn: str, msg: Login) -> None:
+        if msg.username == ANONYMOUS:
+            secret = ""
+        else:
+            assert msg.secret is not None  # Login validates it
+            if not self.users.verify(msg.username, msg.secret):
+                known = msg.username in self.users
+                self._trace("login_failed", peer=conn, user=msg.username)
+                self._send(conn, LoginFailed(info="attempt to login with wrong secret" if known
+                                             else f"user {msg.username} is not registered"))
+                self._close(conn, "login failed")
+                return
+            secret = msg.secret
+        self.roles[conn] = ConnRole.CLIENT
+        self.clients[conn] = _Client(msg.username, _digest(secret), f"{self.id}.{conn}")
+        self._trace("login", peer=conn, user=msg.username)
+        self._send(conn, LoginSuccess(info=f"logged in as user {msg.username}"))
+        target = min((k for k in self._fresh() if k.load <= self.load - 2),
+                     key=lambda k: (k.load, k.id), default=None)
+        if target is not None:
+            self._trace("redirect", peer=conn, to=target.id, load=self.load, other=target.load)
+            self._send(conn, Redirect(hostname=target.hostname, port=target.port))
+            self._close(conn, "redirected")
+
+    def _register(self, conn: str, msg: Register) -> None:
+        if msg.username == ANONYMOUS or msg.username in self.users:
+            self._send(conn, RegisterFailed(
+                info=f"{msg.username} is already registered with the system"))
+            self._close(conn, "register failed")
+            return
+        self._lock_numbers += 1
+        lock_id = f"{self.id}:{self._lock_numbers}"
+        self.users.add(msg.username, msg.secret, lock=lock_id)
+        self.users.commit()  # saved before LOCK_REQUEST is sent (seed: concurrency issues)
+        waiting = set(self.server_conns())
+        self._locks[lock_id] = _Lock(msg.username, msg.secret, None, conn, waiting)
+        self._registering.add(conn)
+        self._trace("lock_request", peer=conn, user=msg.username, lock=lock_id,
+                    waiting=len(waiting))
+        request = LockRequest(username=msg.username, secret=msg.secret, id=lock_id)
+        for server in waiting:
+            self._send(server, request)
+        self._maybe_allowed(lock_id)
+
+    @staticmethod
+    def _lock_key(msg: LockRequest | LockAllowed | LockDenied | LockCancel) -> str:
+        return msg.id if msg.id is not None else f"{msg.username}:{msg.secret}"
+
+    def _lock_request(self, conn: str, msg: LockRequest) -> None:
+        lock_id = self._lock_key(msg)
+        if msg.username in self.users or lock_id in self._locks:
+            self._send(conn, LockDenied(username=msg.username, secret=msg.secret, id=msg.id))
+            return
+        self.users.add(msg.username, msg.secret, lock=lock_id)
+        self.users.commit()
+        waiting = {c for c in self.server_conns() if c != conn}
+        self._locks[lock_id] = _Lock(msg.username, msg.secret, conn, None, waiting)
+        for server in waiting:
+            self._send(server, msg)
+        self._maybe_allowed(lock_id)
+
+    def _lock_allowed(self, conn: str, msg: LockAllowed) -> None:
+        lock_id = self._lock_key(msg)
+        lock = self._locks.get(lock_id)
+        if lock is not None:
+            lock.waiting.discard(conn)
+            self._maybe_allowed(lock_id)
+
+    def _maybe_allowed(self, lock_id: str) -> None:
+        lock = self._locks[lock_id]
+        if lock.waiting & set(self.server_conns()):
+            return
+        del self._locks[lock_id]
+        key_id = None if lock_id == f"{lock.username}:{lock.secret}" else lock_id
+        if lock.upstream is not None:
+            self._send(lock.upstream, LockAllowed(username=lock.username, secret=lock.secret,
+                                                  id=key_id))
+            return
+        record = self.users.record(lock.username)
+        if record is not None:  # registered for good: no lock owns it now
+            self.users.add_record(lock.username, record)
+            self.users.commit()
+        self._trace("registered", user=lock.username, lock=lock_id)
+        if lock.client is not None and lock.client in self.roles:
+            self._registering.discard(lock.client)
+            self._send(lock.client, RegisterSuccess(info=f"register success for {lock.username}"))
+
+    def _lock_denied(self, conn: str, msg: LockDenied) -> None:
+        lock_id = self._lock_key(msg)
+        lock = self._locks.pop(lock_id, None)
+        if lock is None:
+            return
+        self._unlock(lock.username, lock_id)
+        if lock.upstream is not None:
+            self._send(lock.upstream, msg)
+            return
+        self._trace("register_failed", user=lock.username, lock=lock_id)
+        cancel = LockCancel(username=lock.username, secret=lock.secret, id=msg.id)
+        for server in self.server_conns():
+            self._send(server, cancel)
+        if lock.client is not None and lock.client in self.roles:
+            self._registering.discard(lock.client)
+            self._send(lock.client, RegisterFailed(
+                info=f"{lock.username} is already registered with the system"))
+            self._close(lock.client, "register failed")
+
+    def _lock_cancel(self, conn: str, msg: LockCancel) -> None:
+        lock_id = self._lock_key(msg)
+        if lock_id in self._cancelled:
+            return  # only possible while the tree is briefly not a tree
+        self._cancelled[lock_id] = None
+        while len(self._cancelled) > MAX_CANCELLED:
+            self._cancelled.popitem(last=False)
+        self._locks.pop(lock_id, None)
+        self._unlock(msg.username, lock_id)
+        for server in self.server_conns():
+            if server != conn:
+                self._send(server, msg)
+
+    def _unlock(self, username: str, lock_id: str) -> bool:
+        """Remove ``username`` if lock ``lock_id`` saved it; True when it did."""
+        if self.users.lock_of(username) != lock_id:
+            return False
+        self.users.remove(username)
+        self.users.commit()
+        return True
+
+    # -- activities -----------------------------------------------------------------------------
+
+    def _activity(self, conn: str, msg: ActivityMessage) -> None:
+        client = self.clients[conn]
+        if msg.username != client.username:
+            self._auth_fail(conn, f"username {msg.username} does not match the logged in user")
+            return
+        if client.username != ANONYMOUS and (
+                msg.secret is None
+                or not hmac.compare_digest(_digest(msg.secret), client.secret_digest)):
+            self._auth_fail(conn, "the secret does not match the logged in user")
+            return
+        client.seq += 1
+        activity = dict(msg.activity)
+        activity["authenticated_user"] = client.username
+        activity[ORIGIN_KEY] = client.origin
+        activity[SEQ_KEY] = client.seq
+        self._seen(client.origin, client.seq)
+        self.env.trace("publish", layer=LAYER, msg=f"{client.origin}#{client.seq}",
+                       origin=client.origin, seq=client.seq, peer=conn, user=client.username)
+        self._spread(ActivityBroadcast(activity=activity), conn)
+
+    def _broadcast(self, conn: str, msg: ActivityBroadcast) -> None:
+        ids = activity_ids(msg.activity)
+        if ids is not None and not self._seen(*ids):
+            self._trace("drop", peer=conn, reason="duplicate", origin=ids[0], seq=ids[1])
+            return
+        self._spread(msg, conn)
+
+    def _seen(self, origin: str, seq: int) -> bool:
+        """Record (origin, seq); False when it (or a later one) was seen already."""
+        last = self._last_seq.get(origin)
+        if last is not None and seq <= last:
+            return False
+        self._last_seq[origin] = seq
+        self._last_seq.move_to_end(origin)
+        while len(self._last_seq) > self.config.max_origins:
+            self._last_seq.popitem(last=False)
+        return True
+
+    def _spread(self, msg: ActivityBroadcast, source: str) -> None:
+        for conn in [*self.clients, *self._children()]:
+            if conn != source:
+                self._send(conn, msg)
+        if self.state is TreeState.ATTACHED and self.parent is not None:
+            if self.parent != source:
+                self._send(self.parent, msg)
+        elif self.state is not TreeState.ROOT:
+            if len(self.buffer) >= self.config.max_buffer:
+                self.buffer.popleft()
+                self._trace("drop", reason="buffer_full", limit=self.config.max_buffer)
+            self.buffer.append(msg)
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def _emit(self, action: Action) -> None:
+        if self.on_action is not None:
+            self.on_action(action)
+        else:
+            self.outbox.append(action)
+
+    def _send(self, conn: str, msg: ActivityWire) -> None:
+        self._emit(Send(conn, msg))
+
+    def _invalid(self, conn: str, info: str) -> None:
+        self._send(conn, InvalidMessageReply(info=info))
+        self._close(conn, f"invalid message: {info}")
+
+    def _auth_fail(self, conn: str, info: str) -> None:
+        self._send(conn, AuthenticationFail(info=info))
+        self._close(conn, f"authentication failed: {info}")
+
+    def _close(self, conn: str, reason: str) -> None:
+        if conn in self.roles:
+            self._emit(Close(conn, reason))
+            self._forget(conn, reason)
+
+    def _forget(self, conn: str, reason: str) -> None:
+        role = self.roles.pop(conn)
+        self.clients.pop(conn, None)
+        self._registering.discard(conn)
+        if role in (ConnRole.CHILD, ConnRole.PARENT):
+            self._trace("leave", peer=conn, role=role.value, reason=reason[:200])
+        for lock_id, lock in list(self._locks.items()):
+            if lock.upstream == conn:
+                del self._locks[lock_id]  # nobody to answer; the record stays registered
+            elif lock.client == conn:
+                lock.client = None
+            elif conn in lock.waiting:
+                lock.waiting.discard(conn)
+                self._maybe_allowed(lock_id)
+        if conn == self.parent:
+            self._parent_gone(was_attached=role is ConnRole.PARENT)
+
+    def _trace(self, event: str, *, peer: str | None = None, **info: Any) -> None:
+        self.env.trace(event, layer=LAYER, peer=peer, **info)
+
+    def handle(self, conn: str, lines: Iterable[bytes | str]) -> None:
+        """Feed several lines of one connection (tests, batch replays)."""
+        for data in lines:
+            self.line(conn, data)

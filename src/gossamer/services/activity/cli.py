@@ -1,0 +1,168 @@
+"""``gossamer activity server|client``: run a seed-003 server, or talk to the network.
+
+``add_activity_parser(verbs)`` plugs the verb into ``gossamer.cli.main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+import signal
+import sys
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+
+from ...core.errors import ConfigError, OperationError
+from ...protocols.activity import ANONYMOUS
+from .client import ActivityClient
+from .server import DEFAULT_PORT, ActivityTcpServer
+
+__all__ = ["add_activity_parser"]
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_activity_parser(
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    activity = verbs.add_parser("activity", help="the seed-003 activity network (server, client)")
+    sub = activity.add_subparsers(dest="activity_verb", metavar="ACTION", required=True)
+
+    server = sub.add_parser("server", help="run one server of the network")
+    server.add_argument("-lh", "--local-host", default="127.0.0.1")
+    server.add_argument("-lp", "--local-port", type=_port, default=DEFAULT_PORT)
+    server.add_argument("-rh", "--remote-host", default=None, help="join the network here")
+    server.add_argument("-rp", "--remote-port", type=_port, default=DEFAULT_PORT)
+    server.add_argument("-s", "--secret", default=None,
+                        help="the network's server secret (generated and printed if absent)")
+    server.add_argument("-a", "--announce-interval", type=_positive_int, default=5000,
+                        help="milliseconds between SERVER_ANNOUNCE messages")
+    server.add_argument("--data-dir", default=None, help="directory for users (sqlite)")
+    server.add_argument("--max-depth", type=_positive_int, default=None)
+    server.add_argument("--id", default=None, help="server id (default: random)")
+    server.set_defaults(handler=_cmd_server)
+
+    client = sub.add_parser("client", help="log in and send/receive activities (JSON lines)")
+    client.add_argument("-rh", "--remote-host", default="127.0.0.1")
+    client.add_argument("-rp", "--remote-port", type=_port, default=DEFAULT_PORT)
+    client.add_argument("-u", "--username", default=ANONYMOUS)
+    client.add_argument("-s", "--secret", default=None,
+                        help="without it a username is registered with a generated secret")
+    client.add_argument("--send", default=None, metavar="FILE",
+                        help="send each JSON object line of FILE as an activity, then log out")
+    client.add_argument("--listen", action="store_true",
+                        help="only print received activities until interrupted")
+    client.set_defaults(handler=_cmd_client)
+    return activity
+
+
+def _cmd_server(args: argparse.Namespace, console: Console) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    secret = args.secret
+    if secret is None:
+        if args.remote_host is not None:
+            raise ConfigError("joining a network needs its secret (-s)")
+        secret = secrets.token_hex(16)
+        console.print(f"new network, server secret: {secret}", highlight=False)
+    data_dir = None
+    if args.data_dir is not None:
+        data_dir = Path(args.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+    remote = None if args.remote_host is None else (args.remote_host, args.remote_port)
+    server = ActivityTcpServer(secret=secret, host=args.local_host, port=args.local_port,
+                               remote=remote, announce_interval=args.announce_interval / 1000,
+                               data_dir=data_dir, max_depth=args.max_depth, server_id=args.id)
+    return asyncio.run(_serve(server, console))
+
+
+async def _serve(server: ActivityTcpServer, console: Console) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        host, port = server.address
+        console.print(f"activity server {server.server_id} listening on {host}:{port}",
+                      highlight=False)
+        await stop.wait()
+    finally:
+        await server.stop()
+    return 0
+
+
+def _cmd_client(args: argparse.Namespace, console: Console) -> int:
+    return asyncio.run(_client(args, console))
+
+
+async def _client(args: argparse.Namespace, console: Console) -> int:
+    client = ActivityClient(args.remote_host, args.remote_port, username=args.username,
+                            secret=args.secret)
+    try:
+        info = await client.connect()
+    except (OSError, OperationError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 1
+    if client.generated_secret:
+        console.print(f"registered {args.username} with secret: {client.secret}",
+                      highlight=False)
+    console.print(info, highlight=False)
+    printer = asyncio.create_task(_print_activities(client))
+    try:
+        if args.send is not None:
+            for line in Path(args.send).read_text().splitlines():
+                if line.strip():
+                    await client.send(orjson.loads(line))
+        elif not args.listen:
+            await _interactive(client, console)
+        else:
+            await client.closed.wait()
+    finally:
+        printer.cancel()
+        await client.close()
+    if client.error:
+        console.print(f"[red]error:[/] {client.error}")
+        return 1
+    return 0
+
+
+async def _print_activities(client: ActivityClient) -> None:
+    while True:
+        activity = await client.receive()
+        sys.stdout.write(orjson.dumps(activity).decode() + "\n")
+        sys.stdout.flush()
+
+
+async def _interactive(client: ActivityClient, console: Console) -> None:
+    loop = asyncio.get_running_loop()
+    while not client.closed.is_set():
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        if not line.strip():
+            continue
+        try:
+            activity = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            console.print(f"[red]not JSON:[/] {exc}")
+            continue
+        if not isinstance(activity, dict):
+            console.print("[red]an activity is a JSON object[/]")
+            continue
+        await client.send(activity)

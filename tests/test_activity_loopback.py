@@ -1,0 +1,119 @@
+"""The activity network over real TCP on 127.0.0.1: in-process servers, the asyncio client,
+bad input on a raw socket. Waits are on events with timeouts, never fixed sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from gossamer.protocols.activity import TreeState
+from gossamer.services.activity.client import ActivityClient
+from gossamer.services.activity.server import ActivityTcpServer
+
+WAIT = 10.0
+SECRET = "s3cret"
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(WAIT):
+        while not condition():
+            await asyncio.sleep(0.01)  # polling a condition, bounded by the timeout above
+
+
+def server(remote: ActivityTcpServer | None = None) -> ActivityTcpServer:
+    return ActivityTcpServer(secret=SECRET, port=0, announce_interval=0.2,
+                             remote=None if remote is None else remote.address,
+                             hash_iterations=10)
+
+
+def test_three_servers_clients_register_login_broadcast() -> None:
+    async def scenario() -> None:
+        root = server()
+        await root.start()
+        a = server(root)
+        await a.start()
+        b = server(root)
+        await b.start()
+        try:
+            await until(lambda: all(s.core is not None and s.core.state is TreeState.ATTACHED
+                                    for s in (a, b)), "children attached")
+            assert a.core is not None and a.core.level == 1
+            alice = ActivityClient(*a.address, username="alice")  # registers, then logs in
+            await alice.connect()
+            assert alice.generated_secret and alice.secret
+            bob = ActivityClient(*b.address)
+            await bob.connect()
+            carol = ActivityClient(*root.address)
+            await carol.connect()
+            for n in range(5):
+                await alice.send({"n": n})
+            for receiver in (bob, carol):
+                got = [await receiver.receive(WAIT) for _ in range(5)]
+                assert [g["n"] for g in got] == list(range(5))
+                assert {g["authenticated_user"] for g in got} == {"alice"}
+            # the name is now known everywhere: registering it again fails
+            again = ActivityClient(*root.address, username="alice")
+            try:
+                await again.connect()
+                raise AssertionError("registered twice")
+            except Exception as exc:
+                assert "REGISTER_FAILED" in str(exc) or "register refused" in str(exc)
+            await again.close()
+            for c in (alice, bob, carol):
+                await c.close()
+        finally:
+            for s in (b, a, root):
+                await s.stop()
+
+    asyncio.run(scenario())
+
+
+def test_bad_input_on_a_raw_socket() -> None:
+    async def scenario() -> None:
+        async with server() as s:
+            reader, writer = await asyncio.open_connection(*s.address)
+            writer.write(b"this is not json\n")
+            line = await asyncio.wait_for(reader.readline(), WAIT)
+            assert orjson.loads(line) == {"command": "INVALID_MESSAGE",
+                                          "info": "JSON parse error while parsing message"}
+            assert await asyncio.wait_for(reader.read(), WAIT) == b""  # closed by the server
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_cli_server_and_client_processes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.cli.main", "activity", "server", "-lp", "0",
+            "-a", "200", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            assert proc.stdout is not None
+            async with asyncio.timeout(WAIT):
+                first = (await proc.stdout.readline()).decode()
+                assert first.startswith("new network, server secret: ")
+                ready = (await proc.stdout.readline()).decode()
+            port = int(ready.rsplit(":", 1)[1])
+            async with ActivityClient("127.0.0.1", port) as listener:
+                activities = tmp_path / "a.jsonl"
+                activities.write_text('{"n": 1}\n{"n": 2}\n')
+                sender = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "gossamer.cli.main", "activity", "client", "-rp",
+                    str(port), "-u", "dora", "--send", str(activities),
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+                out, _ = await asyncio.wait_for(sender.communicate(), WAIT)
+                assert sender.returncode == 0, out
+                assert b"registered dora with secret: " in out
+                got = [await listener.receive(WAIT) for _ in range(2)]
+                assert [(g["n"], g["authenticated_user"]) for g in got] == [(1, "dora"),
+                                                                           (2, "dora")]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+
+    asyncio.run(scenario())
