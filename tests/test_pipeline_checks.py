@@ -23,6 +23,7 @@ from gossamer.pipeline import (
     evaluate,
     fifo_check,
     fifo_violations,
+    object_states,
     reliability_check,
     reliability_summary,
     reliability_violations,
@@ -273,6 +274,94 @@ def test_convergence_reports_revision_order_and_final_state(spark: Any) -> None:
 def test_convergence_without_revisions_is_not_applicable(spark: Any) -> None:
     status, reason, _ = verdict(spark, FIFO_CLEAN, convergence_check())
     assert status is Status.NOT_APPLICABLE and "info.rev" in reason
+
+
+# -- per-object convergence from apply minus revert (seed 000's trace) -----------------------
+
+def apply(t: float, node: str, write: tuple[str, int, str, str | None], key: str = "obj") -> Any:
+    writer, seq, rev, old = write
+    return row(t, node, "apply", layer="replica", msg=f"{writer}:{seq}", origin=writer, key=key,
+               seq=seq, info={"rev": rev, "old": old})
+
+
+def revert(t: float, node: str, write: tuple[str, int, str, str | None],
+           key: str = "obj") -> Any:
+    writer, seq, rev, _old = write
+    return row(t, node, "revert", layer="replica", msg=f"{writer}:{seq}", origin=writer,
+               key=key, seq=seq, info={"rev": rev})
+
+
+def snapshot(t: float, node: str) -> Any:
+    return row(t, node, "snapshot", layer="replica", peer="hub",
+               info={"objects": 1, "vector": {"a": 1, "c": 1}})
+
+
+# a and b create the object at once: a's write wins (lowest id); c then writes on it
+A, B, C = ("a", 1, "rA", None), ("b", 1, "rB", None), ("c", 1, "rC", "rA")
+D = ("f", 1, "rD", "rA")  # written on rA by f
+
+APPLIED = [
+    apply(1.0, "a", A), apply(3.0, "a", C),
+    # b applied its own write, then delivered a's: reverted its own
+    apply(1.0, "b", B), revert(2.0, "b", B), apply(2.0, "b", A), apply(3.0, "b", C),
+    apply(1.5, "c", A), apply(2.5, "c", C),
+    apply(1.2, "d", A), membership(1.4, "d", "crash"), membership(1.6, "d", "recover"),
+    apply(3.2, "d", C),
+    # e held the loser, then a snapshot replaced its state with the installed path
+    apply(1.1, "e", B), row(4.0, "e", "recv", layer="replica", peer="hub"),
+    apply(4.0, "e", A), apply(4.0, "e", C), snapshot(4.0, "e"),
+    # k applied the loser, crashed before committing it, and after its restart applied the
+    # winner on the durable state (no revert of the lost write is traced)
+    apply(1.0, "k", B), membership(1.3, "k", "crash"), membership(1.5, "k", "recover"),
+    apply(2.0, "k", A), apply(3.0, "k", C),
+]
+
+
+def test_convergence_from_applies_minus_reverts_passes_a_converged_trace(spark: Any) -> None:
+    result = judge(spark, APPLIED, convergence_check())
+    assert (result.status, result.reason) == (Status.PASS, "no violations")
+    assertDataFrameEqual(result.violations, [])
+    held = object_states(frame(spark, APPLIED)).select(
+        "node", "revision", "installed", "epoch")
+    assertDataFrameEqual(held, [
+        Row(node=node, revision=rev, installed=installed, epoch=epoch)
+        for node, rev, installed, epoch in [
+            ("a", "rA", False, 0), ("a", "rC", False, 0), ("b", "rA", False, 0),
+            ("b", "rC", False, 0), ("c", "rA", False, 0), ("c", "rC", False, 0),
+            ("d", "rA", False, 0), ("d", "rC", False, 1), ("e", "rA", True, 0),
+            ("e", "rC", True, 0), ("k", "rB", False, 0), ("k", "rA", False, 1),
+            ("k", "rC", False, 1)]])
+
+
+def test_convergence_from_applies_reports_planted_divergence(spark: Any) -> None:
+    rows = [
+        *APPLIED,
+        apply(1.0, "f", A), apply(2.0, "f", C), apply(2.5, "f", D),  # rD applied on rC
+        apply(1.0, "g", B),  # the loser, never reverted
+        apply(1.0, "h", A), apply(2.0, "h", C), revert(3.0, "h", C),  # undone, no winner
+        apply(1.0, "i", A), row(2.0, "i", "offline", layer="replica"),  # offline: not judged
+        apply(1.0, "j", A), apply(2.0, "j", C), snapshot(3.0, "j"),  # a snapshot without it
+    ]
+    result = judge(spark, rows, convergence_check())
+    assert (result.status, result.violation_count) == (Status.FAIL, 5)
+    final = "final state of key obj: revision {} where the other replicas ended at rC"
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "f", "f:1", "f", 1, "revision order of key obj: rD was written on rA but "
+                                   "applied on rC"),
+        ("r1", "f", "f:1", "f", 1, final.format("rD")),
+        ("r1", "g", "b:1", "b", 1, final.format("rB")),
+        ("r1", "h", "a:1", "a", 1, final.format("rA")),
+        ("r1", "j", None, None, None, final.format("none")),
+    ]))
+
+
+def test_convergence_ignores_deliveries_in_layers_that_trace_applies(spark: Any) -> None:
+    # a deliver row with a revision in the replica layer is not a state: its apply rows are
+    rows = [*APPLIED, rdeliver(5.0, "a", "b", "rB")]
+    assert judge(spark, rows, convergence_check()).status is Status.PASS
+    only_applies = [apply(1.0, "a", A)]
+    status, _reason, _count = verdict(spark, only_applies, convergence_check())
+    assert status is Status.PASS
 
 
 # -- atomicity and the verdicts together ------------------------------------------------------

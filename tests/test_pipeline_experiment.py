@@ -32,13 +32,43 @@ def write(folder: Path, text: str) -> Path:
 def test_quickstart_expands_to_a_sweep_times_seeds() -> None:
     experiment = load_experiment(REPO / "experiments" / "quickstart.toml")
     runs = experiment.runs()
-    assert (experiment.workload, experiment.mode) == ("fifo", "sim")
-    assert len(runs) == 3 * 3 * 2
+    assert experiment.workloads() == [("fifo", "sim"), ("replica", "sim")]
+    assert len(runs) == 3 * 3 * 2 + 3 * 2 * 2
     assert len({r.run for r in runs}) == len(runs)
     assert runs[0].run == "quickstart-loss0.0-crash0.0-s1"
     assert runs[0].params["nodes"] == 12 and runs[0].params["crash"] == 0.0
+    replica = [r for r in runs if r.workload == "replica"]
+    assert replica[0].run == "quickstart-replica-loss0.0-crash0.0-s1"
+    assert replica[0].params["clients"] == 12 and replica[-1].params["loss"] == 0.2
+    assert experiment.checks.layers == ("fifo", "replica")
     for spec in runs:
         validate_run(spec)
+
+
+def test_parts_add_workloads_with_their_own_seeds_options_and_sweeps(tmp_path: Path) -> None:
+    experiment = load_experiment(write(tmp_path, """
+name = "x"
+workload = "fifo"
+seeds = [1, 2]
+[options]
+nodes = 3
+[parts.objects]
+workload = "replica"
+seeds = [7]
+[parts.objects.options]
+clients = 4
+[parts.objects.sweep]
+loss = [0.0, 0.1]
+[parts.more]
+workload = "fifo"
+"""))
+    runs = experiment.runs()
+    assert [(r.run, r.workload, r.seed) for r in runs] == [
+        ("x-s1", "fifo", 1), ("x-s2", "fifo", 2),
+        ("x-objects-loss0.0-s7", "replica", 7), ("x-objects-loss0.1-s7", "replica", 7),
+        ("x-more-s1", "fifo", 1), ("x-more-s2", "fifo", 2)]
+    assert runs[3].params == {"clients": 4, "loss": 0.1}
+    assert runs[4].params == {}  # a part does not inherit the file's [options]
 
 
 def test_sweep_is_a_cartesian_product_with_safe_ids(tmp_path: Path) -> None:
@@ -69,6 +99,13 @@ latency = ["const:0.01", "uniform:0.005,0.05"]
     ('workload = "fifo"\n[analysis]\nbogus = 1', "unknown [analysis] keys"),
     ('workload = "fifo"\nname = "a b"', "name must be"),
     ("workload = ", "not valid TOML"),
+    ('workload = "fifo"\n[parts.p]\nmode = "sim"', "parts.p.workload"),
+    ('workload = "fifo"\n[parts.p]\nworkload = "replica"\nname = "q"', "in [parts.p]"),
+    ('workload = "fifo"\n[parts.p]\nworkload = "replica"\nseeds = [2, 2]', "parts.p.seeds"),
+    ('workload = "fifo"\n[parts."a b"]\nworkload = "replica"', "part labels"),
+    ('workload = "fifo"\n[parts.p]\nworkload = "replica"\n[parts.p.options]\nseed = 1',
+     "set by the experiment"),
+    ('workload = "fifo"\nparts = 3', "must be a table"),
 ])
 def test_bad_experiment_files_are_refused_with_the_reason(tmp_path: Path, text: str,
                                                           error: str) -> None:
@@ -84,6 +121,12 @@ def test_bad_experiment_files_are_refused_with_the_reason(tmp_path: Path, text: 
     (RunSpec("r", "fifo", "sim", 1, {"nodes": 0}), "nodes >= 1"),
     (RunSpec("r", "paxos", "sim", 1, {}), "unknown workload"),
     (RunSpec("r", "fifo", "cluster", 1, {}), "no mode"),
+    (RunSpec("r", "replica", "loopback", 1, {}), "no mode"),
+    (RunSpec("r", "replica", "sim", 1, {"clientz": 3}), "no option 'clientz'"),
+    (RunSpec("r", "replica", "sim", 1, {"loss": 1.0}), "loss must be < 1"),
+    (RunSpec("r", "replica", "sim", 1, {"crash": 1.5}), "crash must be in"),
+    (RunSpec("r", "replica", "sim", 1, {"until": "soon"}), "does not fit"),
+    (RunSpec("r", "replica", "sim", 1, {"repair": 0}), "does not fit"),
 ])
 def test_workload_options_are_validated_before_anything_runs(spec: RunSpec, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
@@ -120,3 +163,13 @@ def test_conf_pairs_need_an_equals_sign() -> None:
     assert parse_conf(["a.b=1", "c= x=y"]) == {"a.b": "1", "c": " x=y"}
     with pytest.raises(PipelineError, match="KEY=VALUE"):
         parse_conf(["novalue"])
+
+
+def test_a_replica_run_writes_one_closed_trace_file_and_converges(tmp_path: Path) -> None:
+    spec = RunSpec("rep-s1", "replica", "sim", 1, {"clients": 4, "writes_per_client": 3,
+                                                   "loss": 0.1, "settle": 10.0})
+    result = run_workload(spec, str(tmp_path))
+    assert result["converged"] is True
+    assert result["requested"] == 12 and result["made"] + result["skipped"] == 12
+    assert [p.name for p in (tmp_path / "trace" / "rep-s1").iterdir()] == ["sim.parquet"]
+    assert run_done(tmp_path, "rep-s1")

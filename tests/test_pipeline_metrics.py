@@ -68,11 +68,11 @@ def test_node_load_and_its_distribution(trace: Any) -> None:
     load = metrics.node_load(trace)
     assertDataFrameEqual(load, [
         Row(run="r1", node="a", sent=2, received=1, delivered=2, bytes_sent=20,
-            bytes_received=10, load=3),
+            bytes_received=10, stored=None, stored_items=None, load=3),
         Row(run="r1", node="b", sent=2, received=1, delivered=2, bytes_sent=20,
-            bytes_received=10, load=3),
+            bytes_received=10, stored=None, stored_items=None, load=3),
         Row(run="r1", node="c", sent=0, received=3, delivered=2, bytes_sent=0,
-            bytes_received=30, load=3),
+            bytes_received=30, stored=None, stored_items=None, load=3),
     ])
     assertDataFrameEqual(metrics.load_histogram(load, bins=3),
                          [Row(bin=0, low=3.0, high=4.0, nodes=3)])
@@ -116,3 +116,56 @@ def test_bad_metric_arguments_are_refused(trace: Any) -> None:
         metrics.throughput(trace, bucket=0)
     with pytest.raises(ValueError, match="points"):
         metrics.latency_cdf(metrics.latency_samples(trace), points=1)
+
+
+def stored(t: float, node: str, size: int, items: int) -> Any:
+    return row(t, node, "stored", layer="store", size=size, info={"items": items})
+
+
+def test_node_load_has_the_latest_stored_bytes_and_items(spark: Any) -> None:
+    rows = [*ROWS, stored(1.0, "a", 100, 2), stored(3.0, "a", 150, 3),
+            stored(3.0, "b", 0, 0), stored(3.0, "d", 40, 1)]
+    load = metrics.node_load(frame(spark, rows)).select("node", "sent", "stored",
+                                                        "stored_items")
+    assertDataFrameEqual(load, [
+        Row(node="a", sent=2, stored=150, stored_items=3),
+        Row(node="b", sent=2, stored=0, stored_items=0),
+        Row(node="c", sent=0, stored=None, stored_items=None),
+        Row(node="d", sent=0, stored=40, stored_items=1),  # a node that only stored
+    ])
+
+
+def lookup(t: float, node: str, hops: int | None, *, run: str = "r1",
+           layer: str = "chord") -> Any:
+    info = {"root": "n007"} if hops is None else {"hops": hops, "root": "n007"}
+    return row(t, node, "lookup", layer=layer, key="k", info=info, run=run)
+
+
+LOOKUPS = [
+    *(lookup(i, "a", hops) for i, hops in enumerate([1, 2, 3, 4, 10])),
+    lookup(1.0, "b", 2, run="r2"), lookup(2.0, "b", 4, run="r2"),
+    lookup(3.0, "b", None, run="r2"),  # no hops: not a sample
+    lookup(4.0, "b", 50, run="r2", layer="pastry"),  # another layer's lookups
+]
+
+
+def test_lookup_hops_per_run_overall_and_by_node_count(spark: Any) -> None:
+    samples = metrics.lookup_samples(frame(spark, LOOKUPS))
+    assert samples.count() == 7
+    assertDataFrameEqual(metrics.lookup_summary(samples), [
+        Row(run="r1", lookups=5, hops_mean=4.0, hops_p50=3, hops_p99=10, hops_max=10),
+        Row(run="r2", lookups=2, hops_mean=3.0, hops_p50=2, hops_p99=4, hops_max=4),
+    ])
+    assertDataFrameEqual(metrics.lookup_summary(samples, by=()), [
+        Row(lookups=7, hops_mean=26 / 7, hops_p50=3, hops_p99=10, hops_max=10)])
+    nodes = samples.sparkSession.createDataFrame([("r1", 16), ("r2", 16)], "run string, "
+                                                 "nodes long")
+    with_nodes = samples.join(nodes, "run")
+    assertDataFrameEqual(metrics.lookup_summary(with_nodes, by=("nodes",)), [
+        Row(nodes=16, lookups=7, hops_mean=26 / 7, hops_p50=3, hops_p99=10, hops_max=10)])
+    assertDataFrameEqual(metrics.lookup_hop_counts(samples), [
+        Row(hops=h, lookups=n) for h, n in [(1, 1), (2, 2), (3, 1), (4, 2), (10, 1)]])
+
+
+def test_no_lookup_rows_no_samples(trace: Any) -> None:
+    assert metrics.lookup_samples(trace).count() == 0

@@ -23,6 +23,7 @@ from gossamer.core import (
     LocalError,
     MemorySink,
     Message,
+    NullSink,
     StateError,
     TraceRow,
     message,
@@ -798,3 +799,38 @@ def test_churn_with_leaves_rejoins_every_node_and_is_deterministic() -> None:
     assert leaves and len(leaves) == len(joins)
     assert all(sim.status(n) is NodeStatus.UP for n in sim.nodes())
     assert build(3)[1] == churn
+
+
+# -- what nodes store --------------------------------------------------------------------------
+
+
+def test_trace_storage_writes_one_stored_row_per_started_node() -> None:
+    sim = make_sim(["a", "b", "c"], on_start=boot_with_store)
+    sim.add_node("late", factory(), at=10.0)  # not started yet: no row
+    sim.crash("c")  # down, but its committed store is still there
+    sim.run(until=2.0)
+    assert sim.trace_storage() == 3
+    stored = {row.node: row for row in events(sim, "stored")}
+    assert sorted(stored) == ["a", "b", "c"]
+    for name, row in stored.items():
+        store = sim.store(name)
+        assert (row.t, row.layer, row.size) == (2.0, "store", store.size)
+        assert orjson.loads(row.info or "{}") == {"items": store.items}
+    # a sees its uncommitted writes too (booted deleted, uncommitted added); c, crashed, kept
+    # only what it committed (booted, committed)
+    assert stored["a"].size == stored["b"].size == 29  # t+committed+yes, t+uncommitted+lost
+    assert stored["c"].size == 21  # t+booted+1, t+committed+yes
+    assert orjson.loads(stored["c"].info or "{}") == {"items": 2}
+
+
+def test_trace_storage_of_a_node_without_a_store_is_zero() -> None:
+    sim = make_sim(["a"])
+    sim.trace_storage()
+    [row] = events(sim, "stored")
+    assert (row.node, row.size, row.info) == ("a", 0, '{"items":0}')
+
+
+def test_trace_storage_writes_nothing_when_not_tracing() -> None:
+    sim = Simulation(seed=1, trace=NullSink(), codec=codec)
+    sim.add_nodes(["a"], factory())
+    assert sim.trace_storage() == 0

@@ -39,6 +39,7 @@ from ..pipeline import (
     run_experiment,
     write_report,
 )
+from ..services.activity.cli import add_activity_parser
 from ..services.broadcast import (
     FifoRunOptions,
     FifoRunResult,
@@ -223,9 +224,9 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
             validate_run(spec)
         master = args.master or default_master()
         console.print(
-            f"[bold]gossamer experiment[/] {experiment.name}: workload {experiment.workload} "
-            f"({experiment.mode}), {len(runs)} runs, Spark {master or 'from spark-submit'}, "
-            f"out {out}")
+            f"[bold]gossamer experiment[/] {experiment.name}: workload "
+            f"{', '.join(f'{w} ({m})' for w, m in experiment.workloads())}, {len(runs)} runs, "
+            f"Spark {master or 'from spark-submit'}, out {out}")
         spark = get_spark(master, parse_conf(args.conf))
         with Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(),
@@ -328,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     loop.set_defaults(handler=_cmd_loopback)
 
     add_hub_parser(verbs)
+    add_activity_parser(verbs)
 
     trace = verbs.add_parser("trace", help="inspect traces")
     trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.traceio import ParquetSink, trace_path
 from ..pipeline.experiment import RunSpec
 from ..services.broadcast import (
     FifoRunOptions,
@@ -21,16 +22,20 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.replica.experiment import ReplicaRunOptions, ReplicaRunResult, run_replica_sim
 
 __all__ = ["WORKLOADS", "run_workload", "validate_run"]
 
 #: workload -> mode -> options dataclass (its fields are what [options] and [sweep] may set)
 WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "fifo": {"sim": FifoRunOptions, "loopback": LoopbackOptions},
+    "replica": {"sim": ReplicaRunOptions},
 }
 
+Options = FifoRunOptions | LoopbackOptions | ReplicaRunOptions
 
-def _options(spec: RunSpec) -> FifoRunOptions | LoopbackOptions:
+
+def _options(spec: RunSpec) -> Options:
     modes = WORKLOADS.get(spec.workload)
     if modes is None:
         raise ConfigError(f"unknown workload {spec.workload!r}; known: {', '.join(WORKLOADS)}")
@@ -47,7 +52,7 @@ def _options(spec: RunSpec) -> FifoRunOptions | LoopbackOptions:
         if not _fits(fields[key].default, value):
             raise ConfigError(f"option {key} = {value!r} does not fit its default "
                               f"{fields[key].default!r}")
-    options: FifoRunOptions | LoopbackOptions = kind(**spec.params, seed=spec.seed, run=spec.run)
+    options: Options = kind(**spec.params, seed=spec.seed, run=spec.run)
     return options
 
 
@@ -74,9 +79,22 @@ def _result(result: FifoRunResult) -> dict[str, Any]:
             "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+def _replica_result(result: ReplicaRunResult) -> dict[str, Any]:
+    return {"requested": result.requested, "made": result.made, "skipped": result.skipped,
+            "published": result.published, "converged": result.converged,
+            "events": result.events, "wall_seconds": result.wall_seconds}
+
+
 def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     """Run one experiment run (inside a Spark task) and write its trace under ``out_dir``."""
     options = _options(spec)
+    if isinstance(options, ReplicaRunOptions):
+        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
+        try:
+            result = run_replica_sim(options, sink)
+        finally:
+            sink.close()
+        return _replica_result(result)
     if isinstance(options, LoopbackOptions):
         # durable state of an interrupted attempt would make this attempt a recovery
         for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):

@@ -38,12 +38,13 @@ class AnalysisConfig:
     cdf_points: int = 50  # quantiles per run in the latency CDF
     load_bins: int = 30  # bins of the per-node load histogram
     examples_per_check: int = 10  # violations per check shown in the summary and report
+    stored_nodes: int = 20  # nodes storing the most bytes, listed in the report
 
     def __post_init__(self) -> None:
         if self.throughput_bucket <= 0 or self.cdf_points < 2 or self.load_bins < 1:
             raise PipelineError("need throughput_bucket > 0, cdf_points >= 2, load_bins >= 1")
-        if self.examples_per_check < 0:
-            raise PipelineError("examples_per_check must be >= 0")
+        if self.examples_per_check < 0 or self.stored_nodes < 0:
+            raise PipelineError("examples_per_check and stored_nodes must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,13 @@ class Analysis:
     load_histogram: list[tuple[float, float, int]]
     throughput: list[tuple[str, float, float]]
     report: Path | None = None
+    #: the nodes storing the most bytes (run, node, stored, stored_items, sent, received)
+    stored_nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: lookup hops over every run (None: the trace has no lookup rows), and per node count
+    lookups: dict[str, Any] | None = None
+    lookups_by_nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: (nodes, hops, lookups): how many lookups took each number of hops, per node count
+    lookup_hops: list[tuple[int | None, int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -159,7 +167,7 @@ def analyze(
             "check string, status string, reason string, violations long",
         ).write.mode("overwrite").parquet(str(out / "checks"))
 
-        step("metrics: latency, load, convergence, redundancy")
+        step("metrics: latency, load, convergence, redundancy, lookups")
         layers = config.checks.layers
         samples = _write(metrics.latency_samples(trace, layers=layers), out / "latency")
         _write(metrics.latency_summary(samples), out / "latency_summary")
@@ -176,6 +184,25 @@ def analyze(
             trace, layers=layers,
             exempt_crashed_origins=config.checks.exempt_crashed_origins), out / "reliability")
 
+        lookup_samples = metrics.lookup_samples(trace)
+        per_run_lookups: DataFrame | None = None
+        lookup_overall: dict[str, Any] | None = None
+        lookup_groups: list[dict[str, Any]] = []
+        hop_rows: list[tuple[int | None, int, int]] = []
+        if lookup_samples.limit(1).count():
+            lookups = _write(lookup_samples.join(F.broadcast(_run_nodes(trace, run_params)),
+                                                 "run", "left"), out / "lookups")
+            per_run_lookups = metrics.lookup_summary(lookups).select(
+                "run", "lookups", "hops_mean", "hops_p99", "hops_max")
+            by_nodes = _write(metrics.lookup_summary(lookups, by=("nodes",)),
+                              out / "lookup_hops")
+            overall = metrics.lookup_summary(lookups, by=()).first()
+            lookup_overall = overall.asDict() if overall is not None else None
+            lookup_groups = _as_dicts(by_nodes.orderBy("nodes"))
+            hop_rows = [(r["nodes"], int(r["hops"]), int(r["lookups"])) for r in
+                        metrics.lookup_hop_counts(lookups, by=("nodes",))
+                        .orderBy("nodes", "hops").collect()]
+
         step("per-run summary")
         per_run_latency = metrics.latency_summary(samples, by=("run",)).drop(
             "deliveries", "latency_mean")
@@ -184,6 +211,8 @@ def analyze(
             F.sum("delivered").alias("delivered"),
         ).withColumn("reliability", F.col("delivered") / F.col("expected"))
         peak = flow.groupBy("run").agg(F.max("per_second").alias("peak_throughput"))
+        stored = load.groupBy("run").agg(F.sum("stored").alias("stored_bytes"),
+                                         F.max("stored").alias("stored_max"))
         runs_table = (metrics.run_overview(trace)
                       .join(metrics.failure_fraction(trace), "run", "left")
                       .join(per_run_reliability, "run", "left")
@@ -194,8 +223,10 @@ def analyze(
                       .join(per_run_convergence.select("run", "convergence_p95",
                                                        "convergence_max"), "run", "left")
                       .join(peak, "run", "left")
-                      .join(run_params, "run", "left")
-                      .orderBy("run"))
+                      .join(stored, "run", "left"))
+        if per_run_lookups is not None:
+            runs_table = runs_table.join(per_run_lookups, "run", "left")
+        runs_table = runs_table.join(run_params, "run", "left").orderBy("run")
         runs = _as_dicts(_write(runs_table, out / "runs").orderBy("run"))
 
         step("collecting plot series")
@@ -206,6 +237,10 @@ def analyze(
                      for r in histogram.collect()]
         flow_rows = [(r["run"], float(r["second"]), float(r["per_second"]))
                      for r in flow.orderBy("run", "second").collect()]
+        top_stored = _as_dicts(
+            load.filter(F.col("stored").isNotNull())
+            .orderBy(F.col("stored").desc(), "run", "node").limit(config.stored_nodes)
+            .select("run", "node", "stored", "stored_items", "sent", "received"))
     finally:
         trace.unpersist()
     if progress is not None:
@@ -213,8 +248,19 @@ def analyze(
     return Analysis(
         run_dir=run_dir, out_dir=out, rows=rows, unfinished_files=unfinished,
         checks=summaries, runs=runs, latency_cdf=cdf_rows, load_histogram=hist_rows,
-        throughput=flow_rows,
+        throughput=flow_rows, stored_nodes=top_stored, lookups=lookup_overall,
+        lookups_by_nodes=lookup_groups, lookup_hops=hop_rows,
     )
+
+
+def _run_nodes(trace: DataFrame, run_params: DataFrame) -> DataFrame:
+    """(run, nodes): the node count a run was given (its ``nodes`` option), else the members
+    its trace shows."""
+    given = run_params.select(
+        "run", F.get_json_object(F.col("params"), "$.nodes").cast("long").alias("given"))
+    members = metrics.failure_fraction(trace).select("run", F.col("nodes").alias("members"))
+    return (members.join(given, "run", "left")
+            .select("run", F.coalesce(F.col("given"), F.col("members")).alias("nodes")))
 
 
 def _summarize(result: CheckResult, examples: int) -> CheckSummary:

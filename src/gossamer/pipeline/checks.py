@@ -36,6 +36,7 @@ __all__ = [
     "fifo_check",
     "fifo_violations",
     "member_status",
+    "object_states",
     "reliability_check",
     "reliability_summary",
     "reliability_violations",
@@ -170,7 +171,11 @@ def expected_deliveries(
 
 
 def _delivered_pairs(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
-    return _deliveries(trace, layers).select("run", "layer", "msg", "node")
+    """(run, layer, msg, node) delivered; a publisher has its own message (a protocol that
+    traces no ``deliver`` of its own writes, like seed 000's clients, is not missing it)."""
+    published = with_row_order(trace).filter((F.col("event") == "publish") & _in_layers(layers))
+    return (_deliveries(trace, layers).select("run", "layer", "msg", "node")
+            .unionByName(published.select("run", "layer", "msg", "node")))
 
 
 def reliability_violations(
@@ -179,7 +184,7 @@ def reliability_violations(
     layers: Sequence[str] | None = None,
     exempt_crashed_origins: bool = False,
 ) -> DataFrame:
-    """Expected (message, node) pairs without a ``deliver`` row."""
+    """Expected (message, node) pairs without a ``deliver`` row (or the node's ``publish``)."""
     expected = expected_deliveries(trace, layers=layers,
                                    exempt_crashed_origins=exempt_crashed_origins)
     missing = expected.join(_delivered_pairs(trace, layers), ["run", "layer", "msg", "node"],
@@ -311,34 +316,199 @@ def total_order_violations(
 
 # -- per-object convergence ---------------------------------------------------------------------
 
+_NO_STATE = "none"  # the final state of an object a replica no longer holds
+_RESTART_EVENTS = ("recover", "join")  # a process restarts on its durable store
+_LINK_EVENTS = ("connect", "offline")  # a replica's link to the others, up or down
+_STATE_COLUMNS = ("run", "layer", "node", "key", "revision", "base", "msg", "origin", "seq",
+                  "t", ROW)
+
+
+def _flag(condition: Column) -> Column:
+    return F.when(condition, 1).otherwise(0)
+
+
+def _state_rows(
+    trace: DataFrame, layers: Sequence[str] | None, revision_field: str, base_field: str
+) -> DataFrame:
+    """The rows that decide what replicas hold, one shuffle by (run, node), annotated.
+
+    Every row is a write (``apply``, or a ``deliver`` with a revision in a layer without
+    ``apply`` rows), a ``revert``, a ``snapshot``, a link change or a membership change.
+    Added columns: ``is_write``, ``from_apply``, ``held`` (the write is held at the end),
+    ``installed``, ``epoch`` (restarts of the node before the row) and ``judged`` (the node
+    is up and not offline at the end). Every later window is keyed by (run, node, ...), so
+    none needs another shuffle.
+    """
+    trace = with_row_order(trace)
+    revision = _revision(revision_field)
+    event = F.col("event")
+    mine = _in_layers(layers) & F.col("node").isNotNull()
+    keyed = mine & F.col("key").isNotNull() & revision.isNotNull()
+    membership = event.isin(list(MEMBERSHIP_EVENTS)) & F.col("node").isNotNull()
+    wanted = ((event.isin("apply", "revert", "deliver") & keyed)
+              | (event.isin("snapshot", *_LINK_EVENTS) & mine) | membership)
+    rows = trace.filter(wanted).select(
+        "run", "layer", "node", "event", "key", revision.alias("revision"),
+        _revision(base_field).alias("base"), "msg", "origin", "seq", "t", ROW)
+    # membership changes after a run's last other row (a shutdown's leave) do not count
+    ends = trace.filter(~event.isin(list(MEMBERSHIP_EVENTS))).groupBy("run").agg(
+        F.max("t").alias("run_end"))
+    with_applies = (rows.filter(event == "apply").select("run", "layer").distinct()
+                    .withColumn("has_applies", F.lit(True)))
+    rows = (rows.join(F.broadcast(ends), "run", "left")
+            .join(F.broadcast(with_applies), ["run", "layer"], "left")
+            .repartition("run", "node"))
+    counted = membership & (F.col("run_end").isNull() | (F.col("t") <= F.col("run_end")))
+    from_apply = event == "apply"
+    is_write = from_apply | ((event == "deliver") & F.col("has_applies").isNull())
+    in_order = Window.partitionBy("run", "node").orderBy("t", ROW)
+    whole_node = Window.partitionBy("run", "node")
+    whole_layer = Window.partitionBy("run", "layer", "node")
+    later = (Window.partitionBy("run", "layer", "node", "key", "revision").orderBy("t", ROW)
+             .rowsBetween(1, Window.unboundedFollowing))
+    rows = rows.select(
+        "*", is_write.alias("is_write"), from_apply.alias("from_apply"),
+        F.sum(_flag(counted & event.isin(list(_RESTART_EVENTS)))).over(
+            in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)).alias("epoch"),
+        F.max(F.when(event == "snapshot", F.struct("t", ROW))).over(whole_layer).alias("snap"),
+        F.max(_flag(is_write)).over(later).alias("written_later"),
+        F.max(_flag(event == "revert")).over(later).alias("reverted_later"),
+        F.max_by(event, F.when(counted, F.struct("t", ROW))).over(whole_node)
+        .alias("last_change"),
+        F.max_by(event, F.when(event.isin(*_LINK_EVENTS) & mine, F.struct("t", ROW)))
+        .over(whole_node).alias("last_link"),
+    )
+    snap = F.col("snap")
+    held = (F.col("is_write") & (F.coalesce(F.col("written_later"), F.lit(0)) == 0)
+            & (F.coalesce(F.col("reverted_later"), F.lit(0)) == 0)
+            & (snap.isNull() | (F.col("t") >= snap.getField("t"))))
+    installed = (snap.isNotNull() & (F.col("t") == snap.getField("t"))
+                 & (F.col(ROW) < snap.getField(ROW)))
+    judged = ((F.col("last_change").isNull() | F.col("last_change").isin(*_RESTART_EVENTS))
+              & (F.col("last_link").isNull() | (F.col("last_link") != "offline")))
+    return rows.select(*_STATE_COLUMNS, "event", "is_write", "from_apply", held.alias("held"),
+                       F.coalesce(installed, F.lit(False)).alias("installed"), "epoch",
+                       judged.alias("judged"))
+
+
+def object_states(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    revision_field: str = "rev",
+    base_field: str = "old",
+) -> DataFrame:
+    """Per (run, layer, node, key): the writes a replica holds at the end, each in a row.
+
+    A write is held from its ``apply`` row (``info.<revision_field>``, based on
+    ``info.<base_field>``) until a later ``revert`` of the same revision there. A ``snapshot``
+    row installs state: everything applied at that node before the snapshot's instant is gone,
+    and what is applied at that instant up to the snapshot row is the installed state
+    (``installed``). A revision applied more than once (again after a restart) counts once,
+    its last time. Layers that trace no ``apply`` rows fall back to their ``deliver`` rows that
+    carry a revision: each holds its write for good (``from_apply`` false, ``base`` null).
+
+    Returns (run, layer, node, key, revision, base, msg, origin, seq, t, row, installed,
+    from_apply, epoch); ``epoch`` counts the node's restarts (recover, rejoin) before the write.
+    """
+    rows = _state_rows(trace, layers, revision_field, base_field)
+    return rows.filter("held").select(*_STATE_COLUMNS, "installed", "from_apply", "epoch")
+
 
 def convergence_violations(
-    trace: DataFrame, *, layers: Sequence[str] | None = None, revision_field: str = "rev"
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    revision_field: str = "rev",
+    base_field: str = "old",
 ) -> DataFrame:
-    """Per object (``key``): replicas apply revisions in one agreed order, and every replica up
-    at the end holds the same final revision. Revisions are ``info.<revision_field>``."""
-    rows = (_deliveries(trace, layers)
-            .withColumn("revision", _revision(revision_field))
-            .filter(F.col("key").isNotNull() & F.col("revision").isNotNull()))
-    order = _sequence_divergence(rows, ["run", "layer", "key"], "revision", "revision order")
-    up_at_end = member_status(trace, layers=layers).filter("up_at_end").select("run", "node")
-    finals = (rows.join(up_at_end, ["run", "node"], "left_semi")
-              .groupBy("run", "layer", "key", "node")
-              .agg(F.max_by(F.struct("revision", "msg", "origin", "seq", "t"),
-                            F.struct("t", ROW)).alias("last"))
-              .select("run", "layer", "key", "node", "last.*"))
-    votes = finals.groupBy("run", "layer", "key", "revision").agg(
-        F.count(F.lit(1)).alias("votes"), F.max("t").alias("latest"))
-    ranked = Window.partitionBy("run", "layer", "key").orderBy(
-        F.col("votes").desc(), F.col("latest").desc(), F.col("revision").asc())
-    agreed = (votes.withColumn("rank", F.row_number().over(ranked)).filter("rank = 1")
-              .select("run", "layer", "key", F.col("revision").alias("agreed")))
-    diverged = finals.join(agreed, ["run", "layer", "key"]).filter(
-        F.col("revision") != F.col("agreed"))
-    final = _shape(diverged, F.format_string(
-        "final state of key %s: revision %s where the other replicas ended at %s",
-        F.col("key"), F.col("revision"), F.col("agreed")))
-    return order.unionByName(final)
+    """Per object (``key``): replicas agree on its revisions, in order, and end in one state.
+
+    The state of a replica is what ``object_states`` says it holds (applies minus reverts, a
+    snapshot installing state). Violations:
+
+    - revision order: the writes a replica holds, by time, form a chain, each based on the one
+      before it (the first on no object, unless installed by a snapshot); a replica that
+      restarted since the previous write may hold a chain cut there. Since every revision names
+      its base, replicas holding the same last write hold the same path. Layers without
+      ``apply`` rows (revisions on ``deliver`` rows, no base): the sequences of revisions must
+      be prefix-consistent across replicas instead (the first position that differs from the
+      revision most replicas have there);
+    - final state: every replica up at the end (and not offline) that had the object holds
+      the revision most of them hold (``none`` when all it applied was undone; ties go to the
+      latest, then the greatest revision).
+
+    One lineage, two shuffles: by (run, node) for each replica's history, then by (run, layer,
+    key) to compare the replicas.
+    """
+    rows = _state_rows(trace, layers, revision_field, base_field)
+    held, installed = F.col("held"), F.col("installed")
+    sequenced = held & ~F.col("from_apply")  # a fallback write, positioned in its sequence
+    per_object = Window.partitionBy("run", "layer", "node", "key").orderBy("t", ROW)
+    before = per_object.rowsBetween(Window.unboundedPreceding, -1)
+    upto = per_object.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    whole = per_object.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    state = rows.filter(F.col("is_write") | (F.col("event") == "revert")).select(
+        "*",
+        F.last(F.when(held, F.col("revision")), ignorenulls=True).over(before)
+        .alias("previous"),
+        F.last(F.when(held, F.col("epoch")), ignorenulls=True).over(before)
+        .alias("previous_epoch"),
+        F.last(F.when(held, F.struct("revision", "msg", "origin", "seq", "t")),
+               ignorenulls=True).over(whole).alias("final"),
+        F.when(sequenced, F.sum(_flag(sequenced)).over(upto)).alias("position"),
+        (F.row_number().over(per_object) == 1).alias("first_row"),
+    )
+    voter = F.col("first_row") & F.col("judged")  # one vote per replica up at the end
+    state = state.withColumn("final_revision", F.when(voter, F.coalesce(
+        F.col("final.revision"), F.lit(_NO_STATE)))).repartition("run", "layer", "key")
+    by_object = Window.partitionBy("run", "layer", "key")
+    by_final = Window.partitionBy("run", "layer", "key", "final_revision")
+    at_position = Window.partitionBy("run", "layer", "key", "position")
+    with_position = Window.partitionBy("run", "layer", "key", "position", "revision")
+    state = state.select(
+        "*", F.sum(_flag(voter)).over(by_final).alias("votes"),
+        F.max(F.when(voter, F.coalesce(F.col("final.t"), F.lit(-1.0)))).over(by_final)
+        .alias("latest"),
+        F.sum(_flag(sequenced)).over(with_position).alias("position_votes"))
+    state = state.select(
+        "*", F.max_by(F.col("final_revision"), F.when(voter, F.struct(
+            "votes", "latest", "final_revision"))).over(by_object).alias("agreed"),
+        F.max_by(F.col("revision"), F.when(sequenced, F.struct(
+            "position_votes", "revision"))).over(at_position).alias("reference"))
+    differs = sequenced & (F.col("revision") != F.col("reference"))
+    state = state.withColumn("first_difference", F.min(F.when(differs, F.col("position"))).over(
+        Window.partitionBy("run", "layer", "key", "node")))
+
+    no_object = F.lit("no object")
+    unbased = F.col("previous").isNull() & F.col("base").isNotNull()
+    misbased = (F.col("previous").isNotNull() & (F.col("epoch") == F.col("previous_epoch"))
+                & ~F.col("base").eqNullSafe(F.col("previous")))
+
+    def found(condition: Column, msg: Column, origin: Column, seq: Column,
+              detail: Column) -> Column:
+        return F.when(condition, F.struct(msg.alias("msg"), origin.alias("origin"),
+                                          seq.alias("seq"), detail.alias("detail")))
+
+    kinds = F.array(
+        found(held & F.col("from_apply") & ~installed & (unbased | misbased),
+              F.col("msg"), F.col("origin"), F.col("seq"), F.format_string(
+                  "revision order of key %s: %s was written on %s but applied on %s",
+                  F.col("key"), F.col("revision"), F.coalesce(F.col("base"), no_object),
+                  F.coalesce(F.col("previous"), no_object))),
+        found(differs & (F.col("position") == F.col("first_difference")),
+              F.col("msg"), F.col("origin"), F.col("seq"), F.format_string(
+                  "revision order of key %s: position %d has %s where the other replicas "
+                  "have %s", F.col("key"), F.col("position"), F.col("revision"),
+                  F.col("reference"))),
+        found(voter & (F.col("final_revision") != F.col("agreed")),
+              F.col("final.msg"), F.col("final.origin"), F.col("final.seq"), F.format_string(
+                  "final state of key %s: revision %s where the other replicas ended at %s",
+                  F.col("key"), F.col("final_revision"), F.col("agreed"))),
+    )
+    found_rows = state.select(
+        "run", "node", F.explode(F.filter(kinds, lambda kind: kind.isNotNull())).alias("v"))
+    return _shape(found_rows.select("run", "node", "v.*"), F.col("detail"))
 
 
 # -- checks as verdicts ------------------------------------------------------------------------
@@ -429,9 +599,9 @@ def convergence_check(*, layers: Sequence[str] | None = None,
                       revision_field: str = "rev") -> Check:
     return Check(
         "convergence",
-        _deliver_evidence(layers) & F.col("key").isNotNull()
+        F.col("event").isin("apply", "deliver") & _in_layers(layers) & F.col("key").isNotNull()
         & _revision(revision_field).isNotNull(),
-        f"no deliver rows carry a key and a revision (info.{revision_field})",
+        f"no apply or deliver rows carry a key and a revision (info.{revision_field})",
         lambda trace: convergence_violations(trace, layers=layers,
                                              revision_field=revision_field))
 

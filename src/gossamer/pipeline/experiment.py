@@ -19,6 +19,11 @@ File format::
 
     [analysis]                 # optional: CheckConfig fields for the analysis afterwards
     total_order_layers = []
+
+    [parts.replica]            # optional: more workloads in the same experiment, each with
+    workload = "replica"       # its own mode, seeds (default: the file's), [options] and
+    [parts.replica.options]    # [sweep]; their run ids start with NAME-LABEL; one analysis
+    clients = 8                # covers every run
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from .schema import is_closed_parquet
 __all__ = [
     "MODES",
     "Experiment",
+    "ExperimentPart",
     "RunOutcome",
     "RunSpec",
     "load_experiment",
@@ -59,7 +65,8 @@ MODES = ("sim", "loopback")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 _RESERVED = ("seed", "run")
-_TOP_KEYS = {"name", "workload", "mode", "seeds", "options", "sweep", "analysis"}
+_TOP_KEYS = {"name", "workload", "mode", "seeds", "options", "sweep", "analysis", "parts"}
+_PART_KEYS = {"workload", "mode", "seeds", "options", "sweep"}
 Scalar = str | int | float | bool
 
 
@@ -79,6 +86,18 @@ class RunSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExperimentPart:
+    """One more workload of an experiment (``[parts.LABEL]``): runs named NAME-LABEL-..."""
+
+    label: str
+    workload: str
+    mode: str
+    seeds: tuple[int, ...]
+    options: Mapping[str, Scalar]
+    sweep: Mapping[str, tuple[Scalar, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
 class Experiment:
     name: str
     workload: str
@@ -87,23 +106,32 @@ class Experiment:
     options: Mapping[str, Scalar]
     sweep: Mapping[str, tuple[Scalar, ...]]
     checks: CheckConfig
+    parts: tuple[ExperimentPart, ...] = ()
+
+    def workloads(self) -> list[tuple[str, str]]:
+        """(workload, mode) of the file's runs, then of each part's."""
+        return [(self.workload, self.mode), *((p.workload, p.mode) for p in self.parts)]
 
     def runs(self) -> list[RunSpec]:
-        """The cartesian product of the sweep axes, once per seed, with unique ids."""
-        axes = list(self.sweep.items())
+        """The cartesian product of the sweep axes, once per seed, with unique ids; then the
+        same for each part."""
         runs: list[RunSpec] = []
         seen: set[str] = set()
-        for values in itertools.product(*(points for _, points in axes)):
-            point = dict(zip((axis for axis, _ in axes), values, strict=True))
-            for seed in self.seeds:
-                label = "-".join(f"{axis}{_UNSAFE.sub('_', str(value))}"
-                                 for axis, value in point.items())
-                run = "-".join(part for part in (self.name, label, f"s{seed}") if part)
-                if run in seen:
-                    run = f"{run}-{len(runs)}"
-                seen.add(run)
-                runs.append(RunSpec(run, self.workload, self.mode, seed,
-                                    {**self.options, **point}))
+        groups = [(self.name, self.workload, self.mode, self.seeds, self.options, self.sweep),
+                  *((f"{self.name}-{p.label}", p.workload, p.mode, p.seeds, p.options, p.sweep)
+                    for p in self.parts)]
+        for prefix, workload, mode, seeds, options, sweep in groups:
+            axes = list(sweep.items())
+            for values in itertools.product(*(points for _, points in axes)):
+                point = dict(zip((axis for axis, _ in axes), values, strict=True))
+                for seed in seeds:
+                    label = "-".join(f"{axis}{_UNSAFE.sub('_', str(value))}"
+                                     for axis, value in point.items())
+                    run = "-".join(part for part in (prefix, label, f"s{seed}") if part)
+                    if run in seen:
+                        run = f"{run}-{len(runs)}"
+                    seen.add(run)
+                    runs.append(RunSpec(run, workload, mode, seed, {**options, **point}))
         return runs
 
 
@@ -128,38 +156,70 @@ def load_experiment(path: str | Path) -> Experiment:
     name = data.get("name", file.stem)
     if not isinstance(name, str) or not _SAFE_ID.match(name):
         raise PipelineError(f"{file}: name must be letters, digits, '_', '.', '-', got {name!r}")
-    workload = data.get("workload")
-    if not isinstance(workload, str) or not workload:
-        raise PipelineError(f"{file}: workload = \"...\" is required (e.g. \"fifo\")")
-    mode = data.get("mode", "sim")
-    if mode not in MODES:
-        raise PipelineError(f"{file}: mode must be one of {', '.join(MODES)}, got {mode!r}")
-    seeds = data.get("seeds", [1])
+    seeds = _seeds(file, "seeds", data.get("seeds", [1]))
+    workload, mode, options, sweep = _group(file, "", data)
+    parts_raw = data.get("parts", {})
+    if not isinstance(parts_raw, dict):
+        raise PipelineError(f"{file}: [parts] must be a table of [parts.LABEL] tables")
+    parts = []
+    for label, part in parts_raw.items():
+        where = f"parts.{label}."
+        if not isinstance(part, dict):
+            raise PipelineError(f"{file}: [parts.{label}] must be a table")
+        if not _SAFE_ID.match(label):
+            raise PipelineError(f"{file}: part labels must be letters, digits, '_', '.', '-', "
+                                f"got {label!r}")
+        unknown = set(part) - _PART_KEYS
+        if unknown:
+            raise PipelineError(f"{file}: unknown keys {sorted(unknown)} in [parts.{label}]; "
+                                f"known: {sorted(_PART_KEYS)}")
+        part_seeds = _seeds(file, f"{where}seeds", part["seeds"]) if "seeds" in part else seeds
+        part_workload, part_mode, part_options, part_sweep = _group(file, where, part)
+        parts.append(ExperimentPart(label, part_workload, part_mode, part_seeds, part_options,
+                                    part_sweep))
+    return Experiment(name, workload, mode, seeds, options, sweep,
+                      _check_config(file, data.get("analysis", {})), tuple(parts))
+
+
+def _seeds(file: Path, where: str, seeds: Any) -> tuple[int, ...]:
     if (not isinstance(seeds, list) or not seeds
             or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-        raise PipelineError(f"{file}: seeds must be a non-empty list of integers")
+        raise PipelineError(f"{file}: {where} must be a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
-        raise PipelineError(f"{file}: seeds repeat: {seeds}")
+        raise PipelineError(f"{file}: {where} repeat: {seeds}")
+    return tuple(seeds)
+
+
+def _group(
+    file: Path, where: str, data: dict[str, Any]
+) -> tuple[str, str, dict[str, Scalar], dict[str, tuple[Scalar, ...]]]:
+    """workload, mode, [options] and [sweep] of the file (``where`` "") or of a part."""
+    workload = data.get("workload")
+    if not isinstance(workload, str) or not workload:
+        raise PipelineError(f"{file}: {where}workload = \"...\" is required (e.g. \"fifo\")")
+    mode = data.get("mode", "sim")
+    if mode not in MODES:
+        raise PipelineError(f"{file}: {where}mode must be one of {', '.join(MODES)}, "
+                            f"got {mode!r}")
     options_raw = data.get("options", {})
     sweep_raw = data.get("sweep", {})
     if not isinstance(options_raw, dict) or not isinstance(sweep_raw, dict):
-        raise PipelineError(f"{file}: [options] and [sweep] must be tables")
-    options = {key: _scalar(f"{file}: options.{key}", value)
+        raise PipelineError(f"{file}: [{where}options] and [{where}sweep] must be tables")
+    options = {key: _scalar(f"{file}: {where}options.{key}", value)
                for key, value in options_raw.items()}
     sweep: dict[str, tuple[Scalar, ...]] = {}
     for axis, points in sweep_raw.items():
         if not isinstance(points, list) or not points:
-            raise PipelineError(f"{file}: sweep.{axis} must be a non-empty list")
-        sweep[axis] = tuple(_scalar(f"{file}: sweep.{axis}", p) for p in points)
+            raise PipelineError(f"{file}: {where}sweep.{axis} must be a non-empty list")
+        sweep[axis] = tuple(_scalar(f"{file}: {where}sweep.{axis}", p) for p in points)
     for key in (*options, *sweep):
         if key in _RESERVED:
-            raise PipelineError(f"{file}: {key!r} is set by the experiment itself "
+            raise PipelineError(f"{file}: {where}{key!r} is set by the experiment itself "
                                 "(use seeds = [...]; run ids are generated)")
     both = set(options) & set(sweep)
     if both:
-        raise PipelineError(f"{file}: {sorted(both)} both fixed in [options] and swept")
-    return Experiment(name, workload, mode, tuple(seeds), options, sweep,
-                      _check_config(file, data.get("analysis", {})))
+        raise PipelineError(f"{file}: {sorted(both)} both fixed in [{where}options] and swept")
+    return workload, mode, options, sweep
 
 
 def _check_config(file: Path, raw: Any) -> CheckConfig:

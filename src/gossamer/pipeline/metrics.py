@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .schema import MEMBERSHIP_EVENTS, membership_changes
+from .schema import MEMBERSHIP_EVENTS, ROW, membership_changes, with_row_order
 
 __all__ = [
+    "LOOKUP_PERCENTILES",
     "PERCENTILES",
     "convergence_summary",
     "convergence_times",
@@ -22,6 +23,9 @@ __all__ = [
     "latency_samples",
     "latency_summary",
     "load_histogram",
+    "lookup_hop_counts",
+    "lookup_samples",
+    "lookup_summary",
     "messages_per_operation",
     "node_load",
     "redundancy",
@@ -104,18 +108,27 @@ def messages_per_operation(trace: DataFrame) -> DataFrame:
 
 
 def node_load(trace: DataFrame) -> DataFrame:
-    """Per (run, node): messages sent and received, bytes, deliveries."""
+    """Per (run, node): messages sent and received, bytes, deliveries, and what its durable
+    store holds: ``stored`` bytes and ``stored_items`` from its latest ``stored`` row (null
+    when the node traced none)."""
     def count(event: str) -> Column:
         return F.sum(F.when(F.col("event") == event, 1).otherwise(0))
 
     def size(event: str) -> Column:
         return F.sum(F.when(F.col("event") == event, F.col("size")).otherwise(0))
 
-    rows = trace.filter(F.col("event").isin("send", "recv", "deliver"))
+    def latest(value: Column) -> Column:
+        # max_by skips rows whose ordering is null: only the stored rows compete
+        return F.max_by(value, F.when(F.col("event") == "stored", F.struct("t", ROW)))
+
+    items = F.get_json_object(F.col("info"), "$.items").cast("long")
+    rows = with_row_order(trace).filter(F.col("event").isin("send", "recv", "deliver", "stored"))
     return rows.groupBy("run", "node").agg(
         count("send").alias("sent"), count("recv").alias("received"),
         count("deliver").alias("delivered"),
         size("send").alias("bytes_sent"), size("recv").alias("bytes_received"),
+        latest(F.col("size").cast("long")).alias("stored"),
+        latest(items).alias("stored_items"),
     ).withColumn("load", F.col("sent") + F.col("received"))
 
 
@@ -188,6 +201,40 @@ def redundancy(trace: DataFrame, *, layers: Sequence[str] | None = None) -> Data
         F.avg("last_hop").alias("last_hop_mean"),
         F.max("last_hop").alias("last_hop_max"),
     )
+
+
+# -- lookups (Chord) ---------------------------------------------------------------------------
+
+LOOKUP_PERCENTILES = (0.5, 0.99)
+
+
+def lookup_samples(trace: DataFrame, *, layer: str = "chord") -> DataFrame:
+    """(run, node, t, hops, root): one row per ``lookup`` row of ``layer`` with ``info.hops``
+    (``info.root``: the node the lookup ended at)."""
+    info = F.col("info")
+    hops = F.get_json_object(info, "$.hops").cast("long")
+    return (trace.filter((F.col("event") == "lookup") & (F.col("layer") == layer))
+            .select("run", "node", "t", hops.alias("hops"),
+                    F.get_json_object(info, "$.root").alias("root"))
+            .filter(F.col("hops").isNotNull()))
+
+
+def lookup_summary(samples: DataFrame, *, by: Sequence[str] = ("run",)) -> DataFrame:
+    """Per ``by`` (default each run; ``()``: all samples in one row, ``("nodes",)`` with a node
+    count joined in): lookups, mean, p50/p99 and max hops."""
+    quantiles = F.percentile_approx("hops", list(LOOKUP_PERCENTILES), _ACCURACY)
+    return samples.groupBy(*by).agg(
+        F.count(F.lit(1)).alias("lookups"),
+        F.avg("hops").alias("hops_mean"),
+        *[quantiles[i].alias(f"hops_p{round(q * 100)}")
+          for i, q in enumerate(LOOKUP_PERCENTILES)],
+        F.max("hops").alias("hops_max"),
+    )
+
+
+def lookup_hop_counts(samples: DataFrame, *, by: Sequence[str] = ()) -> DataFrame:
+    """(``by``..., hops, lookups): how many lookups took each number of hops."""
+    return samples.groupBy(*by, "hops").agg(F.count(F.lit(1)).alias("lookups"))
 
 
 # -- runs --------------------------------------------------------------------------------------

@@ -32,7 +32,13 @@ _RUN_COLUMNS = [
     ("latency_p95", "lat p95 s"), ("latency_p99", "lat p99 s"), ("latency_max", "lat max s"),
     ("messages_per_operation", "msgs/op"), ("rmr", "RMR"), ("last_hop_max", "last hop"),
     ("convergence_p95", "conv p95 s"), ("peak_throughput", "peak deliv/s"),
+    ("stored_bytes", "stored B"), ("stored_max", "stored max B"),
+    ("hops_mean", "hops mean"), ("hops_p99", "hops p99"),
 ]
+_STORED_COLUMNS = [("run", "run"), ("node", "node"), ("stored", "stored bytes"),
+                   ("stored_items", "items"), ("sent", "sent"), ("received", "received")]
+_LOOKUP_COLUMNS = [("nodes", "nodes"), ("lookups", "lookups"), ("hops_mean", "mean"),
+                   ("hops_p50", "p50"), ("hops_p99", "p99"), ("hops_max", "max")]
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -153,12 +159,46 @@ def _throughput(analysis: Analysis) -> str | None:
     return _png(figure)
 
 
+def _lookup_hops_by_nodes(analysis: Analysis) -> str | None:
+    groups = [g for g in analysis.lookups_by_nodes if g.get("nodes") is not None]
+    if not groups:
+        return None
+    figure, axes = _figure("Lookup hops against node count", "nodes", "hops")
+    xs = [g["nodes"] for g in groups]
+    for key, label in (("hops_mean", "mean"), ("hops_p50", "p50"), ("hops_p99", "p99"),
+                       ("hops_max", "max")):
+        axes.plot(xs, [g[key] for g in groups], marker="o", label=label)
+    if len(xs) > 1 and max(xs) >= 10 * min(xs):
+        axes.set_xscale("log")
+    axes.legend(fontsize="small")
+    return _png(figure)
+
+
+def _lookup_hop_distribution(analysis: Analysis) -> str | None:
+    series: dict[int | None, dict[int, int]] = defaultdict(dict)
+    for nodes, hops, lookups in analysis.lookup_hops:
+        series[nodes][hops] = lookups
+    if not series:
+        return None
+    figure, axes = _figure("Lookup hops distribution", "hops", "fraction of lookups")
+    for nodes in sorted(series, key=lambda n: (n is None, n or 0))[:_MAX_SERIES]:
+        counts = series[nodes]
+        total = sum(counts.values())
+        xs = sorted(counts)
+        axes.plot(xs, [counts[x] / total for x in xs], marker="o",
+                  label=f"{nodes} nodes" if nodes is not None else "all")
+    axes.legend(fontsize="x-small")
+    return _png(figure)
+
+
 _PLOTS: Sequence[tuple[str, Callable[[Analysis], str | None]]] = (
     ("latency CDF", _latency_cdf),
     ("reliability against failure fraction", _reliability_against_failures),
     ("messages against load", _messages_against_load),
     ("load distribution across nodes", _load_distribution),
     ("throughput over time", _throughput),
+    ("lookup hops against node count", _lookup_hops_by_nodes),
+    ("lookup hops distribution", _lookup_hop_distribution),
 )
 
 
@@ -220,6 +260,25 @@ def write_report(analysis: Analysis, path: str | Path | None = None) -> Path:
     parts.append("<h2>Runs</h2>")
     parts.append(_table([label for _, label in _RUN_COLUMNS],
                         [[run.get(key) for key, _ in _RUN_COLUMNS] for run in analysis.runs]))
+    parts.append("<h2>Stored per node</h2>")
+    if analysis.stored_nodes:
+        parts.append(f"<p>The {len(analysis.stored_nodes)} nodes whose durable store holds "
+                     "the most bytes at the end (latest <code>stored</code> row).</p>")
+        parts.append(_table([label for _, label in _STORED_COLUMNS],
+                            [[node.get(key) for key, _ in _STORED_COLUMNS]
+                             for node in analysis.stored_nodes]))
+    else:
+        parts.append("<p class='na'>no stored rows: the trace does not record what the "
+                     "nodes store</p>")
+    parts.append("<h2>Lookup hops</h2>")
+    if analysis.lookups is None:
+        parts.append("<p class='na'>no lookup rows: nothing was looked up (Chord traces "
+                     "<code>lookup</code> rows with <code>info.hops</code>)</p>")
+    else:
+        overall = {**analysis.lookups, "nodes": "all"}
+        rows = [*analysis.lookups_by_nodes, overall]
+        parts.append(_table([label for _, label in _LOOKUP_COLUMNS],
+                            [[row.get(key) for key, _ in _LOOKUP_COLUMNS] for row in rows]))
     parts.append("<h2>Plots</h2><div class='plots'>")
     for title, image in plots(analysis).items():
         parts.append(f"<figure><img alt='{html.escape(title)}' "

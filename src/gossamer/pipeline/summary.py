@@ -20,6 +20,8 @@ _METRICS = [
     ("convergence_p95", "convergence p95 (s)"),
     ("messages_per_operation", "messages per publish"), ("rmr", "RMR"),
     ("last_hop_max", "last delivery hop"), ("peak_throughput", "peak deliveries / s"),
+    ("stored_max", "stored bytes, largest node"), ("hops_mean", "lookup hops mean"),
+    ("hops_p99", "lookup hops p99"),
 ]
 
 

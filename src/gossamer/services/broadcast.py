@@ -164,6 +164,7 @@ def run_fifo_sim(
     report = (lambda now, _events: progress(now, until)) if progress is not None else None
     sim.run(until=until, progress=report, progress_every=20_000)
     wall = time.perf_counter() - started
+    sim.trace_storage()  # each node's stored bytes at the end, for the per-node load
     if sink is not None:
         sink.close()
 

@@ -84,6 +84,21 @@ class SqliteStore(Store):
         return self._db is not None and self._db.in_transaction
 
     @property
+    def items(self) -> int:
+        """How many (table, key) rows the store holds, uncommitted writes included."""
+        row = self._open_db().execute("SELECT COUNT(*) FROM kv").fetchone()
+        return int(row[0])
+
+    @property
+    def size(self) -> int:
+        """Bytes the store holds: table name, key (UTF-8) and value of every row (not the
+        file's size, which has pages and the WAL; the same measure as ``MemoryStore.size``)."""
+        row = self._open_db().execute(
+            "SELECT COALESCE(SUM(LENGTH(CAST(tbl AS BLOB)) + LENGTH(CAST(key AS BLOB)) "
+            "+ LENGTH(value)), 0) FROM kv").fetchone()
+        return int(row[0])
+
+    @property
     def closed(self) -> bool:
         return self._db is None
 

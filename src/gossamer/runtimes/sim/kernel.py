@@ -22,8 +22,10 @@ from ...core.trace import MemorySink, TraceSink, encode_info
 from .network import LinkModel, Network
 from .store import MemoryStore
 
-__all__ = ["NodeStatus", "SimEnv", "Simulation", "SimulationError"]
+__all__ = ["STORE_LAYER", "NodeStatus", "SimEnv", "Simulation", "SimulationError"]
 
+STORE_LAYER = "store"  # the layer of ``stored`` rows (Simulation.trace_storage)
+_INT32_MAX = 2**31 - 1  # the trace's size column is int32
 _NOARG = object()
 # heap entry: [time, sequence, callback or None when cancelled, argument, owner env or None]
 Entry = list[Any]
@@ -282,6 +284,25 @@ class Simulation:
     def heal(self) -> None:
         self.network.heal()
         self._trace_sim("heal")
+
+    def trace_storage(self) -> int:
+        """Write one ``stored`` row (layer ``store``) per node that has started: ``size`` the
+        bytes its durable store holds, ``info.items`` its rows (a node that never wrote: 0).
+        Crashed and departed nodes count too (their store outlives them). Returns the rows."""
+        if not self.tracing:
+            return 0
+        written = 0
+        for node, slot in self._slots.items():
+            if slot.status is NodeStatus.PENDING:
+                continue  # not joined yet: a row now would make it a member from the start
+            store = slot.store
+            items, size = (0, 0) if store is None else (store.items, store.size)
+            self.trace_sink.append(
+                (self.run_id, self.now, node, STORE_LAYER, "stored", None, None, None, None,
+                 None, min(size, _INT32_MAX), encode_info({"items": items}))
+            )
+            written += 1
+        return written
 
     def _trace_sim(self, event: str, **info: Any) -> None:
         if self.tracing:

@@ -1,6 +1,7 @@
 """The simulator's durable store: in memory, and crash-aware.
 
 Committed writes survive a simulated crash; uncommitted ones are lost, as on a real disk.
+``items`` and ``size`` measure what it holds (what a read sees), for the trace's ``stored`` rows.
 """
 
 from __future__ import annotations
@@ -63,3 +64,26 @@ class MemoryStore(Store):
     @property
     def uncommitted(self) -> int:
         return len(self._pending)
+
+    def _visible(self) -> Iterator[tuple[str, str, bytes]]:
+        """Every (table, key, value) a read sees: committed rows with pending writes over them."""
+        pending = self._pending
+        for table, rows in self._committed.items():
+            for key, value in rows.items():
+                if (table, key) not in pending:
+                    yield table, key, value
+        for (table, key), written in pending.items():
+            if written is not None:
+                yield table, key, written
+
+    @property
+    def items(self) -> int:
+        """How many (table, key) rows the store holds, uncommitted writes included."""
+        return sum(1 for _ in self._visible())
+
+    @property
+    def size(self) -> int:
+        """Bytes the store holds: table name, key (UTF-8) and value of every row, as ``items``
+        counts them (the same measure as ``SqliteStore.size``)."""
+        return sum(len(table.encode()) + len(key.encode()) + len(value)
+                   for table, key, value in self._visible())

@@ -1,0 +1,91 @@
+"""The HTML report from hand-made analysis aggregates (no Spark): stored load per node and
+lookup hops, or the sentence saying the trace has none; then lookup hops analysed from a
+written trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gossamer.core.traceio import ParquetSink, trace_path
+from gossamer.pipeline import (
+    Analysis,
+    CheckSummary,
+    RunSpec,
+    Status,
+    analyze,
+    write_report,
+    write_run_records,
+)
+from gossamer.pipeline.report import plots
+from trace_frames import row
+
+
+def analysis(tmp_path: Path, **extra: Any) -> Analysis:
+    return Analysis(
+        run_dir=tmp_path, out_dir=tmp_path / "analysis", rows=10, unfinished_files=[],
+        checks=[CheckSummary("convergence", Status.PASS, "no violations", 0, [])],
+        runs=[{"run": "r1", "seed": 1, "nodes": 16, "stored_bytes": 300, "stored_max": 200}],
+        latency_cdf=[], load_histogram=[], throughput=[], **extra)
+
+
+def test_report_says_there_are_no_lookup_rows_and_no_stored_rows(tmp_path: Path) -> None:
+    made = analysis(tmp_path)
+    text = write_report(made).read_text()
+    assert "no lookup rows" in text
+    assert "no stored rows" in text
+    assert not any("lookup" in title for title in plots(made))
+
+
+def test_report_shows_stored_bytes_per_node_and_lookup_hops(tmp_path: Path) -> None:
+    made = analysis(
+        tmp_path,
+        stored_nodes=[{"run": "r1", "node": "hub", "stored": 200, "stored_items": 7,
+                       "sent": 5, "received": 9},
+                      {"run": "r1", "node": "n001", "stored": 100, "stored_items": 3,
+                       "sent": 2, "received": 4}],
+        lookups={"lookups": 12, "hops_mean": 2.5, "hops_p50": 2, "hops_p99": 6,
+                 "hops_max": 6},
+        lookups_by_nodes=[
+            {"nodes": 16, "lookups": 5, "hops_mean": 2.0, "hops_p50": 2, "hops_p99": 3,
+             "hops_max": 3},
+            {"nodes": 256, "lookups": 7, "hops_mean": 2.857, "hops_p50": 3, "hops_p99": 6,
+             "hops_max": 6}],
+        lookup_hops=[(16, 2, 4), (16, 3, 1), (256, 2, 2), (256, 3, 4), (256, 6, 1)],
+    )
+    text = write_report(made).read_text()
+    assert "no lookup rows" not in text and "no stored rows" not in text
+    assert "<td>hub</td><td class=\"num\">200</td><td class=\"num\">7</td>" in text
+    assert "<td>all</td><td class=\"num\">12</td><td class=\"num\">2.5</td>" in text
+    assert "stored B" in text and "hops mean" in text
+    titles = set(plots(made))
+    assert {"lookup hops against node count", "lookup hops distribution"} <= titles
+    assert text.count("data:image/png;base64,") == len(titles)
+
+
+def test_analyze_groups_lookup_hops_by_node_count_and_reports_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    def lookup(run: str, t: float, node: str, hops: int) -> Any:
+        return row(t, node, "lookup", layer="chord", key="k", info={"hops": hops,
+                                                                    "root": "n001"}, run=run)
+
+    traces = {
+        "big": [lookup("big", i, "n000", hops) for i, hops in enumerate([3, 4, 5, 4])],
+        # no run record: its node count is the members its trace shows (3)
+        "small": [lookup("small", i, f"n00{i}", hops) for i, hops in enumerate([1, 2, 1])],
+    }
+    for run, rows in traces.items():
+        sink = ParquetSink(trace_path(tmp_path, run, "sim"))
+        sink.extend(rows)
+        sink.close()
+    write_run_records(tmp_path, [RunSpec("big", "chord", "sim", 1, {"nodes": 64})])
+    made = analyze(spark, tmp_path)
+    assert made.lookups is not None and made.lookups["lookups"] == 7
+    assert [(g["nodes"], g["lookups"], g["hops_max"]) for g in made.lookups_by_nodes] == [
+        (3, 3, 2), (64, 4, 5)]
+    assert made.lookup_hops == [(3, 1, 2), (3, 2, 1), (64, 3, 1), (64, 4, 2), (64, 5, 1)]
+    runs = {r["run"]: r for r in made.runs}
+    assert (runs["big"]["lookups"], runs["big"]["hops_mean"]) == (4, 4.0)
+    text = write_report(made).read_text()
+    assert "no lookup rows" not in text and "lookup hops against node count" in text
