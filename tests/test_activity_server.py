@@ -10,6 +10,7 @@ import pytest
 
 from gossamer.core.trace import TraceRow
 from gossamer.protocols.activity import (
+    PROTOCOL,
     Authenticate,
     AuthenticationFail,
     InvalidMessageReply,
@@ -221,10 +222,10 @@ def test_authenticate_wrong_secret_and_twice() -> None:
     assert peer.closed
     good = MemClient(net, "p2")
     good.connect("s1")
-    good.send(Authenticate(secret=SECRET))
+    good.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
     assert good.received == [ServerInfo(id="s1", level=0, users=[])]
-    good.send(Authenticate(secret=SECRET))
+    good.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
     assert good.last() == InvalidMessageReply(
         info="AUTHENTICATE received on an already authenticated connection")
@@ -237,7 +238,7 @@ def test_server_info_carries_hashed_users_and_lock_protocol_by_hand() -> None:
     settle(net)
     peer = MemClient(net, "p")
     peer.connect("s1")
-    peer.send(Authenticate(secret=SECRET))
+    peer.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
     info = peer.last()
     assert isinstance(info, ServerInfo) and info.level == 0
@@ -481,7 +482,7 @@ def test_announce_from_unknown_server_relayed() -> None:
     net = tree()
     peer = MemClient(net, "fake")
     peer.connect("s4")
-    peer.send(Authenticate(secret=SECRET))
+    peer.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     peer.send(ServerAnnounce(id="zz", load=0, hostname="mem", port=9, level=3))
     net.run_for(1.5)
     assert "zz" in net.servers["s1"].known and "zz" in net.servers["s3"].known

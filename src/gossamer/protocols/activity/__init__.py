@@ -22,6 +22,7 @@ from .users import UserTable, hash_secret, verify_secret
 from .wire import (
     ANONYMOUS,
     DEFAULT_MAX_LINE,
+    PROTOCOL,
     ActivityBroadcast,
     ActivityCodec,
     ActivityMessage,
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_MAX_LINE",
     "LAYER",
     "ORIGIN_KEY",
+    "PROTOCOL",
     "SEQ_KEY",
     "Action",
     "ActivityBroadcast",

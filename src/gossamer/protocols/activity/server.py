@@ -21,6 +21,7 @@ from .users import UserTable, is_hash
 from .wire import (
     ANONYMOUS,
     DEFAULT_MAX_LINE,
+    PROTOCOL,
     ActivityBroadcast,
     ActivityCodec,
     ActivityMessage,
@@ -159,7 +160,7 @@ class _Known:
     load: int
     hostname: str
     port: int
-    level: int
+    level: int | None  # None: a legacy server (no level in its SERVER_ANNOUNCE)
     seen: float
 
 
@@ -214,6 +215,7 @@ class ActivityServer:
         self._registering: set[str] = set()
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._last_seq: OrderedDict[str, int] = OrderedDict()
+        self._legacy: set[str] = set()  # child conns that authenticated without ``protocol``
         self._tick: TimerHandle | None = None
         self._retry: TimerHandle | None = None
         self.running = False
@@ -256,7 +258,7 @@ class ActivityServer:
         role = self.roles.get(conn)
         if role is ConnRole.DIALING:
             self.roles[conn] = ConnRole.JOINING
-            self._send(conn, Authenticate(secret=self.config.secret))
+            self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL))
             return
         if role is not None:
             return
@@ -377,7 +379,11 @@ class ActivityServer:
                 self._close(conn, "redirected: max depth")
                 return
         self.roles[conn] = ConnRole.CHILD
-        self._trace("join", peer=conn, role="child")
+        if msg.protocol is None:  # the original course protocol: no SERVER_INFO, no levels
+            self._legacy.add(conn)
+            self._trace("link_up", peer=conn, role="child", legacy=True)
+            return
+        self._trace("link_up", peer=conn, role="child")
         self._send(conn, self._server_info_msg())
 
     def _server_info_msg(self) -> ServerInfo:
@@ -385,7 +391,7 @@ class ActivityServer:
                           users=[f"{name}:{record}" for name, record in self.users.items()])
 
     def _shallower_server(self, depth: int) -> _Known | None:
-        fresh = [k for k in self._fresh() if k.level + 1 <= depth]
+        fresh = [k for k in self._fresh() if k.level is not None and k.level + 1 <= depth]
         return min(fresh, key=lambda k: (k.level, k.load, k.id), default=None)
 
     def _server_info(self, conn: str, msg: ServerInfo) -> None:
@@ -413,7 +419,8 @@ class ActivityServer:
                 self._send(conn, self.buffer.popleft())
         if self.level != old_level:
             for child in self._children():
-                self._send(child, self._server_info_msg())  # extension: levels follow moves
+                if child not in self._legacy:  # extension: levels follow moves
+                    self._send(child, self._server_info_msg())
 
     def _children(self) -> list[str]:
         return [c for c, r in self.roles.items() if r is ConnRole.CHILD]
@@ -472,8 +479,11 @@ class ActivityServer:
 
     def _reconnect_candidates(self) -> list[tuple[str, int]]:
         # stale entries count too: a silent parent also silences what it relayed to us
-        fresh = [k for k in self.known.values() if k.id not in self._failed]
-        lower = sorted((k for k in fresh if k.level < self.level), key=lambda k: (-k.level, k.id))
+        # legacy servers (no level) are never parents: without levels a cycle could form
+        fresh = [k for k in self.known.values() if k.id not in self._failed
+                 and k.level is not None]
+        lower = sorted((k for k in fresh if (k.level or 0) < self.level),
+                       key=lambda k: (-(k.level or 0), k.id))
         same = sorted((k for k in fresh if k.level == self.level and k.id < self.id),
                       key=lambda k: k.id)
         return [(k.hostname, k.port) for k in (*lower, *same)]
@@ -501,7 +511,8 @@ class ActivityServer:
         self._trace("root", level=0, dropped=dropped)
         if old_level != 0:
             for child in self._children():
-                self._send(child, self._server_info_msg())
+                if child not in self._legacy:
+                    self._send(child, self._server_info_msg())
 
     # -- clients: login, register ---------------------------------------------------------------
 
@@ -566,8 +577,17 @@ class ActivityServer:
             self._send(server, msg)
         self._maybe_allowed(lock_id)
 
-    def _lock_allowed(self, conn: str, msg: LockAllowed) -> None:
+    def _answered_lock(self, msg: LockAllowed | LockDenied) -> str:
+        """The lock an answer is for: by id, or (a legacy peer echoes no id) by name+secret."""
         lock_id = self._lock_key(msg)
+        if msg.id is None and lock_id not in self._locks:
+            for key, lock in self._locks.items():
+                if lock.username == msg.username and lock.secret == msg.secret:
+                    return key
+        return lock_id
+
+    def _lock_allowed(self, conn: str, msg: LockAllowed) -> None:
+        lock_id = self._answered_lock(msg)
         lock = self._locks.get(lock_id)
         if lock is not None:
             lock.waiting.discard(conn)
@@ -593,7 +613,7 @@ class ActivityServer:
             self._send(lock.client, RegisterSuccess(info=f"register success for {lock.username}"))
 
     def _lock_denied(self, conn: str, msg: LockDenied) -> None:
-        lock_id = self._lock_key(msg)
+        lock_id = self._answered_lock(msg)
         lock = self._locks.pop(lock_id, None)
         if lock is None:
             return
@@ -602,7 +622,8 @@ class ActivityServer:
             self._send(lock.upstream, msg)
             return
         self._trace("register_failed", user=lock.username, lock=lock_id)
-        cancel = LockCancel(username=lock.username, secret=lock.secret, id=msg.id)
+        cancel = LockCancel(username=lock.username, secret=lock.secret,
+                            id=None if lock_id == f"{lock.username}:{lock.secret}" else lock_id)
         for server in self.server_conns():
             self._send(server, cancel)
         if lock.client is not None and lock.client in self.roles:
@@ -644,21 +665,35 @@ class ActivityServer:
                 or not hmac.compare_digest(_digest(msg.secret), client.secret_digest)):
             self._auth_fail(conn, "the secret does not match the logged in user")
             return
-        client.seq += 1
+        given = activity_ids(msg.activity)
+        if given is not None:  # extension: the client names itself and numbers its activities
+            origin, seq = given
+            if len(origin) > 256 or seq < 1:
+                self._invalid(conn, f"ACTIVITY_MESSAGE: bad {ORIGIN_KEY}/{SEQ_KEY}")
+                return
+        else:  # a plain client: this connection is the origin, the server numbers
+            client.seq += 1
+            origin, seq = client.origin, client.seq
+        if not self._seen(origin, seq):
+            self._trace("drop", peer=conn, reason="stale_seq", origin=origin, seq=seq)
+            return
         activity = dict(msg.activity)
         activity["authenticated_user"] = client.username
-        activity[ORIGIN_KEY] = client.origin
-        activity[SEQ_KEY] = client.seq
-        self._seen(client.origin, client.seq)
-        self.env.trace("publish", layer=LAYER, msg=f"{client.origin}#{client.seq}",
-                       origin=client.origin, seq=client.seq, peer=conn, user=client.username)
+        activity[ORIGIN_KEY] = origin
+        activity[SEQ_KEY] = seq
+        self.env.trace("publish", layer=LAYER, msg=f"{origin}#{seq}", origin=origin, seq=seq,
+                       peer=conn, user=client.username)
         self._spread(ActivityBroadcast(activity=activity), conn)
 
     def _broadcast(self, conn: str, msg: ActivityBroadcast) -> None:
         ids = activity_ids(msg.activity)
-        if ids is not None and not self._seen(*ids):
-            self._trace("drop", peer=conn, reason="duplicate", origin=ids[0], seq=ids[1])
-            return
+        if ids is not None:
+            if not self._seen(*ids):
+                self._trace("drop", peer=conn, reason="duplicate", origin=ids[0], seq=ids[1])
+                return
+            # a server has every activity too: it is a member the reliability check counts
+            self.env.trace("deliver", layer=LAYER, msg=f"{ids[0]}#{ids[1]}", origin=ids[0],
+                           seq=ids[1], peer=conn)
         self._spread(msg, conn)
 
     def _seen(self, origin: str, seq: int) -> bool:
@@ -713,8 +748,9 @@ class ActivityServer:
         role = self.roles.pop(conn)
         self.clients.pop(conn, None)
         self._registering.discard(conn)
+        self._legacy.discard(conn)
         if role in (ConnRole.CHILD, ConnRole.PARENT):
-            self._trace("leave", peer=conn, role=role.value, reason=reason[:200])
+            self._trace("link_down", peer=conn, role=role.value, reason=reason[:200])
         for lock_id, lock in list(self._locks.items()):
             if lock.upstream == conn:
                 del self._locks[lock_id]  # nobody to answer; the record stays registered

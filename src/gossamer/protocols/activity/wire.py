@@ -19,6 +19,7 @@ from ...core.messages import Message
 __all__ = [
     "ANONYMOUS",
     "DEFAULT_MAX_LINE",
+    "PROTOCOL",
     "ActivityBroadcast",
     "ActivityCodec",
     "ActivityMessage",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 ANONYMOUS = "anonymous"
+PROTOCOL = "gossamer-activity/1"  # the AUTHENTICATE extension naming our tree protocol
 DEFAULT_MAX_LINE = 64 * 1024  # bytes in one line; longer lines are INVALID_MESSAGE and a close
 COMMAND = "command"
 MAX_NAME = 256  # characters of a username, secret, id or hostname
@@ -72,8 +74,13 @@ def _check_port(port: int) -> None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Authenticate(ActivityWire):
+    """``protocol`` (extension) names what the sender speaks; absent from a legacy server of
+    the original course protocol, which gets no SERVER_INFO (it would not understand it)."""
+
     TYPE: ClassVar[str] = "AUTHENTICATE"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"protocol"})
     secret: str
+    protocol: str | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.secret, "secret")
@@ -150,12 +157,15 @@ class ActivityMessage(ActivityWire):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServerAnnounce(ActivityWire):
+    """``level`` is None (absent) from a legacy server of the original course protocol."""
+
     TYPE: ClassVar[str] = "SERVER_ANNOUNCE"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"level"})
     id: str
     load: int
     hostname: str
     port: int
-    level: int
+    level: int | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.id, "id")
@@ -163,7 +173,7 @@ class ServerAnnounce(ActivityWire):
         _check_port(self.port)
         if self.load < 0:
             raise ValueError(f"load must be >= 0, got {self.load}")
-        if self.level < 0:
+        if self.level is not None and self.level < 0:
             raise ValueError(f"level must be >= 0, got {self.level}")
 
 
@@ -291,6 +301,7 @@ _KINDS: dict[str, tuple[type[Any], str]] = {
     "str": (str, "a string"),
     "str | None": (str, "a string"),
     "int": (int, "an integer"),
+    "int | None": (int, "an integer"),
     "dict[str, Any]": (dict, "a JSON object"),
     "list[str]": (list, "an array of strings"),
 }

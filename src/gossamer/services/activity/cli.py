@@ -17,6 +17,8 @@ import orjson
 from rich.console import Console
 
 from ...core.errors import ConfigError, OperationError
+from ...core.trace import TraceSink
+from ...core.traceio import ParquetSink, trace_path
 from ...protocols.activity import ANONYMOUS
 from .client import ActivityClient
 from .server import DEFAULT_PORT, ActivityTcpServer
@@ -56,6 +58,7 @@ def add_activity_parser(
     server.add_argument("--data-dir", default=None, help="directory for users (sqlite)")
     server.add_argument("--max-depth", type=_positive_int, default=None)
     server.add_argument("--id", default=None, help="server id (default: random)")
+    _trace_options(server)
     server.set_defaults(handler=_cmd_server)
 
     client = sub.add_parser("client", help="log in and send/receive activities (JSON lines)")
@@ -68,8 +71,32 @@ def add_activity_parser(
                         help="send each JSON object line of FILE as an activity, then log out")
     client.add_argument("--listen", action="store_true",
                         help="only print received activities until interrupted")
+    client.add_argument("--id", default=None,
+                        help="client id: the origin of its activities in traces (default: "
+                             "random)")
+    _trace_options(client)
     client.set_defaults(handler=_cmd_client)
     return activity
+
+
+def _trace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace-dir", default=None,
+                        help="write the trace as Parquet to TRACE_DIR/trace/RUN/ID.parquet")
+    parser.add_argument("--run", default="activity", help="run id written in the trace")
+
+
+def _open_trace(args: argparse.Namespace, part: str) -> tuple[ParquetSink | None, Path | None]:
+    if args.trace_dir is None:
+        return None, None
+    path = trace_path(args.trace_dir, args.run, part)
+    return ParquetSink(path), path
+
+
+def _close_trace(sink: TraceSink | None, path: Path | None, console: Console) -> None:
+    if sink is not None and isinstance(sink, ParquetSink):
+        sink.close()
+        console.print(f"trace: {path} ({sink.rows_written} rows)", soft_wrap=True,
+                      highlight=False)
 
 
 def _cmd_server(args: argparse.Namespace, console: Console) -> int:
@@ -85,10 +112,17 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
         data_dir = Path(args.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
     remote = None if args.remote_host is None else (args.remote_host, args.remote_port)
-    server = ActivityTcpServer(secret=secret, host=args.local_host, port=args.local_port,
-                               remote=remote, announce_interval=args.announce_interval / 1000,
-                               data_dir=data_dir, max_depth=args.max_depth, server_id=args.id)
-    return asyncio.run(_serve(server, console))
+    server_id = args.id or secrets.token_hex(8)
+    sink, path = _open_trace(args, server_id)
+    try:
+        server = ActivityTcpServer(secret=secret, host=args.local_host, port=args.local_port,
+                                   remote=remote,
+                                   announce_interval=args.announce_interval / 1000,
+                                   data_dir=data_dir, max_depth=args.max_depth,
+                                   server_id=server_id, trace=sink, run=args.run)
+        return asyncio.run(_serve(server, console))
+    finally:
+        _close_trace(sink, path, console)
 
 
 async def _serve(server: ActivityTcpServer, console: Console) -> int:
@@ -108,12 +142,19 @@ async def _serve(server: ActivityTcpServer, console: Console) -> int:
 
 
 def _cmd_client(args: argparse.Namespace, console: Console) -> int:
-    return asyncio.run(_client(args, console))
+    client_id = args.id or f"{args.username}.{secrets.token_hex(4)}"
+    sink, path = _open_trace(args, client_id)
+    try:
+        return asyncio.run(_client(args, console, client_id, sink))
+    finally:
+        _close_trace(sink, path, console)
 
 
-async def _client(args: argparse.Namespace, console: Console) -> int:
+async def _client(args: argparse.Namespace, console: Console, client_id: str,
+                  sink: TraceSink | None) -> int:
     client = ActivityClient(args.remote_host, args.remote_port, username=args.username,
-                            secret=args.secret)
+                            secret=args.secret, client_id=client_id, trace=sink,
+                            node=client_id, run=args.run)
     try:
         info = await client.connect()
     except (OSError, OperationError) as exc:

@@ -18,6 +18,8 @@ from ...protocols.activity import (
     ANONYMOUS,
     DEFAULT_MAX_LINE,
     LAYER,
+    ORIGIN_KEY,
+    SEQ_KEY,
     ActivityBroadcast,
     ActivityCodec,
     ActivityMessage,
@@ -41,7 +43,7 @@ class ActivityClient:
                  secret: str | None = None, timeout: float = 10.0,
                  max_line: int = DEFAULT_MAX_LINE, max_pending: int = 10_000,
                  trace: TraceSink | None = None, node: str = "client",
-                 run: str = "activity") -> None:
+                 run: str = "activity", client_id: str | None = None) -> None:
         self.host = host
         self.port = port
         self.username = username
@@ -55,6 +57,11 @@ class ActivityClient:
         self.run = run
         self.redirects = 0
         self.dropped = 0
+        # who this client is across connections: the origin of its activities (extension)
+        self.client_id = client_id if client_id is not None else \
+            f"{username}.{secrets.token_hex(4)}"
+        self.seq = 0
+        self.joined = False
         self.closed = asyncio.Event()
         self.error: str | None = None
         self._activities: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -91,7 +98,21 @@ class ActivityClient:
         reply = await self._reply()
         if not isinstance(reply, LoginSuccess):
             raise OperationError(f"login refused: {reply}", definite=True)
+        self._membership("join")
         return reply.info
+
+    def _row(self, event: str, msg: str | None, origin: str | None, seq: int | None,
+             size: int | None, **info: Any) -> None:
+        if self.trace.enabled:
+            self.trace.append((self.run, self._loop.time() - self._t0, self.node, LAYER, event,
+                               msg, origin, None, None, seq, size, encode_info(info)))
+
+    def _membership(self, event: str) -> None:
+        """``join`` once logged in, ``leave`` when the connection ends (reliability needs
+        who was connected when an activity was sent)."""
+        if (event == "join") != self.joined:
+            self.joined = event == "join"
+            self._row(event, None, None, None, None, host=self.host, port=self.port)
 
     async def _open(self, host: str, port: int) -> None:
         self.closed.clear()
@@ -127,6 +148,7 @@ class ActivityClient:
                 if isinstance(msg, ActivityBroadcast):
                     self._delivered(msg.activity, len(line))
                 elif isinstance(msg, Redirect):
+                    self._membership("leave")
                     self._loop.create_task(self._follow(msg))
                     return
                 else:
@@ -135,6 +157,7 @@ class ActivityClient:
                     self._replies.put_nowait(msg)
         except (OSError, ValueError):
             pass
+        self._membership("leave")
         self.closed.set()
 
     async def _follow(self, redirect: Redirect) -> None:
@@ -155,18 +178,21 @@ class ActivityClient:
     def _delivered(self, activity: dict[str, Any], size: int) -> None:
         ids = activity_ids(activity)
         origin, seq = ids if ids is not None else (None, None)
-        if self.trace.enabled:
-            self.trace.append((self.run, self._loop.time() - self._t0, self.node, LAYER,
-                               "deliver", None if ids is None else f"{origin}#{seq}", origin,
-                               None, None, seq, size, encode_info({})))
+        self._row("deliver", None if ids is None else f"{origin}#{seq}", origin, seq, size)
         if self._activities.qsize() >= self.max_pending:
             self.dropped += 1
             return
         self._activities.put_nowait(activity)
 
     async def send(self, activity: dict[str, Any]) -> None:
+        """Publish ``activity``; it carries this client's id and next sequence number."""
+        self.seq += 1
+        stamped = {**activity, ORIGIN_KEY: self.client_id, SEQ_KEY: self.seq}
         await self._write(ActivityMessage(username=self.username, secret=self.secret,
-                                          activity=activity))
+                                          activity=stamped))
+        # the publisher has its own activity: the server sends it to the others only
+        self._row("deliver", f"{self.client_id}#{self.seq}", self.client_id, self.seq, None,
+                  own=True)
 
     async def receive(self, timeout: float | None = None) -> dict[str, Any]:
         """The next activity broadcast to this client."""
@@ -174,6 +200,7 @@ class ActivityClient:
             return await self._activities.get()
 
     async def close(self) -> None:
+        self._membership("leave")
         if self._writer is not None and not self._writer.is_closing():
             with contextlib.suppress(OSError, OperationError):
                 await self._write(Logout())

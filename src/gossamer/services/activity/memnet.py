@@ -22,6 +22,8 @@ from ...core.messages import Message
 from ...core.trace import MemorySink, encode_info
 from ...protocols.activity import (
     LAYER,
+    ORIGIN_KEY,
+    SEQ_KEY,
     ActivityBroadcast,
     ActivityCodec,
     ActivityMessage,
@@ -30,6 +32,7 @@ from ...protocols.activity import (
     Close,
     Dial,
     Login,
+    LoginSuccess,
     Redirect,
     Register,
     Send,
@@ -114,10 +117,14 @@ class _End:
 class MemClient:
     """A scripted client: records what it receives, follows REDIRECT (logging in again)."""
 
-    def __init__(self, net: MemNet, name: str, *, follow_redirects: bool = True) -> None:
+    def __init__(self, net: MemNet, name: str, *, follow_redirects: bool = True,
+                 client_ids: bool = False) -> None:
         self.net = net
         self.name = name
         self.follow_redirects = follow_redirects
+        self.client_ids = client_ids  # name itself as the origin and number its activities
+        self.seq = 0
+        self.joined = False
         self.received: list[ActivityWire] = []
         self.activities: list[dict[str, Any]] = []
         self.end: _End | None = None
@@ -150,12 +157,25 @@ class MemClient:
 
     def publish(self, activity: dict[str, Any]) -> None:
         assert self.login_msg is not None, "log in first"
+        if self.client_ids:
+            self.seq += 1
+            activity = {**activity, ORIGIN_KEY: self.name, SEQ_KEY: self.seq}
+            # the publisher has its own activity (the server sends it to the others only)
+            self.net.row(self.name, LAYER, "deliver", f"{self.name}#{self.seq}", self.name,
+                         self.server, None, self.seq, None, {"own": True})
         self.send(ActivityMessage(username=self.login_msg.username,
                                   secret=self.login_msg.secret, activity=activity))
 
     def close(self) -> None:
         if self.end is not None and self.end.open:
+            self._left("close")
             self.net.close_end(self.end)
+
+    def _left(self, reason: str) -> None:
+        if self.joined:
+            self.joined = False
+            self.net.row(self.name, LAYER, "leave", None, None, self.server, None, None, None,
+                         {"reason": reason})
 
     def last(self) -> ActivityWire:
         return self.received[-1]
@@ -169,6 +189,10 @@ class MemClient:
             origin, seq = ids if ids is not None else (None, None)
             self.net.row(self.name, LAYER, "deliver", None if ids is None else f"{origin}#{seq}",
                          origin, self.server, None, seq, len(data), {})
+        elif isinstance(msg, LoginSuccess):
+            self.joined = True  # connected to the network from now: expected to deliver
+            self.net.row(self.name, LAYER, "join", None, None, self.server, None, None, None,
+                         {})
         elif isinstance(msg, Redirect) and self.follow_redirects:
             self.redirects += 1
             target = self.net.addresses.get((msg.hostname, msg.port))
@@ -179,6 +203,7 @@ class MemClient:
                 self.send(login)
 
     def on_closed(self) -> None:
+        self._left("closed")
         self.closed = True
 
 
