@@ -259,14 +259,15 @@ def test_server_info_carries_hashed_users_and_lock_protocol_by_hand() -> None:
 # -- the tree ------------------------------------------------------------------------------
 
 
-def tree(seed: int = 1, **kwargs: Any) -> MemNet:
-    """s1 root; s2, s3 children of s1; s4 child of s2."""
+def tree(seed: int = 1, server: dict[str, Any] | None = None, **kwargs: Any) -> MemNet:
+    """s1 root; s2, s3 children of s1; s4 child of s2 (``server``: ServerConfig options)."""
     net = MemNet(seed=seed, **kwargs)
-    net.add_server("s1")
-    net.add_server("s2", parent="s1")
-    net.add_server("s3", parent="s1")
+    options = server or {}
+    net.add_server("s1", **options)
+    net.add_server("s2", parent="s1", **options)
+    net.add_server("s3", parent="s1", **options)
     net.run_for(0.2)
-    net.add_server("s4", parent="s2")
+    net.add_server("s4", parent="s2", **options)
     net.run_for(3.0)
     return net
 
@@ -281,7 +282,7 @@ def test_tree_levels_and_announcements() -> None:
 
 
 def test_redirect_after_login_when_another_server_has_2_less() -> None:
-    net = tree()
+    net = tree(server={"load_announce_gap": 0})  # loads announced on the interval only
     clients = [MemClient(net, f"c{i}") for i in range(8)]
     for c in clients:
         c.connect("s1")
@@ -488,3 +489,21 @@ def test_announce_from_unknown_server_relayed() -> None:
     assert "zz" in net.servers["s1"].known and "zz" in net.servers["s3"].known
     assert {m.id for m in peer.received if isinstance(m, ServerAnnounce)} == {
         "s1", "s2", "s3", "s4"}
+
+
+def test_a_burst_of_logins_between_announcements_is_spread_without_bouncing() -> None:
+    """40 logins at the root, 10 ms apart, faster than the 1 s announcement interval: a server
+    counts each redirected client on its target until the target announces, and announces its
+    own load early when it changes, so the burst spreads and no client gives up bouncing."""
+    # loads announced early, at most every 10 ms: about the link latency and the login spacing
+    net = tree(server={"load_announce_gap": 0.01})
+    clients = [MemClient(net, f"b{i}") for i in range(40)]
+    for c in clients:
+        c.connect("s1")
+        c.login()
+        net.run_for(0.01)  # announcements come every second: all of these see stale loads
+    settle(net)
+    redirects = [c.redirects for c in clients]
+    assert max(redirects) < 10 and sum(redirects) <= 80, redirects  # without: some give up
+    loads = [s.load for s in net.servers.values()]
+    assert sum(loads) == 40 and max(loads) - min(loads) <= 3, loads

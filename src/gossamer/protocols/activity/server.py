@@ -129,6 +129,9 @@ class ServerConfig:
     remote: tuple[str, int] | None = None
     announce_interval: float = 5.0
     miss_announces: int = 3  # intervals of silence before the parent is presumed lost
+    # a load change is announced early, at most once per this many seconds (0: only on the
+    # interval), so REDIRECT decisions elsewhere are not made on loads an interval old
+    load_announce_gap: float = 0.05
     reconnect_delay: float = 1.0
     max_depth: int | None = None
     max_connections: int = 1000
@@ -144,6 +147,8 @@ class ServerConfig:
             raise ConfigError(f"port must be in 1..65535, got {self.port}")
         if self.announce_interval <= 0:
             raise ConfigError(f"announce_interval must be > 0, got {self.announce_interval}")
+        if self.load_announce_gap < 0:
+            raise ConfigError(f"load_announce_gap must be >= 0, got {self.load_announce_gap}")
         if self.reconnect_delay <= 0:
             raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
         if self.max_depth is not None and self.max_depth < 1:
@@ -218,6 +223,8 @@ class ActivityServer:
         self._legacy: set[str] = set()  # child conns that authenticated without ``protocol``
         self._tick: TimerHandle | None = None
         self._retry: TimerHandle | None = None
+        self._early: TimerHandle | None = None  # an early announcement of a changed load
+        self._announced_load = 0
         self.running = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -233,10 +240,10 @@ class ActivityServer:
 
     def stop(self) -> None:
         self.running = False
-        for handle in (self._tick, self._retry):
+        for handle in (self._tick, self._retry, self._early):
             if handle is not None:
                 self.env.cancel(handle)
-        self._tick = self._retry = None
+        self._tick = self._retry = self._early = None
         for conn in list(self.roles):
             self._close(conn, "server stopping")
 
@@ -440,10 +447,7 @@ class ActivityServer:
 
     def _on_tick(self) -> None:
         self._tick = self.env.set_timer(self.config.announce_interval, self._on_tick)
-        announce = ServerAnnounce(id=self.id, load=self.load, hostname=self.config.hostname,
-                                  port=self.config.port, level=self.level)
-        for conn in self.server_conns():
-            self._send(conn, announce)
+        self._send_announce()
         window = self.config.miss_announces * self.config.announce_interval
         horizon = self.env.now() - window
         forget = horizon - FORGET_WINDOWS * window
@@ -454,6 +458,23 @@ class ActivityServer:
                 and (parent is None or parent.seen < horizon) and self._attached_at < horizon):
             self._trace("parent_silent", peer=self.parent, parent=self.parent_id)
             self._close(self.parent, "no announcements from the parent")
+
+    def _send_announce(self) -> None:
+        announce = ServerAnnounce(id=self.id, load=self.load, hostname=self.config.hostname,
+                                  port=self.config.port, level=self.level)
+        self._announced_load = self.load
+        for conn in self.server_conns():
+            self._send(conn, announce)
+
+    def _load_changed(self) -> None:
+        if (self.running and self._early is None and self.config.load_announce_gap > 0
+                and self.load != self._announced_load):
+            self._early = self.env.set_timer(self.config.load_announce_gap, self._announce_early)
+
+    def _announce_early(self) -> None:
+        self._early = None
+        if self.load != self._announced_load:
+            self._send_announce()
 
     # -- the tree: dialing and reconnecting -----------------------------------------------------
 
@@ -537,8 +558,13 @@ class ActivityServer:
                      key=lambda k: (k.load, k.id), default=None)
         if target is not None:
             self._trace("redirect", peer=conn, to=target.id, load=self.load, other=target.load)
+            # count the client on the target until its next announcement says how many it has:
+            # otherwise every login before that announcement goes to the same stale minimum, and
+            # servers acting on each other's stale loads send clients back and forth
+            target.load += 1
             self._send(conn, Redirect(hostname=target.hostname, port=target.port))
             self._close(conn, "redirected")
+        self._load_changed()
 
     def _register(self, conn: str, msg: Register) -> None:
         if msg.username == ANONYMOUS or msg.username in self.users:
@@ -746,7 +772,8 @@ class ActivityServer:
 
     def _forget(self, conn: str, reason: str) -> None:
         role = self.roles.pop(conn)
-        self.clients.pop(conn, None)
+        if self.clients.pop(conn, None) is not None:
+            self._load_changed()
         self._registering.discard(conn)
         self._legacy.discard(conn)
         if role in (ConnRole.CHILD, ConnRole.PARENT):
