@@ -1,0 +1,32 @@
+"""dissemination: getting a message to every node (gossip flood or Plumtree-style tree, with
+anti-entropy recovery) over a membership layer."""
+
+from .gossip import (
+    GossipBroadcast,
+    GossipConfig,
+    GossipData,
+    GossipMessage,
+    Graft,
+    IHave,
+    Mode,
+    Prune,
+    Pull,
+    Summary,
+    message_id,
+    parse_message_id,
+)
+
+__all__ = [
+    "GossipBroadcast",
+    "GossipConfig",
+    "GossipData",
+    "GossipMessage",
+    "Graft",
+    "IHave",
+    "Mode",
+    "Prune",
+    "Pull",
+    "Summary",
+    "message_id",
+    "parse_message_id",
+]

@@ -1,0 +1,551 @@
+"""Gossip broadcast over HyParView's active view, with recovery of missed messages: flooding
+(eager push to every neighbour) or a Plumtree-style spanning tree (Leitão et al., SRDS 2007).
+
+Both modes keep a bounded seen-set for duplicate suppression and a bounded store of recent
+messages. Recovery is anti-entropy: every ``recovery_interval`` a node sends the ids of its
+recent messages to one random neighbour (and all of them to each new neighbour), which pulls the
+ones it lacks. In ``tree`` mode payloads travel only on eager links; lazy links carry IHAVE
+announcements, and a node that hears of a message but does not get it GRAFTs the announcer,
+while duplicates PRUNE their link, so the eager links settle into a tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
+
+from ...core.env import Env, TimerHandle, get_json, put_json
+from ...core.errors import ConfigError, StateError
+from ...core.ids import NodeId, check_node_id
+from ...core.messages import Message, TraceIds, message
+from ..membership.hyparview import HyParView
+
+__all__ = [
+    "LAYER",
+    "GossipBroadcast",
+    "GossipConfig",
+    "GossipData",
+    "GossipMessage",
+    "Graft",
+    "IHave",
+    "Mode",
+    "Prune",
+    "Pull",
+    "Summary",
+    "message_id",
+    "parse_message_id",
+]
+
+LAYER = "gossip"
+MAX_HOP = 4096  # a payload that travelled further is a loop or a forgery
+MAX_IDS = 1024  # most message ids one control message carries
+_STATE = "gossip"
+
+DeliverFn = Callable[[str, NodeId, Any], None]
+
+
+def message_id(origin: NodeId, seq: int) -> str:
+    """A message's run-unique id: origin and sequence number, as the trace writes them."""
+    return f"{origin}:{seq}"
+
+
+def parse_message_id(text: str) -> tuple[NodeId, int]:
+    """(origin, seq) of a message id; ``ValueError`` if it is not one (node ids may hold ':')."""
+    origin, sep, seq_text = text.rpartition(":")
+    if not sep or not seq_text.isdigit() or len(seq_text) > 18:
+        raise ValueError(f"not a message id: {text!r}")
+    seq = int(seq_text)
+    if seq < 1:
+        raise ValueError(f"message id {text!r} has seq < 1")
+    return check_node_id(origin), seq
+
+
+def _check_ids(ids: tuple[str, ...]) -> None:
+    if len(ids) > MAX_IDS:
+        raise ValueError(f"at most {MAX_IDS} ids, got {len(ids)}")
+    for text in ids:
+        parse_message_id(text)
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GossipMessage(Message):
+    """Base of the gossip layer's messages."""
+
+
+@message("gossip.data")
+class GossipData(GossipMessage):
+    """A payload. ``hop``: links travelled when it arrives; ``repair``: an answer to a PULL."""
+
+    origin: str
+    seq: int
+    hop: int
+    payload: Any
+    repair: bool = False
+
+    def __post_init__(self) -> None:
+        check_node_id(self.origin)
+        if self.seq < 1:
+            raise ValueError(f"seq must be >= 1, got {self.seq}")
+        if not 1 <= self.hop <= MAX_HOP:
+            raise ValueError(f"hop must be in [1, {MAX_HOP}], got {self.hop}")
+
+    @property
+    def msg_id(self) -> str:
+        return message_id(self.origin, self.seq)
+
+    def trace_ids(self) -> TraceIds:
+        return (message_id(self.origin, self.seq), self.origin, None, self.seq)
+
+
+@message("gossip.ihave")
+class IHave(GossipMessage):
+    """Tree mode, on a lazy link: I have these messages (id, hop at which you would get it)."""
+
+    announcements: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.announcements) <= MAX_IDS:
+            raise ValueError(f"1 to {MAX_IDS} announcements, got {len(self.announcements)}")
+        for text, hop in self.announcements:
+            parse_message_id(text)
+            if not 1 <= hop <= MAX_HOP:
+                raise ValueError(f"hop must be in [1, {MAX_HOP}], got {hop}")
+
+
+@message("gossip.graft")
+class Graft(GossipMessage):
+    """Tree mode: make our link eager again and send me these messages."""
+
+    ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _check_ids(self.ids)
+
+
+@message("gossip.prune")
+class Prune(GossipMessage):
+    """Tree mode: I got your payload twice; make our link lazy."""
+
+
+@message("gossip.summary")
+class Summary(GossipMessage):
+    """Recovery: the ids of my recent messages."""
+
+    ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.ids:
+            raise ValueError("a summary names at least one message")
+        _check_ids(self.ids)
+
+
+@message("gossip.pull")
+class Pull(GossipMessage):
+    """Recovery: send me these messages of your summary."""
+
+    ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.ids:
+            raise ValueError("a pull names at least one message")
+        _check_ids(self.ids)
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+class Mode(enum.Enum):
+    FLOOD = "flood"
+    TREE = "tree"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GossipConfig:
+    mode: Literal["flood", "tree"] = "flood"
+    seen_limit: int = 100_000  # message ids remembered for duplicate suppression
+    store_limit: int = 1024  # recent messages kept to answer PULL and GRAFT
+    store_ttl: float = 30.0  # ... for at most this many seconds (the recovery window)
+    recovery_interval: float = 1.0  # seconds between summaries (0: no anti-entropy)
+    summary_min_age: float = 1.0  # younger messages may still be in flight: not announced yet
+    max_summary_ids: int = 256
+    max_pull_ids: int = 64
+    pull_retry: float = 1.0  # do not ask for the same message again sooner
+    graft_timeout: float = 1.0  # tree: after an IHAVE, wait this long for the eager copy
+    graft_retry: float = 0.5  # tree: then graft the next announcer this often
+    ihave_interval: float = 0.05  # tree: IHAVEs to a lazy peer are batched this long (0: not)
+    max_missing: int = 4096  # messages announced or pulled but not yet here, tracked at once
+    durable: bool = True  # the next sequence number survives a crash (ids stay unique)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("flood", "tree"):
+            raise ConfigError(f"mode must be 'flood' or 'tree', got {self.mode!r}")
+        for name in ("seen_limit", "store_limit", "max_missing"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        for name in ("max_summary_ids", "max_pull_ids"):
+            if not 1 <= getattr(self, name) <= MAX_IDS:
+                raise ConfigError(f"{name} must be in [1, {MAX_IDS}]")
+        for name in ("store_ttl", "pull_retry", "graft_timeout", "graft_retry"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+        for name in ("recovery_interval", "summary_min_age", "ihave_interval"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        if self.summary_min_age >= self.store_ttl:
+            raise ConfigError("summary_min_age must be < store_ttl")
+
+
+@dataclasses.dataclass(slots=True)
+class _Stored:
+    origin: NodeId
+    seq: int
+    hop: int  # hops it had travelled when it reached us
+    payload: Any
+    received: float
+
+
+# -- the protocol ----------------------------------------------------------------------------
+
+
+class GossipBroadcast:
+    """Broadcast to every node of a HyParView overlay. It is the node's process: it starts the
+    membership layer and passes it the messages that are not gossip."""
+
+    def __init__(
+        self,
+        env: Env,
+        membership: HyParView,
+        *,
+        config: GossipConfig | None = None,
+        on_deliver: DeliverFn | None = None,
+    ) -> None:
+        self.env = env
+        self.membership = membership
+        self.config = config if config is not None else GossipConfig()
+        self.mode = Mode(self.config.mode)
+        self.on_deliver = on_deliver
+        membership.on_neighbor_up = self._neighbor_up
+        membership.on_neighbor_down = self._neighbor_down
+        self.delivered = 0
+        self.duplicates = 0
+        self._seen: dict[str, None] = {}
+        self._store: dict[str, _Stored] = {}  # in arrival order: the oldest is first
+        self._pulled: dict[str, float] = {}  # id -> when we last asked a neighbour for it
+        # tree mode: the links' kinds, and messages announced to us that we still lack
+        self._eager: dict[NodeId, None] = {}
+        self._lazy: dict[NodeId, None] = {}
+        self._missing: dict[str, list[NodeId]] = {}
+        self._missing_timers: dict[str, TimerHandle] = {}
+        self._ihave_queue: dict[NodeId, list[tuple[str, int]]] = {}
+        self._ihave_timer: TimerHandle | None = None
+        self._recovery_timer: TimerHandle | None = None
+        self._stopped = False
+        self._durable = env.store if self.config.durable else None
+        self._next_seq = 1
+        if self._durable is not None:
+            saved = get_json(self._durable, _STATE, "next_seq")
+            if saved is not None:
+                self._next_seq = int(saved)
+
+    # -- Process ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.membership.start()
+        interval = self.config.recovery_interval
+        if interval > 0:
+            self._recovery_timer = self.env.set_timer(self.env.rng.uniform(0, interval),
+                                                      self._recovery_due)
+
+    def stop(self) -> None:
+        for timer in (self._recovery_timer, self._ihave_timer, *self._missing_timers.values()):
+            if timer is not None:
+                self.env.cancel(timer)
+        self._missing_timers.clear()
+        self._missing.clear()
+        self._stopped = True
+        self.membership.stop()
+
+    def on_message(self, src: NodeId, msg: Message) -> None:
+        if not isinstance(msg, GossipMessage):
+            self.membership.on_message(src, msg)
+            return
+        if self._stopped:
+            self._drop(src, msg, "stopped")
+            return
+        if src == self.env.node:
+            self._drop(src, msg, "from_self")
+            return
+        self.membership.heard_from(src)
+        if isinstance(msg, GossipData):
+            self._on_data(src, msg)
+        elif isinstance(msg, IHave):
+            self._on_ihave(src, msg)
+        elif isinstance(msg, Prune):
+            self._on_prune(src, msg)
+        elif isinstance(msg, Graft):
+            self._on_graft(src, msg)
+        elif isinstance(msg, Summary):
+            self._on_summary(src, msg)
+        elif isinstance(msg, Pull):
+            self._send_stored(src, msg.ids, repair=True)
+        else:
+            self._drop(src, msg, "unknown")
+
+    # -- broadcasting ------------------------------------------------------------------------
+
+    def broadcast(self, payload: Any) -> str:
+        """Send ``payload`` to every node (delivered here at once); returns its message id."""
+        if self._stopped:
+            raise StateError("broadcast() on a stopped gossip layer")
+        env = self.env
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        if self._durable is not None:
+            # durable before anyone sees the id, or a recovered node would reuse it
+            put_json(self._durable, _STATE, "next_seq", self._next_seq)
+            self._durable.commit()
+        mid = message_id(env.node, seq)
+        env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq)
+        self._accept(mid, env.node, seq, 0, payload)
+        self._forward(mid, env.node, seq, 0, payload, exclude=None)
+        return mid
+
+    def _accept(self, mid: str, origin: NodeId, seq: int, hop: int, payload: Any) -> None:
+        """Remember and deliver a message seen for the first time."""
+        seen = self._seen
+        seen[mid] = None
+        if len(seen) > self.config.seen_limit:
+            del seen[next(iter(seen))]
+        store = self._store
+        store[mid] = _Stored(origin, seq, hop, payload, self.env.now())
+        if len(store) > self.config.store_limit:
+            del store[next(iter(store))]
+        self._pulled.pop(mid, None)
+        self.delivered += 1
+        self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=seq, hop=hop)
+        if self.on_deliver is not None:
+            self.on_deliver(mid, origin, payload)
+
+    def _forward(self, mid: str, origin: NodeId, seq: int, hop: int, payload: Any,
+                 exclude: NodeId | None) -> None:
+        send = self.env.send
+        data = GossipData(origin=origin, seq=seq, hop=hop + 1, payload=payload)
+        if self.mode is Mode.FLOOD:
+            for node in self.membership.active_view():
+                if node != exclude and node != origin:
+                    send(node, data)
+            return
+        for node in self._eager:
+            if node != exclude:
+                send(node, data)
+        for node in self._lazy:
+            if node != exclude and node != origin:
+                self._announce(node, mid, hop + 1)
+
+    def _on_data(self, src: NodeId, msg: GossipData) -> None:
+        mid = msg.msg_id
+        tree = self.mode is Mode.TREE
+        if mid in self._seen:
+            self.duplicates += 1
+            if tree and not msg.repair and self.membership.is_neighbor(src):
+                # prune even if the link is lazy on our side: a PRUNE and a GRAFT that crossed
+                # leave it eager on the sender's, and it would push to us for ever
+                self._set_lazy(src)
+                self.env.send(src, Prune())
+            return
+        if tree:
+            timer = self._missing_timers.pop(mid, None)
+            if timer is not None:
+                self.env.cancel(timer)
+            self._missing.pop(mid, None)
+            if not msg.repair and self.membership.is_neighbor(src):
+                self._set_eager(src)
+        self._accept(mid, msg.origin, msg.seq, msg.hop, msg.payload)
+        self._forward(mid, msg.origin, msg.seq, msg.hop, msg.payload, exclude=src)
+
+    def _send_stored(self, dst: NodeId, ids: tuple[str, ...], *, repair: bool) -> None:
+        store = self._store
+        for mid in ids:
+            item = store.get(mid)
+            if item is not None and item.hop < MAX_HOP:
+                self.env.send(dst, GossipData(origin=item.origin, seq=item.seq, hop=item.hop + 1,
+                                              payload=item.payload, repair=repair))
+
+    # -- tree mode -----------------------------------------------------------------------------
+
+    def _set_eager(self, node: NodeId) -> None:
+        self._lazy.pop(node, None)
+        self._eager[node] = None
+
+    def _set_lazy(self, node: NodeId) -> None:
+        self._eager.pop(node, None)
+        self._lazy[node] = None
+
+    def _on_prune(self, src: NodeId, msg: Prune) -> None:
+        if self.mode is not Mode.TREE:
+            self._drop(src, msg, "not_tree_mode")
+        elif src in self._eager:
+            self._set_lazy(src)
+
+    def _on_graft(self, src: NodeId, msg: Graft) -> None:
+        if self.mode is not Mode.TREE:
+            self._drop(src, msg, "not_tree_mode")
+            return
+        if self.membership.is_neighbor(src):
+            self._set_eager(src)
+        self._send_stored(src, msg.ids, repair=False)
+
+    def _on_ihave(self, src: NodeId, msg: IHave) -> None:
+        if self.mode is not Mode.TREE:
+            self._drop(src, msg, "not_tree_mode")
+            return
+        seen, missing = self._seen, self._missing
+        for mid, _hop in msg.announcements:
+            if mid in seen:
+                continue
+            announcers = missing.get(mid)
+            if announcers is None:
+                if len(missing) >= self.config.max_missing:
+                    continue  # anti-entropy will still bring it
+                announcers = missing[mid] = []
+                self._missing_timers[mid] = self.env.set_timer(
+                    self.config.graft_timeout, functools.partial(self._graft_due, mid))
+            if src not in announcers:
+                announcers.append(src)
+
+    def _graft_due(self, mid: str) -> None:
+        """The eager copy of an announced message is late: graft its next announcer."""
+        self._missing_timers.pop(mid, None)
+        announcers = self._missing.get(mid)
+        if mid in self._seen or not announcers:
+            self._missing.pop(mid, None)
+            return
+        src = announcers.pop(0)
+        if self.membership.is_neighbor(src):
+            self._set_eager(src)
+        self.env.send(src, Graft(ids=(mid,)))
+        self._missing_timers[mid] = self.env.set_timer(
+            self.config.graft_retry, functools.partial(self._graft_due, mid))
+
+    def _announce(self, node: NodeId, mid: str, hop: int) -> None:
+        if self.config.ihave_interval == 0:
+            self.env.send(node, IHave(announcements=((mid, hop),)))
+            return
+        queue = self._ihave_queue.setdefault(node, [])
+        queue.append((mid, hop))
+        if len(queue) >= MAX_IDS:
+            del self._ihave_queue[node]
+            self.env.send(node, IHave(announcements=tuple(queue)))
+        if self._ihave_timer is None and self._ihave_queue:
+            self._ihave_timer = self.env.set_timer(self.config.ihave_interval, self._flush_ihave)
+
+    def _flush_ihave(self) -> None:
+        self._ihave_timer = None
+        queued, self._ihave_queue = self._ihave_queue, {}
+        for node, announcements in queued.items():
+            self.env.send(node, IHave(announcements=tuple(announcements)))
+
+    # -- neighbours ------------------------------------------------------------------------
+
+    def _neighbor_up(self, node: NodeId) -> None:
+        if self.mode is Mode.TREE:
+            self._set_eager(node)
+        # a new neighbour may have missed what we have: let it pull (what is younger than
+        # summary_min_age may still be on its way to it, and the next summaries cover it)
+        ids = self._recent_ids(min_age=self.config.summary_min_age)
+        if ids:
+            self.env.send(node, Summary(ids=ids))
+
+    def _neighbor_down(self, node: NodeId) -> None:
+        self._eager.pop(node, None)
+        self._lazy.pop(node, None)
+        self._ihave_queue.pop(node, None)
+        for announcers in self._missing.values():
+            if node in announcers:
+                announcers.remove(node)
+
+    # -- recovery (anti-entropy) -------------------------------------------------------------
+
+    def _recent_ids(self, *, min_age: float) -> tuple[str, ...]:
+        """Newest first, at most ``max_summary_ids``, no older than the recovery window."""
+        newest = self.env.now() - min_age
+        ids: list[str] = []
+        limit = self.config.max_summary_ids
+        for mid in reversed(self._store):
+            if self._store[mid].received > newest:
+                continue
+            ids.append(mid)
+            if len(ids) >= limit:
+                break
+        return tuple(ids)
+
+    def _recovery_due(self) -> None:
+        config, env = self.config, self.env
+        self._recovery_timer = env.set_timer(config.recovery_interval, self._recovery_due)
+        now = env.now()
+        store = self._store
+        oldest = now - config.store_ttl
+        while store:
+            first = next(iter(store))
+            if store[first].received >= oldest:
+                break
+            del store[first]
+        expired = [mid for mid, asked in self._pulled.items() if asked < now - config.pull_retry]
+        for mid in expired:
+            del self._pulled[mid]
+        neighbors = self.membership.active_view()
+        if not neighbors:
+            return
+        ids = self._recent_ids(min_age=config.summary_min_age)
+        if ids:
+            env.send(env.rng.choice(neighbors), Summary(ids=ids))
+
+    def _on_summary(self, src: NodeId, msg: Summary) -> None:
+        seen, pulled = self._seen, self._pulled
+        now = self.env.now()
+        retry_before = now - self.config.pull_retry
+        wanted: list[str] = []
+        room = self.config.max_missing - len(pulled)
+        for mid in msg.ids:
+            if mid in seen:
+                continue
+            asked = pulled.get(mid)
+            if asked is not None and asked > retry_before:
+                continue  # asked recently: the answer may be on its way
+            if len(wanted) >= room:
+                break  # bounded: the rest waits for a later summary
+            wanted.append(mid)
+            pulled[mid] = now
+            if len(wanted) >= self.config.max_pull_ids:
+                break
+        if wanted:
+            self.env.send(src, Pull(ids=tuple(wanted)))
+
+    # -- inspection --------------------------------------------------------------------------
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def has_seen(self, mid: str) -> bool:
+        return mid in self._seen
+
+    def stored_ids(self) -> list[str]:
+        return list(self._store)
+
+    def eager_peers(self) -> list[NodeId]:
+        return list(self._eager)
+
+    def lazy_peers(self) -> list[NodeId]:
+        return list(self._lazy)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _drop(self, src: NodeId, msg: Message, reason: str) -> None:
+        self.env.trace("drop", layer=LAYER, peer=src, reason=reason, type=msg.TYPE)
