@@ -15,6 +15,17 @@ from .gossip import (
     message_id,
     parse_message_id,
 )
+from .scribe import (
+    Heartbeat,
+    Publish,
+    PublishAck,
+    Scribe,
+    ScribeConfig,
+    ScribeData,
+    ScribeLeave,
+    ScribeMessage,
+    TreeRole,
+)
 
 __all__ = [
     "GossipBroadcast",
@@ -22,11 +33,20 @@ __all__ = [
     "GossipData",
     "GossipMessage",
     "Graft",
+    "Heartbeat",
     "IHave",
     "Mode",
     "Prune",
+    "Publish",
+    "PublishAck",
     "Pull",
+    "Scribe",
+    "ScribeConfig",
+    "ScribeData",
+    "ScribeLeave",
+    "ScribeMessage",
     "Summary",
+    "TreeRole",
     "message_id",
     "parse_message_id",
 ]

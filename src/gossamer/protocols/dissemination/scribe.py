@@ -1,0 +1,688 @@
+"""Scribe over Chord: one multicast tree per topic, rooted at the topic's Chord root (seed 001,
+sections 3.3-3.4; Rowstron et al., NGC 2001).
+
+Subscribing routes a JOIN towards the topic's root through Chord. Every node the JOIN passes
+becomes a forwarder: it adopts the previous hop as a child and, if it was not in the tree yet,
+joins it itself with a JOIN of its own (the one it received stops there). A node whose JOIN
+leaves it takes the next hop as its parent. Unsubscribing prunes: a node with no children that
+is not subscribed LEAVEs its parent.
+
+Publishing finds the topic's root (Chord ``find_root``, then cached), sends it the message and
+waits for an acknowledgement, retrying through a fresh lookup. The root runs ``order`` (the step
+a replicated owner, e.g. Multi-Paxos, replaces) which by default disseminates at once down the
+tree; only subscribed nodes deliver, each message once.
+
+Repair: tree neighbours exchange heartbeats. A child that does not hear its parent within
+``parent_timeout`` joins again through Chord, which routes around the failed node; a parent
+forgets silent children. Heartbeats carry the parent's depth, so a cycle (possible while the ring
+is inconsistent) grows without bound and is broken by a fresh join past ``max_depth``; a root
+that Chord no longer names root joins the new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ...core.env import Env, TimerHandle, get_json, put_json
+from ...core.errors import ConfigError, StateError
+from ...core.ids import NodeId, check_node_id
+from ...core.messages import Message, TraceIds, message
+from ..membership.chord import ChordHost
+
+__all__ = [
+    "LAYER",
+    "MAX_TOPIC",
+    "Heartbeat",
+    "Publish",
+    "PublishAck",
+    "Scribe",
+    "ScribeConfig",
+    "ScribeData",
+    "ScribeLeave",
+    "ScribeMessage",
+    "TreeRole",
+    "check_topic",
+]
+
+LAYER = "scribe"
+MAX_TOPIC = 256
+MAX_TOPICS_PER_HEARTBEAT = 1024
+MAX_DEPTH_WIRE = 1 << 16
+JOIN_TAG = "scribe.join"
+_STATE = "scribe"
+
+DeliverFn = Callable[[str, str, NodeId, Any], None]  # (topic, msg id, origin, payload)
+
+
+def check_topic(topic: str) -> str:
+    if not isinstance(topic, str) or not 1 <= len(topic) <= MAX_TOPIC:
+        raise ValueError(f"a topic has 1-{MAX_TOPIC} characters")
+    return topic
+
+
+def _message_id(origin: NodeId, seq: int) -> str:
+    return f"{origin}:{seq}"
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScribeMessage(Message):
+    """Base of Scribe's direct messages (JOINs travel inside Chord routes)."""
+
+
+@message("scribe.publish")
+class Publish(ScribeMessage):
+    """Publisher -> the topic's root: please order and disseminate this message."""
+
+    topic: str
+    origin: str
+    seq: int
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+        check_node_id(self.origin)
+        if self.seq < 1:
+            raise ValueError(f"seq must be >= 1, got {self.seq}")
+
+    def trace_ids(self) -> TraceIds:
+        return (_message_id(self.origin, self.seq), self.origin, self.topic, self.seq)
+
+
+@message("scribe.publish_ack")
+class PublishAck(ScribeMessage):
+    """Root -> publisher: your message is taken (ordered, disseminated)."""
+
+    topic: str
+    seq: int
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+        if self.seq < 1:
+            raise ValueError(f"seq must be >= 1, got {self.seq}")
+
+
+@message("scribe.data")
+class ScribeData(ScribeMessage):
+    """A published message going down a topic's tree, parent -> child."""
+
+    topic: str
+    origin: str
+    seq: int
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+        check_node_id(self.origin)
+        if self.seq < 1:
+            raise ValueError(f"seq must be >= 1, got {self.seq}")
+
+    def trace_ids(self) -> TraceIds:
+        return (_message_id(self.origin, self.seq), self.origin, self.topic, self.seq)
+
+
+@message("scribe.leave")
+class ScribeLeave(ScribeMessage):
+    """Child -> parent (UNSUBSCRIBE): take me off this topic's children."""
+
+    topic: str
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+
+
+@message("scribe.heartbeat")
+class Heartbeat(ScribeMessage):
+    """Between tree neighbours: ``down`` are the topics I am your parent in (with my depth),
+    ``up`` the topics I am your child in."""
+
+    down: tuple[tuple[str, int], ...] = ()
+    up: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.down) + len(self.up) > MAX_TOPICS_PER_HEARTBEAT:
+            raise ValueError(f"at most {MAX_TOPICS_PER_HEARTBEAT} topics per heartbeat")
+        for topic, depth in self.down:
+            check_topic(topic)
+            if not 0 <= depth <= MAX_DEPTH_WIRE:
+                raise ValueError(f"depth must be in [0, {MAX_DEPTH_WIRE}]")
+        for topic in self.up:
+            check_topic(topic)
+
+
+# -- configuration and state -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScribeConfig:
+    heartbeat_interval: float = 0.5
+    parent_timeout: float = 1.6  # no heartbeat from the parent this long: join again
+    child_timeout: float = 2.5  # a child silent this long is forgotten
+    max_depth: int = 64  # a deeper tree position means a cycle: join again
+    publish_timeout: float = 1.5  # no PublishAck this long: look the root up again and resend
+    publish_retries: int = 6
+    root_cache_ttl: float = 30.0
+    max_topics: int = 4096
+    max_children: int = 4096  # per topic
+    max_pending: int = 4096  # publishes awaiting their ack
+    seen_limit: int = 100_000  # message ids remembered to deliver and forward once
+    durable: bool = True  # the next sequence number survives a crash
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_interval", "parent_timeout", "child_timeout",
+                     "publish_timeout", "root_cache_ttl"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+        for name in ("max_depth", "max_topics", "max_children", "max_pending", "seen_limit"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if self.publish_retries < 0:
+            raise ConfigError("publish_retries must be >= 0")
+        if self.parent_timeout <= self.heartbeat_interval:
+            raise ConfigError("parent_timeout must be > heartbeat_interval")
+
+
+class TreeRole(enum.Enum):
+    JOINING = "joining"  # our JOIN has not left this node yet (no parent)
+    MEMBER = "member"  # we have a parent
+    ROOT = "root"  # Chord delivered a JOIN to us: we are the topic's root
+
+
+@dataclasses.dataclass(slots=True)
+class _Topic:
+    role: TreeRole
+    subscribed: bool = False
+    parent: NodeId | None = None
+    parent_heard: float = 0.0
+    depth: int = 0
+    nonce: int = 0  # of our JOIN in flight: retries of older ones are stale
+    children: dict[NodeId, float] = dataclasses.field(default_factory=dict)  # -> last heard
+    not_root_ticks: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    topic: str
+    seq: int
+    payload: Any
+    tries: int = 0
+    timer: TimerHandle | None = None
+
+
+# -- the protocol ------------------------------------------------------------------------------
+
+
+class Scribe:
+    """Scribe trees over a Chord host. It is the node's process: it starts Chord and passes it
+    the messages that are not Scribe's.
+
+    ``on_deliver(topic, msg_id, origin, payload)`` is called at subscribed nodes only.
+    """
+
+    def __init__(
+        self,
+        env: Env,
+        chord: ChordHost,
+        *,
+        config: ScribeConfig | None = None,
+        on_deliver: DeliverFn | None = None,
+    ) -> None:
+        self.env = env
+        self.chord = chord
+        self.config = config if config is not None else ScribeConfig()
+        self.on_deliver = on_deliver
+        chord.on_forward = self._on_forward
+        chord.on_deliver = self._on_route_delivered
+        chord.on_root_found = self._on_root_found
+        chord.on_root_failed = self._on_root_failed
+        self.delivered = 0
+        self._topics: dict[str, _Topic] = {}
+        self._seen: dict[str, None] = {}
+        self._pending: dict[int, _Pending] = {}  # seq -> publish awaiting its ack
+        self._roots: dict[str, tuple[NodeId, float]] = {}  # topic -> (root, when learnt)
+        self._nonce = env.rng.getrandbits(32)
+        self._heartbeat_timer: TimerHandle | None = None
+        self._stopped = False
+        self._durable = env.store if self.config.durable else None
+        self._next_seq = 1
+        if self._durable is not None:
+            saved = get_json(self._durable, _STATE, "next_seq")
+            if saved is not None:
+                self._next_seq = int(saved)
+
+    # -- Process -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.chord.start()
+        interval = self.config.heartbeat_interval
+        self._heartbeat_timer = self.env.set_timer(self.env.rng.uniform(0, interval), self._tick)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._heartbeat_timer is not None:
+            self.env.cancel(self._heartbeat_timer)
+        for pending in self._pending.values():
+            if pending.timer is not None:
+                self.env.cancel(pending.timer)
+        self._pending.clear()
+        for topic, state in self._topics.items():
+            if state.parent is not None:
+                self.env.send(state.parent, ScribeLeave(topic=topic))
+        self._topics.clear()
+        self.chord.stop()
+
+    def on_message(self, src: NodeId, msg: Message) -> None:
+        if not isinstance(msg, ScribeMessage):
+            self.chord.on_message(src, msg)
+            return
+        if self._stopped:
+            self._drop(src, msg, "stopped")
+            return
+        if src == self.env.node:
+            self._drop(src, msg, "from_self")
+            return
+        if isinstance(msg, ScribeData):
+            self._on_data(src, msg)
+        elif isinstance(msg, Publish):
+            self._on_publish(src, msg)
+        elif isinstance(msg, PublishAck):
+            self._on_publish_ack(src, msg)
+        elif isinstance(msg, ScribeLeave):
+            self._on_leave(src, msg)
+        elif isinstance(msg, Heartbeat):
+            self._on_heartbeat(src, msg)
+        else:
+            self._drop(src, msg, "unknown")
+
+    # -- public face ---------------------------------------------------------------------------
+
+    def subscribe(self, topic: str) -> None:
+        check_topic(topic)
+        if self._stopped:
+            raise StateError("subscribe() on a stopped scribe layer")
+        state = self._topics.get(topic)
+        if state is not None:
+            state.subscribed = True
+            return
+        if len(self._topics) >= self.config.max_topics:
+            self.env.trace("drop", layer=LAYER, key=topic, reason="too_many_topics")
+            return
+        state = self._topics[topic] = _Topic(TreeRole.JOINING, subscribed=True)
+        self._join(topic, state)
+
+    def unsubscribe(self, topic: str) -> None:
+        check_topic(topic)
+        state = self._topics.get(topic)
+        if state is None:
+            return
+        state.subscribed = False
+        self._maybe_prune(topic, state)
+
+    def publish(self, topic: str, payload: Any) -> str:
+        """Send ``payload`` to every subscriber of ``topic``; returns its message id."""
+        check_topic(topic)
+        if self._stopped:
+            raise StateError("publish() on a stopped scribe layer")
+        env = self.env
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        if self._durable is not None:
+            put_json(self._durable, _STATE, "next_seq", self._next_seq)
+            self._durable.commit()
+        mid = _message_id(env.node, seq)
+        env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
+        if len(self._pending) >= self.config.max_pending:
+            env.trace("drop", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic,
+                      reason="pending_full")
+            return mid
+        pending = self._pending[seq] = _Pending(topic, seq, payload)
+        self._send_publish(pending)
+        return mid
+
+    def order(self, topic: str, origin: NodeId, seq: int, payload: Any) -> None:
+        """The root's ordering step for a publish it accepted. By default: disseminate at once.
+        A replicated topic owner (Multi-Paxos) replaces this and calls ``disseminate`` once the
+        message is decided."""
+        self.disseminate(topic, origin, seq, payload)
+
+    def disseminate(self, topic: str, origin: NodeId, seq: int, payload: Any) -> None:
+        """Deliver here (if subscribed) and send down this node's tree for ``topic``."""
+        mid = _message_id(origin, seq)
+        if mid in self._seen:
+            return
+        self._accept(topic, mid, origin, seq, payload)
+        state = self._topics.get(topic)
+        if state is not None:
+            data = ScribeData(topic=topic, origin=origin, seq=seq, payload=payload)
+            for child in state.children:
+                self.env.send(child, data)
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return list(self._topics)
+
+    def is_subscribed(self, topic: str) -> bool:
+        state = self._topics.get(topic)
+        return state is not None and state.subscribed
+
+    def role(self, topic: str) -> TreeRole | None:
+        state = self._topics.get(topic)
+        return None if state is None else state.role
+
+    def parent(self, topic: str) -> NodeId | None:
+        state = self._topics.get(topic)
+        return None if state is None else state.parent
+
+    def children(self, topic: str) -> list[NodeId]:
+        state = self._topics.get(topic)
+        return [] if state is None else list(state.children)
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Everything a message may change, for tests that check a drop changed nothing."""
+        return (tuple((t, dataclasses.astuple(s)) for t, s in self._topics.items()),
+                tuple(self._seen), tuple(self._pending), tuple(self._roots.items()),
+                self.delivered)
+
+    # -- tree building -------------------------------------------------------------------------
+
+    def _join(self, topic: str, state: _Topic) -> None:
+        """Route a fresh JOIN for ``topic``: its next hop becomes our parent."""
+        self._nonce += 1
+        state.nonce = self._nonce
+        state.role = TreeRole.JOINING
+        state.parent = None
+        state.not_root_ticks = 0
+        self.env.trace("join", layer=LAYER, key=topic)
+        self.chord.route(topic, {"t": JOIN_TAG, "n": state.nonce})
+        # if the route could not start (not on the ring yet) the next tick tries again
+
+    def _rejoin(self, topic: str, state: _Topic, reason: str) -> None:
+        old = state.parent
+        self.env.trace("repair", layer=LAYER, key=topic, peer=old, reason=reason)
+        if old is not None:
+            self.env.send(old, ScribeLeave(topic=topic))
+        self._join(topic, state)
+
+    def _join_nonce(self, payload: Any) -> int | None:
+        if (isinstance(payload, dict) and payload.get("t") == JOIN_TAG
+                and isinstance(payload.get("n"), int)):
+            return int(payload["n"])
+        return None
+
+    def _previous_hop(self) -> NodeId | None:
+        prev = self.chord.last_hop
+        return None if prev == self.env.node else prev
+
+    def _on_forward(self, key: str, payload: Any, next_hop: NodeId) -> bool:
+        """Chord is about to send a JOIN on: at its origin that fixes our parent; at a forwarder
+        the previous hop becomes a child and the JOIN stops (we join with our own)."""
+        nonce = self._join_nonce(payload)
+        if nonce is None or self._stopped:
+            self.env.trace("drop", layer=LAYER, key=key, reason="bad_route_payload")
+            return False
+        if next_hop == self.env.node:
+            return True  # between virtual nodes of this host
+        prev = self._previous_hop()
+        if prev is None:
+            state = self._topics.get(key)
+            if state is None or state.nonce != nonce or state.role is TreeRole.ROOT:
+                self.env.trace("drop", layer=LAYER, key=key, reason="stale_join")
+                return False
+            if state.parent is not None and state.parent != next_hop:
+                self.env.send(state.parent, ScribeLeave(topic=key))
+            state.role = TreeRole.MEMBER
+            state.parent = next_hop
+            state.parent_heard = self.env.now()
+            state.children.pop(next_hop, None)
+            return True
+        self._adopt(key, prev)
+        return False
+
+    def _on_route_delivered(self, key: str, payload: Any) -> None:
+        """A JOIN reached us as the topic's root."""
+        nonce = self._join_nonce(payload)
+        if nonce is None or self._stopped:
+            self.env.trace("drop", layer=LAYER, key=key, reason="bad_route_payload")
+            return
+        prev = self._previous_hop()
+        state = self._topics.get(key)
+        if prev is None and (state is None or state.nonce != nonce):
+            self.env.trace("drop", layer=LAYER, key=key, reason="stale_join")
+            return
+        if state is None:
+            if len(self._topics) >= self.config.max_topics:
+                self.env.trace("drop", layer=LAYER, key=key, reason="too_many_topics")
+                return
+            state = self._topics[key] = _Topic(TreeRole.ROOT)
+        if state.role is not TreeRole.ROOT:
+            if state.parent is not None:
+                self.env.send(state.parent, ScribeLeave(topic=key))
+            self.env.trace("root", layer=LAYER, key=key)
+        state.role = TreeRole.ROOT
+        state.parent = None
+        state.depth = 0
+        state.not_root_ticks = 0
+        if prev is not None:
+            self._add_child(key, state, prev)
+
+    def _adopt(self, topic: str, child: NodeId) -> None:
+        """``child`` joins through us: take it, and join the tree ourselves if we are not in."""
+        state = self._topics.get(topic)
+        if state is None:
+            if len(self._topics) >= self.config.max_topics:
+                self.env.trace("drop", layer=LAYER, key=topic, peer=child,
+                               reason="too_many_topics")
+                return
+            state = self._topics[topic] = _Topic(TreeRole.JOINING)
+            self._add_child(topic, state, child)
+            self._join(topic, state)
+            return
+        if child == state.parent:
+            # our parent joins through us: the ring was inconsistent; break the loop
+            self._add_child(topic, state, child)
+            self._rejoin(topic, state, "cycle")
+            return
+        self._add_child(topic, state, child)
+
+    def _add_child(self, topic: str, state: _Topic, child: NodeId) -> None:
+        if child not in state.children and len(state.children) >= self.config.max_children:
+            self.env.trace("drop", layer=LAYER, key=topic, peer=child, reason="too_many_children")
+            return
+        state.children[child] = self.env.now()
+
+    def _maybe_prune(self, topic: str, state: _Topic) -> None:
+        """Leave the tree when nobody needs us in it."""
+        if state.subscribed or state.children:
+            return
+        del self._topics[topic]
+        if state.parent is not None:
+            self.env.send(state.parent, ScribeLeave(topic=topic))
+        self.env.trace("leave", layer=LAYER, key=topic, peer=state.parent)
+
+    def _on_leave(self, src: NodeId, msg: ScribeLeave) -> None:
+        state = self._topics.get(msg.topic)
+        if state is None or src not in state.children:
+            self._drop(src, msg, "not_a_child")
+            return
+        del state.children[src]
+        self._maybe_prune(msg.topic, state)
+
+    # -- heartbeats and repair -----------------------------------------------------------------
+
+    def _tick(self) -> None:
+        config, env = self.config, self.env
+        self._heartbeat_timer = env.set_timer(config.heartbeat_interval, self._tick)
+        now = env.now()
+        down: dict[NodeId, list[tuple[str, int]]] = {}
+        up: dict[NodeId, list[str]] = {}
+        for topic, state in list(self._topics.items()):
+            stale = [c for c, heard in state.children.items()
+                     if now - heard > config.child_timeout]
+            for child in stale:
+                del state.children[child]
+                env.trace("drop_child", layer=LAYER, key=topic, peer=child)
+            if stale and not state.subscribed and not state.children:
+                self._maybe_prune(topic, state)
+                continue
+            if state.role is TreeRole.JOINING:
+                if self.chord.joined:
+                    self._join(topic, state)
+            elif state.role is TreeRole.MEMBER:
+                if now - state.parent_heard > config.parent_timeout:
+                    self._rejoin(topic, state, "parent_timeout")
+            elif self.chord.joined and self.chord.root_of(topic) is None:
+                state.not_root_ticks += 1
+                if state.not_root_ticks >= 2:
+                    self._rejoin(topic, state, "not_root")
+            else:
+                state.not_root_ticks = 0
+            if state.role is TreeRole.MEMBER and state.parent is not None:
+                up.setdefault(state.parent, []).append(topic)
+            depth = min(state.depth, MAX_DEPTH_WIRE)
+            for child in state.children:
+                down.setdefault(child, []).append((topic, depth))
+        for node in sorted(set(down) | set(up)):
+            pairs = down.get(node, [])
+            names = up.get(node, [])
+            while pairs or names:
+                room = MAX_TOPICS_PER_HEARTBEAT
+                chunk_down, pairs = pairs[:room], pairs[room:]
+                room -= len(chunk_down)
+                chunk_up, names = names[:room], names[room:]
+                env.send(node, Heartbeat(down=tuple(chunk_down), up=tuple(chunk_up)))
+
+    def _on_heartbeat(self, src: NodeId, msg: Heartbeat) -> None:
+        now = self.env.now()
+        for topic, depth in msg.down:
+            state = self._topics.get(topic)
+            if state is None or state.parent != src:
+                self.env.send(src, ScribeLeave(topic=topic))  # not (or no longer) our parent
+                continue
+            state.parent_heard = now
+            state.depth = depth + 1
+            if state.depth > self.config.max_depth:
+                self._rejoin(topic, state, "too_deep")
+        for topic in msg.up:
+            state = self._topics.get(topic)
+            if state is not None and src in state.children:
+                state.children[src] = now
+            else:
+                self._adopt(topic, src)  # it counts on us (a lost JOIN, or we lost our state)
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _send_publish(self, pending: _Pending) -> None:
+        env = self.env
+        pending.timer = env.set_timer(self.config.publish_timeout,
+                                      functools.partial(self._publish_timed_out, pending.seq))
+        cached = self._roots.get(pending.topic)
+        if cached is not None and env.now() - cached[1] <= self.config.root_cache_ttl:
+            self._to_root(pending, cached[0])
+        elif not self.chord.find_root(pending.topic, pending.seq):
+            pass  # not on the ring yet: the timeout retries
+
+    def _to_root(self, pending: _Pending, root: NodeId) -> None:
+        msg = Publish(topic=pending.topic, origin=self.env.node, seq=pending.seq,
+                      payload=pending.payload)
+        if root == self.env.node:
+            self._on_publish(root, msg)
+        else:
+            self.env.send(root, msg)
+
+    def _on_root_found(self, key: str, root: NodeId, hops: int, ref: int) -> None:
+        self._roots[key] = (root, self.env.now())
+        if len(self._roots) > self.config.max_topics:
+            del self._roots[next(iter(self._roots))]
+        pending = self._pending.get(ref)
+        if pending is not None and pending.topic == key:
+            self._to_root(pending, root)
+
+    def _on_root_failed(self, key: str, ref: int) -> None:
+        self.env.trace("drop", layer=LAYER, key=key, reason="root_lookup_failed", ref=ref)
+
+    def _publish_timed_out(self, seq: int) -> None:
+        pending = self._pending.get(seq)
+        if pending is None:
+            return
+        self._roots.pop(pending.topic, None)
+        if pending.tries >= self.config.publish_retries:
+            del self._pending[seq]
+            self.env.trace("drop", layer=LAYER, msg=_message_id(self.env.node, seq),
+                           origin=self.env.node, seq=seq, key=pending.topic,
+                           reason="publish_failed")
+            return
+        pending.tries += 1
+        self._send_publish(pending)
+
+    def _on_publish(self, src: NodeId, msg: Publish) -> None:
+        state = self._topics.get(msg.topic)
+        is_root = (state is not None and state.role is TreeRole.ROOT) or (
+            self.chord.root_of(msg.topic) is not None)
+        if not is_root:
+            self._drop(src, msg, "not_root")  # the publisher's timeout looks the root up again
+            return
+        ack = PublishAck(topic=msg.topic, seq=msg.seq)
+        if msg.origin == self.env.node:
+            self._on_publish_ack(self.env.node, ack)
+        else:
+            self.env.send(msg.origin, ack)
+        if _message_id(msg.origin, msg.seq) in self._seen:
+            return  # a retry of one we took
+        self.order(msg.topic, msg.origin, msg.seq, msg.payload)
+
+    def _on_publish_ack(self, src: NodeId, msg: PublishAck) -> None:
+        pending = self._pending.get(msg.seq)
+        if pending is None or pending.topic != msg.topic:
+            self._drop(src, msg, "unexpected_ack")
+            return
+        del self._pending[msg.seq]
+        if pending.timer is not None:
+            self.env.cancel(pending.timer)
+        if src != self.env.node:
+            self._roots[msg.topic] = (src, self.env.now())
+
+    # -- dissemination -------------------------------------------------------------------------
+
+    def _on_data(self, src: NodeId, msg: ScribeData) -> None:
+        state = self._topics.get(msg.topic)
+        if state is None or state.parent != src:
+            self._drop(src, msg, "not_parent")
+            self.env.send(src, ScribeLeave(topic=msg.topic))
+            return
+        state.parent_heard = self.env.now()
+        mid = _message_id(msg.origin, msg.seq)
+        if mid in self._seen:
+            self._drop(src, msg, "duplicate")
+            return
+        self.disseminate(msg.topic, msg.origin, msg.seq, msg.payload)
+
+    def _accept(self, topic: str, mid: str, origin: NodeId, seq: int, payload: Any) -> None:
+        seen = self._seen
+        seen[mid] = None
+        if len(seen) > self.config.seen_limit:
+            del seen[next(iter(seen))]
+        state = self._topics.get(topic)
+        if state is None or not state.subscribed:
+            return
+        self.delivered += 1
+        self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic)
+        if self.on_deliver is not None:
+            self.on_deliver(topic, mid, origin, payload)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _drop(self, src: NodeId, msg: Message, reason: str) -> None:
+        mid, origin, key, seq = msg.trace_ids()
+        self.env.trace("drop", layer=LAYER, peer=src, msg=mid, origin=origin, key=key, seq=seq,
+                       reason=reason, type=msg.TYPE)

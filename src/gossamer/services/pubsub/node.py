@@ -1,0 +1,173 @@
+"""Topic publish/subscribe on one node (seed 001, section 5): over gossip (HyParView + gossip
+broadcast, every message to every node, filtered by subscription at delivery) or over Scribe
+trees on Chord (only subscribers and tree forwarders see a topic's messages).
+
+``PubSubNode`` builds its layers from ``env``; the runtime drives ``node.process`` (the bottom of
+the stack: it starts the overlay and routes every message). The application hears
+``on_message(topic, message)`` at subscribed nodes only.
+
+Trace rows (layer ``pubsub``, key = topic): ``subscribe`` and ``unsubscribe`` (so a checker
+knows who should receive), ``publish`` at the publisher and ``deliver`` at each subscribed
+receiver, with the message id, origin and sequence number of the layer that carried it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from ...core.env import Env, Process
+from ...core.errors import ConfigError, StateError
+from ...core.ids import NodeId
+from ...protocols.dissemination.gossip import GossipBroadcast, GossipConfig, parse_message_id
+from ...protocols.dissemination.scribe import MAX_TOPIC, Scribe, ScribeConfig, check_topic
+from ...protocols.membership.chord import Chord, ChordConfig, ChordHost
+from ...protocols.membership.hyparview import HyParView, HyParViewConfig
+
+__all__ = ["LAYER", "MessageFn", "PubSubNode"]
+
+LAYER = "pubsub"
+TOPIC_KEY = "topic"
+BODY_KEY = "message"
+
+MessageFn = Callable[[str, Any], None]
+Mode = Literal["gossip", "scribe"]
+
+
+class PubSubNode:
+    """subscribe / unsubscribe / publish over the dissemination layer ``mode`` names.
+
+    ``contacts`` are the overlay's entry points; in scribe mode ``create`` makes this node the
+    ring's first member. A prebuilt overlay (``HyParView`` for gossip, a ``ChordHost`` for scribe)
+    may be passed as ``overlay`` instead.
+    """
+
+    def __init__(
+        self,
+        env: Env,
+        mode: Mode = "gossip",
+        *,
+        contacts: Iterable[NodeId] = (),
+        create: bool = False,
+        overlay: HyParView | ChordHost | None = None,
+        hyparview_config: HyParViewConfig | None = None,
+        gossip_config: GossipConfig | None = None,
+        chord_config: ChordConfig | None = None,
+        scribe_config: ScribeConfig | None = None,
+        max_topics: int = 4096,
+        on_message: MessageFn | None = None,
+    ) -> None:
+        if mode not in ("gossip", "scribe"):
+            raise ConfigError(f"mode must be 'gossip' or 'scribe', got {mode!r}")
+        if max_topics < 1:
+            raise ConfigError("max_topics must be >= 1")
+        self.env = env
+        self.mode = mode
+        self.max_topics = max_topics
+        self.on_message = on_message
+        self._subscriptions: dict[str, None] = {}
+        self._gossip: GossipBroadcast | None = None
+        self._scribe: Scribe | None = None
+        if mode == "gossip":
+            if overlay is not None and not isinstance(overlay, HyParView):
+                raise ConfigError("gossip mode runs over a HyParView overlay")
+            view = overlay if overlay is not None else HyParView(
+                env, contacts=contacts, config=hyparview_config)
+            self._gossip = GossipBroadcast(env, view, config=gossip_config,
+                                           on_deliver=self._gossip_delivered)
+        else:
+            if overlay is not None and not isinstance(overlay, ChordHost):
+                raise ConfigError("scribe mode runs over a Chord ring")
+            chord = overlay if overlay is not None else Chord(
+                env, contacts=contacts, create=create, config=chord_config)
+            self._scribe = Scribe(env, chord, config=scribe_config,
+                                  on_deliver=self._scribe_delivered)
+
+    @property
+    def process(self) -> Process:
+        """What the runtime drives: the bottom layer of this node's stack."""
+        if self._gossip is not None:
+            return self._gossip
+        assert self._scribe is not None
+        return self._scribe
+
+    @property
+    def gossip(self) -> GossipBroadcast | None:
+        return self._gossip
+
+    @property
+    def scribe(self) -> Scribe | None:
+        return self._scribe
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def subscriptions(self) -> list[str]:
+        return list(self._subscriptions)
+
+    def is_subscribed(self, topic: str) -> bool:
+        return topic in self._subscriptions
+
+    def subscribe(self, topic: str) -> None:
+        check_topic(topic)
+        if topic in self._subscriptions:
+            return
+        if len(self._subscriptions) >= self.max_topics:
+            raise StateError(f"already subscribed to {self.max_topics} topics")
+        self._subscriptions[topic] = None
+        self.env.trace("subscribe", layer=LAYER, key=topic)
+        if self._scribe is not None:
+            self._scribe.subscribe(topic)
+
+    def unsubscribe(self, topic: str) -> None:
+        check_topic(topic)
+        if topic not in self._subscriptions:
+            return
+        del self._subscriptions[topic]
+        self.env.trace("unsubscribe", layer=LAYER, key=topic)
+        if self._scribe is not None:
+            self._scribe.unsubscribe(topic)
+
+    def publish(self, topic: str, message: Any) -> str:
+        """Send ``message`` to every subscriber of ``topic`` (this node too, if subscribed);
+        returns the message id."""
+        check_topic(topic)
+        env = self.env
+        # the layer below may deliver here before it returns: trace the publish first
+        if self._gossip is not None:
+            seq = self._gossip.next_seq
+            mid = f"{env.node}:{seq}"
+            env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
+            sent = self._gossip.broadcast({TOPIC_KEY: topic, BODY_KEY: message})
+        else:
+            assert self._scribe is not None
+            seq = self._scribe.next_seq
+            mid = f"{env.node}:{seq}"
+            env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
+            sent = self._scribe.publish(topic, message)
+        if sent != mid:
+            raise StateError(f"the layer below named the message {sent}, not {mid}")
+        return mid
+
+    # -- indications from below ------------------------------------------------------------------
+
+    def _gossip_delivered(self, mid: str, origin: NodeId, payload: Any) -> None:
+        if (not isinstance(payload, dict) or set(payload) != {TOPIC_KEY, BODY_KEY}
+                or not isinstance(payload[TOPIC_KEY], str)
+                or not 1 <= len(payload[TOPIC_KEY]) <= MAX_TOPIC):
+            self.env.trace("drop", layer=LAYER, msg=mid, origin=origin, reason="bad_payload")
+            return
+        self._deliver(payload[TOPIC_KEY], mid, origin, payload[BODY_KEY])
+
+    def _scribe_delivered(self, topic: str, mid: str, origin: NodeId, payload: Any) -> None:
+        self._deliver(topic, mid, origin, payload)
+
+    def _deliver(self, topic: str, mid: str, origin: NodeId, message: Any) -> None:
+        if topic not in self._subscriptions:
+            return  # gossip carries every topic to every node: not ours
+        try:
+            seq: int | None = parse_message_id(mid)[1]
+        except ValueError:
+            seq = None
+        self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic)
+        if self.on_message is not None:
+            self.on_message(topic, message)

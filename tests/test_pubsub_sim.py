@@ -1,0 +1,218 @@
+"""The pub/sub service in the simulator, over gossip and over Scribe: subscribers get every
+publish exactly once and others nothing, unsubscribing stops delivery, crashes are survived;
+malformed payloads are dropped with a traced reason.
+
+The oracle reads the trace: who should receive a message comes from the ``subscribe`` and
+``unsubscribe`` rows, who did from the ``deliver`` rows (layer pubsub). Every assertion message
+names the seed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from checks import named
+from gossamer.core import ConfigError, MemorySink, node_ids
+from gossamer.protocols.dissemination import GossipData
+from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
+from gossamer.services.pubsub import PubSubNode
+from test_hyparview_sim import FakeEnv
+
+LINK = LinkModel(latency=Uniform(0.005, 0.05))
+MODES = ["gossip", "scribe"]
+
+
+class PubSubNet:
+    """``count`` pub/sub nodes joining one by one (gossip: through a random earlier node;
+    scribe: through the first three nodes, the first creating the ring)."""
+
+    def __init__(self, count: int, *, seed: int, mode: str) -> None:
+        self.seed = seed
+        self.mode = mode
+        self.ids = node_ids(count)
+        spacing = 0.02 if mode == "scribe" else 0.005
+        self.scenario = Scenario(seed=seed, nodes=[self.ids[0]], link=LINK)
+        for i, node in enumerate(self.ids[1:]):
+            self.scenario.join(0.1 + i * spacing, node)
+        self.ready = 0.1 + (count - 1) * spacing + 2.0
+        rng = random.Random(f"{seed}/contacts")
+        self.contacts = {node: [self.ids[rng.randrange(i)]] if i else []
+                         for i, node in enumerate(self.ids)}
+        self.nodes: dict[str, PubSubNode] = {}
+        self.got: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        self.sink = MemorySink()
+
+    def factory(self, env: Any) -> Any:
+        node = env.node
+        if self.mode == "gossip":
+            app = PubSubNode(env, "gossip", contacts=self.contacts[node])
+        else:
+            app = PubSubNode(env, "scribe", contacts=self.ids[:3], create=node == self.ids[0])
+        app.on_message = lambda topic, message: self.got[node].append((topic, message))
+        self.nodes[node] = app
+        return app.process
+
+    def build(self) -> Simulation:
+        return self.scenario.build(self.factory, trace=self.sink, trace_messages=False)
+
+    def at(self, when: float, node: str, action: str, *args: Any) -> None:
+        self.scenario.at(when, lambda sim: sim.call(
+            node, lambda _: getattr(self.nodes[node], action)(*args)) if node in sim.alive()
+            else None)
+
+    def publish_at(self, when: float, topic: str) -> None:
+        def go(sim: Simulation) -> None:
+            node = sim.rng.choice(sorted(sim.alive()))
+            sim.call(node, lambda _: self.nodes[node].publish(topic, {"t": when}))
+
+        self.scenario.at(when, go)
+
+
+def check(rows: Sequence[Any], alive: set[str], *, since: float = 0.0) -> list[str]:
+    """Each message published at or after ``since`` reached exactly the live nodes subscribed
+    to its topic when it was published, each once (from the pubsub rows only)."""
+    subscribed: dict[str, set[str]] = defaultdict(set)
+    expected: dict[str, set[str]] = {}
+    receivers: dict[str, list[str]] = defaultdict(list)
+    for row in named(rows):
+        if row.layer != "pubsub":
+            continue
+        if row.event == "subscribe":
+            subscribed[str(row.key)].add(row.node)
+        elif row.event == "unsubscribe":
+            subscribed[str(row.key)].discard(row.node)
+        elif row.event == "publish" and row.t >= since:
+            expected[str(row.msg)] = set(subscribed[str(row.key)]) & alive
+        elif row.event == "deliver":
+            receivers[str(row.msg)].append(row.node)
+    problems: list[str] = []
+    for mid, want in sorted(expected.items()):
+        got = receivers[mid]
+        if len(got) != len(set(got)):
+            problems.append(f"{mid} delivered twice somewhere")
+        missing, extra = sorted(want - set(got)), sorted(set(got) - want - (set(got) - alive))
+        if missing:
+            problems.append(f"{mid} missed by {missing[:5]} ({len(missing)})")
+        if extra:
+            problems.append(f"{mid} delivered at non-subscribers {extra[:5]}")
+    return problems
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", [11])
+def test_subscribers_get_each_publish_once_and_unsubscribe_stops_it(mode: str,
+                                                                     seed: int) -> None:
+    started = time.perf_counter()
+    net = PubSubNet(80, seed=seed, mode=mode)
+    rng = random.Random(seed)
+    topics = {"a": sorted(rng.sample(net.ids, 25)), "b": sorted(rng.sample(net.ids, 8)),
+              "c": []}
+    t0 = net.ready
+    for topic, members in topics.items():
+        for node in members:
+            net.at(t0, node, "subscribe", topic)
+    for i in range(9):
+        net.publish_at(t0 + 1.5 + 0.1 * i, "abc"[i % 3])
+    leavers = topics["a"][:10]
+    for node in leavers:
+        net.at(t0 + 3.0, node, "unsubscribe", "a")
+    for i in range(6):
+        net.publish_at(t0 + 4.0 + 0.1 * i, "ab"[i % 2])
+    sim = net.build()
+    sim.run(until=t0 + 7.0)
+    rows = net.sink.rows
+    publishes = [r for r in named(rows) if r.layer == "pubsub" and r.event == "publish"]
+    assert len(publishes) == 15, f"seed={seed} mode={mode}"
+    assert check(rows, set(sim.alive())) == [], f"seed={seed} mode={mode}"
+    # what the application heard matches the trace, and leavers heard nothing after leaving
+    delivers = [r for r in named(rows) if r.layer == "pubsub" and r.event == "deliver"]
+    assert sum(len(v) for v in net.got.values()) == len(delivers) > 0, f"seed={seed} {mode}"
+    late = {str(r.msg) for r in publishes if r.t >= t0 + 4.0}
+    assert not [r for r in delivers if r.node in leavers and r.msg in late and r.key == "a"], (
+        f"seed={seed} mode={mode}")
+    assert all(topic != "c" for got in net.got.values() for topic, _ in got), f"seed={seed}"
+    assert time.perf_counter() - started < 6, f"seed={seed} mode={mode}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seed", [12])
+def test_publishes_after_crashes_reach_every_live_subscriber(mode: str, seed: int) -> None:
+    started = time.perf_counter()
+    net = PubSubNet(100, seed=seed, mode=mode)
+    rng = random.Random(seed)
+    members = sorted(rng.sample(net.ids, 40))
+    t0 = net.ready
+    for node in members:
+        net.at(t0, node, "subscribe", "t")
+    for i in range(3):
+        net.publish_at(t0 + 1.5 + 0.1 * i, "t")
+    crash_at = t0 + 2.5
+    victims = sorted(rng.sample(net.ids[3:], 15))  # keep the ring's contacts alive
+    for node in victims:
+        net.scenario.crash(crash_at, node)
+    since = crash_at + 6.0
+    for i in range(6):
+        net.publish_at(since + 0.2 * i, "t")
+    sim = net.build()
+    sim.run(until=since + 4.0)
+    rows = net.sink.rows
+    alive = set(sim.alive())
+    assert alive == set(net.ids) - set(victims), f"seed={seed} mode={mode}"
+    assert check(rows, alive, since=since) == [], f"seed={seed} mode={mode} victims={victims}"
+    assert time.perf_counter() - started < 6, f"seed={seed} mode={mode}"
+
+
+# -- fake env ----------------------------------------------------------------------------------
+
+
+def test_gossip_mode_drops_a_malformed_payload_with_a_reason() -> None:
+    env = FakeEnv("a")
+    node = PubSubNode(env, "gossip")  # type: ignore[arg-type]
+    got: list[Any] = []
+    node.on_message = lambda topic, message: got.append(message)
+    node.subscribe("t")
+    for seq, payload in enumerate(("junk", {"topic": 3, "message": 1}, {"topic": "t"}), 1):
+        env.rows.clear()
+        node.process.on_message("b", GossipData(origin="b", seq=seq, hop=1, payload=payload))
+        drops = [r for r in env.drops() if r["layer"] == "pubsub"]
+        assert [r["reason"] for r in drops] == ["bad_payload"], payload
+        env.sent.clear()
+    assert got == []
+
+
+def test_gossip_mode_delivers_only_subscribed_topics_and_traces_in_order() -> None:
+    env = FakeEnv("a")
+    node = PubSubNode(env, "gossip")  # type: ignore[arg-type]
+    got: list[tuple[str, Any]] = []
+    node.on_message = lambda topic, message: got.append((topic, message))
+    node.subscribe("t")
+    node.subscribe("t")  # twice: one row
+    mid = node.publish("t", 1)
+    node.publish("u", 2)
+    node.process.on_message("b", GossipData(origin="b", seq=1, hop=1,
+                                            payload={"topic": "u", "message": 3}))
+    node.unsubscribe("t")
+    node.publish("t", 4)
+    assert got == [("t", 1)]
+    pubsub = [(r["event"], r.get("key")) for r in env.rows if r["layer"] == "pubsub"]
+    assert pubsub == [("subscribe", "t"), ("publish", "t"), ("deliver", "t"), ("publish", "u"),
+                      ("unsubscribe", "t"), ("publish", "t")]
+    assert [r["msg"] for r in env.rows if r["layer"] == "pubsub" and r["event"] == "deliver"] \
+        == [mid]
+
+
+def test_bad_arguments_are_refused() -> None:
+    env = FakeEnv("a")
+    with pytest.raises(ConfigError):
+        PubSubNode(env, "carrier-pigeon")  # type: ignore[arg-type]
+    node = PubSubNode(env, "scribe", create=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        node.subscribe("")
+    with pytest.raises(ValueError):
+        node.publish("x" * 1000, 1)
