@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -51,3 +55,56 @@ def test_ws_libs_quick_run_measures_all_four_servers() -> None:
         assert mode["deliveries"] > 0
         assert mode["deliveries_per_s"] > 0
     assert result["ratios"]
+
+
+def test_hub_fanout_quick_run_prints_every_figure(tmp_path: Path) -> None:
+    pytest.importorskip("socketio")  # the "bench" extra
+    out = tmp_path / "hub_fanout.json"
+    env = {**os.environ, "COLUMNS": "200"}  # rich wraps a table to the terminal's width
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "hub_fanout.py"), "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=100, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = done.stdout
+    for title in ("Hub fan-out: 10 clients", "Server memory (RSS, KiB)", "Targets (deliveries/s)"):
+        assert title in printed, title
+    for server in ("hub", "bare", "socketio"):
+        # a throughput row: name, deliveries/s, ratio to the hub, ...
+        assert re.search(rf"^. {server} +. +[\d,]+ . +\d+\.\d\dx .", printed, re.M), server
+        # a memory row: name, clients, RSS idle, connected, KiB per client, ...
+        assert re.search(rf"^. {server} +. +10 . +[\d,]+ . +[\d,]+ . +-?\d+\.\d .", printed,
+                         re.M), server
+
+    result = json.loads(out.read_text())
+    assert result["quick"] is True
+    (only,) = result["runs"]
+    assert only["clients"] == 10
+    assert set(only["servers"]) == {"hub", "bare", "socketio"}
+    for name, server in only["servers"].items():
+        assert server["deliveries"] > 0, name
+        assert server["deliveries_per_s"] > 0, name
+        assert server["server_cpu"] > 0, name
+        latency = server["latency"]
+        assert latency["samples"] > 0, name
+        assert latency["p99_ms"] >= latency["p50_ms"] > 0, name
+        assert latency["achieved_deliveries_per_s"] > 0, name
+        memory = server["memory"]
+        assert memory["rss_connected_kib"] > 0 and memory["rss_idle_kib"] > 0, name
+        assert memory["kib_per_client"] == pytest.approx(
+            (memory["rss_connected_kib"] - memory["rss_idle_kib"]) / 10), name
+    servers = only["servers"]
+    assert only["ratios"]["hub/bare"] == pytest.approx(
+        servers["hub"]["deliveries_per_s"] / servers["bare"]["deliveries_per_s"])
+    targets = {t["name"]: t for t in result["targets"]}
+    assert set(targets) == {"hub/bare, 10 clients", "hub/socketio, 10 clients"}
+    for name, target in targets.items():
+        assert target["met"] is (target["value"] >= target["target"]), name
+        assert target["met_per_server_cpu"] is (target["per_server_cpu"] >= target["target"])
+        verdicts = ["met" if met else "MISSED"
+                    for met in (target["met"], target["met_per_server_cpu"])]
+        # measure, target, ratio, verdict, ratio per server CPU-s, verdict
+        assert re.search(rf"^. {re.escape(name)} +. +>= {target['target']}x . "
+                         rf"+{target['value']:.2f}x . {verdicts[0]} +. "
+                         rf"+{target['per_server_cpu']:.2f}x . {verdicts[1]} +.$",
+                         printed, re.M), name
