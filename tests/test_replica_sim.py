@@ -739,3 +739,29 @@ def test_convergence_and_loser_oracles_report_divergence_and_unresolved_losers()
     resolved = [("run", 0.2, node, LAYER, "resolve", None, node, None, "k", None, None,
                  json.dumps({"original": 1, "new": None})) for node in ("n2", "n3", "n3")]
     assert loser_problems(rows + reported + resolved) == ["n3:1 lost and was resolved 2 times"]
+
+
+def test_history_is_stored_one_row_per_write_bounded_and_reloads_identically() -> None:
+    """A push stores one row (not the whole history); the rows stay within history_limit, a
+    reverted write's row goes, and a restarted client reloads the same history."""
+    store = MemoryStore()
+    env = FakeEnv("n5", store=store)
+    client = ReplicaClient(cast(Env, env), config=ReplicaConfig(history_limit=4))
+    start_online(client)
+    for number in range(7):
+        client.set("k", {"n": number})
+    client.set("other", 1)
+    client.on_message(HUB, write("n1", {"n1": 1}, "other", None, "w1"))  # wins: ours reverted
+    store.commit()
+    rows = sorted(json.loads(key) for key, _ in store.scan("replica.history"))
+    assert [r for r in rows if r[0] == "k"] == [["k", p] for p in range(3, 7)]
+    assert [r for r in rows if r[0] == "other"] == [["other", 0]]
+    again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)),
+                          config=ReplicaConfig(history_limit=4))
+    assert again.history("k") == client.history("k") and len(again.history("k")) == 4
+    assert again.get("k") == {"n": 6} and again.revision("other") == "w1"
+    start_online(again)
+    again.set("k", {"n": 7})  # positions go on from the reloaded ones
+    store.commit()
+    assert sorted(json.loads(key)[1] for key, _ in store.scan("replica.history")
+                  if json.loads(key)[0] == "k") == [4, 5, 6, 7]

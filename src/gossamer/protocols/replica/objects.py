@@ -66,7 +66,14 @@ from .wire import (
 
 __all__ = ["ChangeFn", "LinkState", "RebaseFn", "ReplicaClient", "ReplicaConfig", "Verdict"]
 
-_OBJECTS, _RESOLVED, _REBASE = "replica.obj", "replica.resolved", "replica.rebase"
+_RESOLVED, _REBASE = "replica.resolved", "replica.rebase"
+# an object's history, one row per write: key [object key, position], value the write; a push
+# writes one row (and deletes the one that leaves the bounded history), not the whole history
+_HISTORY = "replica.history"
+
+
+def _history_key(key: str, position: int) -> str:
+    return orjson.dumps([key, position]).decode()
 _OFFLINE = "replica.offline"
 _SLACK = 1e-9  # seconds: timers are floats
 
@@ -228,6 +235,7 @@ class ReplicaClient:
         self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
         self._store = env.store
         self._objects: dict[str, list[_Write]] = {}
+        self._first: dict[str, int] = {}  # key -> stored position of its history's first write
         self._resolved: dict[int, int | None] = {}  # own lost seq -> rebased seq (None: gave up)
         self._rebased_from: dict[int, int] = {}  # rebased seq -> the lost seq it carries on
         self._pending: dict[int, Conflict] = {}  # loser seq -> Conflict awaiting its winner
@@ -239,8 +247,13 @@ class ReplicaClient:
         self._rebase_timer_at = 0.0
         self._awaiting_catch_up = False  # due rebases wait for the missing messages
         self._outbox: list[Conflict] = []  # sent once the deliveries are committed
-        for key, raw in self._store.scan(_OBJECTS):
-            self._objects[key] = [_Write.from_json(row) for row in orjson.loads(raw)]
+        stored: dict[str, dict[int, _Write]] = {}
+        for row_key, raw in self._store.scan(_HISTORY):
+            key, position = orjson.loads(row_key)
+            stored.setdefault(str(key), {})[int(position)] = _Write.from_json(orjson.loads(raw))
+        for key, writes in stored.items():
+            self._first[key] = min(writes)
+            self._objects[key] = [writes[p] for p in sorted(writes)]
         for key, raw in self._store.scan(_RESOLVED):
             value = int(raw) if raw != b"-" else None
             self._resolved[int(key)] = value
@@ -439,11 +452,26 @@ class ReplicaClient:
         return revision
 
     def _push(self, key: str, history: list[_Write], write: _Write) -> None:
+        first = self._first.setdefault(key, 0)
         history.append(write)
         self._trace_applied(key, write)
-        if len(history) > self.config.history_limit:
-            del history[: len(history) - self.config.history_limit]
-        put_json(self._store, _OBJECTS, key, [w.to_json() for w in history])
+        self._store.put(_HISTORY, _history_key(key, first + len(history) - 1),
+                        orjson.dumps(write.to_json()))
+        excess = len(history) - self.config.history_limit
+        if excess > 0:
+            for position in range(first, first + excess):
+                self._store.delete(_HISTORY, _history_key(key, position))
+            del history[:excess]
+            self._first[key] = first + excess
+
+    def _cut(self, key: str, history: list[_Write], fork: int) -> list[_Write]:
+        """Remove (and return) ``history[fork:]``, from the store too."""
+        first = self._first.get(key, 0)
+        for position in range(first + fork, first + len(history)):
+            self._store.delete(_HISTORY, _history_key(key, position))
+        cut = history[fork:]
+        del history[fork:]
+        return cut
 
     def _trace_applied(self, key: str, write: _Write) -> None:
         """``apply``: ``write`` is now the object's current revision here (the pipeline's
@@ -471,8 +499,7 @@ class ReplicaClient:
             self._changed(key)
         elif verdict is Verdict.WINS:
             assert fork is not None
-            reverted = history[fork:]
-            del history[fork:]
+            reverted = self._cut(key, history, fork)
             for undone in reversed(reverted):
                 self.env.trace("revert", layer=LAYER, msg=msg_id(undone.writer, undone.seq),
                                origin=undone.writer, key=key, seq=undone.seq,
@@ -645,16 +672,15 @@ class ReplicaClient:
                            behind=behind)
             return
         touched = set(self._objects) | set(objects)
-        for key in list(self._objects):
-            self._store.delete(_OBJECTS, key)
+        for key, history in self._objects.items():
+            self._cut(key, history, 0)
         self._objects = {}
+        self._first = {}
         for key, path in objects.items():
-            history = [_Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path]
-            history = history[-self.config.history_limit:]
-            self._objects[key] = history
-            put_json(self._store, _OBJECTS, key, [w.to_json() for w in history])
-            for write in history:
-                self._trace_applied(key, write)
+            writes = [_Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path]
+            history = self._objects[key] = []
+            for write in writes[-self.config.history_limit:]:
+                self._push(key, history, write)
         self.causal.install(vector)
         self.env.trace("snapshot", layer=LAYER, peer="hub", objects=len(objects),
                        vector=vector)
