@@ -9,7 +9,7 @@ are refused (no spoofing), and the same id arriving on a new connection moves th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, KeysView
 
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.messages import Message
@@ -44,6 +44,10 @@ class HubRelay:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+    def connections(self) -> KeysView[ConnId]:
+        """Every subscribed connection (a live view: copy it before changing the relay)."""
+        return self._ids.keys()
 
     def connection_of(self, client: str) -> ConnId | None:
         return self._index.get(client)

@@ -23,7 +23,7 @@ from aiohttp.http_websocket import WebSocketError
 from ...core.errors import ConfigError, ProtocolError, StateError
 from ...core.messages import Message
 from ...core.trace import NullSink, TraceSink, encode_info
-from ...protocols.replica.hub import HubRelay, Route
+from ...protocols.replica.hub import HubRelay, Route, dest_of
 from ...protocols.replica.keeper import HubKeeper, KeeperConfig
 from ...protocols.replica.wire import HUB_ID, ReplicaCodec
 from ...runtimes.net import LoopEnv, SqliteStore
@@ -336,14 +336,34 @@ class HubServer:
             msg = self._codec.decode(text)
             self._relay.bind(conn, msg)
             forward = msg if self.keeper is None else self.keeper.handle(msg)
-            routes = [] if forward is None else self._relay.routes(conn, forward)
+            multicast = forward is msg and dest_of(msg) is None
+            routes = ([] if forward is None or multicast
+                      else self._relay.routes(conn, forward))
         except ProtocolError as exc:
             self._drop(conn, exc.reason, str(exc), len(text.encode()))
             return
         if before is None:
             conn.client = self._relay.id_of(conn)
             self._trace("join", conn, info={"conn": conn.number, "remote": conn.remote})
-        self._forward(routes, msg, text)
+        if multicast:
+            self._multicast(conn, text)
+        else:
+            self._forward(routes, msg, text)
+
+    def _multicast(self, sender: _Connection, text: str) -> None:
+        """The hot path: ``text`` as received, to every other connection (what ``_forward``
+        does for these routes, without a ``Route`` per recipient)."""
+        slow: list[_Connection] = []
+        for conn in self._relay.connections():
+            assert isinstance(conn, _Connection)
+            if conn is sender or conn.state is not _ConnState.OPEN:
+                continue
+            try:
+                conn.queue.put_nowait(text)
+            except asyncio.QueueFull:
+                slow.append(conn)
+        for conn in slow:
+            self._forward(self._evict(conn), None, "")
 
     async def _write_loop(self, conn: _Connection) -> None:
         ws, queue = conn.ws, conn.queue
@@ -405,9 +425,13 @@ class HubServer:
             try:
                 conn.queue.put_nowait(frame)
             except asyncio.QueueFull:
-                reason = f"slow consumer: {self.send_queue_limit} messages waiting to be sent"
-                log.warning("disconnecting %r: %s", conn, reason)
-                pending.extend(self._unsubscribe(conn, WSCloseCode.POLICY_VIOLATION, reason))
+                pending.extend(self._evict(conn))
+
+    def _evict(self, conn: _Connection) -> list[Route]:
+        """Disconnect a slow consumer; the ``Left`` routes for the others."""
+        reason = f"slow consumer: {self.send_queue_limit} messages waiting to be sent"
+        log.warning("disconnecting %r: %s", conn, reason)
+        return self._unsubscribe(conn, WSCloseCode.POLICY_VIOLATION, reason)
 
     def _unsubscribe(self, conn: _Connection, code: WSCloseCode, reason: str) -> list[Route]:
         """Take ``conn`` out of the relay now and close it in the background with ``code``."""
