@@ -168,10 +168,10 @@ class HubKeeper:
         self._index = 0
         for key, raw in env.store.scan(_LOG):
             origin, _, seq_text = key.partition(" ")
-            index, body = orjson.loads(raw)
-            data = self._codec.from_dict(body)
+            index_text, _, body = raw.partition(b" ")  # "<index> <the message's JSON>"
+            data = self._codec.from_dict(orjson.loads(body))
             if isinstance(data, Data):
-                self._remember(origin, int(seq_text), int(index), data)
+                self._remember(origin, int(seq_text), int(index_text), data, len(body))
         self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
                                      config=self.config.replica, observer=True,
                                      on_delivered=self._delivered)
@@ -196,18 +196,18 @@ class HubKeeper:
 
     # -- the log --------------------------------------------------------------------------------
 
-    def _remember(self, origin: str, seq: int, index: int, data: Data) -> None:
+    def _remember(self, origin: str, seq: int, index: int, data: Data, size: int) -> None:
         log = self._log.setdefault(origin, {})
-        log[seq] = (index, data, len(self._codec.encode(data)))
+        log[seq] = (index, data, size)
         self._first[origin] = min(self._first.get(origin, seq), seq)
         self._index = max(self._index, index)
 
     def _delivered(self, data: Data) -> None:
         origin, seq = data.id, data.seq
         self._index += 1
-        self._remember(origin, seq, self._index, data)
-        self.store.put(_LOG, f"{origin} {seq:012d}",
-                       orjson.dumps([self._index, self._codec.to_dict(data)]))
+        body = orjson.dumps(self._codec.to_dict(data))  # encoded once: its size and its row
+        self._remember(origin, seq, self._index, data, len(body))
+        self.store.put(_LOG, f"{origin} {seq:012d}", b"%d %s" % (self._index, body))
         log = self._log[origin]
         while len(log) > self.config.log_per_origin:
             first = self._first[origin]
