@@ -47,6 +47,7 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
 from .workloads import run_workload, validate_run
 
@@ -330,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_hub_parser(verbs)
     add_activity_parser(verbs)
+    add_pubsub_parser(verbs)
 
     trace = verbs.add_parser("trace", help="inspect traces")
     trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)

@@ -208,6 +208,7 @@ class _Link:
         self._ready = asyncio.Event()  # queue not empty, or the connection was lost
         self._kick = asyncio.Event()  # the peer's address changed: retry without waiting
         self._lost = False
+        self._down_reported = False  # on_link_down said so since the last good connection
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"gossamer-link-{node.node_id}-{peer}"
         )
@@ -221,6 +222,12 @@ class _Link:
 
     def kick(self) -> None:
         self._kick.set()
+
+    def _down(self) -> None:
+        # edge-triggered: once per outage, not once per failed redial
+        if not self._down_reported:
+            self._down_reported = True
+            self.node._link_down(self.peer)
 
     async def _pause(self) -> None:
         self._kick.clear()
@@ -247,6 +254,7 @@ class _Link:
             except LinkError as exc:
                 self.connect_failures += 1
                 log.debug("%s -> %s: connect failed: %s", node.node_id, self.peer, exc)
+                self._down()
                 node._activity()
                 await self._pause()
                 continue
@@ -254,11 +262,13 @@ class _Link:
                 await conn.send(_hello(node.node_id))
                 self._backoff.reset()
                 self.connected = True
+                self._down_reported = False
                 log.info("%s -> %s: connected (%s)", node.node_id, self.peer, conn.remote)
                 node._activity()
                 await self._pump(conn)
             except LinkError as exc:
                 log.info("%s -> %s: link lost: %s", node.node_id, self.peer, exc)
+                self._down()
             finally:
                 self.connected = False
                 await conn.close()
@@ -387,6 +397,10 @@ class NetNode:
         self.on_failure: Callable[[NetNode, BaseException], None] | None = None
         #: looks up peers this node was not told about (``NetHost`` points it at its directory)
         self.resolver: Resolver | None = None
+        #: called with a peer when the outbound link to it is lost or cannot be made, once per
+        #: outage (e.g. to tell a membership protocol ``peer_down``); runs like a timer: an
+        #: exception in it stops the node
+        self.on_link_down: Callable[[NodeId], None] | None = None
         # made last, so that a refused option leaves no open database behind
         self.store: Store = store if store is not None else SqliteStore(":memory:")
         self.state = NodeState.NEW
@@ -410,6 +424,13 @@ class NetNode:
         if self._listener is None:
             raise StateError(f"node {self.node_id} is {self.state.value}: not listening")
         return self._listener.address
+
+    def rename(self, node_id: NodeId) -> None:
+        """Change this node's id before its process starts: a node named after the address it
+        bound (``host:port`` with port 0 asked for) listens first, then takes its name."""
+        if self.state not in (NodeState.NEW, NodeState.LISTENING):
+            raise StateError(f"node {self.node_id}: rename() in state {self.state.value}")
+        self.node_id = check_node_id(node_id)
 
     def add_peer(self, node: NodeId, address: Address) -> None:
         """Learn (or update) where ``node`` listens; a waiting link retries at once."""
@@ -581,6 +602,11 @@ class NetNode:
         link = self._links.get(peer)
         return 0 if link is None else len(link.queue)
 
+    def queued_connected(self) -> int:
+        """Messages waiting on the links that are connected right now (what a short flush
+        before ``close()`` can still get out)."""
+        return sum(len(link.queue) for link in self._links.values() if link.connected)
+
     # -- receiving -------------------------------------------------------------------------
 
     async def _serve(self, conn: Connection) -> None:
@@ -644,6 +670,14 @@ class NetNode:
             self._fail(exc, f"handling {msg.TYPE} from {peer}")
             return
         self._activity()
+
+    def _link_down(self, peer: NodeId) -> None:
+        if self.on_link_down is None or self.state is not NodeState.RUNNING:
+            return
+        try:
+            self.on_link_down(peer)
+        except Exception as exc:
+            self._fail(exc, f"in on_link_down({peer})")
 
     def _run_timer(self, fn: Callable[[], None]) -> None:
         if self.state is not NodeState.RUNNING:

@@ -1,0 +1,154 @@
+"""``gossamer pubsub node``: one seed-001 pub/sub node as a process over TCP, with its client.
+
+The node listens on ``--host``:``--port`` (0: a free port) and is named ``host:port``; it joins
+through ``--contact HOST:PORT`` (repeatable), or creates the overlay without one. It prints
+``ready HOST:PORT mode=MODE`` once listening and ``joined HOST:PORT`` once in the overlay, then:
+
+* ``--interactive``: reads commands from stdin, one a line -- ``subscribe TOPIC``,
+  ``unsubscribe TOPIC``, ``publish TOPIC MESSAGE``, ``status``, ``help``, ``exit`` (or end of
+  input). Each delivered message is printed as ``TOPIC: MESSAGE``; commands are answered with
+  ``ok ...`` or ``error: ...`` (a bad command never stops the node).
+* ``--auto``: the automated client -- random subscribe/unsubscribe/publish commands on topics
+  ``topic0 .. topicK-1`` until ``--publishes N`` messages went out, then it exits once nothing
+  was delivered for ``--settle`` seconds.
+* neither: it runs until SIGINT/SIGTERM, printing deliveries (none without subscriptions).
+
+``--json`` prints every line as a JSON object (``{"event": "deliver", "topic": ..., "message":
+...}``) instead. SIGINT/SIGTERM stop the node cleanly (exit code 0) in every case.
+
+``add_pubsub_parser(verbs)`` plugs the verb into ``gossamer.cli.main``; ``main`` runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from ...core.errors import ConfigError, GossamerError
+from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
+
+__all__ = ["add_pubsub_parser", "main"]
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _contact(text: str) -> str:
+    try:
+        return parse_contact(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_pubsub_parser(
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add the ``pubsub`` verb to ``verbs`` (the object ``add_subparsers()`` returned)."""
+    pubsub = verbs.add_parser("pubsub", help="the seed-001 topic publish/subscribe system")
+    sub = pubsub.add_subparsers(dest="pubsub_verb", metavar="ACTION", required=True)
+    node = sub.add_parser(
+        "node", help="run one pub/sub node over TCP (interactive or automated client)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    node.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on; the node id is HOST:PORT")
+    node.add_argument("--port", type=_port, default=0, help="0 picks a free port")
+    node.add_argument("--contact", type=_contact, action="append", default=None,
+                      metavar="HOST:PORT",
+                      help="a node of the overlay to join through (repeatable); without "
+                           "one, this node creates the overlay")
+    node.add_argument("--mode", choices=["gossip", "scribe"], default="gossip",
+                      help="gossip: HyParView + gossip broadcast; scribe: Chord + Scribe trees")
+    node.add_argument("--chord-bits", type=_positive_int, default=256,
+                      help="Chord identifier bits (SHA-256 of host:port, truncated)")
+    node.add_argument("--data-dir", default=None,
+                      help="directory of the node's sqlite store (default: in memory)")
+    node.add_argument("--trace-dir", default=None,
+                      help="write the trace as Parquet to TRACE_DIR/trace/RUN/HOST_PORT.parquet")
+    node.add_argument("--run", default="pubsub", help="run id written in the trace")
+    node.add_argument("--seed", type=int, default=0, help="seeds the node's randomness")
+    node.add_argument("--json", action="store_true", help="print JSON objects, one a line")
+    node.add_argument("--interactive", action="store_true",
+                      help="read client commands from stdin")
+    node.add_argument("--log-level", default="WARNING",
+                      choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    auto = node.add_argument_group("automated client")
+    auto.add_argument("--auto", action="store_true", help="run the automated client")
+    auto.add_argument("--publishes", type=_non_negative_int, default=10,
+                      help="messages to publish")
+    auto.add_argument("--topics", type=_positive_int, default=3,
+                      help="topics to choose from (topic0 .. topicK-1)")
+    auto.add_argument("--interval", type=_seconds, default=0.2,
+                      help="mean seconds between two commands")
+    auto.add_argument("--warmup", type=_seconds, default=1.0,
+                      help="seconds after joining before the first command")
+    auto.add_argument("--settle", type=_seconds, default=2.0,
+                      help="exit once nothing was delivered for this long after the last "
+                           "publish")
+    node.set_defaults(handler=_cmd_node)
+    return pubsub
+
+
+def _cmd_node(args: argparse.Namespace, console: Console) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    options = NodeOptions(
+        host=args.host, port=args.port, mode=args.mode, contacts=tuple(args.contact or ()),
+        data_dir=None if args.data_dir is None else Path(args.data_dir),
+        trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
+        run=args.run, seed=args.seed, chord_bits=args.chord_bits)
+    auto = None
+    if args.auto:
+        auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,
+                           interval=args.interval, warmup=args.warmup, settle=args.settle)
+    out = Output(sys.stdout, json=args.json)
+    return asyncio.run(run_node(options, out, interactive_input=args.interactive, auto=auto))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``pubsub`` without the rest of the CLI: ``python -m gossamer.services.pubsub.cli``."""
+    parser = argparse.ArgumentParser(prog="gossamer")
+    add_pubsub_parser(parser.add_subparsers(dest="verb", metavar="VERB", required=True))
+    args = parser.parse_args(argv)
+    console = Console(stderr=True)
+    try:
+        code: int = args.handler(args, console)
+    except GossamerError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,556 @@
+"""One pub/sub node as an operating-system process on TCP, and the seed's two clients.
+
+``PubSubNetNode`` runs a ``PubSubNode`` (gossip over HyParView, or Scribe over Chord) on the
+network runtime. Its node id is ``host:port`` -- the address it bound -- so Chord's identifier
+is SHA-256 of ``"ip:port"`` as the seed says, and any node id a peer learns is also where that
+peer listens (``address_of``). When the runtime sees the outbound link to a peer drop or fail,
+gossip mode tells HyParView ``peer_down``.
+
+The clients (seed 001, section 6; both drive the node they run in):
+
+* interactive: one command a line -- ``subscribe T``, ``unsubscribe T``, ``publish T MESSAGE``
+  (MESSAGE is the rest of the line), ``status``, ``help``, ``exit``. ``parse_command`` reads one.
+* automated: ``AutoOptions``; random subscribe/unsubscribe/publish commands until ``publishes``
+  messages went out, then it waits until nothing was delivered for ``settle`` seconds.
+
+Everything the node says goes through an ``Output``: deliveries as ``TOPIC: MESSAGE`` lines (or
+JSON objects with ``--json``), answers to commands, errors (a bad command never stops the node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import random
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import orjson
+
+from ...core.errors import ConfigError, GossamerError, StateError
+from ...core.ids import NodeId, check_node_id
+from ...core.trace import TraceSink
+from ...core.traceio import ParquetSink, trace_path
+from ...protocols.dissemination.scribe import MAX_TOPIC
+from ...protocols.membership.chord import ChordConfig, ChordHost
+from ...protocols.membership.hyparview import HyParView, OverlayState
+from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
+from .node import PubSubNode
+
+__all__ = [
+    "MAX_LINE",
+    "MAX_MESSAGE",
+    "AutoOptions",
+    "Command",
+    "CommandError",
+    "NodeOptions",
+    "Output",
+    "PubSubNetNode",
+    "address_of",
+    "parse_command",
+    "run_node",
+]
+
+Mode = Literal["gossip", "scribe"]
+MAX_MESSAGE = 16_384  # characters of one published message (well under the wire's frame limit)
+MAX_LINE = MAX_TOPIC + MAX_MESSAGE + 64  # one command line
+JOIN_POLL = 0.05  # seconds between looks at the overlay while waiting to be in it
+STORE_FILE = "pubsub.sqlite"
+
+
+def address_of(node: NodeId) -> Address | None:
+    """Where the node ``host:port`` listens (None for an id of another shape)."""
+    host, sep, port = node.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        return None
+    return (host, int(port))
+
+
+def parse_contact(text: str) -> NodeId:
+    """``HOST:PORT`` as a node id, refusing anything else."""
+    try:
+        node = check_node_id(text)
+    except ConfigError as exc:
+        raise ConfigError(f"contact {text!r}: {exc}") from None
+    if address_of(node) is None:
+        raise ConfigError(f"contact {text!r} is not HOST:PORT")
+    return node
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+class CommandError(GossamerError):
+    """A client command that cannot be carried out; the node answers with an error line."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Command:
+    verb: Literal["subscribe", "unsubscribe", "publish", "status", "help", "exit"]
+    topic: str | None = None
+    message: str | None = None
+
+
+HELP = ("commands: subscribe TOPIC | unsubscribe TOPIC | publish TOPIC MESSAGE | status | help "
+        "| exit")
+
+
+def _topic(word: str) -> str:
+    if len(word) > MAX_TOPIC:
+        raise CommandError(f"a topic has at most {MAX_TOPIC} characters")
+    return word
+
+
+def parse_command(line: str) -> Command | None:
+    """One interactive command; None for a blank line; ``CommandError`` if it is not one."""
+    text = line.strip()
+    if not text:
+        return None
+    if len(text) > MAX_LINE:
+        raise CommandError(f"line longer than {MAX_LINE} characters")
+    parts = text.split(None, 2)
+    verb = parts[0].lower()
+    if verb in ("subscribe", "unsubscribe", "sub", "unsub"):
+        if len(parts) != 2:
+            raise CommandError(f"usage: {verb} TOPIC")
+        return Command("subscribe" if verb in ("subscribe", "sub") else "unsubscribe",
+                       _topic(parts[1]))
+    if verb in ("publish", "pub"):
+        if len(parts) != 3:
+            raise CommandError(f"usage: {verb} TOPIC MESSAGE")
+        if len(parts[2]) > MAX_MESSAGE:
+            raise CommandError(f"a message has at most {MAX_MESSAGE} characters")
+        return Command("publish", _topic(parts[1]), parts[2])
+    if verb in ("status", "help", "exit", "quit"):
+        if len(parts) != 1:
+            raise CommandError(f"{verb} takes no arguments")
+        return Command("exit" if verb == "quit" else verb)  # type: ignore[arg-type]
+    raise CommandError(f"unknown command {parts[0]!r}; {HELP}")
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+class Output:
+    """Lines on a stream: ``TOPIC: MESSAGE`` per delivery and short answers, or JSON objects."""
+
+    def __init__(self, stream: IO[str] | None = None, *, json: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.json = json
+
+    def _line(self, text: str) -> None:
+        try:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # nobody reads any more (closed pipe or stream): the node keeps running
+
+    def emit(self, event: str, text: str, **fields: Any) -> None:
+        if self.json:
+            self._line(orjson.dumps({"event": event, **fields}).decode())
+        else:
+            self._line(text)
+
+    def ready(self, node: NodeId, mode: str) -> None:
+        self.emit("ready", f"ready {node} mode={mode}", node=node, mode=mode)
+
+    def deliver(self, topic: str, message: Any) -> None:
+        text = message if isinstance(message, str) else orjson.dumps(message).decode()
+        self.emit("deliver", f"{topic}: {text}", topic=topic, message=message)
+
+    def ok(self, verb: str, topic: str, msg: str | None = None) -> None:
+        text = f"ok {verb} {topic}" + (f" {msg}" if msg else "")
+        self.emit(verb, text, topic=topic, **({"msg": msg} if msg else {}))
+
+    def error(self, reason: str) -> None:
+        self.emit("error", f"error: {reason}", error=reason)
+
+    def info(self, event: str, text: str, **fields: Any) -> None:
+        self.emit(event, text, **fields)
+
+
+# -- the node --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeOptions:
+    """How to run one node. ``contacts`` are ``host:port`` ids; none: create the overlay."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    mode: Mode = "gossip"
+    contacts: tuple[NodeId, ...] = ()
+    data_dir: Path | None = None
+    trace_dir: Path | None = None
+    run: str = "pubsub"
+    seed: int = 0
+    chord_bits: int = 256  # the seed's SHA-256 ring
+    flush_timeout: float = 1.0  # seconds a stopping node waits for its goodbyes to go out
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("gossip", "scribe"):
+            raise ConfigError(f"mode must be 'gossip' or 'scribe', got {self.mode!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        for contact in self.contacts:
+            parse_contact(contact)
+        if self.flush_timeout < 0:
+            raise ConfigError("flush_timeout must be >= 0")
+
+
+class PubSubNetNode:
+    """A ``PubSubNode`` on a ``NetNode``: ``await start()``, commands, ``await stop()``.
+
+    ``on_message(topic, message)`` hears each delivery. Commands run on the event loop's thread.
+    """
+
+    def __init__(self, options: NodeOptions,
+                 on_message: Callable[[str, Any], None] | None = None) -> None:
+        self.options = options
+        self.on_message = on_message
+        self.failed = asyncio.Event()
+        self.pubsub: PubSubNode | None = None
+        store = None
+        if options.data_dir is not None:
+            options.data_dir.mkdir(parents=True, exist_ok=True)
+            store = SqliteStore(options.data_dir / STORE_FILE)
+        # the trace file is named after the node id, known once bound: ParquetSink opens its
+        # file at the first flush, so the path is set before any row is written
+        self.trace: ParquetSink | None = None
+        if options.trace_dir is not None:
+            self.trace = ParquetSink(trace_path(options.trace_dir, options.run, "unbound"))
+        sink: TraceSink | None = self.trace
+        self.net = NetNode(node_id="unbound", factory=self._build,
+                           listen=(options.host, options.port), store=store, trace=sink,
+                           run=options.run, seed=options.seed)
+        self.net.resolver = address_of
+        self.net.on_failure = lambda _node, _exc: self.failed.set()
+        self.net.on_link_down = self._link_down
+
+    @property
+    def node_id(self) -> NodeId:
+        return self.net.node_id
+
+    @property
+    def address(self) -> Address:
+        return self.net.address
+
+    def _build(self, env: Any) -> Any:
+        opts = self.options
+        create = not opts.contacts
+        self.pubsub = PubSubNode(
+            env, opts.mode, contacts=opts.contacts, create=create,
+            chord_config=ChordConfig(bits=opts.chord_bits) if opts.mode == "scribe" else None,
+            on_message=self._delivered)
+        return self.pubsub.process
+
+    def _delivered(self, topic: str, message: Any) -> None:
+        if self.on_message is not None:
+            self.on_message(topic, message)
+
+    def _link_down(self, peer: NodeId) -> None:
+        pubsub = self.pubsub
+        if pubsub is not None and pubsub.gossip is not None:
+            membership = pubsub.gossip.membership
+            if isinstance(membership, HyParView):
+                membership.peer_down(peer)
+
+    async def start(self) -> NodeId:
+        """Bind, take the name ``host:port``, start the protocol stack."""
+        host, port = await self.net.listen()
+        node = check_node_id(f"{host}:{port}")  # the bound ip: "localhost" is 127.0.0.1
+        self.net.rename(node)
+        if self.trace is not None:
+            assert self.options.trace_dir is not None
+            self.trace.path = trace_path(self.options.trace_dir, self.options.run, node)
+        self.net.start_process()
+        return node
+
+    @property
+    def running(self) -> bool:
+        return self.net.state is NodeState.RUNNING
+
+    def joined(self) -> bool:
+        """In the overlay: a HyParView member, or on the Chord ring."""
+        pubsub = self.pubsub
+        if pubsub is None or not self.running:
+            return False
+        if pubsub.gossip is not None:
+            membership = pubsub.gossip.membership
+            return isinstance(membership, HyParView) and membership.state is OverlayState.MEMBER
+        assert pubsub.scribe is not None
+        chord = pubsub.scribe.chord
+        return isinstance(chord, ChordHost) and chord.joined
+
+    async def wait_joined(self, timeout: float | None = None) -> bool:
+        """Wait until ``joined()``; False after ``timeout`` seconds or if the node stopped."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not self.joined():
+            if not self.running or (deadline is not None and loop.time() >= deadline):
+                return False
+            await asyncio.sleep(JOIN_POLL)
+        return True
+
+    def status(self) -> dict[str, Any]:
+        pubsub = self.pubsub
+        info: dict[str, Any] = {"node": self.node_id, "mode": self.options.mode,
+                                "joined": self.joined(),
+                                "subscriptions": pubsub.subscriptions() if pubsub else []}
+        if pubsub is not None and pubsub.gossip is not None:
+            membership = pubsub.gossip.membership
+            if isinstance(membership, HyParView):
+                info["active_view"] = membership.active_view()
+        return info
+
+    def _call(self, fn: Callable[[PubSubNode], Any]) -> Any:
+        pubsub = self.pubsub
+        if pubsub is None or not self.running:
+            raise CommandError(f"node is {self.net.state.value}")
+        result: list[Any] = []
+        refused: list[Exception] = []
+
+        def run(_process: object) -> None:
+            try:
+                result.append(fn(pubsub))
+            except (ValueError, StateError, ConfigError) as exc:  # the request, not a bug
+                refused.append(exc)
+
+        self.net.call(run)  # anything else is a bug: it stops the node and is raised here
+        if refused:
+            raise CommandError(str(refused[0])) from refused[0]
+        return result[0] if result else None
+
+    def subscribe(self, topic: str) -> None:
+        self._call(lambda p: p.subscribe(topic))
+
+    def unsubscribe(self, topic: str) -> None:
+        self._call(lambda p: p.unsubscribe(topic))
+
+    def publish(self, topic: str, message: Any) -> str:
+        return str(self._call(lambda p: p.publish(topic, message)))
+
+    def is_subscribed(self, topic: str) -> bool:
+        return self.pubsub is not None and self.pubsub.is_subscribed(topic)
+
+    async def stop(self) -> None:
+        """Leave the overlay (goodbyes get ``flush_timeout`` seconds to go out), close all."""
+        net = self.net
+        if net.state is NodeState.RUNNING and net.process is not None and not self.failed.is_set():
+            process = net.process
+            with contextlib.suppress(Exception):  # a bug in stop() was recorded by the node
+                net.call(lambda _p: process.stop())
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.options.flush_timeout
+            while net.queued_connected() and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+        await net.close()
+        if self.trace is not None:
+            self.trace.close()
+
+
+# -- the clients -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AutoOptions:
+    """The automated client: random commands until ``publishes`` went out, then settle."""
+
+    publishes: int = 10
+    topics: int = 3
+    seed: int = 0
+    interval: float = 0.2  # mean seconds between two commands
+    warmup: float = 1.0  # seconds after joining before the first command
+    publish_weight: float = 0.5  # chance that a command is a publish
+    settle: float = 2.0  # done once nothing was delivered for this long after the last publish
+    max_settle: float = 60.0
+    join_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.publishes < 0 or self.topics < 1:
+            raise ConfigError("need publishes >= 0 and topics >= 1")
+        if not 0 < self.publish_weight <= 1:
+            raise ConfigError("publish_weight must be in (0, 1]")
+        for name in ("interval", "warmup", "settle", "max_settle", "join_timeout"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+
+
+def execute(node: PubSubNetNode, command: Command, out: Output) -> None:
+    """Carry out one command, answering on ``out``; a failing command prints an error."""
+    try:
+        if command.verb == "subscribe":
+            assert command.topic is not None
+            node.subscribe(command.topic)
+            out.ok("subscribe", command.topic)
+        elif command.verb == "unsubscribe":
+            assert command.topic is not None
+            node.unsubscribe(command.topic)
+            out.ok("unsubscribe", command.topic)
+        elif command.verb == "publish":
+            assert command.topic is not None
+            mid = node.publish(command.topic, command.message)
+            out.ok("publish", command.topic, mid)
+        elif command.verb == "status":
+            status = node.status()
+            out.info("status", "status " + orjson.dumps(status).decode(), **status)
+        elif command.verb == "help":
+            out.info("help", HELP, help=HELP)
+    except CommandError as exc:
+        out.error(str(exc))
+    except Exception as exc:  # a bug below: the node has stopped itself (see run_node)
+        out.error(f"{command.verb} failed: {exc!r}")
+
+
+TOO_LONG = "\0too long"  # what the reader queues for an over-long line
+
+
+def _read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],
+                fd: int) -> None:
+    """A daemon thread: lines of ``fd`` into ``queue``, then None at the end of input.
+
+    It reads the raw descriptor with ``os.read``: a daemon thread blocked inside a buffered
+    ``sys.stdin`` read would abort the interpreter at exit, holding the buffer's lock.
+    """
+
+    def put(item: str | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the node is exiting
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    pending = b""
+    skipping = False  # inside an over-long line, until its newline
+    try:
+        while chunk := os.read(fd, 65_536):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                if skipping:
+                    skipping = False
+                    continue
+                put(TOO_LONG if len(raw) > MAX_LINE else raw.decode("utf-8", "replace"))
+            if len(pending) > MAX_LINE:
+                if not skipping:
+                    put(TOO_LONG)
+                skipping, pending = True, b""
+    except OSError:
+        pass
+    if pending and not skipping:
+        put(pending.decode("utf-8", "replace"))
+    put(None)
+
+
+async def interactive(node: PubSubNetNode, out: Output, fd: int | None = None) -> None:
+    """Commands from the file descriptor ``fd`` (stdin) until ``exit`` or the end of input."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    source = sys.stdin.fileno() if fd is None else fd
+    threading.Thread(target=_read_lines, args=(loop, queue, source), daemon=True,
+                     name="gossamer-stdin").start()
+    while node.running:
+        line = await queue.get()
+        if line is None:
+            return
+        if line == TOO_LONG:
+            out.error(f"line longer than {MAX_LINE} characters, ignored")
+            continue
+        try:
+            command = parse_command(line)
+        except CommandError as exc:
+            out.error(str(exc))
+            continue
+        if command is None:
+            continue
+        if command.verb == "exit":
+            return
+        execute(node, command, out)
+
+
+async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
+                    delivered: asyncio.Event) -> int:
+    """The automated client; returns how many messages it published."""
+    if not await node.wait_joined(options.join_timeout):
+        out.error(f"not in the overlay after {options.join_timeout}s; auto client gives up")
+        return 0
+    rng = random.Random(f"{options.seed}/{node.node_id}/auto")
+    topics = [f"topic{i}" for i in range(options.topics)]
+    await asyncio.sleep(options.warmup)
+    published = 0
+    while published < options.publishes and node.running:
+        topic = rng.choice(topics)
+        if rng.random() < options.publish_weight:
+            command = Command("publish", topic, f"{node.node_id}#{published}")
+            published += 1
+        elif node.is_subscribed(topic):
+            command = Command("unsubscribe", topic)
+        else:
+            command = Command("subscribe", topic)
+        execute(node, command, out)
+        await asyncio.sleep(rng.uniform(0, 2 * options.interval))
+    # settle: until nothing was delivered for `settle` seconds (or max_settle passed)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + options.max_settle
+    while node.running and loop.time() < deadline:
+        delivered.clear()
+        try:
+            await asyncio.wait_for(delivered.wait(), min(options.settle,
+                                                        max(deadline - loop.time(), 0)))
+        except TimeoutError:
+            break
+    out.info("auto_done", f"auto done: published {published}", published=published)
+    return published
+
+
+async def _announce_joined(node: PubSubNetNode, out: Output) -> None:
+    if await node.wait_joined():
+        out.info("joined", f"joined {node.node_id}", node=node.node_id)
+
+
+async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool = False,
+                   auto: AutoOptions | None = None, stdin: int | None = None) -> int:
+    """Run one node until SIGINT/SIGTERM, ``exit``/end of input (interactive), the end of the
+    automated client's run, or a protocol bug (exit code 1)."""
+    loop = asyncio.get_running_loop()
+    delivered = asyncio.Event()
+
+    def on_message(topic: str, message: Any) -> None:
+        delivered.set()
+        out.deliver(topic, message)
+
+    node = PubSubNetNode(options, on_message=on_message)
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    tasks: list[asyncio.Task[Any]] = []
+    background: list[asyncio.Task[Any]] = []
+    try:
+        try:
+            node_id = await node.start()
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {options.host}:{options.port}: {exc}") from exc
+        out.ready(node_id, options.mode)
+        background.append(loop.create_task(_announce_joined(node, out)))
+        tasks = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait())]
+        if interactive_input:
+            tasks.append(loop.create_task(interactive(node, out, stdin)))
+        if auto is not None:
+            tasks.append(loop.create_task(automated(node, auto, out, delivered)))
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks + background:
+            task.cancel()
+        await asyncio.gather(*tasks, *background, return_exceptions=True)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await node.stop()
+    if node.net.failure is not None:
+        out.error(f"node failed: {node.net.failure!r}")
+        return 1
+    out.info("stopped", f"stopped {node.node_id}", node=node.node_id)
+    return 0
