@@ -403,7 +403,7 @@ class Scribe:
         state.role = TreeRole.JOINING
         state.parent = None
         state.not_root_ticks = 0
-        self.env.trace("join", layer=LAYER, key=topic)
+        self.env.trace("tree_join", layer=LAYER, key=topic)  # not "join": a membership event
         self.chord.route(topic, {"t": JOIN_TAG, "n": state.nonce})
         # if the route could not start (not on the ring yet) the next tick tries again
 
