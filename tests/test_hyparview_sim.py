@@ -338,6 +338,24 @@ def test_forward_join_enters_passive_at_prwl_and_active_at_the_end() -> None:
     assert env.take_sent() == [("y", JoinReply())]
 
 
+def test_a_joining_contact_relays_a_repeated_join_to_its_own_contact() -> None:
+    # the joiner may know no one else: were we to crash before we are in, it would JOIN us
+    # for ever; once it has waited a join_timeout, a walk gets it in through our contact
+    env = FakeEnv("a")
+    view = HyParView(env, contacts=["c"])
+    view.start()
+    assert view.state is OverlayState.JOINING
+    env.take_sent()
+    view.on_message("x", Join())
+    assert env.take_sent() == []  # held: we may be in at any moment
+    view.on_message("x", Join())  # its retry: our own join is slow
+    assert env.take_sent() == [("c", ForwardJoin(new_node="x", ttl=6))]
+    assert view.active_view() == []
+    view.on_message("c", JoinReply())  # in: the held joiner is served
+    assert view.state is OverlayState.MEMBER
+    assert sorted(view.active_view()) == ["c", "x"]
+
+
 def test_full_active_view_evicts_a_random_neighbour_with_a_disconnect() -> None:
     view, env = member(active=["b", "c", "d", "e", "f"])
     view.on_message("x", Neighbor(priority="high"))

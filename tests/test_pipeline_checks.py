@@ -151,10 +151,101 @@ def test_reliability_can_exempt_messages_of_crashed_publishers(spark: Any) -> No
     assertDataFrameEqual(lenient, [])
 
 
+def sub(t: float, node: str, topic: str, event: str = "subscribe") -> Any:
+    return row(t, node, event, layer="pubsub", key=topic)
+
+
+def pub(t: float, origin: str, seq: int, topic: str) -> Any:
+    return publish(t, origin, seq, layer="pubsub", key=topic)
+
+
+def got(t: float, node: str, origin: str, seq: int, topic: str) -> Any:
+    return deliver(t, node, origin, seq, layer="pubsub", key=topic)
+
+
+# b and c subscribe to x, d to y; c unsubscribes from x at 2.0; e subscribes to x late
+PUBSUB_BASE = [
+    sub(0.5, "b", "x"), sub(0.5, "c", "x"), sub(0.5, "d", "y"), sub(2.0, "c", "x", "unsubscribe"),
+    sub(2.5, "e", "x"),
+    pub(1.0, "a", 1, "x"), pub(3.0, "a", 2, "x"), pub(3.0, "d", 1, "y"),
+    row(0.1, "a", "send", layer="pubsub", peer="b"),
+]
+
+
+def test_reliability_expects_only_the_subscribers_of_a_topic(spark: Any) -> None:
+    rows = [*PUBSUB_BASE, got(1.1, "b", "a", 1, "x"), got(1.1, "c", "a", 1, "x"),
+            got(3.1, "b", "a", 2, "x"), got(3.1, "e", "a", 2, "x"), got(3.0, "d", "d", 1, "y")]
+    result = judge(spark, rows, reliability_check(layers=["pubsub"]))
+    assert (result.status, result.reason) == (Status.PASS, "no violations")
+    assertDataFrameEqual(reliability_summary(frame(spark, rows), layers=["pubsub"]), [Row(
+        run="r1", layer="pubsub", published=3, expected=5, delivered=5, reliability=1.0)])
+
+
+def test_reliability_reports_a_subscriber_that_missed_its_topic(spark: Any) -> None:
+    # planted: b misses a:2 and e misses a:2; c (unsubscribed) and d (other topic) owe nothing
+    rows = [*PUBSUB_BASE, got(1.1, "b", "a", 1, "x"), got(1.1, "c", "a", 1, "x")]
+    result = judge(spark, rows, reliability_check(layers=["pubsub"]))
+    assert result.status is Status.FAIL
+    detail = "not delivered: up when a published it at t=3.000000 and up at the end"
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "b", "a:2", "a", 2, detail), ("r1", "e", "a:2", "a", 2, detail)]))
+
+
 def test_reliability_without_publishes_is_not_applicable(spark: Any) -> None:
     rows = [deliver(1.0, "b", "a", 1)]
     status, reason, _ = verdict(spark, rows, reliability_check())
     assert status is Status.NOT_APPLICABLE and "no publish rows" in reason
+
+
+def session(t: float, node: str, event: str) -> Any:
+    return row(t, node, event, layer="activity")
+
+
+# seed 003: b's first session ends at 1.05, before a:1 reaches it; its second starts at 2.5
+SESSION_BASE = [
+    session(0.5, "b", "join"), publish(1.0, "a", 1, layer="activity"),
+    session(1.05, "b", "leave"), publish(2.0, "a", 2, layer="activity"),
+    session(2.5, "b", "join"), publish(3.0, "a", 3, layer="activity"),
+    row(4.0, "a", "send", layer="activity", peer="b"),  # the run ends at t=4
+]
+
+
+def test_reliability_in_session_layers_expects_only_the_last_session(spark: Any) -> None:
+    rows = [*SESSION_BASE, deliver(3.1, "b", "a", 3, layer="activity")]
+    strict = reliability_violations(frame(spark, rows), layers=["activity"])
+    assert sorted((r.node, r.msg) for r in strict.collect()) == [("b", "a:1")]
+    result = judge(spark, rows, reliability_check(layers=["activity"],
+                                                  session_layers=["activity"]))
+    assert (result.status, result.reason) == (Status.PASS, "no violations")
+    assertDataFrameEqual(reliability_summary(frame(spark, rows), layers=["activity"],
+                                             session_layers=["activity"]), [Row(
+        run="r1", layer="activity", published=3, expected=4, delivered=4, reliability=1.0)])
+
+
+def test_reliability_in_session_layers_reports_a_miss_in_the_last_session(spark: Any) -> None:
+    result = judge(spark, SESSION_BASE, reliability_check(layers=["activity"],
+                                                          session_layers=["activity"]))
+    assert result.status is Status.FAIL
+    detail = "not delivered: up when a published it at t=3.000000 and up at the end"
+    assertDataFrameEqual(result.violations, violations([("r1", "b", "a:3", "a", 3, detail)]))
+
+
+def test_fifo_in_session_layers_allows_a_gap_across_a_membership_change(spark: Any) -> None:
+    rows = [session(0.5, "b", "join"), deliver(1.1, "b", "a", 1, layer="activity"),
+            session(1.2, "b", "leave"), session(2.5, "b", "join"),
+            deliver(3.1, "b", "a", 3, layer="activity"),  # a gap across the rejoin: fine
+            deliver(3.5, "b", "a", 5, layer="activity"),  # a gap in one session: planted
+            deliver(3.6, "b", "a", 5, layer="activity"),  # a duplicate: planted
+            session(3.0, "c", "join"), deliver(3.2, "c", "a", 3, layer="activity")]
+    assert fifo_violations(frame(spark, rows)).count() == 4
+    result = judge(spark, rows, fifo_check(layers=["activity"], session_layers=["activity"]))
+    assert result.status is Status.FAIL
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "b", "a:5", "a", 5, "gap: seq 5 delivered, expected 4"),
+        ("r1", "b", "a:5", "a", 5, "duplicate or reordered: seq 5 after seq 5")]))
+    clean = rows[:5] + rows[7:]
+    status, reason, _ = verdict(spark, clean, fifo_check(session_layers=["activity"]))
+    assert (status, reason) == (Status.PASS, "no violations")
 
 
 # -- causal order ------------------------------------------------------------------------------

@@ -169,3 +169,33 @@ def test_lookup_hops_per_run_overall_and_by_node_count(spark: Any) -> None:
 
 def test_no_lookup_rows_no_samples(trace: Any) -> None:
     assert metrics.lookup_samples(trace).count() == 0
+
+
+def test_topic_balance_counts_topics_owned_per_live_node(spark: Any) -> None:
+    rows = [
+        row(0.1, "a", "send", layer="pubsub", peer="b"), row(0.1, "b", "send", layer="pubsub"),
+        row(0.1, "c", "send", layer="pubsub"), row(0.1, "d", "send", layer="pubsub"),
+        row(1.0, "d", "crash", layer="sim"),  # down at the end: not counted
+        row(5.0, "a", "owner", layer="pubsub", key="t0"),
+        row(5.0, "a", "owner", layer="pubsub", key="t1"),
+        row(5.0, "b", "owner", layer="pubsub", key="t2"),
+        row(1.0, "x", "owner", layer="pubsub", key="t0", run="r2"),
+    ]
+    got = {r.run: r.asDict() for r in metrics.topic_balance(frame(spark, rows)).collect()}
+    assert got["r1"] == {"run": "r1", "topics": 3, "nodes": 3, "owned_expected": 1.0,
+                         "owned_min": 0, "owned_max": 2}
+    assert got["r2"] == {"run": "r2", "topics": 1, "nodes": 1, "owned_expected": 1.0,
+                         "owned_min": 1, "owned_max": 1}
+
+
+def test_layer_messages_per_publish_counts_sends_per_layer(spark: Any) -> None:
+    rows = [
+        publish(1.0, "a", 1, layer="pubsub", key="t"), publish(1.0, "a", 1, layer="gossip"),
+        publish(2.0, "a", 2, layer="pubsub", key="t"),
+        row(1.0, "a", "send", layer="gossip", peer="b"),
+        row(1.0, "a", "send", layer="gossip", peer="c"),
+        row(1.5, "a", "send", layer="hyparview", peer="b"),
+    ]
+    got = {r.sender_layer: (r.publishes, r.sent, r.per_publish)
+           for r in metrics.layer_messages_per_publish(frame(spark, rows)).collect()}
+    assert got == {"gossip": (2, 2, 1.0), "hyparview": (2, 1, 0.5)}

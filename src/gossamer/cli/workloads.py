@@ -15,6 +15,11 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.traceio import ParquetSink, trace_path
 from ..pipeline.experiment import RunSpec
+from ..services.activity.experiment import (
+    ActivityRunOptions,
+    ActivityRunResult,
+    run_activity_sim,
+)
 from ..services.broadcast import (
     FifoRunOptions,
     FifoRunResult,
@@ -22,6 +27,7 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.pubsub.experiment import PubSubRunOptions, PubSubRunResult, run_pubsub_sim
 from ..services.replica.experiment import ReplicaRunOptions, ReplicaRunResult, run_replica_sim
 
 __all__ = ["WORKLOADS", "run_workload", "validate_run"]
@@ -30,9 +36,12 @@ __all__ = ["WORKLOADS", "run_workload", "validate_run"]
 WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "fifo": {"sim": FifoRunOptions, "loopback": LoopbackOptions},
     "replica": {"sim": ReplicaRunOptions},
+    "pubsub": {"sim": PubSubRunOptions},
+    "activity": {"sim": ActivityRunOptions},
 }
 
-Options = FifoRunOptions | LoopbackOptions | ReplicaRunOptions
+Options = (FifoRunOptions | LoopbackOptions | ReplicaRunOptions | PubSubRunOptions
+           | ActivityRunOptions)
 
 
 def _options(spec: RunSpec) -> Options:
@@ -85,6 +94,22 @@ def _replica_result(result: ReplicaRunResult) -> dict[str, Any]:
             "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+def _activity_result(result: ActivityRunResult) -> dict[str, Any]:
+    return {"requested": result.requested, "published": result.published,
+            "skipped": result.skipped, "crashed": len(result.crashed),
+            "healed": result.healed, "events": result.events,
+            "wall_seconds": result.wall_seconds}
+
+
+def _pubsub_result(result: PubSubRunResult) -> dict[str, Any]:
+    return {"published": result.published, "skipped": result.skipped,
+            "expected": result.expected, "delivered": result.delivered,
+            "reliability": result.reliability,
+            "messages_per_publish": result.messages_per_publish,
+            "dissemination_per_publish": result.dissemination_per_publish,
+            "events": result.events, "wall_seconds": result.wall_seconds}
+
+
 def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     """Run one experiment run (inside a Spark task) and write its trace under ``out_dir``."""
     options = _options(spec)
@@ -95,6 +120,20 @@ def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
         finally:
             sink.close()
         return _replica_result(result)
+    if isinstance(options, ActivityRunOptions):
+        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
+        try:
+            activity = run_activity_sim(options, sink)
+        finally:
+            sink.close()
+        return _activity_result(activity)
+    if isinstance(options, PubSubRunOptions):
+        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
+        try:
+            pubsub = run_pubsub_sim(options, sink)
+        finally:
+            sink.close()
+        return _pubsub_result(pubsub)
     if isinstance(options, LoopbackOptions):
         # durable state of an interrupted attempt would make this attempt a recovery
         for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):

@@ -182,7 +182,8 @@ def analyze(
                       out / "throughput")
         reliability = _write(reliability_summary(
             trace, layers=layers,
-            exempt_crashed_origins=config.checks.exempt_crashed_origins), out / "reliability")
+            exempt_crashed_origins=config.checks.exempt_crashed_origins,
+            session_layers=config.checks.session_layers), out / "reliability")
 
         lookup_samples = metrics.lookup_samples(trace)
         per_run_lookups: DataFrame | None = None
@@ -226,6 +227,15 @@ def analyze(
                       .join(stored, "run", "left"))
         if per_run_lookups is not None:
             runs_table = runs_table.join(per_run_lookups, "run", "left")
+        balance = _write(metrics.topic_balance(trace), out / "topic_balance")
+        if balance.limit(1).count():
+            runs_table = runs_table.join(balance.drop("nodes"), "run", "left")
+        per_layer = _write(metrics.layer_messages_per_publish(trace), out / "layer_messages")
+        if per_layer.limit(1).count():
+            pivot = (per_layer.groupBy("run").pivot("sender_layer").agg(F.first("per_publish")))
+            runs_table = runs_table.join(pivot.select("run", *[
+                F.col(f"`{c}`").alias(f"per_publish_{_slug(c)}")
+                for c in pivot.columns if c != "run"]), "run", "left")
         runs_table = runs_table.join(run_params, "run", "left").orderBy("run")
         runs = _as_dicts(_write(runs_table, out / "runs").orderBy("run"))
 

@@ -40,6 +40,7 @@ __all__ = [
     "reliability_check",
     "reliability_summary",
     "reliability_violations",
+    "subscription_intervals",
     "total_order_check",
     "total_order_violations",
 ]
@@ -132,23 +133,51 @@ def member_status(trace: DataFrame, *, layers: Sequence[str] | None = None) -> D
 
 # -- reliability -----------------------------------------------------------------------------
 
+_SUBSCRIPTION_EVENTS = ("subscribe", "unsubscribe")
+
+
+def subscription_intervals(trace: DataFrame, *,
+                           layers: Sequence[str] | None = None) -> DataFrame:
+    """(run, layer, key, node, sub_t, sub_row, unsub_t, unsub_row): when each node was subscribed
+    to each topic (``key``), from its ``subscribe`` row to its next ``subscribe`` or
+    ``unsubscribe`` row of that layer and key (null end: to the end of the run).
+
+    A crash ends no subscription here: a node that recovers without subscribing again would
+    still be expected to deliver (the pub/sub workloads do not recover crashed nodes)."""
+    trace = with_row_order(trace)
+    rows = trace.filter(F.col("event").isin(list(_SUBSCRIPTION_EVENTS)) & _in_layers(layers)
+                        & F.col("key").isNotNull() & F.col("node").isNotNull())
+    in_order = Window.partitionBy("run", "layer", "key", "node").orderBy("t", ROW)
+    return rows.select(
+        "run", "layer", "key", "node", "event", F.col("t").alias("sub_t"),
+        F.col(ROW).alias("sub_row"), F.lead("t").over(in_order).alias("unsub_t"),
+        F.lead(ROW).over(in_order).alias("unsub_row"),
+    ).filter(F.col("event") == "subscribe").drop("event")
+
 
 def expected_deliveries(
     trace: DataFrame,
     *,
     layers: Sequence[str] | None = None,
     exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
 ) -> DataFrame:
     """(run, layer, msg, origin, seq, node, t_publish, publisher): who must deliver what.
 
-    Every member up when the message was published and up at the end must deliver it. With
-    ``exempt_crashed_origins``, messages of a publisher that is down at the end are left out
-    (a protocol without relaying cannot repair them).
+    Every member up when the message was published and up at the end must deliver it. In a
+    layer that traces ``subscribe``/``unsubscribe`` rows (topic pub/sub, key = topic), only
+    the members subscribed to the message's ``key`` when it was published (see
+    ``subscription_intervals``). With ``exempt_crashed_origins``, messages of a publisher that
+    is down at the end are left out (a protocol without relaying cannot repair them).
+
+    In ``session_layers`` (sessions: what a node missed while away is not sent again, like
+    seed 003's clients), only the members up from the publish to the end without a break:
+    the message must fall in a node's last up interval, not in an earlier one.
     """
     trace = with_row_order(trace)
     status = member_status(trace, layers=layers)
     publishes = trace.filter((F.col("event") == "publish") & _in_layers(layers)).select(
-        "run", "layer", "msg", "origin", "seq", F.col("t").alias("t_publish"),
+        "run", "layer", "msg", "origin", "seq", "key", F.col("t").alias("t_publish"),
         F.col(ROW).alias("row_publish"), F.col("node").alias("publisher"),
     )
     if exempt_crashed_origins:
@@ -166,6 +195,20 @@ def expected_deliveries(
     # a few intervals per node: broadcast them, or one task would pair every message of a run
     # (the join key is the run) with every node; a node's intervals never overlap
     pairs = publishes.join(F.broadcast(up), "run").filter(covers)
+    if session_layers:
+        pairs = pairs.filter(~F.col("layer").isin(list(session_layers))
+                             | F.col("end_t").isNull())
+    subscriptions = subscription_intervals(trace, layers=layers)
+    topic_layers = subscriptions.select("run", "layer").distinct()
+    unfiltered = pairs.join(F.broadcast(topic_layers), ["run", "layer"], "left_anti")
+    subscribed = (
+        _before(F.col("sub_t"), F.col("sub_row"), F.col("t_publish"), F.col("row_publish"))
+        & (F.col("unsub_t").isNull()
+           | _before(F.col("t_publish"), F.col("row_publish"), F.col("unsub_t"),
+                     F.col("unsub_row"))))
+    by_topic = (pairs.join(subscriptions, ["run", "layer", "key", "node"]).filter(subscribed)
+                .select(*unfiltered.columns))
+    pairs = unfiltered.unionByName(by_topic)
     return pairs.select("run", "layer", "msg", "origin", "seq", "node", "t_publish",
                         "publisher")
 
@@ -183,10 +226,12 @@ def reliability_violations(
     *,
     layers: Sequence[str] | None = None,
     exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
 ) -> DataFrame:
     """Expected (message, node) pairs without a ``deliver`` row (or the node's ``publish``)."""
     expected = expected_deliveries(trace, layers=layers,
-                                   exempt_crashed_origins=exempt_crashed_origins)
+                                   exempt_crashed_origins=exempt_crashed_origins,
+                                   session_layers=session_layers)
     missing = expected.join(_delivered_pairs(trace, layers), ["run", "layer", "msg", "node"],
                             "left_anti")
     return _shape(missing, F.format_string(
@@ -199,10 +244,12 @@ def reliability_summary(
     *,
     layers: Sequence[str] | None = None,
     exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
 ) -> DataFrame:
     """Per (run, layer): published, expected, delivered (of expected) and reliability."""
     expected = expected_deliveries(trace, layers=layers,
-                                   exempt_crashed_origins=exempt_crashed_origins)
+                                   exempt_crashed_origins=exempt_crashed_origins,
+                                   session_layers=session_layers)
     delivered = _delivered_pairs(trace, layers).distinct().withColumn("hit", F.lit(1))
     joined = expected.join(delivered, ["run", "layer", "msg", "node"], "left")
     return joined.groupBy("run", "layer").agg(
@@ -215,21 +262,50 @@ def reliability_summary(
 # -- FIFO per origin ---------------------------------------------------------------------------
 
 
-def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
-    """Each node delivers each origin's seqs as 1, 2, 3, ... once, by t then row order."""
+def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
+                    session_layers: Sequence[str] = ()) -> DataFrame:
+    """Each node delivers each origin's seqs as 1, 2, 3, ... once, by t then row order.
+
+    In ``session_layers`` a gap (a higher seq than the next) is no violation when the node's
+    membership changed (join, leave, crash, recover) since its previous delivery from that
+    origin: what it missed while away is not sent again. Duplicates and reordering still are.
+    """
+    trace = with_row_order(trace)
     rows = _deliveries(trace, layers).filter(
         F.col("origin").isNotNull() & F.col("seq").isNotNull())
     earlier = (Window.partitionBy("run", "layer", "node", "origin").orderBy("t", ROW)
                .rowsBetween(Window.unboundedPreceding, -1))
     rows = rows.withColumn("highest_before", F.coalesce(F.max("seq").over(earlier), F.lit(0)))
     expected = F.col("highest_before") + 1
+    if session_layers:
+        rows = rows.withColumn("previous", F.max(F.struct(
+            F.col("t").alias("t"), F.col(ROW).alias(ROW))).over(earlier))
     bad = rows.filter(F.col("seq") != expected)
+    if session_layers:
+        bad = _without_session_gaps(trace, bad, session_layers)
     detail = (F.when(F.col("seq") <= F.col("highest_before"),
                      F.format_string("duplicate or reordered: seq %d after seq %d",
                                      F.col("seq"), F.col("highest_before")))
               .otherwise(F.format_string("gap: seq %d delivered, expected %d",
                                          F.col("seq"), expected)))
     return _shape(bad, detail)
+
+
+def _without_session_gaps(trace: DataFrame, bad: DataFrame,
+                          session_layers: Sequence[str]) -> DataFrame:
+    """FIFO findings ``bad`` minus the gaps in ``session_layers`` with a membership change of
+    the node between its ``previous`` delivery from the origin (if any) and this one."""
+    changes = membership_changes(trace).select(
+        "run", "node", F.col("t").alias("change_t"), F.col(ROW).alias("change_row"))
+    gaps = bad.filter(F.col("layer").isin(list(session_layers))
+                      & (F.col("seq") > F.col("highest_before")))
+    previous = F.col("previous")
+    between = ((previous.isNull() | _before(previous.getField("t"), previous.getField(ROW),
+                                            F.col("change_t"), F.col("change_row")))
+               & _before(F.col("change_t"), F.col("change_row"), F.col("t"), F.col(ROW)))
+    keys = ["run", "layer", "node", "origin", "seq", "t", ROW]
+    excused = gaps.join(changes, ["run", "node"]).filter(between).select(*keys).distinct()
+    return bad.join(excused, keys, "left_anti")
 
 
 # -- causal order ------------------------------------------------------------------------------
@@ -546,8 +622,15 @@ class CheckConfig:
     total_order_per_key: bool = False
     revision_field: str = "rev"
     exempt_crashed_origins: bool = False
+    #: layers that promise FIFO per origin (None: ``layers``); topic pub/sub does not: a
+    #: subscriber sees only its topics' share of an origin's sequence numbers
+    fifo_layers: tuple[str, ...] | None = None
+    #: layers with sessions (seed 003): a node owes only what was published in its last up
+    #: interval, and a FIFO gap across a membership change of the node is no violation
+    session_layers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "session_layers", tuple(self.session_layers))
         if not self.revision_field or not self.revision_field.replace("_", "").isalnum():
             raise PipelineError(f"revision_field must be a plain JSON field name, "
                                 f"got {self.revision_field!r}")
@@ -562,19 +645,24 @@ def _deliver_evidence(layers: Sequence[str] | None) -> Column:
 
 
 def reliability_check(*, layers: Sequence[str] | None = None,
-                      exempt_crashed_origins: bool = False) -> Check:
+                      exempt_crashed_origins: bool = False,
+                      session_layers: Sequence[str] = ()) -> Check:
     return Check(
         "reliability", _publish_evidence(layers), "no publish rows: nothing was expected",
         lambda trace: reliability_violations(
-            trace, layers=layers, exempt_crashed_origins=exempt_crashed_origins))
+            trace, layers=layers, exempt_crashed_origins=exempt_crashed_origins,
+            session_layers=session_layers))
 
 
-def fifo_check(*, layers: Sequence[str] | None = None) -> Check:
+def fifo_check(*, layers: Sequence[str] | None = None,
+               session_layers: Sequence[str] = ()) -> Check:
+    if layers is not None and not layers:
+        return Check("fifo", None, "no layer is declared FIFO (analysis fifo_layers = [])", None)
     return Check(
         "fifo", _deliver_evidence(layers) & F.col("origin").isNotNull()
         & F.col("seq").isNotNull(),
         "no deliver rows with origin and seq",
-        lambda trace: fifo_violations(trace, layers=layers))
+        lambda trace: fifo_violations(trace, layers=layers, session_layers=session_layers))
 
 
 def causal_check(*, layers: Sequence[str] | None = None) -> Check:
@@ -619,8 +707,10 @@ def default_checks(config: CheckConfig | None = None) -> list[Check]:
     config = config if config is not None else CheckConfig()
     layers = config.layers
     return [
-        reliability_check(layers=layers, exempt_crashed_origins=config.exempt_crashed_origins),
-        fifo_check(layers=layers),
+        reliability_check(layers=layers, exempt_crashed_origins=config.exempt_crashed_origins,
+                          session_layers=config.session_layers),
+        fifo_check(layers=layers if config.fifo_layers is None else config.fifo_layers,
+                   session_layers=config.session_layers),
         causal_check(layers=layers),
         total_order_check(layers=config.total_order_layers,
                           per_key=config.total_order_per_key),

@@ -231,7 +231,7 @@ def _check_config(file: Path, raw: Any) -> CheckConfig:
         raise PipelineError(f"{file}: unknown [analysis] keys {sorted(unknown)}; "
                             f"known: {sorted(fields)}")
     values = dict(raw)
-    for key in ("layers", "total_order_layers"):
+    for key in ("layers", "total_order_layers", "fifo_layers"):
         if key in values:
             if not isinstance(values[key], list) or not all(
                     isinstance(v, str) for v in values[key]):

@@ -22,6 +22,7 @@ __all__ = [
     "latency_cdf",
     "latency_samples",
     "latency_summary",
+    "layer_messages_per_publish",
     "load_histogram",
     "lookup_hop_counts",
     "lookup_samples",
@@ -31,6 +32,7 @@ __all__ = [
     "redundancy",
     "run_overview",
     "throughput",
+    "topic_balance",
 ]
 
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -235,6 +237,50 @@ def lookup_summary(samples: DataFrame, *, by: Sequence[str] = ("run",)) -> DataF
 def lookup_hop_counts(samples: DataFrame, *, by: Sequence[str] = ()) -> DataFrame:
     """(``by``..., hops, lookups): how many lookups took each number of hops."""
     return samples.groupBy(*by, "hops").agg(F.count(F.lit(1)).alias("lookups"))
+
+
+# -- topic ownership (Chord roots) -------------------------------------------------------------
+
+
+def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
+    """Per run with ``owner`` rows (``layer``, key = topic, node = its owner): topics, nodes
+    (the members up at the end: nodes with rows outside layer ``sim`` and no crash or leave as
+    their last membership change), and topics owned per node: expected (topics / nodes),
+    min (0 when some node owns none) and max. A topic with several owners counts for each."""
+    owners = (trace.filter((F.col("event") == "owner") & (F.col("layer") == layer)
+                           & F.col("key").isNotNull())
+              .select("run", "node", "key").distinct())
+    per_node = owners.groupBy("run", "node").agg(F.count(F.lit(1)).alias("owned"))
+    changes = with_row_order(membership_changes(trace))
+    last_change = changes.groupBy("run", "node").agg(
+        F.max_by("event", F.struct("t", ROW)).alias("last"))
+    down = last_change.filter(F.col("last").isin("crash", "leave")).select("run", "node")
+    members = (trace.filter((F.col("layer") != "sim") & F.col("node").isNotNull())
+               .select("run", "node").distinct()
+               .join(down, ["run", "node"], "left_anti")
+               .join(owners.select("run").distinct(), "run", "left_semi"))
+    counted = members.join(per_node, ["run", "node"], "left").select(
+        "run", "node", F.coalesce(F.col("owned"), F.lit(0)).alias("owned"))
+    topics = owners.groupBy("run").agg(F.countDistinct("key").alias("topics"))
+    return counted.groupBy("run").agg(
+        F.count(F.lit(1)).alias("nodes"),
+        F.min("owned").alias("owned_min"), F.max("owned").alias("owned_max"),
+    ).join(topics, "run").withColumn(
+        "owned_expected", F.col("topics") / F.col("nodes")
+    ).select("run", "topics", "nodes", "owned_expected", "owned_min", "owned_max")
+
+
+def layer_messages_per_publish(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
+    """Per run with ``publish`` rows in ``layer``: those publishes and, per layer that sent
+    messages, its sends per publish (columns ``sent_<layer>`` and ``per_publish_<layer>`` are
+    not fixed, so this is long: run, publishes, sender_layer, sent, per_publish)."""
+    publishes = (trace.filter((F.col("event") == "publish") & (F.col("layer") == layer))
+                 .groupBy("run").agg(F.count(F.lit(1)).alias("publishes")))
+    sends = (trace.filter(F.col("event") == "send")
+             .groupBy("run", F.col("layer").alias("sender_layer"))
+             .agg(F.count(F.lit(1)).alias("sent")))
+    return sends.join(publishes, "run").withColumn(
+        "per_publish", F.col("sent") / F.col("publishes"))
 
 
 # -- runs --------------------------------------------------------------------------------------

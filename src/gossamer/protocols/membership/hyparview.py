@@ -16,7 +16,10 @@ active views, they would otherwise never link up). A run without failures never 
 
 Joining: a node retries its JOIN every ``join_timeout`` until a JOIN_REPLY (or a PING from its
 contact) shows it is in, and holds the JOINs it receives meanwhile: a node that is not in the
-overlay yet must not be a contact, or its joiners form an overlay of their own.
+overlay yet must not be a contact, or its joiners form an overlay of their own. A held joiner
+that JOINs again (it has waited ``join_timeout``) is passed on to our own contact as a
+FORWARD_JOIN walk: it may know no other node, and were we to crash before we are in, it would
+JOIN a dead node for ever, cut off from everything it publishes or should receive.
 """
 
 from __future__ import annotations
@@ -382,10 +385,17 @@ class HyParView:
         if self.state is OverlayState.JOINING:
             # a node that is not in the overlay yet must not be a contact: its joiners would
             # form an overlay of their own, joined to the real one by a link or none at all
-            if joiner in self._held_joins or len(self._held_joins) < self.config.active_size:
+            retry = joiner in self._held_joins
+            if retry or len(self._held_joins) < self.config.active_size:
                 self._held_joins[joiner] = None
             else:
                 self._drop(joiner, Join(), "joining")
+            contact = self._contact
+            if retry and contact is not None and contact != joiner:
+                # it has waited a join_timeout already, and may know no node but us: should
+                # we crash before we are in, it would JOIN us for ever. Walk it in through
+                # our own contact (we still serve it if we get in first)
+                self.env.send(contact, ForwardJoin(new_node=joiner, ttl=self.config.arwl))
             return
         added = joiner not in self._active
         if added:

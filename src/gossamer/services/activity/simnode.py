@@ -251,8 +251,11 @@ class ActivityNode:
 
     def __init__(self, env: Env, *, secret: str, remote: NodeId | None = None,
                  announce_interval: float = 1.0, keepalive: float = 0.5,
-                 dead_after: float = 2.0, **options: Any) -> None:
+                 dead_after: float = 2.0, drop_broadcasts: bool = False,
+                 **options: Any) -> None:
         self.env = env
+        # broken on purpose (experiments): relay no ACTIVITY_BROADCAST to anyone
+        self.drop_broadcasts = drop_broadcasts
         config = ServerConfig(secret=secret, hostname=env.node, port=PORT, server_id=env.node,
                               remote=None if remote is None else (remote, PORT),
                               announce_interval=announce_interval,
@@ -278,6 +281,12 @@ class ActivityNode:
             self.conns.on_frame(src, msg)
             self.flush()
 
+    def mark(self, event: str, **info: Any) -> None:
+        """Trace a membership row (``join``/``leave``, layer ``activity``) for this server:
+        experiments mark the windows around a server crash in which seed 003 promises no
+        delivery."""
+        self.env.trace(event, layer=LAYER, **info)
+
     def _connected(self, conn: str) -> None:
         self.core.connected(conn)
 
@@ -293,6 +302,9 @@ class ActivityNode:
         batch_conn: str | None = None
         codec = self.core.codec
         for action in self.core.drain():
+            if (self.drop_broadcasts and isinstance(action, Send)
+                    and isinstance(action.msg, ActivityBroadcast)):
+                continue
             if isinstance(action, Send) and action.conn == batch_conn:
                 batch.append(codec.encode(action.msg).decode())
                 continue
@@ -389,6 +401,13 @@ class SimClient:
 
     def _trace(self, event: str, **fields: Any) -> None:
         self.env.trace(event, layer=LAYER, peer=self.server, **fields)
+
+    def mark(self, event: str, **info: Any) -> None:
+        """Trace a membership row (``join``/``leave``) without changing the connection, if
+        logged in: experiments end the client's session before a server crash and start a
+        new one once the tree has healed (seed 003 promises no delivery across the crash)."""
+        if self.joined:
+            self._trace(event, **info)
 
     def _leave(self, reason: str) -> None:
         if self.joined:
