@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gossamer.core import ConfigError, InvalidMessage, MemorySink, Message, default_codec
@@ -568,6 +568,7 @@ steps = st.lists(st.one_of(
 
 @settings(max_examples=60, deadline=None)
 @given(steps=steps, seed=st.integers(0, 2**16))
+@example(steps=[("down", "a", None), ("msg", "b", JoinReply()), ("wait", None, 3.0)], seed=0)
 def test_property_any_input_keeps_views_bounded_and_disjoint(
     steps: list[tuple[str, Any, Any]], seed: int
 ) -> None:

@@ -32,15 +32,18 @@ def write(folder: Path, text: str) -> Path:
 def test_quickstart_expands_to_a_sweep_times_seeds() -> None:
     experiment = load_experiment(REPO / "experiments" / "quickstart.toml")
     runs = experiment.runs()
-    assert experiment.workloads() == [("fifo", "sim"), ("replica", "sim")]
-    assert len(runs) == 3 * 3 * 2 + 3 * 2 * 2
+    assert experiment.workloads() == [("fifo", "sim"), ("replica", "sim"), ("activity", "sim"),
+                                      ("pubsub", "sim"), ("pubsub", "sim")]
+    # fifo 3 x 3 x 2 seeds, replica 3 x 2 x 2, activity 2, pubsub 3 x 2 and with faults 2
+    assert len(runs) == 3 * 3 * 2 + 3 * 2 * 2 + 2 + 3 * 2 + 2
     assert len({r.run for r in runs}) == len(runs)
     assert runs[0].run == "quickstart-loss0.0-crash0.0-s1"
     assert runs[0].params["nodes"] == 12 and runs[0].params["crash"] == 0.0
     replica = [r for r in runs if r.workload == "replica"]
     assert replica[0].run == "quickstart-replica-loss0.0-crash0.0-s1"
     assert replica[0].params["clients"] == 12 and replica[-1].params["loss"] == 0.2
-    assert experiment.checks.layers == ("fifo", "replica")
+    assert experiment.checks.layers == ("fifo", "replica", "activity", "pubsub")
+    assert experiment.checks.session_layers == ("activity",)
     for spec in runs:
         validate_run(spec)
 

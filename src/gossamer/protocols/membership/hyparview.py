@@ -337,8 +337,8 @@ class HyParView:
 
     def peer_down(self, node: NodeId) -> None:
         """The transport (or a layer with evidence) says ``node`` is unreachable."""
-        if self.state is OverlayState.STOPPED:
-            return
+        if self.state is OverlayState.STOPPED or node == self.env.node:
+            return  # (never suspect, and later re-ask, ourselves)
         timer = self._pending.pop(node, None)
         if timer is not None:
             self.env.cancel(timer)
