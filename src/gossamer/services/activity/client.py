@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = ["ActivityClient"]
 
 MAX_REDIRECTS = 10
 
+
+log = logging.getLogger("gossamer.activity.client")
 
 class ActivityClient:
     def __init__(self, host: str, port: int, *, username: str = ANONYMOUS,
@@ -155,8 +158,8 @@ class ActivityClient:
                     if msg.TYPE in ("INVALID_MESSAGE", "AUTHENTICATION_FAIL"):
                         self.error = f"{msg.TYPE}: {getattr(msg, 'info', '')}"
                     self._replies.put_nowait(msg)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:  # the connection broke, or a line over the limit
+            log.info("%s: connection lost: %r", self.node, exc)
         self._membership("leave")
         self.closed.set()
 

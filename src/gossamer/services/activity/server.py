@@ -158,8 +158,8 @@ class ActivityTcpServer:
                     break
                 if self.core is not None:
                     self.core.line(conn, line.rstrip(b"\r\n"))
-        except (OSError, asyncio.IncompleteReadError):
-            pass
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            log.info("connection %s broke: %r", conn, exc)
         finally:
             self._drop(conn)
 

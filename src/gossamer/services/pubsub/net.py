@@ -438,8 +438,8 @@ def _read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None
                 if not skipping:
                     put(TOO_LONG)
                 skipping, pending = True, b""
-    except OSError:
-        pass
+    except OSError as exc:  # stdin closed under us: what was read still counts
+        print(f"error: reading input failed: {exc}", file=sys.stderr)
     if pending and not skipping:
         put(pending.decode("utf-8", "replace"))
     put(None)
