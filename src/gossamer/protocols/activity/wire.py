@@ -208,66 +208,40 @@ class RegisterSuccess(ActivityWire):
     info: str
 
 
-class _Lock(ActivityWire):
-    __slots__ = ()
-    username: str
-    secret: str
-    id: str | None
-
-
-def _check_lock(msg: _Lock) -> None:
-    _check_text(msg.username, "username")
-    _check_text(msg.secret, "secret", empty=True)
-    if msg.id is not None:
-        _check_text(msg.id, "id")
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
-class LockRequest(_Lock):
-    TYPE: ClassVar[str] = "LOCK_REQUEST"
+class _Lock(ActivityWire):
+    """The four LOCK_* messages: the same fields, told apart by ``command``."""
+
     OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id"})
     username: str
     secret: str
     id: str | None = None  # extension: the registration this lock belongs to
 
     def __post_init__(self) -> None:
-        _check_lock(self)
+        _check_text(self.username, "username")
+        _check_text(self.secret, "secret", empty=True)
+        if self.id is not None:
+            _check_text(self.id, "id")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LockRequest(_Lock):
+    TYPE: ClassVar[str] = "LOCK_REQUEST"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LockDenied(_Lock):
     TYPE: ClassVar[str] = "LOCK_DENIED"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id"})
-    username: str
-    secret: str
-    id: str | None = None
-
-    def __post_init__(self) -> None:
-        _check_lock(self)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LockAllowed(_Lock):
     TYPE: ClassVar[str] = "LOCK_ALLOWED"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id"})
-    username: str
-    secret: str
-    id: str | None = None
-
-    def __post_init__(self) -> None:
-        _check_lock(self)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LockCancel(_Lock):
     TYPE: ClassVar[str] = "LOCK_CANCEL"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id"})
-    username: str
-    secret: str
-    id: str | None = None
-
-    def __post_init__(self) -> None:
-        _check_lock(self)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
