@@ -76,9 +76,9 @@ class ScribeMessage(Message):
     """Base of Scribe's direct messages (JOINs travel inside Chord routes)."""
 
 
-@message("scribe.publish")
-class Publish(ScribeMessage):
-    """Publisher -> the topic's root: please order and disseminate this message."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Published(ScribeMessage):
+    """A published message: its topic, its origin's id and sequence number, its payload."""
 
     topic: str
     origin: str
@@ -93,6 +93,11 @@ class Publish(ScribeMessage):
 
     def trace_ids(self) -> TraceIds:
         return (_message_id(self.origin, self.seq), self.origin, self.topic, self.seq)
+
+
+@message("scribe.publish")
+class Publish(_Published):
+    """Publisher -> the topic's root: please order and disseminate this message."""
 
 
 @message("scribe.publish_ack")
@@ -109,22 +114,8 @@ class PublishAck(ScribeMessage):
 
 
 @message("scribe.data")
-class ScribeData(ScribeMessage):
+class ScribeData(_Published):
     """A published message going down a topic's tree, parent -> child."""
-
-    topic: str
-    origin: str
-    seq: int
-    payload: Any = None
-
-    def __post_init__(self) -> None:
-        check_topic(self.topic)
-        check_node_id(self.origin)
-        if self.seq < 1:
-            raise ValueError(f"seq must be >= 1, got {self.seq}")
-
-    def trace_ids(self) -> TraceIds:
-        return (_message_id(self.origin, self.seq), self.origin, self.topic, self.seq)
 
 
 @message("scribe.leave")
