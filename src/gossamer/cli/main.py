@@ -21,6 +21,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from .. import __version__
+from ..core.argtypes import positive_int as _positive_int
+from ..core.argtypes import probability as _probability
 from ..core.errors import GossamerError
 from ..core.traceio import read_trace, summarize
 from ..pipeline import (
@@ -54,20 +56,6 @@ from .workloads import run_workload, validate_run
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace, Console], int]
-
-
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _cmd_sim(args: argparse.Namespace, console: Console) -> int:

@@ -16,6 +16,8 @@ from pathlib import Path
 import orjson
 from rich.console import Console
 
+from ...core.argtypes import port as _port
+from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, OperationError
 from ...core.trace import TraceSink
 from ...core.traceio import ParquetSink, trace_path
@@ -24,20 +26,6 @@ from .client import ActivityClient
 from .server import DEFAULT_PORT, ActivityTcpServer
 
 __all__ = ["add_activity_parser"]
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_activity_parser(

@@ -30,38 +30,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...core.argtypes import non_negative_int as _non_negative_int
+from ...core.argtypes import port as _port
+from ...core.argtypes import positive_int as _positive_int
+from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, GossamerError
 from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
 
 __all__ = ["add_pubsub_parser", "main"]
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def _contact(text: str) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...core.argtypes import port as _port
+from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, GossamerError
 from ...core.traceio import ParquetSink, trace_path
 from .hub_server import DEFAULT_KEEPER, DEFAULT_MAX_FRAME, HubServer
@@ -22,20 +24,6 @@ from .hub_server import DEFAULT_KEEPER, DEFAULT_MAX_FRAME, HubServer
 __all__ = ["add_hub_parser", "main"]
 
 TRACE_PART = "hub"
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
-    return value
 
 
 def _default_web_root() -> str | None:

@@ -1,0 +1,45 @@
+"""argparse ``type=`` converters shared by the command-line verbs: each turns the option's text
+into a value or raises ``argparse.ArgumentTypeError`` saying what was wrong."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["non_negative_int", "port", "positive_int", "probability", "seconds"]
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 meaning "pick a free one"."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A duration: finite-or-infinite but not negative and not NaN."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
