@@ -383,29 +383,41 @@ def test_recovery_summarises_recent_messages_to_a_neighbour() -> None:
     assert summaries and all(m.ids == ("o:1",) for _, m in summaries)
 
 
-def test_tree_duplicate_on_an_eager_link_prunes_it() -> None:
-    app, env, _ = node(mode="tree")
+TREE_SCOPES = pytest.mark.parametrize(("scope", "key"), [("origin", "o"), ("shared", "")])
+
+
+def tree_node(scope: str, **options: Any) -> tuple[GossipBroadcast, FakeEnv,
+                                                    list[tuple[str, str, Any]]]:
+    return node(mode="tree", tree_scope=scope, **options)
+
+
+@TREE_SCOPES
+def test_tree_duplicate_on_an_eager_link_prunes_it(scope: str, key: str) -> None:
+    app, env, _ = tree_node(scope)
     app.on_message("b", data())
     app.on_message("c", data())
-    assert ("c", Prune()) in env.sent
-    assert "c" in app.lazy_peers() and "c" not in app.eager_peers()
-    app.on_message("d", Prune())
-    assert app.eager_peers() == ["b"]
+    assert ("c", Prune(origin=key)) in env.sent
+    assert "c" in app.lazy_peers("o") and "c" not in app.eager_peers("o")
+    app.on_message("d", Prune(origin=key))
+    assert app.eager_peers("o") == ["b"]
 
 
-def test_tree_forwards_payload_on_eager_links_and_ihave_on_lazy_ones() -> None:
-    app, env, _ = node(mode="tree", ihave_interval=0.0)
-    app.on_message("c", Prune())
+@TREE_SCOPES
+def test_tree_forwards_payload_on_eager_links_and_ihave_on_lazy_ones(scope: str,
+                                                                     key: str) -> None:
+    app, env, _ = tree_node(scope, ihave_interval=0.0)
+    app.on_message("c", Prune(origin=key))
     env.take_sent()
     app.on_message("b", data(hop=1))
     assert sorted(env.take_sent(), key=lambda x: x[0]) == [
         ("c", IHave(announcements=(("o:1", 2),))), ("d", data(hop=2))]
 
 
-def test_tree_grafts_an_announcer_when_the_payload_is_late() -> None:
-    app, env, got = node(mode="tree", graft_timeout=1.0, graft_retry=0.5)
-    app.on_message("c", Prune())
-    app.on_message("d", Prune())
+@TREE_SCOPES
+def test_tree_grafts_an_announcer_when_the_payload_is_late(scope: str, key: str) -> None:
+    app, env, got = tree_node(scope, graft_timeout=1.0, graft_retry=0.5)
+    app.on_message("c", Prune(origin=key))
+    app.on_message("d", Prune(origin=key))
     app.on_message("c", IHave(announcements=(("o:1", 3),)))
     app.on_message("d", IHave(announcements=(("o:1", 2),)))
     env.take_sent()
@@ -417,7 +429,7 @@ def test_tree_grafts_an_announcer_when_the_payload_is_late() -> None:
     assert grafts() == []
     env.advance(0.02)
     assert grafts() == [("c", Graft(ids=("o:1",)))]
-    assert "c" in app.eager_peers()
+    assert "c" in app.eager_peers("o")
     env.advance(0.5)
     assert grafts() == [("d", Graft(ids=("o:1",)))]
     app.on_message("d", data(hop=3))
@@ -426,14 +438,47 @@ def test_tree_grafts_an_announcer_when_the_payload_is_late() -> None:
     assert grafts() == []
 
 
-def test_tree_graft_makes_the_link_eager_and_sends_the_payload() -> None:
-    app, env, _ = node(mode="tree")
+@TREE_SCOPES
+def test_tree_graft_makes_the_link_eager_and_sends_the_payload(scope: str, key: str) -> None:
+    app, env, _ = tree_node(scope)
     app.on_message("b", data(hop=1))
-    app.on_message("c", Prune())
+    app.on_message("c", Prune(origin=key))
     env.take_sent()
     app.on_message("c", Graft(ids=("o:1",)))
-    assert "c" in app.eager_peers()
+    assert "c" in app.eager_peers("o")
     assert env.take_sent() == [("c", data(hop=2))]
+
+
+def test_per_origin_trees_prune_a_link_only_for_the_origin_that_duplicated() -> None:
+    app, env, _ = tree_node("origin", ihave_interval=0.0)
+    app.on_message("b", data(origin="o"))
+    app.on_message("c", data(origin="o"))  # a duplicate of o's message: prune c for o only
+    assert ("c", Prune(origin="o")) in env.take_sent()
+    assert app.lazy_peers("o") == ["c"] and app.lazy_peers("p") == []
+    app.on_message("b", data(origin="p"))
+    sent = sorted(env.take_sent(), key=lambda x: x[0])
+    assert sent == [("c", data(origin="p", hop=2)), ("d", data(origin="p", hop=2))]
+    app.on_message("b", data(origin="o", seq=2))
+    sent = sorted(env.take_sent(), key=lambda x: x[0])
+    assert sent == [("c", IHave(announcements=(("o:2", 2),))), ("d", data(seq=2, hop=2))]
+    with pytest.raises(ValueError, match="name the origin"):
+        app.eager_peers()
+
+
+def test_per_origin_trees_are_bounded_least_recently_used_first() -> None:
+    app, _env, _ = tree_node("origin", max_tree_origins=2)
+    for origin in ("o", "p", "q"):
+        app.on_message("c", Prune(origin=origin))
+    assert app.lazy_peers("o") == []  # forgotten: its links are eager again
+    assert app.lazy_peers("p") == ["c"] and app.lazy_peers("q") == ["c"]
+
+
+def test_a_prune_for_the_other_tree_scope_is_dropped() -> None:
+    for scope, wrong in (("origin", Prune()), ("shared", Prune(origin="o"))):
+        app, env, _ = tree_node(scope)
+        app.on_message("c", wrong)
+        assert app.lazy_peers("o") == [] and env.sent == []
+        assert env.drops()[-1]["reason"] == "wrong_tree_scope"
 
 
 def test_a_new_neighbour_is_told_what_we_have() -> None:
@@ -448,8 +493,8 @@ def test_a_new_neighbour_is_told_what_we_have() -> None:
 
 
 def state(app: GossipBroadcast) -> tuple[Any, ...]:
-    return (app.delivered, app.duplicates, app.stored_ids(), app.eager_peers(),
-            app.lazy_peers(), dict(app._missing), dict(app._pulled))
+    return (app.delivered, app.duplicates, app.stored_ids(), app.eager_peers("o"),
+            app.lazy_peers("o"), dict(app._missing), dict(app._pulled))
 
 
 @pytest.mark.parametrize(
@@ -491,6 +536,7 @@ def test_unexpected_messages_are_dropped_with_a_reason_and_change_nothing(
         {"type": "gossip.ihave", "announcements": []},
         {"type": "gossip.graft", "ids": "o:1"},
         {"type": "gossip.prune", "why": "x"},
+        {"type": "gossip.prune", "origin": "bad id"},
     ],
 )
 def test_malformed_messages_never_reach_the_protocol(raw: dict[str, Any]) -> None:

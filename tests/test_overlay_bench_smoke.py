@@ -38,3 +38,14 @@ def test_overlay_scale_quick_reports_steady_state_and_crashes(tmp_path: Path) ->
     assert figures["crashes"][0]["fraction"] == 0.0
     assert all(0.0 <= row["first_final"] <= 1.0 for row in figures["crashes"])
     assert "tree_vs_flood_payload" in figures["ratios"]
+
+
+def test_glomers_quick_reports_every_setting_against_flooding(tmp_path: Path) -> None:
+    out = tmp_path / "glomers.json"
+    done = run("glomers.py", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    settings = [row["setting"] for row in figures["summary"]]
+    assert settings[0] == "flood, active 3" and len(settings) == 4
+    assert figures["summary"][0]["ratio_to_flood_active_3"] == 1.0
+    assert all(row["reliability"] == 1.0 for row in figures["summary"])

@@ -6,7 +6,13 @@ messages. Recovery is anti-entropy: every ``recovery_interval`` a node sends the
 recent messages to one random neighbour (and all of them to each new neighbour), which pulls the
 ones it lacks. In ``tree`` mode payloads travel only on eager links; lazy links carry IHAVE
 announcements, and a node that hears of a message but does not get it GRAFTs the announcer,
-while duplicates PRUNE their link, so the eager links settle into a tree.
+while duplicates PRUNE their link, so the eager links settle into a tree. ``tree_scope`` picks
+the trees: ``"shared"`` (the default) is the paper's one tree for all origins, right when many
+origins send a few messages each; with a few busy origins and similar link delays it keeps
+pruning and grafting the same links, because a link redundant for one origin is the fastest
+path for another. ``"origin"`` keeps one tree per origin (a link is eager or lazy for each
+origin separately): every origin's messages follow its own shortest-delay tree, and each new
+origin's first message floods once to build it.
 """
 
 from __future__ import annotations
@@ -130,7 +136,14 @@ class Graft(GossipMessage):
 
 @message("gossip.prune")
 class Prune(GossipMessage):
-    """Tree mode: I got your payload twice; make our link lazy."""
+    """Tree mode: I got your payload twice; make our link lazy for ``origin``'s messages (the
+    empty string: for the one shared tree)."""
+
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        if self.origin:
+            check_node_id(self.origin)
 
 
 @message("gossip.summary")
@@ -165,9 +178,14 @@ class Mode(enum.Enum):
     TREE = "tree"
 
 
+_SHARED = ""  # the tree key of the one shared tree (tree_scope "shared")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class GossipConfig:
     mode: Literal["flood", "tree"] = "flood"
+    tree_scope: Literal["shared", "origin"] = "shared"  # tree: one tree, or one per origin
+    max_tree_origins: int = 4096  # tree: origins whose lazy links are remembered (then: eager)
     seen_limit: int = 100_000  # message ids remembered for duplicate suppression
     store_limit: int = 1024  # recent messages kept to answer PULL and GRAFT
     store_ttl: float = 30.0  # ... for at most this many seconds (the recovery window)
@@ -185,7 +203,9 @@ class GossipConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("flood", "tree"):
             raise ConfigError(f"mode must be 'flood' or 'tree', got {self.mode!r}")
-        for name in ("seen_limit", "store_limit", "max_missing"):
+        if self.tree_scope not in ("origin", "shared"):
+            raise ConfigError(f"tree_scope must be 'origin' or 'shared', got {self.tree_scope!r}")
+        for name in ("seen_limit", "store_limit", "max_missing", "max_tree_origins"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         for name in ("max_summary_ids", "max_pull_ids"):
@@ -237,9 +257,11 @@ class GossipBroadcast:
         self._seen: dict[str, None] = {}
         self._store: dict[str, _Stored] = {}  # in arrival order: the oldest is first
         self._pulled: dict[str, float] = {}  # id -> when we last asked a neighbour for it
-        # tree mode: the links' kinds, and messages announced to us that we still lack
-        self._eager: dict[NodeId, None] = {}
-        self._lazy: dict[NodeId, None] = {}
+        # tree mode: per tree (an origin, or _SHARED) the neighbours whose link is lazy (every
+        # other neighbour's is eager), least recently used tree first; and the messages
+        # announced to us that we still lack
+        self._per_origin = self.config.tree_scope == "origin"
+        self._lazy: dict[str, dict[NodeId, None]] = {}
         self._missing: dict[str, list[NodeId]] = {}
         self._missing_timers: dict[str, TimerHandle] = {}
         self._ihave_queue: dict[NodeId, list[tuple[str, int]]] = {}
@@ -341,12 +363,14 @@ class GossipBroadcast:
                 if node != exclude and node != origin:
                     send(node, data)
             return
-        for node in self._eager:
-            if node != exclude:
-                send(node, data)
-        for node in self._lazy:
-            if node != exclude and node != origin:
+        lazy = self._lazy_links(origin)
+        for node in self.membership.active_view():
+            if node in (exclude, origin):
+                continue
+            if lazy is not None and node in lazy:
                 self._announce(node, mid, hop + 1)
+            else:
+                send(node, data)
 
     def _on_data(self, src: NodeId, msg: GossipData) -> None:
         mid = msg.msg_id
@@ -356,8 +380,9 @@ class GossipBroadcast:
             if tree and not msg.repair and self.membership.is_neighbor(src):
                 # prune even if the link is lazy on our side: a PRUNE and a GRAFT that crossed
                 # leave it eager on the sender's, and it would push to us for ever
-                self._set_lazy(src)
-                self.env.send(src, Prune())
+                key = self._tree_key(msg.origin)
+                self._set_lazy(src, key)
+                self.env.send(src, Prune(origin=key))
             return
         if tree:
             timer = self._missing_timers.pop(mid, None)
@@ -365,7 +390,7 @@ class GossipBroadcast:
                 self.env.cancel(timer)
             self._missing.pop(mid, None)
             if not msg.repair and self.membership.is_neighbor(src):
-                self._set_eager(src)
+                self._set_eager(src, self._tree_key(msg.origin))
         self._accept(mid, msg.origin, msg.seq, msg.hop, msg.payload)
         self._forward(mid, msg.origin, msg.seq, msg.hop, msg.payload, exclude=src)
 
@@ -379,26 +404,50 @@ class GossipBroadcast:
 
     # -- tree mode -----------------------------------------------------------------------------
 
-    def _set_eager(self, node: NodeId) -> None:
-        self._lazy.pop(node, None)
-        self._eager[node] = None
+    def _tree_key(self, origin: NodeId) -> str:
+        return origin if self._per_origin else _SHARED
 
-    def _set_lazy(self, node: NodeId) -> None:
-        self._eager.pop(node, None)
-        self._lazy[node] = None
+    def _lazy_links(self, origin: NodeId) -> dict[NodeId, None] | None:
+        """The lazy links of ``origin``'s tree (None: all eager), marked recently used."""
+        key = self._tree_key(origin)
+        lazy = self._lazy.pop(key, None)
+        if lazy is not None:
+            self._lazy[key] = lazy
+        return lazy
+
+    def _set_eager(self, node: NodeId, key: str) -> None:
+        lazy = self._lazy.get(key)
+        if lazy is not None:
+            lazy.pop(node, None)
+            if not lazy:
+                del self._lazy[key]
+
+    def _set_lazy(self, node: NodeId, key: str) -> None:
+        lazy = self._lazy.pop(key, None)
+        if lazy is None:
+            lazy = {}
+            if len(self._lazy) >= self.config.max_tree_origins:
+                # forget the least recently used tree: its links are eager again, and its
+                # next message floods and prunes them once more
+                del self._lazy[next(iter(self._lazy))]
+        lazy[node] = None
+        self._lazy[key] = lazy
 
     def _on_prune(self, src: NodeId, msg: Prune) -> None:
         if self.mode is not Mode.TREE:
             self._drop(src, msg, "not_tree_mode")
-        elif src in self._eager:
-            self._set_lazy(src)
+        elif (msg.origin == _SHARED) == self._per_origin:
+            self._drop(src, msg, "wrong_tree_scope")
+        elif self.membership.is_neighbor(src):
+            self._set_lazy(src, msg.origin)
 
     def _on_graft(self, src: NodeId, msg: Graft) -> None:
         if self.mode is not Mode.TREE:
             self._drop(src, msg, "not_tree_mode")
             return
         if self.membership.is_neighbor(src):
-            self._set_eager(src)
+            for mid in msg.ids:
+                self._set_eager(src, self._tree_key(parse_message_id(mid)[0]))
         self._send_stored(src, msg.ids, repair=False)
 
     def _on_ihave(self, src: NodeId, msg: IHave) -> None:
@@ -428,7 +477,7 @@ class GossipBroadcast:
             return
         src = announcers.pop(0)
         if self.membership.is_neighbor(src):
-            self._set_eager(src)
+            self._set_eager(src, self._tree_key(parse_message_id(mid)[0]))
         self.env.send(src, Graft(ids=(mid,)))
         self._missing_timers[mid] = self.env.set_timer(
             self.config.graft_retry, functools.partial(self._graft_due, mid))
@@ -455,7 +504,8 @@ class GossipBroadcast:
 
     def _neighbor_up(self, node: NodeId) -> None:
         if self.mode is Mode.TREE:
-            self._set_eager(node)
+            for key in list(self._lazy):  # a link starts eager in every tree
+                self._set_eager(node, key)
         # a new neighbour may have missed what we have: let it pull (what is younger than
         # summary_min_age may still be on its way to it, and the next summaries cover it)
         ids = self._recent_ids(min_age=self.config.summary_min_age)
@@ -463,8 +513,8 @@ class GossipBroadcast:
             self.env.send(node, Summary(ids=ids))
 
     def _neighbor_down(self, node: NodeId) -> None:
-        self._eager.pop(node, None)
-        self._lazy.pop(node, None)
+        for key in list(self._lazy):
+            self._set_eager(node, key)  # forgotten: not a link of any tree any more
         self._ihave_queue.pop(node, None)
         for announcers in self._missing.values():
             if node in announcers:
@@ -539,11 +589,22 @@ class GossipBroadcast:
     def stored_ids(self) -> list[str]:
         return list(self._store)
 
-    def eager_peers(self) -> list[NodeId]:
-        return list(self._eager)
+    def eager_peers(self, origin: NodeId | None = None) -> list[NodeId]:
+        """Tree mode: the neighbours on eager links of ``origin``'s tree (of the shared tree
+        when ``tree_scope`` is "shared"; ``origin`` may then be None)."""
+        lazy = self._lazy.get(self._tree_key_of(origin), {})
+        return [node for node in self.membership.active_view() if node not in lazy]
 
-    def lazy_peers(self) -> list[NodeId]:
-        return list(self._lazy)
+    def lazy_peers(self, origin: NodeId | None = None) -> list[NodeId]:
+        lazy = self._lazy.get(self._tree_key_of(origin), {})
+        return [node for node in self.membership.active_view() if node in lazy]
+
+    def _tree_key_of(self, origin: NodeId | None) -> str:
+        if origin is None:
+            if self._per_origin:
+                raise ValueError("tree_scope is 'origin': name the origin whose tree you mean")
+            return _SHARED
+        return self._tree_key(origin)
 
     # -- helpers -----------------------------------------------------------------------------
 
