@@ -37,6 +37,7 @@ def test_overlay_scale_quick_reports_steady_state_and_crashes(tmp_path: Path) ->
     assert all(row["reliability"] == 1.0 for row in figures["steady"])
     assert figures["crashes"][0]["fraction"] == 0.0
     assert all(0.0 <= row["first_final"] <= 1.0 for row in figures["crashes"])
+    assert {row["detection"] for row in figures["crashes"][1:]} == {"keepalive", "refused"}
     assert "tree_vs_flood_payload" in figures["ratios"]
 
 

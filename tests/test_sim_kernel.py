@@ -512,6 +512,57 @@ def test_message_in_flight_at_crash_does_not_reach_the_recovered_incarnation() -
     assert node(sim, "b").received == []
 
 
+class Refused(Node):
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.unreachable: list[tuple[float, str]] = []
+
+    def on_unreachable(self, dst: str) -> None:
+        self.unreachable.append((self.env.now(), dst))
+
+
+def refusing_sim(*, refused: bool) -> Simulation:
+    sim = Simulation(seed=1, link=LinkModel(latency=Constant(1.0)), codec=codec,
+                     connection_refused=refused)
+    sim.add_nodes(["a", "b", "c", "d"], Refused)
+    return sim
+
+
+def refused_at(sim: Simulation, name: str) -> list[tuple[float, str]]:
+    process = sim.process(name)
+    assert isinstance(process, Refused)
+    return process.unreachable
+
+
+def test_connection_refused_tells_the_sender_one_link_delay_later() -> None:
+    sim = refusing_sim(refused=True)
+    sim.crash("b")
+    sim.env("a").send("b", Ping(1))  # b already down
+    sim.env("c").send("d", Ping(2))  # d crashes while it is in flight
+    sim.schedule(0.5, sim.crash, "d")
+    sim.env("a").send("c", Ping(3))  # delivered: nothing to report
+    sim.run()
+    assert refused_at(sim, "a") == [(2.0, "b")]
+    assert refused_at(sim, "c") == [(2.0, "d")]
+
+
+def test_no_refusal_without_the_option_across_a_partition_or_to_a_dead_sender() -> None:
+    quiet = refusing_sim(refused=False)
+    quiet.crash("b")
+    quiet.env("a").send("b", Ping(1))
+    quiet.run()
+    assert refused_at(quiet, "a") == []
+    cut = refusing_sim(refused=True)
+    cut.network.partition([["a"], ["b", "c", "d"]])
+    cut.crash("b")
+    cut.env("a").send("b", Ping(1))  # a cut cable says nothing
+    cut.env("c").send("b", Ping(2))
+    cut.schedule(1.5, cut.crash, "c")  # c crashes before the refusal comes back
+    cut.run()
+    assert refused_at(cut, "a") == []
+    assert cut.status("c") is NodeStatus.CRASHED
+
+
 def test_messages_sent_after_recovery_are_delivered() -> None:
     sim = make_sim(["a", "b"])
     sim.schedule(0.5, lambda: sim.crash("b", recover_after=0.2))

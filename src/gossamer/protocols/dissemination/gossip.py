@@ -191,6 +191,7 @@ class GossipConfig:
     store_ttl: float = 30.0  # ... for at most this many seconds (the recovery window)
     recovery_interval: float = 1.0  # seconds between summaries (0: no anti-entropy)
     summary_min_age: float = 1.0  # younger messages may still be in flight: not announced yet
+    neighbor_summary_delay: float = 0.25  # a new neighbour's summary waits for copies in flight
     max_summary_ids: int = 256
     max_pull_ids: int = 64
     pull_retry: float = 1.0  # do not ask for the same message again sooner
@@ -214,7 +215,8 @@ class GossipConfig:
         for name in ("store_ttl", "pull_retry", "graft_timeout", "graft_retry"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
-        for name in ("recovery_interval", "summary_min_age", "ihave_interval"):
+        for name in ("recovery_interval", "summary_min_age", "ihave_interval",
+                     "neighbor_summary_delay"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
         if self.summary_min_age >= self.store_ttl:
@@ -267,6 +269,7 @@ class GossipBroadcast:
         self._ihave_queue: dict[NodeId, list[tuple[str, int]]] = {}
         self._ihave_timer: TimerHandle | None = None
         self._recovery_timer: TimerHandle | None = None
+        self._neighbor_timers: dict[NodeId, TimerHandle] = {}  # new neighbours' summaries
         self._stopped = False
         self._durable = env.store if self.config.durable else None
         self._next_seq = 1
@@ -285,13 +288,21 @@ class GossipBroadcast:
                                                       self._recovery_due)
 
     def stop(self) -> None:
-        for timer in (self._recovery_timer, self._ihave_timer, *self._missing_timers.values()):
+        for timer in (self._recovery_timer, self._ihave_timer, *self._missing_timers.values(),
+                      *self._neighbor_timers.values()):
             if timer is not None:
                 self.env.cancel(timer)
         self._missing_timers.clear()
+        self._neighbor_timers.clear()
         self._missing.clear()
         self._stopped = True
         self.membership.stop()
+
+    def on_unreachable(self, node: NodeId) -> None:
+        """The runtime could not deliver to ``node`` (refused or reset): HyParView repairs at
+        once instead of waiting for its keepalive timeout."""
+        if not self._stopped:
+            self.membership.peer_down(node)
 
     def on_message(self, src: NodeId, msg: Message) -> None:
         if not isinstance(msg, GossipMessage):
@@ -506,13 +517,32 @@ class GossipBroadcast:
         if self.mode is Mode.TREE:
             for key in list(self._lazy):  # a link starts eager in every tree
                 self._set_eager(node, key)
-        # a new neighbour may have missed what we have: let it pull (what is younger than
-        # summary_min_age may still be on its way to it, and the next summaries cover it)
-        ids = self._recent_ids(min_age=self.config.summary_min_age)
+        # a new neighbour may have missed what we have: let it pull. Young messages count too
+        # (it is often the replacement of a neighbour that failed while forwarding one), so
+        # the summary waits ``neighbor_summary_delay`` for copies still in flight to land;
+        # what we got after the link came up was pushed to it already.
+        if len(self._neighbor_timers) >= self.config.max_missing:
+            return  # bounded; anti-entropy covers it
+        up_at = self.env.now()
+        old = self._neighbor_timers.pop(node, None)
+        if old is not None:
+            self.env.cancel(old)
+        self._neighbor_timers[node] = self.env.set_timer(
+            self.config.neighbor_summary_delay,
+            functools.partial(self._summarise_to_new_neighbor, node, up_at))
+
+    def _summarise_to_new_neighbor(self, node: NodeId, up_at: float) -> None:
+        self._neighbor_timers.pop(node, None)
+        if not self.membership.is_neighbor(node):
+            return
+        ids = self._recent_ids(before=up_at)
         if ids:
             self.env.send(node, Summary(ids=ids))
 
     def _neighbor_down(self, node: NodeId) -> None:
+        timer = self._neighbor_timers.pop(node, None)
+        if timer is not None:
+            self.env.cancel(timer)
         for key in list(self._lazy):
             self._set_eager(node, key)  # forgotten: not a link of any tree any more
         self._ihave_queue.pop(node, None)
@@ -522,13 +552,16 @@ class GossipBroadcast:
 
     # -- recovery (anti-entropy) -------------------------------------------------------------
 
-    def _recent_ids(self, *, min_age: float) -> tuple[str, ...]:
-        """Newest first, at most ``max_summary_ids``, no older than the recovery window."""
+    def _recent_ids(self, *, min_age: float = 0.0,
+                    before: float | None = None) -> tuple[str, ...]:
+        """Newest first, at most ``max_summary_ids``, no older than the recovery window: the
+        ones received at least ``min_age`` ago, or strictly ``before`` a time."""
         newest = self.env.now() - min_age
         ids: list[str] = []
         limit = self.config.max_summary_ids
         for mid in reversed(self._store):
-            if self._store[mid].received > newest:
+            received = self._store[mid].received
+            if received > newest or (before is not None and received >= before):
                 continue
             ids.append(mid)
             if len(ids) >= limit:

@@ -3,6 +3,11 @@
 Every node runs the same protocol class as on a real network, through a ``SimEnv``. A crash
 ends the node's incarnation (its timers and in-flight deliveries are void) and drops the
 uncommitted part of its store; recovery builds a fresh process on the committed store.
+
+With ``connection_refused`` a message that reaches a node that is down (crashed, left, or
+crashed while the message was in flight) comes back to its sender as a call of the sender
+process's ``on_unreachable(node)``, one link delay later, the way a TCP connection to a dead
+process is refused or reset; a partition stays silent, as a cut cable does.
 """
 
 from __future__ import annotations
@@ -141,8 +146,10 @@ class Simulation:
         trace: TraceSink | None = None,
         codec: WireCodec | None = default_codec,
         trace_messages: bool = True,
+        connection_refused: bool = False,
     ) -> None:
         self.seed = seed
+        self.connection_refused = connection_refused
         self.run_id = run if run is not None else f"sim-{seed}"
         self.now = 0.0
         self.network = Network(link)
@@ -370,9 +377,13 @@ class Simulation:
         src, dst, msg, size, crashes = packet
         slot = self._slots.get(dst)
         if slot is None or slot.crashes != crashes:
+            if self.connection_refused and self.network.connected(src, dst):
+                self._refuse(src, dst)
             return
         env = slot.env
         if env is None or not self.network.connected(src, dst):
+            if env is None and self.connection_refused and self.network.connected(src, dst):
+                self._refuse(src, dst)
             return
         if self.trace_messages:
             mid, origin, key, seq = msg.trace_ids()
@@ -389,6 +400,21 @@ class Simulation:
                           error=str(exc))
             except Exception as exc:
                 raise self._failure(dst, exc) from exc
+
+    def _refuse(self, src: NodeId, dst: NodeId) -> None:
+        """Tell ``src``'s current incarnation, one link delay from now, that ``dst`` is down."""
+        sender = self._slots.get(src)
+        if sender is None or sender.env is None:
+            return
+        delay = self.network.link(dst, src).latency.sample(self._net_rng)
+        self.schedule(delay, self._refused, sender.env, dst)
+
+    def _refused(self, env: SimEnv, dst: NodeId) -> None:
+        if not env.alive:
+            return  # the sender crashed meanwhile: its new incarnation never sent it
+        hook = getattr(env.process, "on_unreachable", None)
+        if hook is not None:
+            self._guard(env, lambda: hook(dst))
 
     def _guard(self, env: SimEnv, fn: Callable[[], object]) -> None:
         try:

@@ -61,6 +61,7 @@ class Scenario:
     actions: list[tuple[float, Callable[[Simulation], None]]] = dataclasses.field(
         default_factory=list
     )
+    connection_refused: bool = False  # see Simulation: senders hear of a down destination
 
     @classmethod
     def of(cls, count: int, *, seed: int = 0, link: LinkModel | None = None) -> Scenario:
@@ -165,7 +166,8 @@ class Scenario:
         trace_messages: bool = True,
     ) -> Simulation:
         sim = Simulation(seed=self.seed, link=self.link, run=run, trace=trace, codec=codec,
-                         trace_messages=trace_messages)
+                         trace_messages=trace_messages,
+                         connection_refused=self.connection_refused)
         sim.add_nodes(self.nodes, factory)
         # stable order: by time, then by the order they were added
         ordered = sorted(enumerate(self.faults), key=lambda item: (item[1].at, item[0]))

@@ -8,7 +8,8 @@ nodes per topic, or each node with ``subscribe_probability``), then publish
 ``publishes_per_node`` messages each, round-robin, at ``rate`` per virtual second on random
 topics. Faults: message loss on every link; a fraction of the nodes crashing at once
 ``crash_at`` seconds into the publishing (they stay down); a partition into two halves that
-heals after ``partition_for`` seconds.
+heals after ``partition_for`` seconds. As over TCP, a message to a crashed node fails at its
+sender (``connection_refused``; HyParView then repairs at once), while a partition is silent.
 
 The trace's pub/sub rows (layer ``pubsub``: ``subscribe``/``unsubscribe`` with key = topic,
 ``publish``, ``deliver``) let the pipeline's reliability check derive who should receive each
@@ -69,6 +70,7 @@ class PubSubRunOptions:
     subscribe_settle: float = 1.5  # after the subscribes, before the first publish
     active_size: int = 5  # HyParView's active view (gossip modes)
     ihave_interval: float = 0.05  # gossip-tree: IHAVE batching
+    connection_refused: bool = True  # a send to a crashed node fails at once, as over TCP
     settle: float = 10.0  # virtual seconds after the last publish or fault for repair
     until: float | None = None  # the end of the run (default: workload, faults, settle)
     seed: int = 1
@@ -239,7 +241,8 @@ def run_pubsub_sim(
     chord = chord_config if chord_config is not None else ChordConfig()
     link = LinkModel(latency=parse_latency(options.latency), loss=options.loss)
     ids = node_ids(options.nodes)
-    scenario = Scenario(seed=options.seed, nodes=[ids[0]], link=link)
+    scenario = Scenario(seed=options.seed, nodes=[ids[0]], link=link,
+                        connection_refused=options.connection_refused)
     for index, node in enumerate(ids[1:]):
         scenario.join(_JOIN_START + index * options.spacing, node)
     contact_rng = random.Random(f"{options.seed}/pubsub-contacts")
