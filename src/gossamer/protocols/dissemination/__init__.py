@@ -24,6 +24,7 @@ from .scribe import (
     ScribeData,
     ScribeLeave,
     ScribeMessage,
+    ScribeNack,
     TreeRole,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "ScribeData",
     "ScribeLeave",
     "ScribeMessage",
+    "ScribeNack",
     "Summary",
     "TreeRole",
     "message_id",

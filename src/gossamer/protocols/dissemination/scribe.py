@@ -12,11 +12,30 @@ waits for an acknowledgement, retrying through a fresh lookup. The root runs ``o
 a replicated owner, e.g. Multi-Paxos, replaces) which by default disseminates at once down the
 tree; only subscribed nodes deliver, each message once.
 
-Repair: tree neighbours exchange heartbeats. A child that does not hear its parent within
+Tree repair: tree neighbours exchange heartbeats. A child that does not hear its parent within
 ``parent_timeout`` joins again through Chord, which routes around the failed node; a parent
 forgets silent children. Heartbeats carry the parent's depth, so a cycle (possible while the ring
 is inconsistent) grows without bound and is broken by a fresh join past ``max_depth``; a root
 that Chord no longer names root joins the new one.
+
+Loss recovery: the root stamps each message with the next position of the topic's stream (the
+message id, origin:seq, stays the delivery identity). Every tree node keeps the last
+``topic_log_limit`` messages by position and the highest position it knows of; heartbeats carry
+the parent's highest position and the lowest it can still resend. A gap (a position jump, or a
+heartbeat above what we have) is NACKed to the parent after ``nack_delay``, again every
+``nack_interval`` while it lasts; the parent resends from its log, and the child forwards a
+repair it did not have to its own children like any data, so the whole subtree is repaired. A
+node new to a tree starts at its parent's position (earlier messages are not owed to it); a node
+that changes parent keeps its position and fetches what it missed from the new parent's log.
+Positions below what the parent can resend, or still missing after ``nack_retries`` rounds
+without progress, are given up with a traced ``drop``.
+
+What loss recovery cannot repair: a new root (the old one failed) continues numbering from the
+highest position it knows of (its own, and what its children report in heartbeats), but
+messages the old root accepted and that reached no node of the new tree are gone, and a message
+the new root numbers before its children's reports arrive may reuse a position (it is still
+delivered once, by id, but not repaired if lost). Closing this window is the replicated topic
+owner's job (Multi-Paxos).
 """
 
 from __future__ import annotations
@@ -44,6 +63,7 @@ __all__ = [
     "ScribeData",
     "ScribeLeave",
     "ScribeMessage",
+    "ScribeNack",
     "TreeRole",
     "check_topic",
 ]
@@ -52,6 +72,8 @@ LAYER = "scribe"
 MAX_TOPIC = 256
 MAX_TOPICS_PER_HEARTBEAT = 1024
 MAX_DEPTH_WIRE = 1 << 16
+MAX_POSITION = 1 << 53  # positions in a topic's stream (JSON carries them exactly)
+MAX_NACK_SPAN = 4096  # positions one NACK may name on the wire (ScribeConfig.nack_max_range: less)
 JOIN_TAG = "scribe.join"
 _STATE = "scribe"
 
@@ -66,6 +88,11 @@ def check_topic(topic: str) -> str:
 
 def _message_id(origin: NodeId, seq: int) -> str:
     return f"{origin}:{seq}"
+
+
+def _check_position(name: str, value: int, low: int = 1) -> None:
+    if not low <= value <= MAX_POSITION:
+        raise ValueError(f"{name} must be in [{low}, {MAX_POSITION}], got {value}")
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -115,7 +142,37 @@ class PublishAck(ScribeMessage):
 
 @message("scribe.data")
 class ScribeData(_Published):
-    """A published message going down a topic's tree, parent -> child."""
+    """A published message going down a topic's tree, parent -> child, at position ``pos`` of
+    the topic's stream (stamped by the root). ``repair``: resent after a NACK (or forwarded on
+    from such a resend)."""
+
+    pos: int = dataclasses.field(kw_only=True)
+    repair: bool = dataclasses.field(default=False, kw_only=True)
+
+    def __post_init__(self) -> None:
+        _Published.__post_init__(self)
+        _check_position("pos", self.pos)
+
+
+@message("scribe.nack")
+class ScribeNack(ScribeMessage):
+    """Child -> parent: resend positions ``start..end`` (inclusive) of ``topic``'s stream."""
+
+    topic: str
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+        _check_position("start", self.start)
+        _check_position("end", self.end)
+        if self.end < self.start:
+            raise ValueError(f"end {self.end} < start {self.start}")
+        if self.end - self.start >= MAX_NACK_SPAN:
+            raise ValueError(f"a NACK names at most {MAX_NACK_SPAN} positions")
+
+    def trace_ids(self) -> TraceIds:
+        return (None, None, self.topic, self.start)
 
 
 @message("scribe.leave")
@@ -130,21 +187,28 @@ class ScribeLeave(ScribeMessage):
 
 @message("scribe.heartbeat")
 class Heartbeat(ScribeMessage):
-    """Between tree neighbours: ``down`` are the topics I am your parent in (with my depth),
-    ``up`` the topics I am your child in."""
+    """Between tree neighbours. ``down``: the topics I am your parent in, each with my depth, the
+    highest position I know of and the lowest I can still resend (0: I have no position yet).
+    ``up``: the topics I am your child in, each with the highest position I know of."""
 
-    down: tuple[tuple[str, int], ...] = ()
-    up: tuple[str, ...] = ()
+    down: tuple[tuple[str, int, int, int], ...] = ()
+    up: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.down) + len(self.up) > MAX_TOPICS_PER_HEARTBEAT:
             raise ValueError(f"at most {MAX_TOPICS_PER_HEARTBEAT} topics per heartbeat")
-        for topic, depth in self.down:
+        for topic, depth, high, low in self.down:
             check_topic(topic)
             if not 0 <= depth <= MAX_DEPTH_WIRE:
                 raise ValueError(f"depth must be in [0, {MAX_DEPTH_WIRE}]")
-        for topic in self.up:
+            _check_position("high", high, 0)
+            if low != 0:
+                _check_position("low", low, 1)
+                if low > high + 1:
+                    raise ValueError(f"low {low} > high {high} + 1")
+        for topic, high in self.up:
             check_topic(topic)
+            _check_position("high", high, 0)
 
 
 # -- configuration and state -------------------------------------------------------------------
@@ -164,15 +228,29 @@ class ScribeConfig:
     max_pending: int = 4096  # publishes awaiting their ack
     seen_limit: int = 100_000  # message ids remembered to deliver and forward once
     durable: bool = True  # the next sequence number survives a crash
+    loss_recovery: bool = True  # off: no log, no NACKs (a lost ScribeData is lost below)
+    topic_log_limit: int = 256  # messages kept per topic to resend; also the largest gap repaired
+    nack_delay: float = 0.05  # a gap waits this long (reordering) before its first NACK
+    nack_interval: float = 0.3  # between NACK rounds for one topic while a gap lasts
+    nack_retries: int = 12  # NACK rounds without progress before the gap is given up
+    nack_max_range: int = 64  # positions per NACK, sent or accepted
+    nack_ranges: int = 4  # NACKs per topic and round
+    # a member whose parent never tells it a stream position this long is not connected to the
+    # root (a cycle, built while the ring was inconsistent): join again
+    sync_timeout: float = 3.0
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "parent_timeout", "child_timeout",
-                     "publish_timeout", "root_cache_ttl"):
+                     "publish_timeout", "root_cache_ttl", "nack_delay", "nack_interval",
+                     "sync_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
-        for name in ("max_depth", "max_topics", "max_children", "max_pending", "seen_limit"):
+        for name in ("max_depth", "max_topics", "max_children", "max_pending", "seen_limit",
+                     "topic_log_limit", "nack_retries", "nack_max_range", "nack_ranges"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
+        if self.nack_max_range > MAX_NACK_SPAN:
+            raise ConfigError(f"nack_max_range must be <= {MAX_NACK_SPAN}")
         if self.publish_retries < 0:
             raise ConfigError("publish_retries must be >= 0")
         if self.parent_timeout <= self.heartbeat_interval:
@@ -195,6 +273,35 @@ class _Topic:
     nonce: int = 0  # of our JOIN in flight: retries of older ones are stale
     children: dict[NodeId, float] = dataclasses.field(default_factory=dict)  # -> last heard
     not_root_ticks: int = 0
+    unsynced_ticks: int = 0  # heartbeat ticks as a member without a stream position
+    # loss recovery: positions in the topic's stream
+    synced: bool = False  # we know where our stream starts (we are root, or a parent told us)
+    high: int = 0  # the highest position known to exist (the root: the last one stamped)
+    done: int = 0  # every position up to here is had, or not owed, or given up
+    got: set[int] = dataclasses.field(default_factory=set)  # positions above ``done`` we have
+    log: dict[int, ScribeData] = dataclasses.field(default_factory=dict)  # pos -> message
+    parent_high: int = 0  # the highest position our current parent announced
+    nack_rounds: int = 0  # NACK rounds since the last progress
+    nack_timer: TimerHandle | None = None
+
+    def view(self) -> tuple[Any, ...]:
+        """Every field but the timer handle, for snapshots."""
+        return (self.role, self.subscribed, self.parent, self.parent_heard, self.depth,
+                self.nonce, tuple(self.children.items()), self.not_root_ticks,
+                self.unsynced_ticks, self.synced,
+                self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
+                self.parent_high, self.nack_rounds, self.nack_timer is not None)
+
+    def resend_low(self) -> int:
+        """The lowest position we can still resend or will have (0: we have no position)."""
+        if not self.synced:
+            return 0
+        low = self.high + 1
+        if self.log:
+            low = min(low, min(self.log))
+        if self.done < self.high:
+            low = min(low, self.done + 1)
+        return low
 
 
 @dataclasses.dataclass(slots=True)
@@ -263,6 +370,7 @@ class Scribe:
                 self.env.cancel(pending.timer)
         self._pending.clear()
         for topic, state in self._topics.items():
+            self._cancel_nack(state)
             if state.parent is not None:
                 self.env.send(state.parent, ScribeLeave(topic=topic))
         self._topics.clear()
@@ -288,6 +396,8 @@ class Scribe:
             self._on_leave(src, msg)
         elif isinstance(msg, Heartbeat):
             self._on_heartbeat(src, msg)
+        elif isinstance(msg, ScribeNack):
+            self._on_nack(src, msg)
         else:
             self._drop(src, msg, "unknown")
 
@@ -343,16 +453,23 @@ class Scribe:
         self.disseminate(topic, origin, seq, payload)
 
     def disseminate(self, topic: str, origin: NodeId, seq: int, payload: Any) -> None:
-        """Deliver here (if subscribed) and send down this node's tree for ``topic``."""
+        """Deliver here (if subscribed) and send down this node's tree for ``topic``, stamped with
+        the topic's next stream position."""
         mid = _message_id(origin, seq)
         if mid in self._seen:
             return
-        self._accept(topic, mid, origin, seq, payload)
         state = self._topics.get(topic)
-        if state is not None:
-            data = ScribeData(topic=topic, origin=origin, seq=seq, payload=payload)
-            for child in state.children:
-                self.env.send(child, data)
+        if state is None:  # no tree: nobody to number it for
+            self._accept(topic, mid, origin, seq, payload)
+            return
+        if state.high >= MAX_POSITION:
+            self.env.trace("drop", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic,
+                           reason="positions_exhausted")
+            return
+        state.synced = True
+        data = ScribeData(topic=topic, origin=origin, seq=seq, payload=payload,
+                          pos=state.high + 1)
+        self._take(topic, state, data)
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -375,13 +492,24 @@ class Scribe:
         state = self._topics.get(topic)
         return [] if state is None else list(state.children)
 
+    def position(self, topic: str) -> int | None:
+        """The highest stream position of ``topic`` known here; None before we know where our
+        stream starts (not in the tree, or not yet connected to its root)."""
+        state = self._topics.get(topic)
+        return state.high if state is not None and state.synced else None
+
     @property
     def next_seq(self) -> int:
         return self._next_seq
 
+    @property
+    def pending_publishes(self) -> int:
+        """Publishes not yet acknowledged by the topic's root (still being retried)."""
+        return len(self._pending)
+
     def snapshot(self) -> tuple[Any, ...]:
         """Everything a message may change, for tests that check a drop changed nothing."""
-        return (tuple((t, dataclasses.astuple(s)) for t, s in self._topics.items()),
+        return (tuple((t, s.view()) for t, s in self._topics.items()),
                 tuple(self._seen), tuple(self._pending), tuple(self._roots.items()),
                 self.delivered)
 
@@ -393,7 +521,9 @@ class Scribe:
         state.nonce = self._nonce
         state.role = TreeRole.JOINING
         state.parent = None
+        state.parent_high = 0
         state.not_root_ticks = 0
+        state.unsynced_ticks = 0
         self.env.trace("tree_join", layer=LAYER, key=topic)  # not "join": a membership event
         self.chord.route(topic, {"t": JOIN_TAG, "n": state.nonce})
         # if the route could not start (not on the ring yet) the next tick tries again
@@ -432,6 +562,9 @@ class Scribe:
                 return False
             if state.parent is not None and state.parent != next_hop:
                 self.env.send(state.parent, ScribeLeave(topic=key))
+            if state.parent != next_hop:
+                state.parent_high = 0
+                state.nack_rounds = 0  # a new parent gets the full number of NACK rounds
             state.role = TreeRole.MEMBER
             state.parent = next_hop
             state.parent_heard = self.env.now()
@@ -462,8 +595,13 @@ class Scribe:
             self.env.trace("root", layer=LAYER, key=key)
         state.role = TreeRole.ROOT
         state.parent = None
+        state.parent_high = 0
         state.depth = 0
         state.not_root_ticks = 0
+        # the root numbers the stream: it continues from the highest position it knows of, and
+        # has nobody to repair its own gaps from
+        state.synced = True
+        self._give_up(key, state, state.high, "root_has_no_parent")
         if prev is not None:
             self._add_child(key, state, prev)
 
@@ -497,6 +635,7 @@ class Scribe:
         if state.subscribed or state.children:
             return
         del self._topics[topic]
+        self._cancel_nack(state)
         if state.parent is not None:
             self.env.send(state.parent, ScribeLeave(topic=topic))
         self.env.trace("leave", layer=LAYER, key=topic, peer=state.parent)
@@ -515,8 +654,8 @@ class Scribe:
         config, env = self.config, self.env
         self._heartbeat_timer = env.set_timer(config.heartbeat_interval, self._tick)
         now = env.now()
-        down: dict[NodeId, list[tuple[str, int]]] = {}
-        up: dict[NodeId, list[str]] = {}
+        down: dict[NodeId, list[tuple[str, int, int, int]]] = {}
+        up: dict[NodeId, list[tuple[str, int]]] = {}
         for topic, state in list(self._topics.items()):
             stale = [c for c, heard in state.children.items()
                      if now - heard > config.child_timeout]
@@ -532,17 +671,22 @@ class Scribe:
             elif state.role is TreeRole.MEMBER:
                 if now - state.parent_heard > config.parent_timeout:
                     self._rejoin(topic, state, "parent_timeout")
+                elif not state.synced:
+                    state.unsynced_ticks += 1
+                    if state.unsynced_ticks * config.heartbeat_interval > config.sync_timeout:
+                        self._rejoin(topic, state, "no_stream")
             elif self.chord.joined and self.chord.root_of(topic) is None:
                 state.not_root_ticks += 1
                 if state.not_root_ticks >= 2:
                     self._rejoin(topic, state, "not_root")
             else:
                 state.not_root_ticks = 0
+            high = min(state.high, MAX_POSITION)
             if state.role is TreeRole.MEMBER and state.parent is not None:
-                up.setdefault(state.parent, []).append(topic)
-            depth = min(state.depth, MAX_DEPTH_WIRE)
+                up.setdefault(state.parent, []).append((topic, high if state.synced else 0))
+            entry = (topic, min(state.depth, MAX_DEPTH_WIRE), high, state.resend_low())
             for child in state.children:
-                down.setdefault(child, []).append((topic, depth))
+                down.setdefault(child, []).append(entry)
         for node in sorted(set(down) | set(up)):
             pairs = down.get(node, [])
             names = up.get(node, [])
@@ -555,7 +699,7 @@ class Scribe:
 
     def _on_heartbeat(self, src: NodeId, msg: Heartbeat) -> None:
         now = self.env.now()
-        for topic, depth in msg.down:
+        for topic, depth, high, low in msg.down:
             state = self._topics.get(topic)
             if state is None or state.parent != src:
                 self.env.send(src, ScribeLeave(topic=topic))  # not (or no longer) our parent
@@ -564,12 +708,21 @@ class Scribe:
             state.depth = depth + 1
             if state.depth > self.config.max_depth:
                 self._rejoin(topic, state, "too_deep")
-        for topic in msg.up:
+            elif low:
+                self._parent_position(topic, state, high, low)
+        for topic, high in msg.up:
             state = self._topics.get(topic)
             if state is not None and src in state.children:
                 state.children[src] = now
             else:
                 self._adopt(topic, src)  # it counts on us (a lost JOIN, or we lost our state)
+                state = self._topics.get(topic)
+            if state is not None and state.role is TreeRole.ROOT and high > state.high:
+                # a new root learns where the old one stopped: number on from there
+                self.env.trace("renumber", layer=LAYER, key=topic, peer=src, seq=high,
+                               old=state.high)
+                state.high = state.done = high
+                state.got.clear()
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -652,11 +805,27 @@ class Scribe:
             self.env.send(src, ScribeLeave(topic=msg.topic))
             return
         state.parent_heard = self.env.now()
+        if msg.pos > state.parent_high:
+            state.parent_high = msg.pos
         mid = _message_id(msg.origin, msg.seq)
         if mid in self._seen:
+            self._note_position(msg.topic, state, msg.pos)
             self._drop(src, msg, "duplicate")
             return
-        self.disseminate(msg.topic, msg.origin, msg.seq, msg.payload)
+        self._take(msg.topic, state, msg)
+
+    def _take(self, topic: str, state: _Topic, data: ScribeData) -> None:
+        """A message new here: deliver it (if subscribed), log it, send it to our children."""
+        self._accept(topic, _message_id(data.origin, data.seq), data.origin, data.seq,
+                     data.payload)
+        self._note_position(topic, state, data.pos)
+        if self.config.loss_recovery and data.pos not in state.log:
+            log = state.log
+            log[data.pos] = data
+            if len(log) > self.config.topic_log_limit:
+                del log[min(log)]
+        for child in state.children:
+            self.env.send(child, data)
 
     def _accept(self, topic: str, mid: str, origin: NodeId, seq: int, payload: Any) -> None:
         seen = self._seen
@@ -670,6 +839,146 @@ class Scribe:
         self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic)
         if self.on_deliver is not None:
             self.on_deliver(topic, mid, origin, payload)
+
+    # -- loss recovery -------------------------------------------------------------------------
+
+    def _note_position(self, topic: str, state: _Topic, pos: int) -> None:
+        """We have the message at ``pos``."""
+        if not state.synced:
+            # new in this tree: what came before our first message is not owed to us
+            state.synced = True
+            state.done = state.high = pos - 1
+            state.got.clear()
+        if pos > state.high:
+            state.high = pos
+        if pos > state.done:
+            state.got.add(pos)
+            self._advance(state)
+        self._gap_changed(topic, state)
+
+    def _parent_position(self, topic: str, state: _Topic, high: int, low: int) -> None:
+        """Our parent's heartbeat: it knows of positions up to ``high`` and can resend from
+        ``low`` on."""
+        if high > state.parent_high:
+            state.parent_high = high
+        if not state.synced:
+            state.synced = True
+            state.done = state.high = high
+            state.got.clear()
+            self._tell_children(topic, state)  # they start here too, without waiting a tick
+        elif high > state.high:
+            state.high = high  # tail loss shows here
+        if low - 1 > state.done:
+            self._give_up(topic, state, min(low - 1, state.high), "not_in_parent_log")
+        self._gap_changed(topic, state)
+
+    def _tell_children(self, topic: str, state: _Topic) -> None:
+        entry = (topic, min(state.depth, MAX_DEPTH_WIRE), state.high, state.resend_low())
+        for child in state.children:
+            self.env.send(child, Heartbeat(down=(entry,)))
+
+    def _advance(self, state: _Topic) -> None:
+        got = state.got
+        start = state.done
+        while state.done + 1 in got:
+            state.done += 1
+            got.discard(state.done)
+        if state.done > start:
+            state.nack_rounds = 0
+
+    def _give_up(self, topic: str, state: _Topic, upto: int, reason: str) -> None:
+        """Stop waiting for the positions up to ``upto`` that we still miss."""
+        if upto <= state.done:
+            return
+        missing = upto - state.done - sum(1 for pos in state.got if pos <= upto)
+        if missing:
+            self.env.trace("drop", layer=LAYER, key=topic, seq=state.done + 1, end=upto,
+                           missing=missing, reason=reason)
+        state.done = upto
+        state.got = {pos for pos in state.got if pos > upto}
+        self._advance(state)
+        state.nack_rounds = 0
+
+    def _gap_changed(self, topic: str, state: _Topic) -> None:
+        limit = self.config.topic_log_limit
+        if state.high - state.done > limit:
+            self._give_up(topic, state, state.high - limit, "gap_too_large")
+        if state.role is TreeRole.ROOT or not self.config.loss_recovery:
+            return
+        if state.high > state.done and state.nack_timer is None:
+            state.nack_timer = self.env.set_timer(
+                self.config.nack_delay, functools.partial(self._nack_due, topic, state))
+        elif state.high <= state.done:
+            self._cancel_nack(state)
+
+    def _cancel_nack(self, state: _Topic) -> None:
+        if state.nack_timer is not None:
+            self.env.cancel(state.nack_timer)
+            state.nack_timer = None
+        state.nack_rounds = 0
+
+    def _missing_ranges(self, state: _Topic, upto: int) -> list[tuple[int, int]]:
+        """Runs of positions in (done, upto] we do not have, at most ``nack_ranges`` of at most
+        ``nack_max_range`` positions each."""
+        config = self.config
+        ranges: list[tuple[int, int]] = []
+        pos = state.done + 1
+        while pos <= upto and len(ranges) < config.nack_ranges:
+            if pos in state.got:
+                pos += 1
+                continue
+            start = pos
+            while (pos <= upto and pos not in state.got
+                   and pos - start < config.nack_max_range):
+                pos += 1
+            ranges.append((start, pos - 1))
+        return ranges
+
+    def _nack_due(self, topic: str, state: _Topic) -> None:
+        state.nack_timer = None
+        if self._stopped or self._topics.get(topic) is not state or state.high <= state.done:
+            return
+        if state.role is TreeRole.ROOT:
+            self._give_up(topic, state, state.high, "root_has_no_parent")
+            return
+        if state.nack_rounds >= self.config.nack_retries:
+            self._give_up(topic, state, state.high, "repair_gave_up")
+            return
+        state.nack_rounds += 1
+        parent = state.parent
+        if parent is not None and state.role is TreeRole.MEMBER:
+            # ask only for what the parent has announced: what lies above it may still come
+            for start, end in self._missing_ranges(state, min(state.high, state.parent_high)):
+                self.env.send(parent, ScribeNack(topic=topic, start=start, end=end))
+                self.env.trace("nack", layer=LAYER, peer=parent, key=topic, seq=start, end=end)
+        state.nack_timer = self.env.set_timer(
+            self.config.nack_interval, functools.partial(self._nack_due, topic, state))
+
+    def _on_nack(self, src: NodeId, msg: ScribeNack) -> None:
+        if not self.config.loss_recovery:
+            self._drop(src, msg, "recovery_disabled")
+            return
+        state = self._topics.get(msg.topic)
+        if state is None:
+            self._drop(src, msg, "unknown_topic")
+            return
+        if src not in state.children:
+            self._drop(src, msg, "not_a_child")
+            return
+        if msg.end - msg.start >= self.config.nack_max_range:
+            self._drop(src, msg, "nack_too_large")
+            return
+        if msg.end > state.high:
+            self._drop(src, msg, "nack_beyond_high")
+            return
+        state.children[src] = self.env.now()
+        for pos in range(msg.start, msg.end + 1):
+            data = state.log.get(pos)
+            if data is None:
+                continue  # evicted, or we miss it too (our own NACK fetches it for everyone)
+            self.env.send(src, dataclasses.replace(data, repair=True))
+            self.env.trace("resend", layer=LAYER, peer=src, msg=_message_id(data.origin, data.seq),
+                           origin=data.origin, seq=data.seq, key=msg.topic, pos=pos)
 
     # -- helpers -------------------------------------------------------------------------------
 
