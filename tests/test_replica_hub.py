@@ -40,6 +40,7 @@ from gossamer.protocols.replica import (
     crc_of,
 )
 from gossamer.services.replica import HubServer
+from gossamer.services.replica.hub_server import text_frame
 
 WAIT = 20.0  # wall seconds: upper bounds only; every wait ends as soon as its event happens
 CODEC = ReplicaCodec()
@@ -373,6 +374,100 @@ async def open_slow_peer(stack: AsyncExitStack, hub: HubServer, name: str) -> Pe
         sock.close()
         raise
     return await open_peer(stack, hub, name, sock=sock, max_queue=1, close_timeout=0.5)
+
+
+# -- the send path: one write per iteration, backpressure --------------------------------------
+
+
+def hub_connection(hub: HubServer, client: str) -> Any:
+    """The hub's connection object of ``client`` (white box: the send path's state)."""
+    return next(conn for conn in hub._connections if conn.client == client)
+
+
+class CountingTransport:
+    """Wraps a connection's transport and records every write."""
+
+    def __init__(self, inner: asyncio.Transport) -> None:
+        self.inner = inner
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+        self.inner.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("length", [0, 1, 125, 126, 127, 65_535, 65_536, 70_000])
+def test_text_frame_is_a_final_unmasked_text_frame_with_the_shortest_length(length: int) -> None:
+    payload = bytes(i % 251 for i in range(length))
+    frame = text_frame(payload)
+    assert frame[0] == 0x81  # FIN, text
+    assert frame[1] & 0x80 == 0  # a server's frame is not masked
+    if length < 126:
+        assert (frame[1], frame[2:]) == (length, payload)
+    elif length < 65_536:
+        assert frame[1] == 126 and int.from_bytes(frame[2:4], "big") == length
+        assert frame[4:] == payload
+    else:
+        assert frame[1] == 127 and int.from_bytes(frame[2:10], "big") == length
+        assert frame[10:] == payload
+
+
+def test_frames_queued_in_one_loop_iteration_reach_a_peer_in_one_write_in_order() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"]) as (hub, sink, _, peers):
+            sender = hub_connection(hub, "a")
+            receiver = hub_connection(hub, "b")
+            counting = CountingTransport(receiver.transport)
+            receiver.transport = counting
+            texts = [CODEC.encode(data("a", seq)).decode() for seq in range(1, 11)]
+            for text in texts:  # as the read loop handles frames that arrived together
+                hub._on_text(sender, text)
+            for text in texts:
+                assert await peers["b"].recv_text() == text
+                assert await peers["c"].recv_text() == text
+            assert counting.writes == [b"".join(text_frame(t.encode()) for t in texts)]
+            assert receiver.frames_out == 2 + len(texts)  # the two subscribes first
+            await peers["b"].ws.close()
+            leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "b")
+            assert orjson.loads(leave.info or "{}")["frames_out"] == 2 + len(texts)
+
+    run(scenario)
+
+
+def test_a_paused_transport_keeps_frames_in_the_backlog_and_sends_them_all_in_order() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"], send_queue_limit=1000,
+                                 close_timeout=WAIT) as (hub, _, stack, peers):
+            a, b = peers["a"], peers["b"]
+            slow = await open_slow_peer(stack, hub, "slow")
+            await slow.send(Subscribe(id="slow", vector={}))
+            assert await a.recv_subscriber() == "slow"
+            assert await b.recv_subscriber() == "slow"
+            conn = hub_connection(hub, "slow")
+            body = "x" * 16_000
+            seq = 0
+            while not (conn.blocked and len(conn.backlog) >= 5):  # "slow" reads nothing yet
+                seq += 1
+                assert seq < 500, "the transport never paused"
+                await a.send(data("a", seq, body=body))
+                assert await b.recv() == data("a", seq, body=body)  # the hub handled it
+            assert conn.writer is not None and not conn.writer.done()
+            for _ in range(5):  # more while it is paused: they queue behind the rest
+                seq += 1
+                await a.send(data("a", seq, body=body))
+                assert await b.recv() == data("a", seq, body=body)
+            assert conn.blocked and len(conn.backlog) >= 10
+            for expected in range(1, seq + 1):  # now "slow" reads: everything, in order
+                assert await slow.recv() == data("a", expected, body=body)
+            await a.send(data("a", seq + 1))
+            assert await slow.recv() == data("a", seq + 1)
+            assert not conn.blocked and not conn.backlog
+            assert hub.connections == 3
+
+    run(scenario)
 
 
 # -- capacity, HTTP --------------------------------------------------------------------------

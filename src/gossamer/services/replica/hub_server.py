@@ -3,6 +3,15 @@
 ``HubRelay`` decides where each message goes and ``HubKeeper`` keeps the durable snapshot
 (sqlite in ``data_dir``) that answers subscribes and NACKs; this module moves frames. It also
 serves the browser client's static files on the same port. Bad input is dropped, never fatal.
+
+Sending: a frame for a connection is built once (a multicast's frame is shared by every
+recipient) and appended to that connection's bounded backlog; once per event-loop iteration
+the hub writes every backlog to its transport, as few writes of up to ``WRITE_CHUNK`` bytes
+(one ``send()`` for all the frames a connection got in that iteration, instead of one per
+frame and a writer-task wake-up each). When a transport pauses writing (its buffer is over
+the high-water mark: the client reads slower than we send), that connection's writer task
+waits for it to drain and writes the rest; meanwhile the backlog grows, and a connection with
+``send_queue_limit`` frames waiting is disconnected (slow consumer).
 """
 
 from __future__ import annotations
@@ -11,13 +20,15 @@ import asyncio
 import enum
 import itertools
 import logging
+import struct
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, KeysView
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_websocket import WebSocketError
 
 from ...core.errors import ConfigError, ProtocolError, StateError
@@ -38,6 +49,20 @@ CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 DROP_DETAIL_CHARS = 200
 DEFAULT_KEEPER = KeeperConfig()
 STORE_FILE = "hub.sqlite"
+WRITE_CHUNK = 64 * 1024  # bytes of frames joined into one transport write (at least one frame)
+_TEXT = 0x81  # FIN + opcode 1 (text): the first byte of every frame the hub sends
+_LEN16 = struct.Struct("!BBH").pack
+_LEN64 = struct.Struct("!BBQ").pack
+
+
+def text_frame(payload: bytes) -> bytes:
+    """A final, unmasked text frame carrying ``payload`` (RFC 6455 5.2: a server's frame)."""
+    length = len(payload)
+    if length < 126:
+        return bytes((_TEXT, length)) + payload
+    if length < 1 << 16:
+        return _LEN16(_TEXT, 126, length) + payload
+    return _LEN64(_TEXT, 127, length) + payload
 
 
 class HubState(enum.Enum):
@@ -54,22 +79,30 @@ class _ConnState(enum.Enum):
 
 
 class _Connection:
-    """One WebSocket client: its bounded send queue, writer task and counters.
+    """One WebSocket client: its bounded backlog of frames, writer task and counters.
 
     The object itself is the relay's connection key (hashed by identity).
     """
 
-    __slots__ = ("client", "close_code", "closer", "dropped", "frames_in", "frames_out",
-                 "number", "queue", "reason", "remote", "state", "transport", "writer", "ws")
+    __slots__ = ("backlog", "blocked", "client", "close_code", "closer", "dropped",
+                 "flagged", "frames_in", "frames_out", "number", "protocol", "reason", "remote",
+                 "state", "stopped", "stream", "transport", "wake", "writer", "ws")
 
     def __init__(self, number: int, ws: web.WebSocketResponse, request: web.Request,
-                 limit: int) -> None:
+                 stream: AbstractStreamWriter) -> None:
         self.number = number
         self.ws = ws
         self.remote = str(request.remote)
-        self.transport = request.transport  # to abort a client that takes no close frame
-        # frames to send; None tells the writer to stop (see ``stop_writer``)
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=limit)
+        self.transport = request.transport  # frames go here; also to abort a stuck client
+        self.protocol = request.protocol  # ``writing_paused``: the transport's buffer is full
+        self.stream = stream  # ``drain()``: wait until the transport takes more
+        # encoded frames not yet written to the transport, oldest first (at most the hub's
+        # ``send_queue_limit``: a full backlog disconnects the connection)
+        self.backlog: deque[bytes] = deque()
+        self.flagged = False  # on the hub's list of backlogs to write this loop iteration
+        self.blocked = False  # the transport paused: the writer task waits for its drain
+        self.stopped = False  # the writer task ends (see ``stop_writer``)
+        self.wake = asyncio.Event()  # tells the writer task to drain or to stop
         self.state = _ConnState.OPEN
         self.client: str | None = None  # the id it last spoke for
         self.writer: asyncio.Task[None] | None = None
@@ -86,9 +119,47 @@ class _Connection:
         Never cancel the writer: it may be waiting in aiohttp's drain, on a future aiohttp
         shares with ``close()``, and cancelling the task would cancel that future too.
         """
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.queue.put_nowait(None)
+        self.backlog.clear()
+        self.stopped = True
+        self.wake.set()
+
+    def write_backlog(self) -> None:
+        """Write the backlog to the transport, in writes of up to ``WRITE_CHUNK`` bytes, until
+        it is empty or the transport pauses (then the writer task takes over: ``blocked``).
+        Nothing is written once the hub or aiohttp started closing the connection (a data
+        frame must not follow the close frame): the backlog is dropped then."""
+        backlog = self.backlog
+        transport = self.transport
+        if (self.state is not _ConnState.OPEN or self.ws.closed or transport is None
+                or transport.is_closing()):
+            backlog.clear()
+            return
+        protocol = self.protocol
+        whole = True  # try everything in one write first (the usual case: small frames)
+        while backlog:
+            if protocol.writing_paused:
+                self.blocked = True
+                self.wake.set()
+                return
+            if whole:
+                count = len(backlog)
+                data = backlog[0] if count == 1 else b"".join(backlog)
+                if len(data) <= WRITE_CHUNK:
+                    backlog.clear()
+                    self.frames_out += count
+                    transport.write(data)
+                    return
+                whole = False
+            # at least one frame, then more while they fit in WRITE_CHUNK bytes
+            data = backlog.popleft()
+            parts = [data]
+            size = len(data)
+            while backlog and size + len(backlog[0]) <= WRITE_CHUNK:
+                frame = backlog.popleft()
+                parts.append(frame)
+                size += len(frame)
+            self.frames_out += len(parts)
+            transport.write(data if len(parts) == 1 else b"".join(parts))
 
     def __repr__(self) -> str:
         return f"<connection #{self.number} {self.client or '?'} from {self.remote}>"
@@ -155,6 +226,8 @@ class HubServer:
         self._relay = HubRelay(max_connections=max_connections)
         self._numbers = itertools.count(1)
         self._connections: set[_Connection] = set()
+        self._flagged: list[_Connection] = []  # backlogs to write at the end of this iteration
+        self._flush_handle: asyncio.Handle | None = None
         self._all_finished = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._address: tuple[str, int] | None = None
@@ -277,8 +350,8 @@ class HubServer:
     async def _serve_websocket(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=self.max_frame, compress=False,
                                    heartbeat=self.heartbeat, timeout=self.close_timeout)
-        await ws.prepare(request)
-        conn = _Connection(next(self._numbers), ws, request, self.send_queue_limit)
+        stream = await ws.prepare(request)
+        conn = _Connection(next(self._numbers), ws, request, stream)
         if self.state is not HubState.RUNNING:
             await self._close(conn, WSCloseCode.GOING_AWAY, "hub shutting down")
             return ws
@@ -352,28 +425,69 @@ class HubServer:
 
     def _multicast(self, sender: _Connection, text: str) -> None:
         """The hot path: ``text`` as received, to every other connection (what ``_forward``
-        does for these routes, without a ``Route`` per recipient)."""
+        does for these routes, without a ``Route`` per recipient); one frame for all."""
+        frame = text_frame(text.encode())
+        limit = self.send_queue_limit
+        flagged = self._flagged
         slow: list[_Connection] = []
-        for conn in self._relay.connections():
-            assert isinstance(conn, _Connection)
+        for conn in cast(KeysView[_Connection], self._relay.connections()):
             if conn is sender or conn.state is not _ConnState.OPEN:
                 continue
-            try:
-                conn.queue.put_nowait(text)
-            except asyncio.QueueFull:
+            backlog = conn.backlog
+            if len(backlog) >= limit:
                 slow.append(conn)
+                continue
+            backlog.append(frame)
+            if not conn.flagged:
+                conn.flagged = True
+                flagged.append(conn)
+        if self._flush_handle is None and flagged:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
         for conn in slow:
             self._forward(self._evict(conn), None, "")
 
+    def _enqueue(self, conn: _Connection, frame: bytes) -> bool:
+        """Append ``frame`` to the backlog of the open ``conn``; False when it is full."""
+        backlog = conn.backlog
+        if len(backlog) >= self.send_queue_limit:
+            return False
+        backlog.append(frame)
+        if not conn.flagged:
+            conn.flagged = True
+            self._flagged.append(conn)
+            if self._flush_handle is None:
+                self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+        return True
+
+    def _flush(self) -> None:
+        """Once per loop iteration in which frames were queued: write every backlog whose
+        transport takes more (a blocked one is written by its writer task after the drain)."""
+        self._flush_handle = None
+        flagged, self._flagged = self._flagged, []
+        for conn in flagged:
+            conn.flagged = False
+            if not conn.blocked:
+                try:
+                    conn.write_backlog()
+                except (ConnectionError, RuntimeError) as exc:  # one broken transport only
+                    log.info("%r: write failed (%r); aborting", conn, exc)
+                    conn.backlog.clear()
+                    self._abort(conn)
+
     async def _write_loop(self, conn: _Connection) -> None:
-        ws, queue = conn.ws, conn.queue
+        """Wait for the paused transport to drain, then write the backlog; until stopped."""
+        wake, stream = conn.wake, conn.stream
         try:
             while True:
-                text = await queue.get()
-                if text is None:
+                await wake.wait()
+                wake.clear()
+                if conn.stopped:
                     return
-                await ws.send_str(text)
-                conn.frames_out += 1
+                await stream.drain()
+                if conn.stopped:
+                    return
+                conn.blocked = False
+                conn.write_backlog()
         except ConnectionError as exc:  # the transport is gone; the read loop sees it as well
             log.debug("%r: send failed: %r", conn, exc)
 
@@ -406,25 +520,23 @@ class HubServer:
     # -- routing -------------------------------------------------------------------------------
 
     def _forward(self, routes: Iterable[Route], original: Message | None, text: str) -> None:
-        """Queue each route's frame on its connection; a full queue evicts that connection
-        (whose ``Left`` routes join the work list). ``original`` is forwarded as ``text``,
-        the frame it was decoded from; anything else the hub says is encoded here."""
+        """Append each route's frame to its connection's backlog; a full backlog evicts that
+        connection (whose ``Left`` routes join the work list). ``original`` is forwarded as
+        ``text``, the frame it was decoded from; anything else the hub says is encoded here."""
         pending = deque(routes)
-        encoded: dict[int, str] = {}
+        encoded: dict[int, bytes] = {}
         while pending:
             route = pending.popleft()
             conn = route.to
             assert isinstance(conn, _Connection)
             if conn.state is not _ConnState.OPEN:
                 continue
-            if route.msg is original:
-                frame = text
-            else:
-                frame = encoded.get(id(route.msg)) or self._codec.encode(route.msg).decode()
-                encoded[id(route.msg)] = frame
-            try:
-                conn.queue.put_nowait(frame)
-            except asyncio.QueueFull:
+            frame = encoded.get(id(route.msg))
+            if frame is None:
+                payload = (text.encode() if route.msg is original
+                           else self._codec.encode(route.msg))
+                frame = encoded[id(route.msg)] = text_frame(payload)
+            if not self._enqueue(conn, frame):
                 pending.extend(self._evict(conn))
 
     def _evict(self, conn: _Connection) -> list[Route]:
