@@ -264,7 +264,7 @@ def fake_scribe() -> tuple[Scribe, FakeEnv]:
 
 
 @pytest.mark.parametrize("msg, reason", [
-    (ScribeData(topic="t", origin="b", seq=1, payload=None, pos=1), "not_parent"),
+    (ScribeData(topic="t", origin="b", seq=1, payload=None, epoch=1, pos=1), "not_parent"),
     (ScribeLeave(topic="t"), "not_a_child"),
     (PublishAck(topic="t", seq=7), "unexpected_ack"),
 ])
@@ -297,13 +297,16 @@ def test_malformed_routes_and_frames_never_reach_the_tree() -> None:
     app.chord.on_deliver("t", ["junk"])
     assert [r["reason"] for r in env.drops()] == ["bad_route_payload"] * 2
     assert app.topics() == []
-    for bad in (dict(topic="", origin="b", seq=1, pos=1), dict(topic="t", origin="b", seq=0, pos=1),
-                dict(topic="x" * 300, origin="b", seq=1, pos=1),
-                dict(topic="t", origin="b", seq=1, pos=0)):
+    for bad in (dict(topic="", origin="b", seq=1, epoch=1, pos=1),
+                dict(topic="t", origin="b", seq=0, epoch=1, pos=1),
+                dict(topic="x" * 300, origin="b", seq=1, epoch=1, pos=1),
+                dict(topic="t", origin="b", seq=1, epoch=1, pos=0),
+                dict(topic="t", origin="b", seq=1, epoch=0, pos=1),
+                dict(topic="t", origin="b", seq=1, epoch=1 << 32, pos=1)):
         with pytest.raises(ValueError):
             ScribeData(**bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        Heartbeat(down=(("t", -1, 0, 0),))
+        Heartbeat(down=(("t", -1, 0, 0, 0, 0),))
 
 
 def test_alone_on_the_ring_a_node_is_root_and_delivers_its_own_publish() -> None:
@@ -364,7 +367,7 @@ def lossy_run(seed: int, loss: float, *, count: int = 40, publishes: int = 30,
     return net, sim, topics
 
 
-@pytest.mark.parametrize("seed, loss", [(1, 0.1), (2, 0.1), (1, 0.2)])
+@pytest.mark.parametrize("seed, loss", [(1, 0.1), (2, 0.1), (1, 0.2), (3, 0.2), (4, 0.2)])
 def test_every_subscriber_gets_every_publish_once_under_loss(seed: int, loss: float) -> None:
     started = time.perf_counter()
     net, _sim, topics = lossy_run(seed, loss)
@@ -394,7 +397,7 @@ def root_with_child() -> tuple[Scribe, FakeEnv]:
     app, env = fake_scribe()
     app.subscribe("t")
     env.advance(0.1)
-    app.on_message("b", Heartbeat(up=(("t", 0),)))
+    app.on_message("b", Heartbeat(up=("t",)))
     assert app.role("t") is TreeRole.ROOT and app.children("t") == ["b"]
     app.publish("t", {"x": 1})
     env.advance(0.1)
@@ -403,31 +406,36 @@ def root_with_child() -> tuple[Scribe, FakeEnv]:
 
 
 @pytest.mark.parametrize("src, nack, reason", [
-    ("b", ScribeNack(topic="other", start=1, end=1), "unknown_topic"),
-    ("c", ScribeNack(topic="t", start=1, end=1), "not_a_child"),
-    ("b", ScribeNack(topic="t", start=1, end=1000), "nack_too_large"),
-    ("b", ScribeNack(topic="t", start=2, end=3), "nack_beyond_high"),
+    ("b", dict(topic="other", start=1, end=1), "unknown_topic"),
+    ("c", dict(topic="t", start=1, end=1), "not_a_child"),
+    ("b", dict(topic="t", start=1, end=1000), "nack_too_large"),
+    ("b", dict(topic="t", start=2, end=3), "nack_beyond_high"),
+    ("b", dict(topic="t", start=1, end=1, epoch=7), "other_stream"),
 ])
 def test_malformed_nacks_are_dropped_with_a_reason_and_change_nothing(
-        src: str, nack: ScribeNack, reason: str) -> None:
+        src: str, nack: dict[str, Any], reason: str) -> None:
     app, env = root_with_child()
+    epoch = app.stream("t")
+    assert epoch is not None and epoch != 7
     before = app.snapshot()
     env.rows.clear()
     env.sent.clear()
-    app.on_message(src, nack)
+    app.on_message(src, ScribeNack(**{"epoch": epoch, **nack}))
     assert [r["reason"] for r in env.drops()] == [reason]
     assert env.sent == []
     assert app.snapshot() == before
 
 
 def test_nacks_that_cannot_exist_are_refused_by_constructor_and_codec() -> None:
-    for bad in (dict(topic="t", start=0, end=1), dict(topic="t", start=5, end=4),
-                dict(topic="t", start=1, end=1 << 40), dict(topic="", start=1, end=1)):
+    for bad in (dict(topic="t", epoch=1, start=0, end=1), dict(topic="t", epoch=1, start=5, end=4),
+                dict(topic="t", epoch=1, start=1, end=1 << 40),
+                dict(topic="", epoch=1, start=1, end=1), dict(topic="t", epoch=0, start=1, end=1)):
         with pytest.raises(ValueError):
             ScribeNack(**bad)  # type: ignore[arg-type]
         with pytest.raises(ProtocolError):
             default_codec.from_dict({"type": ScribeNack.TYPE, **bad})
-    for bad_beat in ((("t", 0, 3, 5),), (("t", 0, -1, 0),)):
+    for bad_beat in ((("t", 0, 1, 3, 5, 0),), (("t", 0, 1, -1, 0, 0),), (("t", 0, 0, 3, 0, 0),),
+                     (("t", 0, 1, 3, 0, 0),), (("t", 0, 0, 0, 0, 1),)):
         with pytest.raises(ValueError):
             Heartbeat(down=bad_beat)
 
@@ -436,41 +444,125 @@ def test_a_nack_is_answered_from_the_log_as_repair_data() -> None:
     app, env = root_with_child()
     env.rows.clear()
     env.sent.clear()
-    app.on_message("b", ScribeNack(topic="t", start=1, end=1))
+    epoch = app.stream("t")
+    assert epoch is not None
+    app.on_message("b", ScribeNack(topic="t", epoch=epoch, start=1, end=1))
     assert len(env.sent) == 1
     dst, data = env.sent[0]
     assert dst == "b" and isinstance(data, ScribeData)
-    assert (data.pos, data.repair, data.payload) == (1, True, {"x": 1})
+    assert (data.epoch, data.pos, data.repair, data.payload) == (epoch, 1, True, {"x": 1})
     assert [r["event"] for r in env.rows] == ["resend"]
 
 
-def test_a_child_nacks_a_gap_and_gives_up_what_its_parent_no_longer_has() -> None:
+def member_of_p(**config: Any) -> tuple[Scribe, FakeEnv, Chord]:
+    """Node a, subscribed to t, whose JOIN Chord sent on towards p: p is its parent."""
     env = FakeEnv("a")
     chord = Chord(env, contacts=["z"], config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord, config=ScribeConfig(nack_retries=2))  # type: ignore[arg-type]
+    app = Scribe(env, chord, config=ScribeConfig(**config))  # type: ignore[arg-type]
     app.start()
     assert chord.on_forward is not None
     app.subscribe("t")
-    # as if Chord sent our JOIN on towards "p": p becomes our parent
     state_nonce = app._topics["t"].nonce
     assert chord.on_forward("t", {"t": "scribe.join", "n": state_nonce}, "p")
     assert app.parent("t") == "p"
-    app.on_message("p", Heartbeat(down=(("t", 0, 4, 1),)))  # we start at position 4
-    assert app.position("t") == 4
+    return app, env, chord
+
+
+def data(seq: int, pos: int, epoch: int = 5, **kw: Any) -> ScribeData:
+    return ScribeData(topic="t", origin="o", seq=seq, payload={"n": seq}, epoch=epoch, pos=pos,
+                      **kw)
+
+
+def test_a_child_nacks_a_gap_and_gives_up_what_its_parent_no_longer_has() -> None:
+    app, env, _ = member_of_p(nack_retries=2)
+    app.on_message("p", Heartbeat(down=(("t", 0, 5, 4, 1, 1),)))  # we start at position 4
+    assert app.position("t") == 4 and app.stream("t") == 5
     env.sent.clear()
-    app.on_message("p", ScribeData(topic="t", origin="o", seq=1, pos=7))  # 5 and 6 are lost
+    app.on_message("p", data(1, 7))  # 5 and 6 are lost
     env.advance(0.1)
     nacks = [m for _, m in env.sent if isinstance(m, ScribeNack)]
-    assert nacks == [ScribeNack(topic="t", start=5, end=6)]
+    assert nacks == [ScribeNack(topic="t", epoch=5, start=5, end=6)]
     # the parent's log now starts at 6: position 5 is given up, 6 still asked for
     env.rows.clear()
     env.sent.clear()
-    app.on_message("p", Heartbeat(down=(("t", 0, 7, 6),)))
+    app.on_message("p", Heartbeat(down=(("t", 0, 5, 7, 6, 2),)))
     assert [r["reason"] for r in env.drops()] == ["not_in_parent_log"]
     env.advance(0.35)
     assert [m for _, m in env.sent if isinstance(m, ScribeNack)] == [
-        ScribeNack(topic="t", start=6, end=6)]
+        ScribeNack(topic="t", epoch=5, start=6, end=6)]
     # after nack_retries rounds without progress the gap is given up, with a traced reason
     env.rows.clear()
     env.advance(2.0)
     assert "repair_gave_up" in [r["reason"] for r in env.drops()]
+
+
+def test_a_new_stream_is_fetched_from_its_start() -> None:
+    """The tree moved under a new root (epoch 9): what that root took before we joined it is
+    delivered too, and the old stream's log is gone."""
+    app, env, _ = member_of_p()
+    got: list[str] = []
+    app.on_deliver = lambda topic, mid, origin, payload: got.append(mid)
+    app.on_message("p", data(1, 1))
+    app.on_message("p", data(2, 2))
+    assert got == ["o:1", "o:2"] and app.stream("t") == 5
+    env.sent.clear()
+    app.on_message("p", Heartbeat(down=(("t", 0, 9, 3, 1, 1),)))  # stream 9 holds 1..3 already
+    assert app.stream("t") == 9 and app.position("t") == 3
+    env.advance(0.1)
+    assert [m for _, m in env.sent if isinstance(m, ScribeNack)] == [
+        ScribeNack(topic="t", epoch=9, start=1, end=3)]
+    for pos, seq in ((1, 10), (2, 2), (3, 11)):  # o:2 again: delivered once
+        app.on_message("p", data(seq, pos, epoch=9, repair=True))
+    assert got == ["o:1", "o:2", "o:10", "o:11"]
+    env.sent.clear()
+    env.advance(1.0)
+    assert [m for _, m in env.sent if isinstance(m, ScribeNack)] == []  # complete
+
+
+def test_a_forwarder_asks_its_parent_for_what_a_child_lacks_and_it_never_had() -> None:
+    app, env, _ = member_of_p()
+    app.on_message("p", Heartbeat(down=(("t", 0, 5, 10, 3, 4),)))  # we start at 10; p has 3..10
+    app.on_message("c", Heartbeat(up=("t",)))  # c is our child
+    assert app.children("t") == ["c"]
+    env.advance(0.5)  # one heartbeat tick
+    beats = [m for dst, m in env.sent if dst == "c" and isinstance(m, Heartbeat)]
+    assert beats and beats[-1].down == (("t", 1, 5, 10, 3, 4),)  # we can get 3.. for c
+    env.sent.clear()
+    app.on_message("c", ScribeNack(topic="t", epoch=5, start=8, end=9))
+    assert env.sent == [("p", ScribeNack(topic="t", epoch=5, start=8, end=9))]
+    app.on_message("c", ScribeNack(topic="t", epoch=5, start=8, end=9))  # asked just now
+    assert env.sent == [("p", ScribeNack(topic="t", epoch=5, start=8, end=9))]
+    env.sent.clear()
+    app.on_message("p", data(8, 8, repair=True))  # the answer passes through us to c
+    assert env.sent == [("c", data(8, 8, repair=True))]
+
+
+def test_a_member_passes_a_publish_up_to_its_parent_and_stops_a_loop() -> None:
+    app, env, _ = member_of_p(max_depth=8)
+    env.sent.clear()
+    app.on_message("b", Publish(topic="t", origin="b", seq=1, payload=1))
+    assert env.sent == [("p", Publish(topic="t", origin="b", seq=1, payload=1, hops=1))]
+    env.sent.clear()
+    env.rows.clear()
+    app.on_message("b", Publish(topic="t", origin="b", seq=2, payload=1, hops=8))
+    assert env.sent == [] and [r["reason"] for r in env.drops()] == ["publish_loop"]
+
+
+def test_a_false_root_hands_what_it_took_to_the_tree_it_joins() -> None:
+    """Chord named us root while the tree was elsewhere: we took a message into a stream of
+    our own; once we are a member of the real tree we publish it there until it comes back."""
+    app, env, chord = member_of_p()
+    state = app._topics["t"]
+    state.role, state.parent = TreeRole.ROOT, None  # as _on_publish makes a false root
+    app.disseminate("t", "o", 1, {"n": 1})
+    app._rejoin("t", state, "not_root")
+    assert chord.on_forward is not None
+    assert chord.on_forward("t", {"t": "scribe.join", "n": state.nonce}, "q")
+    env.sent.clear()
+    env.advance(0.5)
+    publishes = [m for dst, m in env.sent if dst == "q" and isinstance(m, Publish)]
+    assert publishes == [Publish(topic="t", origin="o", seq=1, payload={"n": 1}, hops=1)]
+    app.on_message("q", data(1, 7, epoch=3))  # it came down the real tree
+    env.sent.clear()
+    env.advance(0.5)
+    assert [m for _, m in env.sent if isinstance(m, Publish)] == []

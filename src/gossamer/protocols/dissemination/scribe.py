@@ -10,7 +10,11 @@ is not subscribed LEAVEs its parent.
 Publishing finds the topic's root (Chord ``find_root``, then cached), sends it the message and
 waits for an acknowledgement, retrying through a fresh lookup. The root runs ``order`` (the step
 a replicated owner, e.g. Multi-Paxos, replaces) which by default disseminates at once down the
-tree; only subscribed nodes deliver, each message once.
+tree; only subscribed nodes deliver, each message once. While the ring settles Chord's view and
+the tree can disagree: a tree member named root passes a publish up to its parent (``hops``
+bounds a cycle); a node named root with no tree yet takes it into a stream of its own, which
+the tree fetches when it moves there; and a root Chord stops naming (it took messages while
+the tree was elsewhere) publishes them again in the tree it joins, until they come down to it.
 
 Tree repair: tree neighbours exchange heartbeats. A child that does not hear its parent within
 ``parent_timeout`` joins again through Chord, which routes around the failed node; a parent
@@ -18,24 +22,24 @@ forgets silent children. Heartbeats carry the parent's depth, so a cycle (possib
 is inconsistent) grows without bound and is broken by a fresh join past ``max_depth``; a root
 that Chord no longer names root joins the new one.
 
-Loss recovery: the root stamps each message with the next position of the topic's stream (the
-message id, origin:seq, stays the delivery identity). Every tree node keeps the last
-``topic_log_limit`` messages by position and the highest position it knows of; heartbeats carry
-the parent's highest position and the lowest it can still resend. A gap (a position jump, or a
-heartbeat above what we have) is NACKed to the parent after ``nack_delay``, again every
-``nack_interval`` while it lasts; the parent resends from its log, and the child forwards a
-repair it did not have to its own children like any data, so the whole subtree is repaired. A
-node new to a tree starts at its parent's position (earlier messages are not owed to it); a node
-that changes parent keeps its position and fetches what it missed from the new parent's log.
-Positions below what the parent can resend, or still missing after ``nack_retries`` rounds
-without progress, are given up with a traced ``drop``.
+Loss recovery: each root numbers the topic's messages in a stream of its own, named by a random
+``epoch`` drawn when it becomes root, at positions 1, 2, ... (the message id, origin:seq, stays
+the delivery identity). Every tree node keeps the last ``topic_log_limit`` messages by position
+and the highest position it knows of; heartbeats carry the parent's epoch, highest position and
+the lowest position it can get (from its log, or from its own parent). A gap (a position jump,
+or a heartbeat above what we have) is NACKed to the parent after ``nack_delay``, again every
+``nack_interval`` while it lasts; the parent resends from its log, or asks its own parent for
+what it never had (it joined the tree later than the child), and a node forwards a repair it
+did not have to its children like any data, so the whole subtree is repaired. A node new to a
+tree starts at its parent's position (earlier messages are not owed to it); a node that changes
+parent in the same stream keeps its position and fetches what it missed; a node that sees a new
+epoch (the tree moved under a new root: the old one failed, or Chord now names another node)
+fetches the new stream from its start, so what the new root took before the old tree joined it
+is delivered too. Positions nobody up the tree can resend, or still missing after
+``nack_retries`` rounds without progress, are given up with a traced ``drop``.
 
-What loss recovery cannot repair: a new root (the old one failed) continues numbering from the
-highest position it knows of (its own, and what its children report in heartbeats), but
-messages the old root accepted and that reached no node of the new tree are gone, and a message
-the new root numbers before its children's reports arrive may reuse a position (it is still
-delivered once, by id, but not repaired if lost). Closing this window is the replicated topic
-owner's job (Multi-Paxos).
+What loss recovery cannot repair: messages an old root accepted and that reached no node of the
+new tree. Closing that window is the replicated topic owner's job (Multi-Paxos).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ MAX_TOPIC = 256
 MAX_TOPICS_PER_HEARTBEAT = 1024
 MAX_DEPTH_WIRE = 1 << 16
 MAX_POSITION = 1 << 53  # positions in a topic's stream (JSON carries them exactly)
+MAX_EPOCH = (1 << 32) - 1  # stream names (0 on the wire: "no stream yet")
 MAX_NACK_SPAN = 4096  # positions one NACK may name on the wire (ScribeConfig.nack_max_range: less)
 JOIN_TAG = "scribe.join"
 _STATE = "scribe"
@@ -93,6 +98,11 @@ def _message_id(origin: NodeId, seq: int) -> str:
 def _check_position(name: str, value: int, low: int = 1) -> None:
     if not low <= value <= MAX_POSITION:
         raise ValueError(f"{name} must be in [{low}, {MAX_POSITION}], got {value}")
+
+
+def _check_epoch(value: int, low: int = 1) -> None:
+    if not low <= value <= MAX_EPOCH:
+        raise ValueError(f"epoch must be in [{low}, {MAX_EPOCH}], got {value}")
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -124,7 +134,16 @@ class _Published(ScribeMessage):
 
 @message("scribe.publish")
 class Publish(_Published):
-    """Publisher -> the topic's root: please order and disseminate this message."""
+    """Publisher -> the topic's root: please order and disseminate this message. A tree member
+    that gets it (Chord named it root before the tree moved to it) passes it up to its parent;
+    ``hops`` counts those steps."""
+
+    hops: int = dataclasses.field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        _Published.__post_init__(self)
+        if not 0 <= self.hops <= MAX_DEPTH_WIRE:
+            raise ValueError(f"hops must be in [0, {MAX_DEPTH_WIRE}], got {self.hops}")
 
 
 @message("scribe.publish_ack")
@@ -143,27 +162,31 @@ class PublishAck(ScribeMessage):
 @message("scribe.data")
 class ScribeData(_Published):
     """A published message going down a topic's tree, parent -> child, at position ``pos`` of
-    the topic's stream (stamped by the root). ``repair``: resent after a NACK (or forwarded on
-    from such a resend)."""
+    the root's stream ``epoch``. ``repair``: resent after a NACK (or forwarded on from such a
+    resend)."""
 
+    epoch: int = dataclasses.field(kw_only=True)
     pos: int = dataclasses.field(kw_only=True)
     repair: bool = dataclasses.field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         _Published.__post_init__(self)
+        _check_epoch(self.epoch)
         _check_position("pos", self.pos)
 
 
 @message("scribe.nack")
 class ScribeNack(ScribeMessage):
-    """Child -> parent: resend positions ``start..end`` (inclusive) of ``topic``'s stream."""
+    """Child -> parent: resend positions ``start..end`` (inclusive) of stream ``epoch``."""
 
     topic: str
+    epoch: int
     start: int
     end: int
 
     def __post_init__(self) -> None:
         check_topic(self.topic)
+        _check_epoch(self.epoch)
         _check_position("start", self.start)
         _check_position("end", self.end)
         if self.end < self.start:
@@ -187,28 +210,33 @@ class ScribeLeave(ScribeMessage):
 
 @message("scribe.heartbeat")
 class Heartbeat(ScribeMessage):
-    """Between tree neighbours. ``down``: the topics I am your parent in, each with my depth, the
-    highest position I know of and the lowest I can still resend (0: I have no position yet).
-    ``up``: the topics I am your child in, each with the highest position I know of."""
+    """Between tree neighbours. ``down``: the topics I am your parent in, each with my depth, my
+    stream's epoch (0: I have none yet, and then high, low and beacon are 0), the highest
+    position I know of, the lowest I can get for you and the root's beacon (its tick count) as
+    I last heard it. ``up``: the topics I am your child in."""
 
-    down: tuple[tuple[str, int, int, int], ...] = ()
-    up: tuple[tuple[str, int], ...] = ()
+    down: tuple[tuple[str, int, int, int, int, int], ...] = ()
+    up: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.down) + len(self.up) > MAX_TOPICS_PER_HEARTBEAT:
             raise ValueError(f"at most {MAX_TOPICS_PER_HEARTBEAT} topics per heartbeat")
-        for topic, depth, high, low in self.down:
+        for topic, depth, epoch, high, low, beacon in self.down:
             check_topic(topic)
             if not 0 <= depth <= MAX_DEPTH_WIRE:
                 raise ValueError(f"depth must be in [0, {MAX_DEPTH_WIRE}]")
+            _check_epoch(epoch, 0)
             _check_position("high", high, 0)
-            if low != 0:
-                _check_position("low", low, 1)
-                if low > high + 1:
-                    raise ValueError(f"low {low} > high {high} + 1")
-        for topic, high in self.up:
+            _check_position("beacon", beacon, 0)
+            if epoch == 0:
+                if high or low or beacon:
+                    raise ValueError("no stream (epoch 0) but a position or beacon")
+                continue
+            _check_position("low", low, 1)
+            if low > high + 1:
+                raise ValueError(f"low {low} > high {high} + 1")
+        for topic in self.up:
             check_topic(topic)
-            _check_position("high", high, 0)
 
 
 # -- configuration and state -------------------------------------------------------------------
@@ -235,9 +263,10 @@ class ScribeConfig:
     nack_retries: int = 12  # NACK rounds without progress before the gap is given up
     nack_max_range: int = 64  # positions per NACK, sent or accepted
     nack_ranges: int = 4  # NACKs per topic and round
-    # a member whose parent never tells it a stream position this long is not connected to the
-    # root (a cycle, built while the ring was inconsistent): join again
-    sync_timeout: float = 3.0
+    # a member that hears no newer root beacon (the root counts its heartbeat ticks; the count
+    # travels down the tree in heartbeats) this long is not connected to the root (a cycle,
+    # built while the ring was inconsistent): join again
+    sync_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "parent_timeout", "child_timeout",
@@ -273,27 +302,41 @@ class _Topic:
     nonce: int = 0  # of our JOIN in flight: retries of older ones are stale
     children: dict[NodeId, float] = dataclasses.field(default_factory=dict)  # -> last heard
     not_root_ticks: int = 0
-    unsynced_ticks: int = 0  # heartbeat ticks as a member without a stream position
-    # loss recovery: positions in the topic's stream
-    synced: bool = False  # we know where our stream starts (we are root, or a parent told us)
+    # messages we took as a root Chord no longer names, to publish in the tree we join: by id
+    handover: dict[str, ScribeData] = dataclasses.field(default_factory=dict)
+    handover_ticks: int = 0
+    beacon: int = 0  # the root's tick count, as last heard (a root: its own)
+    beacon_at: float = 0.0  # when it last grew (or we took our parent)
+    # loss recovery: positions in the root's stream
+    epoch: int = 0  # the stream we follow (0: none yet; a root: its own)
     high: int = 0  # the highest position known to exist (the root: the last one stamped)
     done: int = 0  # every position up to here is had, or not owed, or given up
     got: set[int] = dataclasses.field(default_factory=set)  # positions above ``done`` we have
     log: dict[int, ScribeData] = dataclasses.field(default_factory=dict)  # pos -> message
     parent_high: int = 0  # the highest position our current parent announced
+    parent_low: int = 0  # the lowest our current parent said it can get (0: not said)
+    asked_up: dict[int, float] = dataclasses.field(default_factory=dict)  # for children: when
     nack_rounds: int = 0  # NACK rounds since the last progress
     nack_timer: TimerHandle | None = None
+
+    @property
+    def synced(self) -> bool:
+        """We know our stream and where it starts for us (we are root, or a parent told us)."""
+        return self.epoch != 0
 
     def view(self) -> tuple[Any, ...]:
         """Every field but the timer handle, for snapshots."""
         return (self.role, self.subscribed, self.parent, self.parent_heard, self.depth,
                 self.nonce, tuple(self.children.items()), self.not_root_ticks,
-                self.unsynced_ticks, self.synced,
+                tuple(self.handover), self.handover_ticks, self.beacon, self.beacon_at,
+                self.epoch,
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
-                self.parent_high, self.nack_rounds, self.nack_timer is not None)
+                self.parent_high, self.parent_low, tuple(self.asked_up.items()),
+                self.nack_rounds, self.nack_timer is not None)
 
     def resend_low(self) -> int:
-        """The lowest position we can still resend or will have (0: we have no position)."""
+        """The lowest position we can resend, will have, or can ask our parent for (0: we
+        have no stream)."""
         if not self.synced:
             return 0
         low = self.high + 1
@@ -301,6 +344,9 @@ class _Topic:
             low = min(low, min(self.log))
         if self.done < self.high:
             low = min(low, self.done + 1)
+        if self.role is TreeRole.MEMBER:
+            # what our parent can get, once it said so; until then, anything might be above
+            low = min(low, self.parent_low or 1)
         return low
 
 
@@ -459,16 +505,13 @@ class Scribe:
         if mid in self._seen:
             return
         state = self._topics.get(topic)
-        if state is None:  # no tree: nobody to number it for
+        if state is None or state.role is not TreeRole.ROOT:  # no tree of ours to number it in
             self._accept(topic, mid, origin, seq, payload)
             return
-        if state.high >= MAX_POSITION:
-            self.env.trace("drop", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic,
-                           reason="positions_exhausted")
-            return
-        state.synced = True
+        if not state.synced or state.high >= MAX_POSITION:
+            self._new_stream(topic, state)
         data = ScribeData(topic=topic, origin=origin, seq=seq, payload=payload,
-                          pos=state.high + 1)
+                          epoch=state.epoch, pos=state.high + 1)
         self._take(topic, state, data)
 
     # -- inspection ----------------------------------------------------------------------------
@@ -491,6 +534,11 @@ class Scribe:
     def children(self, topic: str) -> list[NodeId]:
         state = self._topics.get(topic)
         return [] if state is None else list(state.children)
+
+    def stream(self, topic: str) -> int | None:
+        """The epoch of the stream we follow (or number, as root) for ``topic``; None if none."""
+        state = self._topics.get(topic)
+        return state.epoch if state is not None and state.synced else None
 
     def position(self, topic: str) -> int | None:
         """The highest stream position of ``topic`` known here; None before we know where our
@@ -523,7 +571,6 @@ class Scribe:
         state.parent = None
         state.parent_high = 0
         state.not_root_ticks = 0
-        state.unsynced_ticks = 0
         self.env.trace("tree_join", layer=LAYER, key=topic)  # not "join": a membership event
         self.chord.route(topic, {"t": JOIN_TAG, "n": state.nonce})
         # if the route could not start (not on the ring yet) the next tick tries again
@@ -531,9 +578,33 @@ class Scribe:
     def _rejoin(self, topic: str, state: _Topic, reason: str) -> None:
         old = state.parent
         self.env.trace("repair", layer=LAYER, key=topic, peer=old, reason=reason)
+        if state.role is TreeRole.ROOT and state.log:
+            # we were a root Chord no longer names: what we took may never have reached the
+            # real tree (Chord named us root while it held another); hand it to that tree's
+            # root once we are in it, until it comes back down to us
+            handover = state.handover
+            for data in state.log.values():
+                handover[_message_id(data.origin, data.seq)] = data
+            while len(handover) > self.config.topic_log_limit:
+                del handover[next(iter(handover))]
+            state.handover_ticks = 0
         if old is not None:
             self.env.send(old, ScribeLeave(topic=topic))
         self._join(topic, state)
+
+    def _hand_over(self, topic: str, state: _Topic) -> None:
+        """Publish again, through our parent, what we took as a false root (each tick, until it
+        comes down the tree to us, at most ``nack_retries`` ticks)."""
+        state.handover_ticks += 1
+        if state.handover_ticks > self.config.nack_retries:
+            self.env.trace("drop", layer=LAYER, key=topic, missing=len(state.handover),
+                           reason="handover_gave_up")
+            state.handover.clear()
+            return
+        assert state.parent is not None
+        for data in state.handover.values():
+            self.env.send(state.parent, Publish(topic=topic, origin=data.origin, seq=data.seq,
+                                                payload=data.payload, hops=1))
 
     def _join_nonce(self, payload: Any) -> int | None:
         if (isinstance(payload, dict) and payload.get("t") == JOIN_TAG
@@ -565,6 +636,7 @@ class Scribe:
             if state.parent != next_hop:
                 state.parent_high = 0
                 state.nack_rounds = 0  # a new parent gets the full number of NACK rounds
+                state.beacon_at = self.env.now()  # and time to pass the root's beacon on
             state.role = TreeRole.MEMBER
             state.parent = next_hop
             state.parent_heard = self.env.now()
@@ -588,22 +660,33 @@ class Scribe:
             if len(self._topics) >= self.config.max_topics:
                 self.env.trace("drop", layer=LAYER, key=key, reason="too_many_topics")
                 return
-            state = self._topics[key] = _Topic(TreeRole.ROOT)
+            state = self._topics[key] = _Topic(TreeRole.JOINING)
         if state.role is not TreeRole.ROOT:
             if state.parent is not None:
                 self.env.send(state.parent, ScribeLeave(topic=key))
             self.env.trace("root", layer=LAYER, key=key)
-        state.role = TreeRole.ROOT
+            state.role = TreeRole.ROOT
+            self._new_stream(key, state)
         state.parent = None
-        state.parent_high = 0
         state.depth = 0
         state.not_root_ticks = 0
-        # the root numbers the stream: it continues from the highest position it knows of, and
-        # has nobody to repair its own gaps from
-        state.synced = True
-        self._give_up(key, state, state.high, "root_has_no_parent")
         if prev is not None:
             self._add_child(key, state, prev)
+
+    def _new_stream(self, topic: str, state: _Topic) -> None:
+        """We are the root now: number the topic's messages in a stream of our own."""
+        self._cancel_nack(state)
+        epoch = self.env.rng.randint(1, MAX_EPOCH)
+        if epoch == state.epoch:
+            epoch = epoch % MAX_EPOCH + 1
+        self.env.trace("stream", layer=LAYER, key=topic, seq=epoch, old=state.epoch)
+        state.epoch = epoch
+        state.high = state.done = 0
+        state.got.clear()
+        state.log.clear()
+        state.parent_high = state.parent_low = 0
+        state.asked_up.clear()
+        state.beacon = 0
 
     def _adopt(self, topic: str, child: NodeId) -> None:
         """``child`` joins through us: take it, and join the tree ourselves if we are not in."""
@@ -654,8 +737,8 @@ class Scribe:
         config, env = self.config, self.env
         self._heartbeat_timer = env.set_timer(config.heartbeat_interval, self._tick)
         now = env.now()
-        down: dict[NodeId, list[tuple[str, int, int, int]]] = {}
-        up: dict[NodeId, list[tuple[str, int]]] = {}
+        down: dict[NodeId, list[tuple[str, int, int, int, int, int]]] = {}
+        up: dict[NodeId, list[str]] = {}
         for topic, state in list(self._topics.items()):
             stale = [c for c, heard in state.children.items()
                      if now - heard > config.child_timeout]
@@ -671,20 +754,21 @@ class Scribe:
             elif state.role is TreeRole.MEMBER:
                 if now - state.parent_heard > config.parent_timeout:
                     self._rejoin(topic, state, "parent_timeout")
-                elif not state.synced:
-                    state.unsynced_ticks += 1
-                    if state.unsynced_ticks * config.heartbeat_interval > config.sync_timeout:
-                        self._rejoin(topic, state, "no_stream")
+                elif now - state.beacon_at > config.sync_timeout:
+                    self._rejoin(topic, state, "no_root_beacon")
+                elif state.handover:
+                    self._hand_over(topic, state)
             elif self.chord.joined and self.chord.root_of(topic) is None:
                 state.not_root_ticks += 1
                 if state.not_root_ticks >= 2:
                     self._rejoin(topic, state, "not_root")
             else:
                 state.not_root_ticks = 0
-            high = min(state.high, MAX_POSITION)
+            if state.role is TreeRole.ROOT:
+                state.beacon += 1
             if state.role is TreeRole.MEMBER and state.parent is not None:
-                up.setdefault(state.parent, []).append((topic, high if state.synced else 0))
-            entry = (topic, min(state.depth, MAX_DEPTH_WIRE), high, state.resend_low())
+                up.setdefault(state.parent, []).append(topic)
+            entry = self._down_entry(topic, state)
             for child in state.children:
                 down.setdefault(child, []).append(entry)
         for node in sorted(set(down) | set(up)):
@@ -697,9 +781,16 @@ class Scribe:
                 chunk_up, names = names[:room], names[room:]
                 env.send(node, Heartbeat(down=tuple(chunk_down), up=tuple(chunk_up)))
 
+    def _down_entry(self, topic: str, state: _Topic) -> tuple[str, int, int, int, int, int]:
+        depth = min(state.depth, MAX_DEPTH_WIRE)
+        if not state.synced:
+            return (topic, depth, 0, 0, 0, 0)
+        return (topic, depth, state.epoch, min(state.high, MAX_POSITION), state.resend_low(),
+                min(state.beacon, MAX_POSITION))
+
     def _on_heartbeat(self, src: NodeId, msg: Heartbeat) -> None:
         now = self.env.now()
-        for topic, depth, high, low in msg.down:
+        for topic, depth, epoch, high, low, beacon in msg.down:
             state = self._topics.get(topic)
             if state is None or state.parent != src:
                 self.env.send(src, ScribeLeave(topic=topic))  # not (or no longer) our parent
@@ -708,21 +799,17 @@ class Scribe:
             state.depth = depth + 1
             if state.depth > self.config.max_depth:
                 self._rejoin(topic, state, "too_deep")
-            elif low:
-                self._parent_position(topic, state, high, low)
-        for topic, high in msg.up:
+            elif epoch:
+                self._parent_position(topic, state, epoch, high, low)
+                if beacon > state.beacon:
+                    state.beacon = beacon
+                    state.beacon_at = now
+        for topic in msg.up:
             state = self._topics.get(topic)
             if state is not None and src in state.children:
                 state.children[src] = now
             else:
                 self._adopt(topic, src)  # it counts on us (a lost JOIN, or we lost our state)
-                state = self._topics.get(topic)
-            if state is not None and state.role is TreeRole.ROOT and high > state.high:
-                # a new root learns where the old one stopped: number on from there
-                self.env.trace("renumber", layer=LAYER, key=topic, peer=src, seq=high,
-                               old=state.high)
-                state.high = state.done = high
-                state.got.clear()
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -770,10 +857,27 @@ class Scribe:
         self._send_publish(pending)
 
     def _on_publish(self, src: NodeId, msg: Publish) -> None:
-        state = self._topics.get(msg.topic)
-        is_root = (state is not None and state.role is TreeRole.ROOT) or (
-            self.chord.root_of(msg.topic) is not None)
-        if not is_root:
+        topic = msg.topic
+        state = self._topics.get(topic)
+        if state is None and self.chord.root_of(topic) is not None:
+            # Chord names us root but no tree is here yet (it is still under the old root, which
+            # joins us within a few heartbeats): take the message into a stream of ours, so the
+            # tree fetches it when it moves here
+            if len(self._topics) >= self.config.max_topics:
+                self._drop(src, msg, "too_many_topics")
+                return
+            state = self._topics[topic] = _Topic(TreeRole.ROOT)
+            self.env.trace("root", layer=LAYER, key=topic)
+            self._new_stream(topic, state)
+        if state is not None and state.role is TreeRole.MEMBER and state.parent is not None:
+            # the tree's root is above us (Chord's view and the tree disagree while the ring
+            # settles): pass it up; the root acknowledges to the publisher
+            if msg.hops >= self.config.max_depth:
+                self._drop(src, msg, "publish_loop")  # a cycle: the publisher retries later
+                return
+            self.env.send(state.parent, dataclasses.replace(msg, hops=msg.hops + 1))
+            return
+        if state is None or state.role is not TreeRole.ROOT:
             self._drop(src, msg, "not_root")  # the publisher's timeout looks the root up again
             return
         ack = PublishAck(topic=msg.topic, seq=msg.seq)
@@ -805,11 +909,18 @@ class Scribe:
             self.env.send(src, ScribeLeave(topic=msg.topic))
             return
         state.parent_heard = self.env.now()
+        self._follow_stream(msg.topic, state, msg.epoch, msg.pos - 1)
         if msg.pos > state.parent_high:
             state.parent_high = msg.pos
         mid = _message_id(msg.origin, msg.seq)
+        state.handover.pop(mid, None)  # the tree has it now
         if mid in self._seen:
             self._note_position(msg.topic, state, msg.pos)
+            if msg.repair and msg.pos not in state.log and self.config.loss_recovery:
+                self._log(state, msg)  # we fetched it for a child that lacks it: pass it on
+                for child in state.children:
+                    self.env.send(child, msg)
+                return
             self._drop(src, msg, "duplicate")
             return
         self._take(msg.topic, state, msg)
@@ -820,12 +931,15 @@ class Scribe:
                      data.payload)
         self._note_position(topic, state, data.pos)
         if self.config.loss_recovery and data.pos not in state.log:
-            log = state.log
-            log[data.pos] = data
-            if len(log) > self.config.topic_log_limit:
-                del log[min(log)]
+            self._log(state, data)
         for child in state.children:
             self.env.send(child, data)
+
+    def _log(self, state: _Topic, data: ScribeData) -> None:
+        log = state.log
+        log[data.pos] = data
+        if len(log) > self.config.topic_log_limit:
+            del log[min(log)]
 
     def _accept(self, topic: str, mid: str, origin: NodeId, seq: int, payload: Any) -> None:
         seen = self._seen
@@ -842,13 +956,30 @@ class Scribe:
 
     # -- loss recovery -------------------------------------------------------------------------
 
+    def _follow_stream(self, topic: str, state: _Topic, epoch: int, start: int) -> None:
+        """Our parent speaks of stream ``epoch``, now at ``start`` or later."""
+        if epoch == state.epoch:
+            return
+        if not state.synced:
+            # new in this tree: what came before is not owed to us
+            state.epoch = epoch
+            state.done = state.high = start
+            state.got.clear()
+        else:
+            # the tree moved under a new root: its whole stream is new to us
+            self.env.trace("stream", layer=LAYER, key=topic, seq=epoch, old=state.epoch)
+            self._cancel_nack(state)
+            state.epoch = epoch
+            state.high = state.done = 0
+            state.got.clear()
+            state.log.clear()
+            state.parent_high = state.parent_low = 0
+            state.asked_up.clear()
+        state.beacon = 0  # the new stream's root counts on its own
+        self._tell_children(topic, state)  # they follow without waiting for a tick
+
     def _note_position(self, topic: str, state: _Topic, pos: int) -> None:
         """We have the message at ``pos``."""
-        if not state.synced:
-            # new in this tree: what came before our first message is not owed to us
-            state.synced = True
-            state.done = state.high = pos - 1
-            state.got.clear()
         if pos > state.high:
             state.high = pos
         if pos > state.done:
@@ -856,24 +987,22 @@ class Scribe:
             self._advance(state)
         self._gap_changed(topic, state)
 
-    def _parent_position(self, topic: str, state: _Topic, high: int, low: int) -> None:
-        """Our parent's heartbeat: it knows of positions up to ``high`` and can resend from
-        ``low`` on."""
+    def _parent_position(self, topic: str, state: _Topic, epoch: int, high: int,
+                         low: int) -> None:
+        """Our parent's heartbeat: in stream ``epoch`` it knows of positions up to ``high`` and
+        can get them from ``low`` on."""
+        self._follow_stream(topic, state, epoch, high)
         if high > state.parent_high:
             state.parent_high = high
-        if not state.synced:
-            state.synced = True
-            state.done = state.high = high
-            state.got.clear()
-            self._tell_children(topic, state)  # they start here too, without waiting a tick
-        elif high > state.high:
+        state.parent_low = low
+        if high > state.high:
             state.high = high  # tail loss shows here
         if low - 1 > state.done:
             self._give_up(topic, state, min(low - 1, state.high), "not_in_parent_log")
         self._gap_changed(topic, state)
 
     def _tell_children(self, topic: str, state: _Topic) -> None:
-        entry = (topic, min(state.depth, MAX_DEPTH_WIRE), state.high, state.resend_low())
+        entry = self._down_entry(topic, state)
         for child in state.children:
             self.env.send(child, Heartbeat(down=(entry,)))
 
@@ -949,7 +1078,8 @@ class Scribe:
         if parent is not None and state.role is TreeRole.MEMBER:
             # ask only for what the parent has announced: what lies above it may still come
             for start, end in self._missing_ranges(state, min(state.high, state.parent_high)):
-                self.env.send(parent, ScribeNack(topic=topic, start=start, end=end))
+                self.env.send(parent, ScribeNack(topic=topic, epoch=state.epoch, start=start,
+                                                 end=end))
                 self.env.trace("nack", layer=LAYER, peer=parent, key=topic, seq=start, end=end)
         state.nack_timer = self.env.set_timer(
             self.config.nack_interval, functools.partial(self._nack_due, topic, state))
@@ -965,20 +1095,55 @@ class Scribe:
         if src not in state.children:
             self._drop(src, msg, "not_a_child")
             return
+        if msg.epoch != state.epoch:
+            self._drop(src, msg, "other_stream")  # it follows us into ours at our next word
+            return
         if msg.end - msg.start >= self.config.nack_max_range:
             self._drop(src, msg, "nack_too_large")
             return
         if msg.end > state.high:
             self._drop(src, msg, "nack_beyond_high")
             return
-        state.children[src] = self.env.now()
+        now = self.env.now()
+        state.children[src] = now
+        upward: list[int] = []  # what we never had (we joined later) or no longer keep
         for pos in range(msg.start, msg.end + 1):
             data = state.log.get(pos)
             if data is None:
-                continue  # evicted, or we miss it too (our own NACK fetches it for everyone)
+                if pos <= state.done and pos not in state.got:
+                    upward.append(pos)
+                continue  # else we miss it too: our own NACK fetches it for everyone
             self.env.send(src, dataclasses.replace(data, repair=True))
             self.env.trace("resend", layer=LAYER, peer=src, msg=_message_id(data.origin, data.seq),
                            origin=data.origin, seq=data.seq, key=msg.topic, pos=pos)
+        if upward and state.role is TreeRole.MEMBER and state.parent is not None:
+            self._ask_up(msg.topic, state, upward, now)
+
+    def _ask_up(self, topic: str, state: _Topic, positions: list[int], now: float) -> None:
+        """Ask our parent, for a child, for positions we do not keep (at most once per
+        ``nack_interval`` each); the answer passes through us down to the child."""
+        asked = state.asked_up
+        again = now - self.config.nack_interval
+        if len(asked) > self.config.topic_log_limit:
+            for pos in [p for p, when in asked.items() if when <= again]:
+                del asked[pos]
+        wanted = [pos for pos in positions if asked.get(pos, again) <= again]
+        if not wanted or len(asked) + len(wanted) > 2 * self.config.topic_log_limit:
+            return
+        assert state.parent is not None
+        runs: list[list[int]] = []  # consecutive positions: [start, end]
+        for pos in wanted:
+            if runs and pos == runs[-1][1] + 1:
+                runs[-1][1] = pos
+            else:
+                runs.append([pos, pos])
+        for start, end in runs:
+            self.env.send(state.parent, ScribeNack(topic=topic, epoch=state.epoch, start=start,
+                                                   end=end))
+            self.env.trace("nack", layer=LAYER, peer=state.parent, key=topic, seq=start,
+                           end=end, on_behalf=True)
+        for pos in wanted:
+            asked[pos] = now
 
     # -- helpers -------------------------------------------------------------------------------
 
