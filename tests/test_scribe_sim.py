@@ -28,6 +28,7 @@ from gossamer.protocols.dissemination import (
     ScribeData,
     ScribeLeave,
     ScribeNack,
+    ScribeSince,
     TreeRole,
 )
 from gossamer.protocols.membership.chord import Chord, ChordConfig
@@ -327,7 +328,7 @@ def test_alone_on_the_ring_a_node_is_root_and_delivers_its_own_publish() -> None
 
 
 def lossy_run(seed: int, loss: float, *, count: int = 40, publishes: int = 30,
-              config: ScribeConfig | None = None,
+              config: ScribeConfig | None = None, wait_for_trees: bool = True,
               ) -> tuple[ScribeNet, Simulation, dict[str, set[str]]]:
     """``count`` nodes, three topics, ``publishes`` messages from five publishers, with
     ``loss`` on every link from the start (ring building, JOINs, heartbeats, publishes, data,
@@ -351,9 +352,10 @@ def lossy_run(seed: int, loss: float, *, count: int = 40, publishes: int = 30,
     # was settling is rebuilt after ``sync_timeout``); publishing before that would test Chord
     in_tree = lambda: all(net.apps[n].position(t) is not None  # noqa: E731
                           for t, members in topics.items() for n in members)
-    sim.run(until=sim.now + 30.0, stop_when=in_tree)
-    assert in_tree(), f"seed={seed}: trees not built"
-    sim.run(until=sim.now + 1.0)
+    if wait_for_trees:
+        sim.run(until=sim.now + 30.0, stop_when=in_tree)
+        assert in_tree(), f"seed={seed}: trees not built"
+        sim.run(until=sim.now + 1.0)
     for i in range(publishes):
         topic, origin = "abc"[i % 3], publishers[i % len(publishers)]
         sim.schedule(0.05 * i, lambda t=topic, o=origin: sim.call(o, lambda p: net.published.append(
@@ -379,6 +381,19 @@ def test_every_subscriber_gets_every_publish_once_under_loss(seed: int, loss: fl
     assert any(r.event == "nack" for r in scribe_rows), f"seed={seed} loss={loss}"
     assert any(r.event == "resend" for r in scribe_rows), f"seed={seed} loss={loss}"
     assert time.perf_counter() - started < 10, f"seed={seed} loss={loss}"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_publishes_right_after_the_subscribes_reach_every_subscriber(seed: int) -> None:
+    """Publishing starts as the subscribes are made, with 10% loss: JOINs are still on their
+    way (or lost and retried) when the first messages are published; each new subscriber
+    catches up on what reached its parent since it subscribed (ScribeSince)."""
+    net, _sim, topics = lossy_run(seed, 0.1, wait_for_trees=False)
+    rows = net.sink.rows
+    assert len(published(rows)) == 30, f"seed={seed}"
+    assert problems(rows, topics) == [], f"seed={seed}"
+    assert any(r.event == "catch_up" for r in named(rows) if r.layer == "scribe"), (
+        f"seed={seed}: no subscriber asked to catch up")
 
 
 @pytest.mark.parametrize("seed", [1])
@@ -566,3 +581,41 @@ def test_a_false_root_hands_what_it_took_to_the_tree_it_joins() -> None:
     env.sent.clear()
     env.advance(0.5)
     assert [m for _, m in env.sent if isinstance(m, Publish)] == []
+
+
+def test_a_parent_answers_since_from_its_log_and_passes_it_up_when_it_joined_later() -> None:
+    app, env, _ = member_of_p()
+    app.on_message("p", Heartbeat(down=(("t", 0, 5, 2, 1, 1),)))  # we follow stream 5 from 2
+    env.advance(1.0)
+    app.on_message("p", data(3, 3))
+    env.advance(1.0)
+    app.on_message("p", data(4, 4))
+    app.on_message("c", Heartbeat(up=("t",)))  # c is our child
+    env.sent.clear()
+    app.on_message("c", ScribeSince(topic="t", epoch=5, age=0.5))  # only position 4
+    assert env.sent == [("c", data(4, 4, repair=True))]
+    env.sent.clear()
+    app.on_message("c", ScribeSince(topic="t", epoch=5, age=5.0))  # from before we joined
+    assert env.sent == [("c", data(3, 3, repair=True)), ("c", data(4, 4, repair=True)),
+                        ("p", ScribeSince(topic="t", epoch=5, age=5.0, hops=1))]
+    env.sent.clear()
+    env.rows.clear()
+    before = app.snapshot()
+    for src, msg in (("c", ScribeSince(topic="u", epoch=5, age=1.0)),
+                     ("d", ScribeSince(topic="t", epoch=5, age=1.0)),
+                     ("c", ScribeSince(topic="t", epoch=6, age=1.0))):
+        app.on_message(src, msg)
+    assert [r["reason"] for r in env.drops()] == ["unknown_topic", "not_a_child", "other_stream"]
+    assert env.sent == [] and app.snapshot() == before
+    for bad in (dict(topic="t", epoch=5, age=-1.0), dict(topic="t", epoch=0, age=1.0),
+                dict(topic="t", epoch=5, age=1e9), dict(topic="t", epoch=5, age=1.0, hops=-1)):
+        with pytest.raises(ValueError):
+            ScribeSince(**bad)  # type: ignore[arg-type]
+
+
+def test_a_new_subscriber_asks_for_what_came_since_it_subscribed() -> None:
+    app, env, _ = member_of_p()  # subscribed at t=0; the JOIN took a while
+    env.advance(1.0)
+    env.sent.clear()
+    app.on_message("p", data(1, 9))  # its first message: we start at 9
+    assert ("p", ScribeSince(topic="t", epoch=5, age=1.0)) in env.sent

@@ -25,6 +25,7 @@ from .scribe import (
     ScribeLeave,
     ScribeMessage,
     ScribeNack,
+    ScribeSince,
     TreeRole,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "ScribeLeave",
     "ScribeMessage",
     "ScribeNack",
+    "ScribeSince",
     "Summary",
     "TreeRole",
     "message_id",

@@ -31,7 +31,9 @@ or a heartbeat above what we have) is NACKed to the parent after ``nack_delay``,
 ``nack_interval`` while it lasts; the parent resends from its log, or asks its own parent for
 what it never had (it joined the tree later than the child), and a node forwards a repair it
 did not have to its children like any data, so the whole subtree is repaired. A node new to a
-tree starts at its parent's position (earlier messages are not owed to it); a node that changes
+tree starts at its parent's position; if it subscribed a while ago (its JOIN was lost, or the
+ring was settling) it asks its parent (``ScribeSince``, a few times: loss) for what reached the
+parent since then, passed up by forwarders that joined later still; a node that changes
 parent in the same stream keeps its position and fetches what it missed; a node that sees a new
 epoch (the tree moved under a new root: the old one failed, or Chord now names another node)
 fetches the new stream from its start, so what the new root took before the old tree joined it
@@ -68,6 +70,7 @@ __all__ = [
     "ScribeLeave",
     "ScribeMessage",
     "ScribeNack",
+    "ScribeSince",
     "TreeRole",
     "check_topic",
 ]
@@ -78,6 +81,7 @@ MAX_TOPICS_PER_HEARTBEAT = 1024
 MAX_DEPTH_WIRE = 1 << 16
 MAX_POSITION = 1 << 53  # positions in a topic's stream (JSON carries them exactly)
 MAX_EPOCH = (1 << 32) - 1  # stream names (0 on the wire: "no stream yet")
+MAX_CATCH_UP_AGE = 86_400.0  # seconds a ScribeSince may look back
 MAX_NACK_SPAN = 4096  # positions one NACK may name on the wire (ScribeConfig.nack_max_range: less)
 JOIN_TAG = "scribe.join"
 _STATE = "scribe"
@@ -198,6 +202,26 @@ class ScribeNack(ScribeMessage):
         return (None, None, self.topic, self.start)
 
 
+@message("scribe.since")
+class ScribeSince(ScribeMessage):
+    """Child -> parent, once a new subscriber is in the tree: send me the messages of stream
+    ``epoch`` that reached you in the last ``age`` seconds (published after I subscribed,
+    while my JOIN was on its way). ``hops``: passed up by forwarders that joined later."""
+
+    topic: str
+    epoch: int
+    age: float
+    hops: int = 0
+
+    def __post_init__(self) -> None:
+        check_topic(self.topic)
+        _check_epoch(self.epoch)
+        if not 0 <= self.age <= MAX_CATCH_UP_AGE:
+            raise ValueError(f"age must be in [0, {MAX_CATCH_UP_AGE}], got {self.age}")
+        if not 0 <= self.hops <= MAX_DEPTH_WIRE:
+            raise ValueError(f"hops must be in [0, {MAX_DEPTH_WIRE}], got {self.hops}")
+
+
 @message("scribe.leave")
 class ScribeLeave(ScribeMessage):
     """Child -> parent (UNSUBSCRIBE): take me off this topic's children."""
@@ -263,6 +287,7 @@ class ScribeConfig:
     nack_retries: int = 12  # NACK rounds without progress before the gap is given up
     nack_max_range: int = 64  # positions per NACK, sent or accepted
     nack_ranges: int = 4  # NACKs per topic and round
+    catch_up_requests: int = 6  # ScribeSince sent by a new subscriber, one per tick (loss)
     # a member that hears no newer root beacon (the root counts its heartbeat ticks; the count
     # travels down the tree in heartbeats) this long is not connected to the root (a cycle,
     # built while the ring was inconsistent): join again
@@ -275,7 +300,8 @@ class ScribeConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         for name in ("max_depth", "max_topics", "max_children", "max_pending", "seen_limit",
-                     "topic_log_limit", "nack_retries", "nack_max_range", "nack_ranges"):
+                     "topic_log_limit", "nack_retries", "nack_max_range", "nack_ranges",
+                     "catch_up_requests"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         if self.nack_max_range > MAX_NACK_SPAN:
@@ -313,6 +339,10 @@ class _Topic:
     done: int = 0  # every position up to here is had, or not owed, or given up
     got: set[int] = dataclasses.field(default_factory=set)  # positions above ``done`` we have
     log: dict[int, ScribeData] = dataclasses.field(default_factory=dict)  # pos -> message
+    log_at: dict[int, float] = dataclasses.field(default_factory=dict)  # pos -> when it came
+    subscribed_at: float | None = None  # a new subscriber, until it caught up
+    synced_at: float = 0.0  # when we started following our stream
+    catch_up: int = 0  # ScribeSince requests still to send (one per tick: loss)
     parent_high: int = 0  # the highest position our current parent announced
     parent_low: int = 0  # the lowest our current parent said it can get (0: not said)
     asked_up: dict[int, float] = dataclasses.field(default_factory=dict)  # for children: when
@@ -329,6 +359,7 @@ class _Topic:
         return (self.role, self.subscribed, self.parent, self.parent_heard, self.depth,
                 self.nonce, tuple(self.children.items()), self.not_root_ticks,
                 tuple(self.handover), self.handover_ticks, self.beacon, self.beacon_at,
+                tuple(self.log_at.items()), self.subscribed_at, self.synced_at, self.catch_up,
                 self.epoch,
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
                 self.parent_high, self.parent_low, tuple(self.asked_up.items()),
@@ -444,6 +475,8 @@ class Scribe:
             self._on_heartbeat(src, msg)
         elif isinstance(msg, ScribeNack):
             self._on_nack(src, msg)
+        elif isinstance(msg, ScribeSince):
+            self._on_since(src, msg)
         else:
             self._drop(src, msg, "unknown")
 
@@ -460,7 +493,8 @@ class Scribe:
         if len(self._topics) >= self.config.max_topics:
             self.env.trace("drop", layer=LAYER, key=topic, reason="too_many_topics")
             return
-        state = self._topics[topic] = _Topic(TreeRole.JOINING, subscribed=True)
+        state = self._topics[topic] = _Topic(TreeRole.JOINING, subscribed=True,
+                                             subscribed_at=self.env.now())
         self._join(topic, state)
 
     def unsubscribe(self, topic: str) -> None:
@@ -592,6 +626,38 @@ class Scribe:
             self.env.send(old, ScribeLeave(topic=topic))
         self._join(topic, state)
 
+    def _ask_since(self, topic: str, state: _Topic) -> None:
+        """Ask our parent for what reached it since we subscribed (a few times: loss)."""
+        subscribed = state.subscribed_at if state.subscribed_at is not None else state.synced_at
+        state.catch_up -= 1
+        if state.catch_up <= 0:
+            state.subscribed_at = None
+        if state.parent is None or state.role is not TreeRole.MEMBER or not state.synced:
+            return
+        age = min(max(self.env.now() - subscribed, 0.0), MAX_CATCH_UP_AGE)
+        self.env.send(state.parent, ScribeSince(topic=topic, epoch=state.epoch, age=age))
+        self.env.trace("catch_up", layer=LAYER, key=topic, peer=state.parent, age=age)
+
+    def _on_since(self, src: NodeId, msg: ScribeSince) -> None:
+        state = self._topics.get(msg.topic)
+        if state is None:
+            self._drop(src, msg, "unknown_topic")
+            return
+        if src not in state.children:
+            self._drop(src, msg, "not_a_child")
+            return
+        if msg.epoch != state.epoch:
+            self._drop(src, msg, "other_stream")
+            return
+        since = self.env.now() - msg.age
+        for pos, at in state.log_at.items():
+            if at >= since:
+                self.env.send(src, dataclasses.replace(state.log[pos], repair=True))
+        if (state.role is TreeRole.MEMBER and state.parent is not None and since < state.synced_at
+                and msg.hops < self.config.max_depth):
+            # we joined after that: our parent may have more, which passes through us
+            self.env.send(state.parent, dataclasses.replace(msg, hops=msg.hops + 1))
+
     def _hand_over(self, topic: str, state: _Topic) -> None:
         """Publish again, through our parent, what we took as a false root (each tick, until it
         comes down the tree to us, at most ``nack_retries`` ticks)."""
@@ -684,9 +750,12 @@ class Scribe:
         state.high = state.done = 0
         state.got.clear()
         state.log.clear()
+        state.log_at.clear()
         state.parent_high = state.parent_low = 0
         state.asked_up.clear()
         state.beacon = 0
+        state.synced_at = self.env.now()
+        state.subscribed_at = None  # a root has everything of its own stream
 
     def _adopt(self, topic: str, child: NodeId) -> None:
         """``child`` joins through us: take it, and join the tree ourselves if we are not in."""
@@ -756,8 +825,11 @@ class Scribe:
                     self._rejoin(topic, state, "parent_timeout")
                 elif now - state.beacon_at > config.sync_timeout:
                     self._rejoin(topic, state, "no_root_beacon")
-                elif state.handover:
-                    self._hand_over(topic, state)
+                else:
+                    if state.handover:
+                        self._hand_over(topic, state)
+                    if state.catch_up:
+                        self._ask_since(topic, state)
             elif self.chord.joined and self.chord.root_of(topic) is None:
                 state.not_root_ticks += 1
                 if state.not_root_ticks >= 2:
@@ -938,8 +1010,11 @@ class Scribe:
     def _log(self, state: _Topic, data: ScribeData) -> None:
         log = state.log
         log[data.pos] = data
+        state.log_at[data.pos] = self.env.now()
         if len(log) > self.config.topic_log_limit:
-            del log[min(log)]
+            oldest = min(log)
+            del log[oldest]
+            state.log_at.pop(oldest, None)
 
     def _accept(self, topic: str, mid: str, origin: NodeId, seq: int, payload: Any) -> None:
         seen = self._seen
@@ -961,10 +1036,15 @@ class Scribe:
         if epoch == state.epoch:
             return
         if not state.synced:
-            # new in this tree: what came before is not owed to us
+            # new in this tree: what came before is not owed to us, except what was published
+            # after we subscribed (while our JOIN was on its way): asked for by age
             state.epoch = epoch
             state.done = state.high = start
             state.got.clear()
+            state.synced_at = self.env.now()
+            if state.subscribed_at is not None:
+                state.catch_up = self.config.catch_up_requests
+                self._ask_since(topic, state)
         else:
             # the tree moved under a new root: its whole stream is new to us
             self.env.trace("stream", layer=LAYER, key=topic, seq=epoch, old=state.epoch)
@@ -973,8 +1053,12 @@ class Scribe:
             state.high = state.done = 0
             state.got.clear()
             state.log.clear()
+            state.log_at.clear()
             state.parent_high = state.parent_low = 0
             state.asked_up.clear()
+            state.synced_at = self.env.now()
+            state.subscribed_at = None  # the whole new stream is fetched anyway
+            state.catch_up = 0
         state.beacon = 0  # the new stream's root counts on its own
         self._tell_children(topic, state)  # they follow without waiting for a tick
 
