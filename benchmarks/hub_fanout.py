@@ -216,6 +216,20 @@ async def hub_server(relay_only: bool = False) -> AsyncIterator[tuple[int, Count
 
 
 @contextlib.asynccontextmanager
+async def serve_app(app: web.Application, connected: Counter,
+                    ) -> AsyncIterator[tuple[int, Counter]]:
+    """Serve ``app`` on an ephemeral port of 127.0.0.1: (port, connection counter)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield int(runner.addresses[0][1]), connected
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
 async def bare_server() -> AsyncIterator[tuple[int, Counter]]:
     """aiohttp, each text frame sent on to every other connection from the read loop (the
     fastest shape in ``ws_libs.py``): no decoding, no queue, no ordering, no storage."""
@@ -242,14 +256,8 @@ async def bare_server() -> AsyncIterator[tuple[int, Counter]]:
 
     app = web.Application()
     app.router.add_get("/ws", handler)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        yield int(runner.addresses[0][1]), lambda: len(peers[0])
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, lambda: len(peers[0])) as served:
+        yield served
 
 
 def server_frame(payload: bytes) -> bytes:
@@ -348,14 +356,8 @@ async def bare_corked_server() -> AsyncIterator[tuple[int, Counter]]:
 
     app = web.Application()
     app.router.add_get("/ws", handler)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        yield int(runner.addresses[0][1]), lambda: len(peers[0])
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, lambda: len(peers[0])) as served:
+        yield served
 
 
 @contextlib.asynccontextmanager
@@ -381,14 +383,8 @@ async def socketio_server() -> AsyncIterator[tuple[int, Counter]]:
     sio.on("msg", on_msg)
     app = web.Application()
     sio.attach(app)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        yield int(runner.addresses[0][1]), lambda: count[0]
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, lambda: count[0]) as served:
+        yield served
 
 
 FACTORIES: dict[str, Callable[[], contextlib.AbstractAsyncContextManager[tuple[int, Counter]]]] = {

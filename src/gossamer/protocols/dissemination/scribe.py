@@ -638,16 +638,24 @@ class Scribe:
         self.env.send(state.parent, ScribeSince(topic=topic, epoch=state.epoch, age=age))
         self.env.trace("catch_up", layer=LAYER, key=topic, peer=state.parent, age=age)
 
-    def _on_since(self, src: NodeId, msg: ScribeSince) -> None:
+    def _child_request(self, src: NodeId, msg: ScribeNack | ScribeSince) -> _Topic | None:
+        """The topic state a child's request about our stream is for; None (dropped, with a
+        traced reason) if ``src`` is no child of ours there or speaks of another stream."""
         state = self._topics.get(msg.topic)
         if state is None:
             self._drop(src, msg, "unknown_topic")
-            return
+            return None
         if src not in state.children:
             self._drop(src, msg, "not_a_child")
-            return
+            return None
         if msg.epoch != state.epoch:
-            self._drop(src, msg, "other_stream")
+            self._drop(src, msg, "other_stream")  # it follows us into ours at our next word
+            return None
+        return state
+
+    def _on_since(self, src: NodeId, msg: ScribeSince) -> None:
+        state = self._child_request(src, msg)
+        if state is None:
             return
         since = self.env.now() - msg.age
         for pos, at in state.log_at.items():
@@ -741,11 +749,15 @@ class Scribe:
 
     def _new_stream(self, topic: str, state: _Topic) -> None:
         """We are the root now: number the topic's messages in a stream of our own."""
-        self._cancel_nack(state)
         epoch = self.env.rng.randint(1, MAX_EPOCH)
         if epoch == state.epoch:
             epoch = epoch % MAX_EPOCH + 1
+        self._switch_stream(topic, state, epoch)  # a root has everything of its own stream
+
+    def _switch_stream(self, topic: str, state: _Topic, epoch: int) -> None:
+        """Follow (or number, as root) stream ``epoch`` from its start, forgetting the old."""
         self.env.trace("stream", layer=LAYER, key=topic, seq=epoch, old=state.epoch)
+        self._cancel_nack(state)
         state.epoch = epoch
         state.high = state.done = 0
         state.got.clear()
@@ -755,7 +767,8 @@ class Scribe:
         state.asked_up.clear()
         state.beacon = 0
         state.synced_at = self.env.now()
-        state.subscribed_at = None  # a root has everything of its own stream
+        state.subscribed_at = None  # the whole stream is fetched: no catch-up by age
+        state.catch_up = 0
 
     def _adopt(self, topic: str, child: NodeId) -> None:
         """``child`` joins through us: take it, and join the tree ourselves if we are not in."""
@@ -1046,19 +1059,7 @@ class Scribe:
                 state.catch_up = self.config.catch_up_requests
                 self._ask_since(topic, state)
         else:
-            # the tree moved under a new root: its whole stream is new to us
-            self.env.trace("stream", layer=LAYER, key=topic, seq=epoch, old=state.epoch)
-            self._cancel_nack(state)
-            state.epoch = epoch
-            state.high = state.done = 0
-            state.got.clear()
-            state.log.clear()
-            state.log_at.clear()
-            state.parent_high = state.parent_low = 0
-            state.asked_up.clear()
-            state.synced_at = self.env.now()
-            state.subscribed_at = None  # the whole new stream is fetched anyway
-            state.catch_up = 0
+            self._switch_stream(topic, state, epoch)  # the tree moved under a new root
         state.beacon = 0  # the new stream's root counts on its own
         self._tell_children(topic, state)  # they follow without waiting for a tick
 
@@ -1172,15 +1173,8 @@ class Scribe:
         if not self.config.loss_recovery:
             self._drop(src, msg, "recovery_disabled")
             return
-        state = self._topics.get(msg.topic)
+        state = self._child_request(src, msg)
         if state is None:
-            self._drop(src, msg, "unknown_topic")
-            return
-        if src not in state.children:
-            self._drop(src, msg, "not_a_child")
-            return
-        if msg.epoch != state.epoch:
-            self._drop(src, msg, "other_stream")  # it follows us into ours at our next word
             return
         if msg.end - msg.start >= self.config.nack_max_range:
             self._drop(src, msg, "nack_too_large")
