@@ -5,7 +5,9 @@ Lookups run the real protocol code in the simulator. Rings up to ``--join-max`` 
 with ``--quick``) are built twice: by real joins (first node creates, the others join through
 contacts, stabilize and fix_fingers converge) and with ``bootstrap`` (ideal tables written
 directly), so the two can be compared in the same run; larger rings are bootstrapped only.
-Key load is a pure computation over the ideal ring (no simulation).
+Key load is a pure computation over the ideal ring (no simulation). The bootstrapped rings and
+the lookups are those of ``gossamer.services.pubsub.chordrun``, the ``chord`` workload that
+``experiments/chord_scale.toml`` runs for the PySpark pipeline.
 
 Run ``python benchmarks/chord_scale.py [--quick] [--plot chord.png] [--json OUT]``.
 """
@@ -13,7 +15,6 @@ Run ``python benchmarks/chord_scale.py [--quick] [--plot chord.png] [--json OUT]
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import math
 import platform
@@ -21,29 +22,34 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gossamer.core import Env, MemorySink, TraceRow, node_ids
+from gossamer.core import Env, node_ids
 from gossamer.protocols.membership.chord import (
     Chord,
     ChordConfig,
     ChordHost,
     ChordState,
-    bootstrap,
-    chord_id,
     key_load,
 )
-from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
+from gossamer.runtimes.sim import Scenario, Simulation
+from gossamer.services.pubsub.chordrun import (
+    LINK,
+    IdealRing,
+    LookupTap,
+    bootstrap_ring,
+    quiet_config,
+    run_lookups,
+)
 
 __all__ = ["main", "render", "run"]
 
 BITS = 64  # 2^14 nodes on 32 bits would collide with a few percent chance
-LINK = LinkModel(latency=Uniform(0.005, 0.05))
 TARGET_HOPS_FACTOR = 0.55  # mean hops at most 0.55 log2 N (Chord: 1/2 log2 N)
 TARGET_LOAD_SPREAD = 2.0  # with 20 virtual nodes, p99 keys per host at most twice the mean
 VNODES = (1, 5, 20)
@@ -65,56 +71,24 @@ FULL = Sizes(exponents=tuple(range(4, 15)), join_max=1 << 10, lookups=2000, host
 QUICK = Sizes(exponents=(4, 6, 8, 10), join_max=1 << 8, lookups=300, hosts=200, keys=20_000)
 
 
-def _lookup_hops(sim: Simulation, nodes: Sequence[str], sink: MemorySink, count: int,
+def _lookup_hops(sim: Simulation, nodes: Sequence[str], tap: LookupTap, count: int,
                  seed: int) -> tuple[list[int], int]:
     """Route ``count`` random keys from random nodes; returns their hops and how many of them
     ended at the ideal root."""
-    rng = random.Random(f"{seed}/lookups")
-    first_row = len(sink.rows)
-    for i in range(count):
-        sim.call(rng.choice(nodes), _router(f"bench-{seed}-{i}"))
-    sim.run(until=sim.now + 5.0)
-    hops, right = [], 0
-    ring = sorted((chord_id(node, BITS), node) for node in nodes)
-    idents = [ident for ident, _ in ring]
-    for raw in sink.rows[first_row:]:
-        row = TraceRow._make(raw)
-        if row.layer != "chord" or row.event != "lookup" or row.info is None:
-            continue
-        info = json.loads(row.info)
-        hops.append(int(info["hops"]))
-        assert row.key is not None
-        at = bisect.bisect_left(idents, chord_id(row.key, BITS)) % len(ring)
-        right += ring[at][1] == info["root"]
-    return hops, right
-
-
-def _router(key: str) -> Callable[[object], object]:
-    def route(process: object) -> object:
-        assert isinstance(process, ChordHost)
-        return process.route(key)
-
-    return route
+    found = run_lookups(sim, nodes, tap, count, rng=random.Random(f"{seed}/lookups"),
+                        prefix=f"bench-{seed}-")
+    ring = IdealRing(nodes, vnodes=1, bits=BITS)
+    return [f.hops for f in found], sum(ring.owner(f.key) == f.root for f in found)
 
 
 def bootstrapped(count: int, seed: int, lookups: int) -> dict[str, Any]:
     """Ideal tables written directly; maintenance slowed down so only the lookups run."""
     began = time.perf_counter()
-    quiet = ChordConfig(bits=BITS, stabilize_interval=600.0, fix_fingers_interval=600.0,
-                        check_predecessor_interval=600.0, probe_interval=600.0)
-    sink = MemorySink()
-    sim = Simulation(seed=seed, link=LINK, trace=sink, codec=None, trace_messages=False)
-    hosts: list[ChordHost] = []
-
-    def factory(env: Env) -> Chord:
-        host = Chord(env, config=quiet)
-        hosts.append(host)
-        return host
-
+    tap = LookupTap()
+    sim = Simulation(seed=seed, link=LINK, trace=tap, codec=None, trace_messages=False)
     nodes = node_ids(count)
-    sim.add_nodes(nodes, factory)
-    bootstrap(hosts)
-    hops, right = _lookup_hops(sim, nodes, sink, lookups, seed)
+    bootstrap_ring(sim, nodes, quiet_config(BITS))
+    hops, right = _lookup_hops(sim, nodes, tap, lookups, seed)
     return _figures("bootstrap", count, hops, right, began)
 
 
@@ -134,10 +108,10 @@ def joined(count: int, seed: int, lookups: int) -> dict[str, Any]:
         hosts[env.node] = host
         return host
 
-    sink = MemorySink()
-    sim = scenario.build(factory, trace=sink, codec=None, trace_messages=False)
+    tap = LookupTap()
+    sim = scenario.build(factory, trace=tap, codec=None, trace_messages=False)
     sim.run(until=0.1 + count * JOIN_SPACING + SETTLE)
-    figures = _figures("joins", count, *_lookup_hops(sim, nodes, sink, lookups, seed), began)
+    figures = _figures("joins", count, *_lookup_hops(sim, nodes, tap, lookups, seed), began)
     figures["wrong_successors"] = _wrong_successors(list(hosts.values()))
     return figures
 

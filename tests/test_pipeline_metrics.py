@@ -182,10 +182,25 @@ def test_topic_balance_counts_topics_owned_per_live_node(spark: Any) -> None:
         row(1.0, "x", "owner", layer="pubsub", key="t0", run="r2"),
     ]
     got = {r.run: r.asDict() for r in metrics.topic_balance(frame(spark, rows)).collect()}
+    # owned per node: a 2, b 1, c 0 (mean 1): p99 is the largest, 2
     assert got["r1"] == {"run": "r1", "topics": 3, "nodes": 3, "owned_expected": 1.0,
-                         "owned_min": 0, "owned_max": 2}
+                         "owned_min": 0, "owned_max": 2, "owned_p99": 2,
+                         "owned_p99_over_mean": 2.0}
     assert got["r2"] == {"run": "r2", "topics": 1, "nodes": 1, "owned_expected": 1.0,
-                         "owned_min": 1, "owned_max": 1}
+                         "owned_min": 1, "owned_max": 1, "owned_p99": 1,
+                         "owned_p99_over_mean": 1.0}
+
+
+def test_topic_balance_p99_is_the_nearest_rank_over_many_nodes(spark: Any) -> None:
+    # 200 nodes owning 0, 1, ..., 199 keys: p99 is the 198th smallest (nearest rank), 197
+    rows = [row(0.1, f"n{i:03d}", "stored", layer="store") for i in range(200)]
+    rows += [row(1.0, f"n{i:03d}", "owner", layer="pubsub", key=f"k{i}-{j}")
+             for i in range(200) for j in range(i)]
+    (got,) = metrics.topic_balance(frame(spark, rows)).collect()
+    mean = sum(range(200)) / 200
+    assert (got.nodes, got.owned_min, got.owned_max, got.owned_p99) == (200, 0, 199, 197)
+    assert got.owned_expected == mean
+    assert got.owned_p99_over_mean == pytest.approx(197 / mean)
 
 
 def test_layer_messages_per_publish_counts_sends_per_layer(spark: Any) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from gossamer.core.traceio import ParquetSink, trace_path
 from gossamer.pipeline import (
     Analysis,
@@ -18,6 +20,7 @@ from gossamer.pipeline import (
     write_run_records,
 )
 from gossamer.pipeline.report import plots
+from gossamer.pipeline.summary import metrics_table
 from trace_frames import row
 
 
@@ -89,3 +92,14 @@ def test_analyze_groups_lookup_hops_by_node_count_and_reports_them(
     assert (runs["big"]["lookups"], runs["big"]["hops_mean"]) == (4, 4.0)
     text = write_report(made).read_text()
     assert "no lookup rows" not in text and "lookup hops against node count" in text
+
+
+def test_report_and_summary_show_topics_owned_per_node(tmp_path: Path) -> None:
+    made = analysis(tmp_path)
+    made.runs[0].update(owned_expected=100.0, owned_min=40, owned_max=190, owned_p99=172,
+                        owned_p99_over_mean=1.72)
+    text = write_report(made).read_text()
+    assert "owned p99/mean" in text and '<td class="num">1.72</td>' in text
+    console = Console(width=200, record=True)
+    console.print(metrics_table(made))
+    assert "topics owned per node, p99 / mean" in console.export_text()

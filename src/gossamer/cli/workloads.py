@@ -27,6 +27,7 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.pubsub.chordrun import ChordRunOptions, ChordRunResult, run_chord_sim
 from ..services.pubsub.experiment import PubSubRunOptions, PubSubRunResult, run_pubsub_sim
 from ..services.replica.experiment import ReplicaRunOptions, ReplicaRunResult, run_replica_sim
 
@@ -38,10 +39,11 @@ WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "replica": {"sim": ReplicaRunOptions},
     "pubsub": {"sim": PubSubRunOptions},
     "activity": {"sim": ActivityRunOptions},
+    "chord": {"sim": ChordRunOptions},
 }
 
 Options = (FifoRunOptions | LoopbackOptions | ReplicaRunOptions | PubSubRunOptions
-           | ActivityRunOptions)
+           | ActivityRunOptions | ChordRunOptions)
 
 
 def _options(spec: RunSpec) -> Options:
@@ -110,6 +112,12 @@ def _pubsub_result(result: PubSubRunResult) -> dict[str, Any]:
             "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+def _chord_result(result: ChordRunResult) -> dict[str, Any]:
+    return {"lookups": result.lookups, "completed": result.completed,
+            "right_root": result.right_root, "hops_mean": result.hops_mean,
+            "keys": result.keys, "events": result.events, "wall_seconds": result.wall_seconds}
+
+
 def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     """Run one experiment run (inside a Spark task) and write its trace under ``out_dir``."""
     options = _options(spec)
@@ -134,6 +142,13 @@ def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
         finally:
             sink.close()
         return _pubsub_result(pubsub)
+    if isinstance(options, ChordRunOptions):
+        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
+        try:
+            chord = run_chord_sim(options, sink)
+        finally:
+            sink.close()
+        return _chord_result(chord)
     if isinstance(options, LoopbackOptions):
         # durable state of an interrupted attempt would make this attempt a recovery
         for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):

@@ -246,7 +246,9 @@ def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
     """Per run with ``owner`` rows (``layer``, key = topic, node = its owner): topics, nodes
     (the members up at the end: nodes with rows outside layer ``sim`` and no crash or leave as
     their last membership change), and topics owned per node: expected (topics / nodes),
-    min (0 when some node owns none) and max. A topic with several owners counts for each."""
+    min (0 when some node owns none), max, the 99th percentile and that percentile over the
+    mean owned per node (the load spread; the mean is topics / nodes when each topic has one
+    owner). A topic with several owners counts for each."""
     owners = (trace.filter((F.col("event") == "owner") & (F.col("layer") == layer)
                            & F.col("key").isNotNull())
               .select("run", "node", "key").distinct())
@@ -265,9 +267,15 @@ def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
     return counted.groupBy("run").agg(
         F.count(F.lit(1)).alias("nodes"),
         F.min("owned").alias("owned_min"), F.max("owned").alias("owned_max"),
+        F.percentile_approx("owned", 0.99, _ACCURACY).alias("owned_p99"),
+        F.avg("owned").alias("owned_mean"),
     ).join(topics, "run").withColumn(
         "owned_expected", F.col("topics") / F.col("nodes")
-    ).select("run", "topics", "nodes", "owned_expected", "owned_min", "owned_max")
+    ).withColumn(
+        "owned_p99_over_mean",
+        F.when(F.col("owned_mean") > 0, F.col("owned_p99") / F.col("owned_mean")),
+    ).select("run", "topics", "nodes", "owned_expected", "owned_min", "owned_max", "owned_p99",
+             "owned_p99_over_mean")
 
 
 def layer_messages_per_publish(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:

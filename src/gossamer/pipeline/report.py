@@ -34,6 +34,8 @@ _RUN_COLUMNS = [
     ("convergence_p95", "conv p95 s"), ("peak_throughput", "peak deliv/s"),
     ("stored_bytes", "stored B"), ("stored_max", "stored max B"),
     ("hops_mean", "hops mean"), ("hops_p99", "hops p99"),
+    ("owned_expected", "owned exp"), ("owned_min", "owned min"), ("owned_max", "owned max"),
+    ("owned_p99", "owned p99"), ("owned_p99_over_mean", "owned p99/mean"),
 ]
 _STORED_COLUMNS = [("run", "run"), ("node", "node"), ("stored", "stored bytes"),
                    ("stored_items", "items"), ("sent", "sent"), ("received", "received")]

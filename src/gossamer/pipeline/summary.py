@@ -21,7 +21,8 @@ _METRICS = [
     ("messages_per_operation", "messages per publish"), ("rmr", "RMR"),
     ("last_hop_max", "last delivery hop"), ("peak_throughput", "peak deliveries / s"),
     ("stored_max", "stored bytes, largest node"), ("hops_mean", "lookup hops mean"),
-    ("hops_p99", "lookup hops p99"),
+    ("hops_p99", "lookup hops p99"), ("owned_max", "topics owned per node, max"),
+    ("owned_p99_over_mean", "topics owned per node, p99 / mean"),
 ]
 
 
