@@ -176,3 +176,14 @@ def test_a_replica_run_writes_one_closed_trace_file_and_converges(tmp_path: Path
     assert result["requested"] == 12 and result["made"] + result["skipped"] == 12
     assert [p.name for p in (tmp_path / "trace" / "rep-s1").iterdir()] == ["sim.parquet"]
     assert run_done(tmp_path, "rep-s1")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "experiments").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_experiment_file_loads_and_every_run_validates(path: Path) -> None:
+    experiment = load_experiment(path)
+    runs = experiment.runs()
+    assert runs, f"{path.name} expands to no runs"
+    assert len({r.run for r in runs}) == len(runs), f"{path.name}: run names collide"
+    for spec in runs:
+        validate_run(spec)

@@ -216,3 +216,17 @@ def test_bad_arguments_are_refused() -> None:
         node.subscribe("")
     with pytest.raises(ValueError):
         node.publish("x" * 1000, 1)
+
+
+def test_publishes_total_spreads_that_many_publishes_over_the_nodes() -> None:
+    from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
+
+    options = PubSubRunOptions(nodes=40, publishes_total=4, rate=20.0, settle=2.0, seed=3)
+    assert options.publishes == 4
+    sink = MemorySink()
+    result = run_pubsub_sim(options, sink)
+    origins = sorted(r[2] for r in sink.rows if r[3] == "pubsub" and r[4] == "publish")
+    assert origins == ["n000", "n010", "n020", "n030"], "seed=3"
+    assert result.published == 4 and result.reliability == 1.0, "seed=3"
+    with pytest.raises(ConfigError):
+        PubSubRunOptions(publishes_total=-1)

@@ -5,7 +5,8 @@ The run is built the way the pub/sub simulator tests build theirs: nodes ``n000`
 join one by one (gossip: through a random earlier node; scribe: through the first three, the
 first creating the ring), then subscribe to topics ``t0``, ``t1``, ... (``subscribers`` random
 nodes per topic, or each node with ``subscribe_probability``), then publish
-``publishes_per_node`` messages each, round-robin, at ``rate`` per virtual second on random
+``publishes_per_node`` messages each, round-robin (or ``publishes_total`` in all, from nodes
+spread over the ids), at ``rate`` per virtual second on random
 topics. Faults: message loss on every link; a fraction of the nodes crashing at once
 ``crash_at`` seconds into the publishing (they stay down); a partition into two halves that
 heals after ``partition_for`` seconds. As over TCP, a message to a crashed node fails at its
@@ -57,6 +58,7 @@ class PubSubRunOptions:
     subscribers: int = 0  # per topic, random nodes; 0: each node with subscribe_probability
     subscribe_probability: float = 1.0
     publishes_per_node: int = 10
+    publishes_total: int = 0  # > 0: this many publishes in all, from nodes spread over the ids
     rate: float = 50.0  # publishes per virtual second over the whole group
     latency: str = "uniform:0.005,0.05"
     loss: float = 0.0
@@ -79,8 +81,10 @@ class PubSubRunOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.nodes < 1 or self.topics < 1 or self.publishes_per_node < 0:
-            raise ConfigError("need nodes >= 1, topics >= 1 and publishes_per_node >= 0")
+        if (self.nodes < 1 or self.topics < 1 or self.publishes_per_node < 0
+                or self.publishes_total < 0):
+            raise ConfigError("need nodes >= 1, topics >= 1, publishes_per_node >= 0 and "
+                              "publishes_total >= 0")
         if not 0 <= self.subscribers <= self.nodes:
             raise ConfigError(f"subscribers must be in [0, nodes], got {self.subscribers}")
         if self.rate <= 0 or self.settle < 0 or self.warmup < 0 or self.subscribe_settle < 0:
@@ -100,6 +104,8 @@ class PubSubRunOptions:
 
     @property
     def publishes(self) -> int:
+        if self.publishes_total:
+            return self.publishes_total
         return self.nodes * self.publishes_per_node
 
     @property
@@ -281,7 +287,10 @@ def run_pubsub_sim(
     choices = random.Random(f"{options.seed}/pubsub-publishes")
     interval = 1.0 / options.rate
     for number in range(options.publishes):
-        node = ids[number % len(ids)]
+        if options.publishes_total:
+            node = ids[number * len(ids) // options.publishes % len(ids)]
+        else:
+            node = ids[number % len(ids)]
         topic = f"t{choices.randrange(options.topics)}"
         scenario.at(options.publish_start + number * interval,
                     functools.partial(publish, node=node, topic=topic, number=number))
