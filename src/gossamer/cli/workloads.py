@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,40 +118,33 @@ def _chord_result(result: ChordRunResult) -> dict[str, Any]:
             "keys": result.keys, "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+#: options type -> (run it into a trace sink, its result as the run record): the simulated
+#: workloads whose trace is one file per run
+_SIMULATED: tuple[tuple[type[Any], Callable[[Any, Any], Any], Callable[[Any], dict[str, Any]]],
+                  ...] = (
+    (ReplicaRunOptions, run_replica_sim, _replica_result),
+    (ActivityRunOptions, run_activity_sim, _activity_result),
+    (PubSubRunOptions, run_pubsub_sim, _pubsub_result),
+    (ChordRunOptions, run_chord_sim, _chord_result),
+)
+
+
 def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
     """Run one experiment run (inside a Spark task) and write its trace under ``out_dir``."""
     options = _options(spec)
-    if isinstance(options, ReplicaRunOptions):
-        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
-        try:
-            result = run_replica_sim(options, sink)
-        finally:
-            sink.close()
-        return _replica_result(result)
-    if isinstance(options, ActivityRunOptions):
-        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
-        try:
-            activity = run_activity_sim(options, sink)
-        finally:
-            sink.close()
-        return _activity_result(activity)
-    if isinstance(options, PubSubRunOptions):
-        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
-        try:
-            pubsub = run_pubsub_sim(options, sink)
-        finally:
-            sink.close()
-        return _pubsub_result(pubsub)
-    if isinstance(options, ChordRunOptions):
-        sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
-        try:
-            chord = run_chord_sim(options, sink)
-        finally:
-            sink.close()
-        return _chord_result(chord)
+    for kind, run, result in _SIMULATED:
+        if isinstance(options, kind):
+            sink = ParquetSink(trace_path(out_dir, spec.run, "sim"))
+            try:
+                outcome = run(options, sink)
+            finally:
+                sink.close()
+            return result(outcome)
     if isinstance(options, LoopbackOptions):
         # durable state of an interrupted attempt would make this attempt a recovery
         for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):
             stale.unlink()
         return _result(asyncio.run(run_fifo_loopback(options, out_dir=out_dir)))
-    return _result(run_fifo_sim(options, out_dir=out_dir))
+    if isinstance(options, FifoRunOptions):
+        return _result(run_fifo_sim(options, out_dir=out_dir))
+    raise ConfigError(f"no runner for {type(options).__name__}")  # a workload missing above
