@@ -109,7 +109,12 @@ class Env(Protocol):
 
 
 class Process(Protocol):
-    """A protocol instance as a runtime sees it: started once, then fed messages."""
+    """A protocol instance as a runtime sees it: started once, then fed messages.
+
+    A process may also define ``on_unreachable(node)``: the simulator with
+    ``connection_refused`` calls it when a message could not be delivered because ``node`` is
+    down, as a refused or reset TCP connection tells a real sender (see ``GossipBroadcast``).
+    """
 
     def start(self) -> None: ...
 
