@@ -1,7 +1,16 @@
 """core: ids, messages and codecs, the env contract, vector clocks, trace rows, errors."""
 
 from .backoff import Backoff, ExponentialBackoff, FibonacciBackoff
-from .env import Env, Process, ProcessFactory, Store, TimerHandle, get_json, put_json
+from .env import (
+    DurableSequence,
+    Env,
+    Process,
+    ProcessFactory,
+    Store,
+    TimerHandle,
+    get_json,
+    put_json,
+)
 from .errors import (
     ConfigError,
     CorruptMessage,
@@ -38,6 +47,7 @@ __all__ = [
     "ConfigError",
     "CorruptMessage",
     "DecodeError",
+    "DurableSequence",
     "Env",
     "ExponentialBackoff",
     "FibonacciBackoff",

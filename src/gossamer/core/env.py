@@ -18,6 +18,7 @@ from .ids import NodeId
 from .messages import Message
 
 __all__ = [
+    "DurableSequence",
     "Env",
     "Process",
     "ProcessFactory",
@@ -70,6 +71,25 @@ def get_json(store: Store, table: str, key: str) -> Any:
 
 def put_json(store: Store, table: str, key: str, value: Any) -> None:
     store.put(table, key, orjson.dumps(value))
+
+
+class DurableSequence:
+    """A node's sequence numbers 1, 2, ...; with a ``store`` the next one is committed before
+    ``take`` returns, so a node that crashes and recovers never hands the same one out twice."""
+
+    def __init__(self, store: Store | None, table: str) -> None:
+        self._store = store
+        self._table = table
+        saved = get_json(store, table, "next_seq") if store is not None else None
+        self.next = int(saved) if saved is not None else 1
+
+    def take(self) -> int:
+        seq = self.next
+        self.next = seq + 1
+        if self._store is not None:
+            put_json(self._store, self._table, "next_seq", self.next)
+            self._store.commit()
+        return seq
 
 
 @runtime_checkable

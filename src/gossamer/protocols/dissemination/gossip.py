@@ -23,7 +23,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ...core.env import Env, TimerHandle, get_json, put_json
+from ...core.env import DurableSequence, Env, TimerHandle
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, TraceIds, message
@@ -271,12 +271,7 @@ class GossipBroadcast:
         self._recovery_timer: TimerHandle | None = None
         self._neighbor_timers: dict[NodeId, TimerHandle] = {}  # new neighbours' summaries
         self._stopped = False
-        self._durable = env.store if self.config.durable else None
-        self._next_seq = 1
-        if self._durable is not None:
-            saved = get_json(self._durable, _STATE, "next_seq")
-            if saved is not None:
-                self._next_seq = int(saved)
+        self._sequence = DurableSequence(env.store if self.config.durable else None, _STATE)
 
     # -- Process ---------------------------------------------------------------------------
 
@@ -337,12 +332,7 @@ class GossipBroadcast:
         if self._stopped:
             raise StateError("broadcast() on a stopped gossip layer")
         env = self.env
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        if self._durable is not None:
-            # durable before anyone sees the id, or a recovered node would reuse it
-            put_json(self._durable, _STATE, "next_seq", self._next_seq)
-            self._durable.commit()
+        seq = self._sequence.take()  # durable before anyone sees the id
         mid = message_id(env.node, seq)
         env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq)
         self._accept(mid, env.node, seq, 0, payload)
@@ -614,7 +604,7 @@ class GossipBroadcast:
 
     @property
     def next_seq(self) -> int:
-        return self._next_seq
+        return self._sequence.next
 
     def has_seen(self, mid: str) -> bool:
         return mid in self._seen

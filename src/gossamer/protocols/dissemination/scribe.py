@@ -52,7 +52,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ...core.env import Env, TimerHandle, get_json, put_json
+from ...core.env import DurableSequence, Env, TimerHandle
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, TraceIds, message
@@ -424,12 +424,7 @@ class Scribe:
         self._nonce = env.rng.getrandbits(32)
         self._heartbeat_timer: TimerHandle | None = None
         self._stopped = False
-        self._durable = env.store if self.config.durable else None
-        self._next_seq = 1
-        if self._durable is not None:
-            saved = get_json(self._durable, _STATE, "next_seq")
-            if saved is not None:
-                self._next_seq = int(saved)
+        self._sequence = DurableSequence(env.store if self.config.durable else None, _STATE)
 
     # -- Process -------------------------------------------------------------------------------
 
@@ -511,11 +506,7 @@ class Scribe:
         if self._stopped:
             raise StateError("publish() on a stopped scribe layer")
         env = self.env
-        seq = self._next_seq
-        self._next_seq = seq + 1
-        if self._durable is not None:
-            put_json(self._durable, _STATE, "next_seq", self._next_seq)
-            self._durable.commit()
+        seq = self._sequence.take()  # durable before anyone sees the id
         mid = _message_id(env.node, seq)
         env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
         if len(self._pending) >= self.config.max_pending:
@@ -582,7 +573,7 @@ class Scribe:
 
     @property
     def next_seq(self) -> int:
-        return self._next_seq
+        return self._sequence.next
 
     @property
     def pending_publishes(self) -> int:
