@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -59,6 +59,15 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def commit(self) -> None:
         """Make every write so far durable."""
+
+    def apply(self, changes: Mapping[tuple[str, str], bytes | None]) -> None:
+        """Write each ``(table, key) -> value``, deleting the row where ``value`` is None (not
+        yet durable). A store may do it in bulk."""
+        for (table, key), value in changes.items():
+            if value is None:
+                self.delete(table, key)
+            else:
+                self.put(table, key, value)
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release resources; the default store has none."""

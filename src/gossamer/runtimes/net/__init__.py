@@ -13,7 +13,7 @@ from .host import (
     run_until_signalled,
 )
 from .loopenv import LoopEnv
-from .store import SqliteStore
+from .store import SqliteStore, WriteBehindStore
 from .transport import Address, Connection, LinkError, Listener, TransportKind, connect, listen
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "NodeState",
     "SqliteStore",
     "TransportKind",
+    "WriteBehindStore",
     "connect",
     "listen",
     "run_until_signalled",
