@@ -741,21 +741,54 @@ def test_convergence_and_loser_oracles_report_divergence_and_unresolved_losers()
     assert loser_problems(rows + reported + resolved) == ["n3:1 lost and was resolved 2 times"]
 
 
-def test_history_is_stored_one_row_per_write_bounded_and_reloads_identically() -> None:
-    """A push stores one row (not the whole history); the rows stay within history_limit, a
-    reverted write's row goes, and a restarted client reloads the same history."""
+def stored_history(store: MemoryStore, key: str) -> dict[int, dict[int, str]]:
+    """chunk -> position -> revision, of ``key``'s stored history."""
+    chunks: dict[int, dict[int, str]] = {}
+    for row_key, raw in store.scan("replica.histories"):
+        name, chunk = json.loads(row_key)
+        if name == key:
+            for line in raw.split(b"\n"):
+                position, _, body = line.partition(b" ")
+                chunks[chunk] = {**chunks.get(chunk, {}), int(position): json.loads(body)[0]}
+    return chunks
+
+
+def test_history_is_stored_in_chunks_bounded_and_reloads_identically() -> None:
+    """A push rewrites one chunk (not the whole history); a chunk goes once its last position
+    left the bounded history, a reverted write's line goes, and a restarted client reloads the
+    same history and goes on from its positions."""
+    store = MemoryStore()
+    env = FakeEnv("n5", store=store)
+    client = ReplicaClient(cast(Env, env), config=ReplicaConfig(history_limit=40))
+    start_online(client)
+    revisions = [client.set("k", {"n": number}) for number in range(100)]
+    store.commit()
+    chunks = stored_history(store, "k")
+    assert sorted(chunks) == [1, 2, 3]  # chunk 0 (positions 0-31) left the history (60-99)
+    assert chunks[3] == {p: revisions[p] for p in range(96, 100)}
+    assert chunks[2] == {p: revisions[p] for p in range(64, 96)}
+    assert set(range(60, 64)) <= set(chunks[1])  # with the lines of 32-59, left behind
+    again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)),
+                          config=ReplicaConfig(history_limit=40))
+    assert again.history("k") == client.history("k") and len(again.history("k")) == 40
+    start_online(again)
+    latest = again.set("k", {"n": 100})
+    store.commit()
+    assert stored_history(store, "k")[3][100] == latest
+
+
+def test_a_cut_removes_the_reverted_lines_from_their_chunks() -> None:
     store = MemoryStore()
     env = FakeEnv("n5", store=store)
     client = ReplicaClient(cast(Env, env), config=ReplicaConfig(history_limit=4))
     start_online(client)
     for number in range(7):
         client.set("k", {"n": number})
-    client.set("other", 1)
+    mine = client.set("other", 1)
     client.on_message(HUB, write("n1", {"n1": 1}, "other", None, "w1"))  # wins: ours reverted
     store.commit()
-    rows = sorted(json.loads(key) for key, _ in store.scan("replica.history"))
-    assert [r for r in rows if r[0] == "k"] == [["k", p] for p in range(3, 7)]
-    assert [r for r in rows if r[0] == "other"] == [["other", 0]]
+    assert stored_history(store, "other") == {0: {0: "w1"}} and mine != "w1"
+    assert max(stored_history(store, "k")[0]) == 6
     again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)),
                           config=ReplicaConfig(history_limit=4))
     assert again.history("k") == client.history("k") and len(again.history("k")) == 4
@@ -763,5 +796,37 @@ def test_history_is_stored_one_row_per_write_bounded_and_reloads_identically() -
     start_online(again)
     again.set("k", {"n": 7})  # positions go on from the reloaded ones
     store.commit()
-    assert sorted(json.loads(key)[1] for key, _ in store.scan("replica.history")
-                  if json.loads(key)[0] == "k") == [4, 5, 6, 7]
+    assert max(stored_history(store, "k")[0]) == 7
+
+
+def test_a_cut_across_chunks_keeps_only_the_positions_before_it() -> None:
+    store = MemoryStore()
+    env = FakeEnv("n5", store=store)
+    client = ReplicaClient(cast(Env, env), config=ReplicaConfig(history_limit=256))
+    start_online(client)
+    client.on_message(HUB, write("n1", {"n1": 1}, "k", None, "base"))
+    previous = "base"
+    for seq in range(2, 71):  # n1 extends its own path: positions 0-69
+        rev = f"n1-{seq}"
+        client.on_message(HUB, write("n1", {"n1": seq}, "k", previous, rev))
+        previous = rev
+    # n0 (a lower id: it wins) wrote on position 20's revision: positions 21-69 are reverted
+    client.on_message(HUB, write("n0", {"n0": 1, "n1": 21}, "k", "n1-21", "n0-1"))
+    store.commit()
+    chunks = stored_history(store, "k")
+    assert sorted(chunks) == [0]
+    assert sorted(chunks[0]) == list(range(22)) and chunks[0][21] == "n0-1"
+    again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)))
+    assert again.history("k") == client.history("k") and again.revision("k") == "n0-1"
+
+
+def test_histories_in_the_earlier_layout_are_read_and_moved_to_chunks() -> None:
+    store = MemoryStore()
+    rows = [["r0", None, "n1", 1, {"n": 0}, False], ["r1", "r0", "n1", 2, {"n": 1}, False]]
+    for position, row in enumerate(rows):
+        store.put("replica.history", json.dumps(["k", position + 5]), json.dumps(row).encode())
+    store.commit()
+    client = ReplicaClient(cast(Env, FakeEnv("n5", store=store)))
+    assert client.revision("k") == "r1" and client.get("k") == {"n": 1}
+    assert list(store.scan("replica.history")) == []
+    assert stored_history(store, "k") == {0: {5: "r0", 6: "r1"}}

@@ -22,20 +22,22 @@ It catches up like a client (its own NACKs go out through the hub; clients answe
 ``subscribe`` with what it lacks of theirs), so after a restart it asks for what it missed.
 The store is committed in groups (every ``commit_interval``), not per message: what a crash
 loses of the last interval is still in the writers' send logs and comes back through the
-NACKs above.
+NACKs above. Writes wait in memory until the group commit, which writes them in bulk (the
+keeper's hot path never waits on sqlite), and the log is stored in segments of ``SEGMENT``
+messages per row rather than a row per message.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
 from ...core.env import Env, Store, TimerHandle
-from ...core.errors import ConfigError, CorruptMessage, InvalidMessage
+from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
 from .causal import LAYER
@@ -56,7 +58,10 @@ from .wire import (
 
 __all__ = ["HubKeeper", "KeeperConfig"]
 
-_LOG = "keeper.log"
+_LOG = "keeper.log"  # earlier layout, read and moved to segments: "origin seq" -> "index json"
+_SEGMENTS = "keeper.segments"  # "origin segment" -> entries "seq index length json", concatenated
+SEGMENT = 64  # log entries of one origin per stored row
+MAX_PENDING_WRITES = 65_536  # writes held for the group commit; more commit at once
 _FRAME_OVERHEAD = 256  # bytes of a retry or snapshot frame besides its parts
 
 
@@ -84,34 +89,71 @@ RouteFn = Callable[[Message], None]
 
 
 class _GroupCommitStore(Store):
-    """The keeper's store: ``commit`` is deferred to one commit per interval."""
+    """The keeper's store: writes wait in memory (reads see them) and go to the inner store in
+    one ``apply`` per group commit, one per ``interval`` (or at once past ``max_pending``);
+    ``before_flush`` adds its last writes first."""
 
-    def __init__(self, inner: Store, env: Env, interval: float) -> None:
+    def __init__(self, inner: Store, env: Env, interval: float, *,
+                 max_pending: int = MAX_PENDING_WRITES) -> None:
         self.inner = inner
         self._env = env
         self._interval = interval
+        self._max_pending = max_pending
         self._timer: TimerHandle | None = None
+        self._pending: dict[tuple[str, str], bytes | None] = {}  # None: deleted
+        self.before_flush: Callable[[], None] | None = None
 
     def get(self, table: str, key: str) -> bytes | None:
+        pending = self._pending
+        if (table, key) in pending:
+            return pending[(table, key)]
         return self.inner.get(table, key)
 
     def put(self, table: str, key: str, value: bytes) -> None:
-        self.inner.put(table, key, value)
+        if not isinstance(value, bytes):
+            raise TypeError(f"store values are bytes, got {type(value).__name__}")
+        self._pending[(table, key)] = value
+        self._grew()
 
     def delete(self, table: str, key: str) -> None:
-        self.inner.delete(table, key)
+        self._pending[(table, key)] = None
+        self._grew()
+
+    def _grew(self) -> None:
+        if len(self._pending) >= self._max_pending:
+            self.flush()
 
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
-        return self.inner.scan(table)
+        rows = dict(self.inner.scan(table))
+        for (tbl, key), value in self._pending.items():
+            if tbl == table:
+                if value is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = value
+        return iter(sorted(rows.items()))
+
+    def apply(self, changes: Mapping[tuple[str, str], bytes | None]) -> None:
+        for (table, key), value in changes.items():
+            if value is None:
+                self.delete(table, key)
+            else:
+                self.put(table, key, value)
 
     def commit(self) -> None:
         if self._timer is None:
             self._timer = self._env.set_timer(self._interval, self.flush)
 
     def flush(self) -> None:
+        """Write and commit everything now."""
         if self._timer is not None:
             self._env.cancel(self._timer)
             self._timer = None
+        if self.before_flush is not None:
+            self.before_flush()
+        pending, self._pending = self._pending, {}
+        if pending:
+            self.inner.apply(pending)
         self.inner.commit()
 
 
@@ -166,12 +208,11 @@ class HubKeeper:
         self._log: dict[str, dict[int, tuple[int, Data, int]]] = {}
         self._first: dict[str, int] = {}  # origin -> lowest seq in its log
         self._index = 0
-        for key, raw in env.store.scan(_LOG):
-            origin, _, seq_text = key.partition(" ")
-            index_text, _, body = raw.partition(b" ")  # "<index> <the message's JSON>"
-            data = self._codec.from_dict(orjson.loads(body))
-            if isinstance(data, Data):
-                self._remember(origin, int(seq_text), int(index_text), data, len(body))
+        # origin -> (segment, its (seq, entry) pairs): the segment its next message joins
+        self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
+        self._dirty: set[str] = set()  # origins whose open segment changed since the flush
+        self.store.before_flush = self._write_open_segments
+        self._load_log()
         self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
                                      config=self.config.replica, observer=True,
                                      on_delivered=self._delivered)
@@ -196,6 +237,48 @@ class HubKeeper:
 
     # -- the log --------------------------------------------------------------------------------
 
+    def _load_log(self) -> None:
+        store = self.store
+        for key, raw in store.scan(_SEGMENTS):
+            origin, _, segment_text = key.rpartition(" ")
+            entries = list(_entries(raw, key))
+            for seq, index, body in entries:
+                self._recall(origin, seq, index, body)
+            self._open[origin] = (int(segment_text),
+                                  [(seq, _entry(seq, index, body)) for seq, index, body in entries])
+        moved: set[str] = set()
+        for key, raw in store.scan(_LOG):  # the earlier layout: into segments, at the next flush
+            origin, _, seq_text = key.partition(" ")
+            index_text, _, body = raw.partition(b" ")
+            self._recall(origin, int(seq_text), int(index_text), body)
+            store.delete(_LOG, key)
+            moved.add(origin)
+        for origin in self._log:
+            self._trim(origin)  # keep what the bound allows
+        for origin in moved:
+            self._rewrite_segments(origin)
+
+    def _recall(self, origin: str, seq: int, index: int, body: bytes) -> None:
+        data = self._codec.from_dict(orjson.loads(body))
+        if isinstance(data, Data):
+            self._remember(origin, seq, index, data, len(body))
+
+    def _rewrite_segments(self, origin: str) -> None:
+        """Every segment of ``origin`` from its in-memory log (after reading the old layout)."""
+        log = self._log[origin]
+        segments: dict[int, list[tuple[int, bytes]]] = {}
+        for seq in sorted(log):
+            index, data, _size = log[seq]
+            body = orjson.dumps(self._codec.to_dict(data))
+            segments.setdefault((seq - 1) // SEGMENT, []).append(
+                (seq, _entry(seq, index, body)))
+        for segment, entries in segments.items():
+            self.store.put(_SEGMENTS, _segment_key(origin, segment),
+                           b"".join(entry for _seq, entry in entries))
+        if segments:
+            last = max(segments)
+            self._open[origin] = (last, segments[last])
+
     def _remember(self, origin: str, seq: int, index: int, data: Data, size: int) -> None:
         log = self._log.setdefault(origin, {})
         log[seq] = (index, data, size)
@@ -205,15 +288,41 @@ class HubKeeper:
     def _delivered(self, data: Data) -> None:
         origin, seq = data.id, data.seq
         self._index += 1
-        body = orjson.dumps(self._codec.to_dict(data))  # encoded once: its size and its row
+        body = orjson.dumps(self._codec.to_dict(data))  # encoded once: its size and its entry
         self._remember(origin, seq, self._index, data, len(body))
-        self.store.put(_LOG, f"{origin} {seq:012d}", b"%d %s" % (self._index, body))
+        segment = (seq - 1) // SEGMENT
+        opened = self._open.get(origin)
+        if opened is None or opened[0] != segment:
+            if opened is not None and origin in self._dirty:
+                self._write_segment(origin, *opened)  # it is full: written as it is
+            opened = self._open[origin] = (segment, [])
+        opened[1].append((seq, _entry(seq, self._index, body)))
+        self._dirty.add(origin)
+        self._trim(origin)
+
+    def _trim(self, origin: str) -> None:
+        """Forget the oldest messages of ``origin`` beyond ``log_per_origin``, and the rows of
+        the segments they emptied."""
         log = self._log[origin]
         while len(log) > self.config.log_per_origin:
             first = self._first[origin]
             log.pop(first, None)
-            self.store.delete(_LOG, f"{origin} {first:012d}")
             self._first[origin] = first + 1
+            if first % SEGMENT == 0:  # the last message of its segment: the row goes
+                self.store.delete(_SEGMENTS, _segment_key(origin, (first - 1) // SEGMENT))
+
+    def _write_segment(self, origin: str, segment: int, entries: list[tuple[int, bytes]]) -> None:
+        first = self._first.get(origin, 0)
+        kept = [entry for seq, entry in entries if seq >= first]
+        if kept:
+            self.store.put(_SEGMENTS, _segment_key(origin, segment), b"".join(kept))
+        else:
+            self.store.delete(_SEGMENTS, _segment_key(origin, segment))
+
+    def _write_open_segments(self) -> None:
+        for origin in self._dirty:
+            self._write_segment(origin, *self._open[origin])
+        self._dirty.clear()
 
     def logged(self, origin: str) -> tuple[int, int] | None:
         """The (first, last) seqs of ``origin`` in the log, None if none."""
@@ -347,3 +456,30 @@ class HubKeeper:
             objects[key] = tuple(tuple(row) for row in rows)
             size += length
         self._route(Snapshot(id=HUB_ID, dest=dest, vector=vector, objects=objects, last=True))
+
+
+def _segment_key(origin: str, segment: int) -> str:
+    return f"{origin} {segment:012d}"
+
+
+def _entry(seq: int, index: int, body: bytes) -> bytes:
+    """One logged message in a segment row: ``seq index length body``."""
+    return b"%d %d %d %s" % (seq, index, len(body), body)
+
+
+def _entries(raw: bytes, key: str) -> Iterator[tuple[int, int, bytes]]:
+    """The (seq, index, body) entries of segment row ``key``."""
+    position = 0
+    try:
+        while position < len(raw):
+            first = raw.index(b" ", position)
+            second = raw.index(b" ", first + 1)
+            third = raw.index(b" ", second + 1)
+            length = int(raw[second + 1:third])
+            body = raw[third + 1:third + 1 + length]
+            if len(body) != length:
+                raise ValueError("an entry runs past the end of the row")
+            yield int(raw[position:first]), int(raw[first + 1:second]), body
+            position = third + 1 + length
+    except ValueError as exc:
+        raise StateError(f"keeper log segment {key!r} is damaged: {exc}") from exc

@@ -67,13 +67,20 @@ from .wire import (
 __all__ = ["ChangeFn", "LinkState", "RebaseFn", "ReplicaClient", "ReplicaConfig", "Verdict"]
 
 _RESOLVED, _REBASE = "replica.resolved", "replica.rebase"
-# an object's history, one row per write: key [object key, position], value the write; a push
-# writes one row (and deletes the one that leaves the bounded history), not the whole history
-_HISTORY = "replica.history"
+# an object's history in chunks of HISTORY_CHUNK positions: key [object key, chunk], value its
+# writes, a line "position json" each; a push rewrites one chunk (the last), not the history,
+# and the writes of one interval between commits cost one row per chunk, not one per write
+_HISTORY_CHUNKS = "replica.histories"
+_HISTORY = "replica.history"  # the earlier layout, a row per write: read, then moved to chunks
+HISTORY_CHUNK = 32
 
 
-def _history_key(key: str, position: int) -> str:
-    return orjson.dumps([key, position]).decode()
+def _chunk_key(key: str, chunk: int) -> str:
+    return orjson.dumps([key, chunk]).decode()
+
+
+def _history_line(position: int, write: _Write) -> bytes:
+    return b"%d %s" % (position, orjson.dumps(write.to_json()))
 _OFFLINE = "replica.offline"
 _SLACK = 1e-9  # seconds: timers are floats
 
@@ -247,13 +254,9 @@ class ReplicaClient:
         self._rebase_timer_at = 0.0
         self._awaiting_catch_up = False  # due rebases wait for the missing messages
         self._outbox: list[Conflict] = []  # sent once the deliveries are committed
-        stored: dict[str, dict[int, _Write]] = {}
-        for row_key, raw in self._store.scan(_HISTORY):
-            key, position = orjson.loads(row_key)
-            stored.setdefault(str(key), {})[int(position)] = _Write.from_json(orjson.loads(raw))
-        for key, writes in stored.items():
-            self._first[key] = min(writes)
-            self._objects[key] = [writes[p] for p in sorted(writes)]
+        # key -> (its last chunk, the lines of its writes there): what the next push rewrites
+        self._open_chunks: dict[str, tuple[int, list[bytes]]] = {}
+        self._load_histories()
         for key, raw in self._store.scan(_RESOLVED):
             value = int(raw) if raw != b"-" else None
             self._resolved[int(key)] = value
@@ -451,24 +454,83 @@ class ReplicaClient:
         self._changed(key)
         return revision
 
+    def _load_histories(self) -> None:
+        """The histories from their chunks (and rows of the earlier layout, which move to
+        chunks): each the last ``history_limit`` positions stored (a chunk whose first writes
+        left the history may still hold them)."""
+        stored: dict[str, dict[int, _Write]] = {}
+        for row_key, raw in self._store.scan(_HISTORY_CHUNKS):
+            key = str(orjson.loads(row_key)[0])
+            writes = stored.setdefault(key, {})
+            for line in raw.split(b"\n"):
+                position, _, body = line.partition(b" ")
+                writes[int(position)] = _Write.from_json(orjson.loads(body))
+        moved: set[str] = set()
+        for row_key, raw in self._store.scan(_HISTORY):
+            key, position = orjson.loads(row_key)
+            stored.setdefault(str(key), {})[int(position)] = _Write.from_json(orjson.loads(raw))
+            self._store.delete(_HISTORY, row_key)
+            moved.add(str(key))
+        for key, writes in stored.items():
+            positions = sorted(writes)[-self.config.history_limit:]
+            self._first[key] = positions[0]
+            self._objects[key] = [writes[p] for p in positions]
+        for key in sorted(moved):
+            history = self._objects[key]
+            first = self._first[key]
+            for chunk in range(first // HISTORY_CHUNK,
+                               (first + len(history) - 1) // HISTORY_CHUNK + 1):
+                self._write_chunk(key, history, chunk, first + len(history))
+
+    def _chunk_lines(self, key: str, history: list[_Write], chunk: int, end: int) -> list[bytes]:
+        """The lines of chunk ``chunk`` of ``key`` from the history, positions before ``end``."""
+        first = self._first.get(key, 0)
+        start = max(first, chunk * HISTORY_CHUNK)
+        stop = min(end, (chunk + 1) * HISTORY_CHUNK, first + len(history))
+        return [_history_line(position, history[position - first])
+                for position in range(start, stop)]
+
+    def _write_chunk(self, key: str, history: list[_Write], chunk: int, end: int) -> None:
+        lines = self._chunk_lines(key, history, chunk, end)
+        if lines:
+            self._store.put(_HISTORY_CHUNKS, _chunk_key(key, chunk), b"\n".join(lines))
+        else:
+            self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, chunk))
+
     def _push(self, key: str, history: list[_Write], write: _Write) -> None:
         first = self._first.setdefault(key, 0)
         history.append(write)
         self._trace_applied(key, write)
-        self._store.put(_HISTORY, _history_key(key, first + len(history) - 1),
-                        orjson.dumps(write.to_json()))
+        position = first + len(history) - 1
+        chunk = position // HISTORY_CHUNK
+        opened = self._open_chunks.get(key)
+        if opened is None or opened[0] != chunk:
+            # a new chunk, or the first push since a load or a cut: its earlier lines
+            opened = self._open_chunks[key] = (chunk, self._chunk_lines(key, history, chunk,
+                                                                         position))
+        lines = opened[1]
+        lines.append(_history_line(position, write))
+        self._store.put(_HISTORY_CHUNKS, _chunk_key(key, chunk), b"\n".join(lines))
         excess = len(history) - self.config.history_limit
         if excess > 0:
-            for position in range(first, first + excess):
-                self._store.delete(_HISTORY, _history_key(key, position))
+            for gone in range(first, first + excess):
+                if gone % HISTORY_CHUNK == HISTORY_CHUNK - 1:
+                    # the last position of its chunk left the history: the chunk goes
+                    self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, gone // HISTORY_CHUNK))
             del history[:excess]
             self._first[key] = first + excess
 
     def _cut(self, key: str, history: list[_Write], fork: int) -> list[_Write]:
         """Remove (and return) ``history[fork:]``, from the store too."""
         first = self._first.get(key, 0)
-        for position in range(first + fork, first + len(history)):
-            self._store.delete(_HISTORY, _history_key(key, position))
+        start, end = first + fork, first + len(history)
+        if start < end:
+            for chunk in range(start // HISTORY_CHUNK, (end - 1) // HISTORY_CHUNK + 1):
+                if chunk * HISTORY_CHUNK >= start:
+                    self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, chunk))
+                else:  # the chunk the cut starts in keeps its positions before ``start``
+                    self._write_chunk(key, history, chunk, start)
+        self._open_chunks.pop(key, None)
         cut = history[fork:]
         del history[fork:]
         return cut
@@ -676,6 +738,7 @@ class ReplicaClient:
             self._cut(key, history, 0)
         self._objects = {}
         self._first = {}
+        self._open_chunks = {}
         for key, path in objects.items():
             writes = [_Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path]
             history = self._objects[key] = []

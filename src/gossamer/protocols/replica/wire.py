@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any, ClassVar, TypeVar
 
 import orjson
@@ -100,6 +100,9 @@ class Data(_Wire):
     vector: dict[str, int]
     data: Any = None  # extension: the object's new content (JSON)
     deleted: bool = False  # extension: the write deletes the object
+    # ``crc_ok``, once computed (the hub's keeper and its causal layer both ask)
+    _crc_ok: bool | None = dataclasses.field(default=None, init=False, repr=False,
+                                             compare=False)
 
     def __post_init__(self) -> None:
         _check_id(self.id, "id")
@@ -117,7 +120,11 @@ class Data(_Wire):
 
     @property
     def crc_ok(self) -> bool:
-        return self.crc == crc_of(self.key, self.value, self.data)
+        ok = self._crc_ok
+        if ok is None:
+            ok = self.crc == crc_of(self.key, self.value, self.data)
+            object.__setattr__(self, "_crc_ok", ok)  # a cache: equality and hash ignore it
+        return ok
 
     def trace_ids(self) -> TraceIds:
         return (f"{self.id}:{self.seq}", self.id, self.key, self.seq)
@@ -295,7 +302,10 @@ def _vector(obj: Mapping[str, Any], what: str) -> dict[str, int]:
     return dict(vector)
 
 
-def _no_extra(obj: Mapping[str, Any], allowed: set[str], what: str) -> None:
+_DATA_FIELDS = frozenset({"id", "key", "old_value", "value", "crc", "vector", "data", "deleted"})
+
+
+def _no_extra(obj: Mapping[str, Any], allowed: Set[str], what: str) -> None:
     extra = set(obj) - allowed
     if extra:
         raise InvalidMessage(f"{what}: unknown field(s) {sorted(extra)}")
@@ -360,6 +370,8 @@ class ReplicaCodec:
     def from_dict(self, obj: Any) -> Message:
         if not isinstance(obj, dict):
             raise DecodeError(f"expected a JSON object, got {type(obj).__name__}")
+        if "key" in obj and obj.keys() <= _DATA_FIELDS:  # the usual message: data, no flag
+            return self._data(obj)
         _expect(obj, "id", str, "message")
         for cls in _FLAGGED:
             if cls.FLAG in obj:
@@ -376,19 +388,26 @@ class ReplicaCodec:
 
     def _data(self, obj: Mapping[str, Any]) -> Data:
         what = "data"
-        _no_extra(obj, {"id", "key", "old_value", "value", "crc", "vector", "data", "deleted"},
-                  what)
+        _no_extra(obj, _DATA_FIELDS, what)
+        ident, key, value = obj.get("id"), obj.get("key"), obj.get("value")
+        crc, vector = obj.get("crc"), obj.get("vector")
         old_value = obj.get("old_value")
-        if old_value is not None and not isinstance(old_value, str):
-            raise InvalidMessage(f"{what}: field 'old_value' must be a string or null")
         deleted = obj.get("deleted", False)
-        if not isinstance(deleted, bool):
+        if not (ident.__class__ is str and key.__class__ is str and value.__class__ is str
+                and crc.__class__ is int and vector.__class__ is dict):
+            # not the usual shape: which field is wrong, and how
+            ident = _expect(obj, "id", str, "message")
+            key = _expect(obj, "key", str, what)
+            value = _expect(obj, "value", str, what)
+            crc = _expect(obj, "crc", int, what)
+            vector = _vector(obj, what)
+        if old_value is not None and old_value.__class__ is not str:
+            raise InvalidMessage(f"{what}: field 'old_value' must be a string or null")
+        if deleted.__class__ is not bool:
             raise InvalidMessage(f"{what}: field 'deleted' must be a bool")
-        return _build(
-            Data, what, id=obj["id"], key=_expect(obj, "key", str, what), old_value=old_value,
-            value=_expect(obj, "value", str, what), crc=_expect(obj, "crc", int, what),
-            vector=_vector(obj, what), data=obj.get("data"), deleted=deleted,
-        )
+        # the vector's ids and counts are checked by Data itself (a ValueError: refused)
+        return _build(Data, what, id=ident, key=key, old_value=old_value, value=value, crc=crc,
+                      vector=vector, data=obj.get("data"), deleted=deleted)
 
     def _flagged(self, cls: type[_Wire], obj: Mapping[str, Any]) -> Message:
         what = cls.FLAG
