@@ -15,25 +15,30 @@ import pytest
 from checks import count, named
 from gossamer.core import Env, Message, node_ids
 from gossamer.protocols.replica import (
+    Data,
+    HubKeeper,
     HubNode,
     KeeperConfig,
     LinkState,
     ReplicaClient,
+    ReplicaCodec,
     ReplicaConfig,
     Retry,
     Snapshot,
 )
-from gossamer.runtimes.sim import LinkModel, Simulation
+from gossamer.runtimes.sim import LinkModel, MemoryStore, Simulation
 from test_replica_sim import (
     FAULTY,
     HUB,
     LAYER,
+    FakeEnv,
     check_all,
     client_of,
     convergence_problems,
     make_scenario,
     missing_deliveries,
     run,
+    write,
 )
 
 
@@ -268,3 +273,95 @@ def test_fifty_clients_everything_at_once() -> None:
 @pytest.mark.slow
 def test_a_thousand_clients_everything_at_once() -> None:
     everything_at_once(1000, 23, writes=40, until=40.0, trace_messages=False)
+
+
+# -- the keeper's store ------------------------------------------------------------------------
+
+
+def keeper_on(store: MemoryStore, log_per_origin: int) -> tuple[HubKeeper, FakeEnv]:
+    env = FakeEnv(HUB, store=store)
+    keeper = HubKeeper(cast(Env, env), lambda msg: None,
+                       config=KeeperConfig(log_per_origin=log_per_origin))
+    keeper.start()
+    return keeper, env
+
+
+def chain(writer: str, seqs: range) -> list[Data]:
+    """``writer``'s consecutive writes of its own object."""
+    return [write(writer, {writer: seq}, f"k-{writer}", None if seq == 1 else f"{writer}-{seq - 1}",
+                  f"{writer}-{seq}") for seq in seqs]
+
+
+def test_the_log_is_stored_in_segments_bounded_and_reloaded() -> None:
+    store = MemoryStore()
+    keeper, env = keeper_on(store, log_per_origin=100)
+    for msg in chain("a", range(1, 301)) + chain("b", range(1, 11)):
+        assert keeper.handle(msg) is msg
+    env.advance(1.0)  # the group commit
+    assert store.get("keeper.log", "a 000000000001") is None  # no row per message
+    segments = sorted(key for key, _ in store.scan("keeper.segments"))
+    # a: seqs 201-300 live in segments 3 (193-256) and 4 (257-300); b: segment 0
+    assert segments == ["a 000000000003", "a 000000000004", "b 000000000000"]
+    assert keeper.logged("a") == (201, 300) and keeper.logged("b") == (1, 10)
+    keeper.stop()
+    again, env = keeper_on(store, log_per_origin=100)
+    assert again.logged("a") == (201, 300) and again.logged("b") == (1, 10)
+    assert again.replica.causal.vector == {"a": 300, "b": 10}
+    assert again.handle(chain("a", range(301, 302))[0]) is not None
+    env.advance(1.0)
+    assert again.logged("a") == (202, 301)
+    again.stop()
+    third, _ = keeper_on(store, log_per_origin=100)
+    assert third.logged("a") == (202, 301)
+
+
+def test_a_crash_loses_only_the_writes_since_the_last_group_commit() -> None:
+    store = MemoryStore()
+    keeper, env = keeper_on(store, log_per_origin=100)
+    for msg in chain("a", range(1, 11)):
+        keeper.handle(msg)
+    env.advance(1.0)
+    for msg in chain("a", range(11, 16)):
+        keeper.handle(msg)
+    store.crash()  # before the next group commit
+    again, _ = keeper_on(store, log_per_origin=100)
+    assert again.logged("a") == (1, 10) and again.replica.causal.vector == {"a": 10}
+
+
+def test_a_log_in_the_earlier_layout_is_read_and_moved_to_segments() -> None:
+    store = MemoryStore()
+    codec = ReplicaCodec()
+    for index, msg in enumerate(chain("a", range(1, 6)), start=1):
+        store.put("keeper.log", f"a {msg.seq:012d}",
+                  b"%d %s" % (index, codec.encode(msg)))
+    store.commit()
+    keeper, _env = keeper_on(store, log_per_origin=100)
+    assert keeper.logged("a") == (1, 5)
+    keeper.stop()
+    assert list(store.scan("keeper.log")) == []
+    assert [key for key, _ in store.scan("keeper.segments")] == ["a 000000000000"]
+    again, _ = keeper_on(store, log_per_origin=100)
+    assert again.logged("a") == (1, 5)
+
+
+def test_the_group_commit_holds_a_bounded_number_of_writes() -> None:
+    from gossamer.protocols.replica.keeper import _GroupCommitStore
+
+    inner = MemoryStore()
+    env = FakeEnv(HUB, store=inner)
+    store = _GroupCommitStore(inner, cast(Env, env), 0.05, max_pending=3)
+    store.put("t", "a", b"1")
+    store.put("t", "b", b"2")
+    store.delete("t", "a")
+    store.commit()  # a timer: nothing reaches the inner store yet
+    assert store.get("t", "b") == b"2" and store.get("t", "a") is None
+    assert list(inner.scan("t")) == []
+    store.put("t", "c", b"3")  # the third pending write: committed at once
+    inner.crash()
+    assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3")]
+    store.put("t", "d", b"4")
+    store.commit()
+    assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3")]
+    env.advance(1.0)  # the group commit's timer
+    inner.crash()
+    assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3"), ("d", b"4")]
