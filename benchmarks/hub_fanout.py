@@ -5,9 +5,10 @@ memory per connected client and the p50/p99 delivery latency at half of peak loa
 
 The two bare servers: ``bare`` does one ``await ws.send_str()`` per frame per recipient (the
 naive loop); ``bare-corked`` coalesces its writes the way the hub does (a frame built once per
-message, a backlog per connection, one ``transport.write`` per connection per loop iteration,
-``drain()`` under backpressure). The stronger of the two in a run is the Python ceiling, and
-the hub's 0.7x target is judged against it.
+message, the loop iteration's frames joined once and handed to every connection, one
+``transport.write`` per connection per loop iteration, ``drain()`` under backpressure). The
+stronger of the two in a run is the Python ceiling, and the hub's 0.7x target is judged
+against it.
 
 Run ``python benchmarks/hub_fanout.py [--quick] [--clients N ...] [--window S] [--rounds R]
 [--relay] [--json OUT]``.
@@ -49,6 +50,7 @@ import base64
 import contextlib
 import gc
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -273,55 +275,91 @@ def server_frame(payload: bytes) -> bytes:
 class _Corked:
     """One ``bare-corked`` connection: the frames not yet written to its transport."""
 
-    __slots__ = ("backlog", "drainer", "flagged", "protocol", "stream", "transport")
+    __slots__ = ("backlog", "drainer", "protocol", "queued", "stream", "transport")
 
     def __init__(self, request: web.Request, stream: Any) -> None:
         self.transport = request.transport
         self.protocol = request.protocol  # ``writing_paused``: the transport's buffer is full
         self.stream = stream  # the response's stream writer: ``drain()``
-        self.backlog: list[bytes] = []
-        self.flagged = False  # on the list of backlogs to write this loop iteration
+        self.backlog: list[bytes] = []  # joined batches of frames
+        self.queued = 0  # frames in the backlog
         self.drainer: asyncio.Task[None] | None = None  # waiting for a paused transport
+
+
+def frames_without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
+    """``frames`` (frame i spans ``offsets[i]:offsets[i + 1]``) without those at ``positions``."""
+    view = memoryview(frames)
+    parts: list[memoryview] = []
+    start = 0
+    for position in positions:
+        if offsets[position] > start:
+            parts.append(view[start:offsets[position]])
+        start = offsets[position + 1]
+    if start < len(frames):
+        parts.append(view[start:])
+    return b"".join(parts)
 
 
 @contextlib.asynccontextmanager
 async def bare_corked_server() -> AsyncIterator[tuple[int, Counter]]:
-    """``bare`` with the hub's write coalescing: each text frame is built once and appended to
-    every other connection's backlog; once per loop iteration (a ``call_soon`` flush) each
-    backlog goes out in one ``transport.write``; a paused transport keeps its backlog until a
-    task has awaited ``drain()``. No decoding, no ordering, no storage; a connection with
-    ``CORKED_BACKLOG`` frames waiting is aborted (its client then fails the run)."""
+    """``bare`` with the hub's write coalescing: each text frame is built once and joins the
+    loop iteration's batch; once per iteration (a ``call_soon`` flush) the batch is joined and
+    handed to every connection (a sender's without its own frames) and each backlog goes out in
+    one ``transport.write``; a paused transport keeps its backlog until a task has awaited
+    ``drain()``. No decoding, no ordering, no storage; a connection with ``CORKED_BACKLOG``
+    frames waiting is aborted (its client then fails the run)."""
     loop = asyncio.get_running_loop()
     peers: list[tuple[_Corked, ...]] = [()]  # rebuilt on (dis)connect
-    flagged: list[_Corked] = []
+    batch: list[bytes] = []
+    senders: list[_Corked] = []
     due = [False]  # a flush is scheduled
 
     def write(peer: _Corked) -> None:
         backlog, transport = peer.backlog, peer.transport
         if transport is None or transport.is_closing():
             backlog.clear()
+            peer.queued = 0
         elif peer.protocol.writing_paused:
             peer.drainer = asyncio.create_task(drain(peer))
         else:
             transport.write(backlog[0] if len(backlog) == 1 else b"".join(backlog))
             backlog.clear()
+            peer.queued = 0
 
     async def drain(peer: _Corked) -> None:
         try:
             await peer.stream.drain()
         except ConnectionError:
             peer.backlog.clear()
+            peer.queued = 0
         peer.drainer = None
         if peer.backlog:
             write(peer)
 
     def flush() -> None:
         due[0] = False
-        batch = flagged[:]
-        flagged.clear()
-        for peer in batch:
-            peer.flagged = False
-            if peer.drainer is None and peer.backlog:
+        count = len(batch)
+        whole = batch[0] if count == 1 else b"".join(batch)
+        own: dict[_Corked, list[int]] = {}
+        for position, sender in enumerate(senders):
+            own.setdefault(sender, []).append(position)
+        offsets = list(itertools.accumulate(map(len, batch), initial=0)) if own else []
+        batch.clear()
+        senders.clear()
+        for peer in peers[0]:
+            mine = own.get(peer)
+            n = count if mine is None else count - len(mine)
+            if n == 0:
+                continue
+            if peer.queued + n > CORKED_BACKLOG:  # a slow consumer
+                peer.backlog.clear()
+                peer.queued = 0
+                if peer.transport is not None:
+                    peer.transport.abort()
+                continue
+            peer.backlog.append(whole if mine is None else frames_without(whole, offsets, mine))
+            peer.queued += n
+            if peer.drainer is None:
                 write(peer)
 
     async def handler(request: web.Request) -> web.WebSocketResponse:
@@ -332,26 +370,15 @@ async def bare_corked_server() -> AsyncIterator[tuple[int, Counter]]:
             async for msg in ws:
                 if msg.type is not WSMsgType.TEXT:
                     continue
-                frame = server_frame(msg.data.encode())
-                for peer in peers[0]:
-                    if peer is me:
-                        continue
-                    backlog = peer.backlog
-                    if len(backlog) >= CORKED_BACKLOG:  # a slow consumer
-                        backlog.clear()
-                        if peer.transport is not None:
-                            peer.transport.abort()
-                        continue
-                    backlog.append(frame)
-                    if not peer.flagged:
-                        peer.flagged = True
-                        flagged.append(peer)
-                if flagged and not due[0]:
+                batch.append(server_frame(msg.data.encode()))
+                senders.append(me)
+                if not due[0]:
                     due[0] = True
                     loop.call_soon(flush)
         finally:
             peers[0] = tuple(p for p in peers[0] if p is not me)
             me.backlog.clear()
+            me.queued = 0
         return ws
 
     app = web.Application()

@@ -437,6 +437,39 @@ def test_frames_queued_in_one_loop_iteration_reach_a_peer_in_one_write_in_order(
     run(scenario)
 
 
+def test_a_batch_from_several_senders_reaches_each_peer_without_its_own_frames_in_order() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"]) as (hub, _, _stack, peers):
+            conns = {name: hub_connection(hub, name) for name in "abc"}
+            counting = {name: CountingTransport(conns[name].transport) for name in "abc"}
+            for name in "abc":
+                conns[name].transport = counting[name]
+            order = ["a", "b", "a", "c", "a", "b"]  # handled in one loop iteration
+            seqs = {name: 0 for name in "abc"}
+            sent: list[tuple[str, str]] = []
+            for name in order:
+                seqs[name] += 1
+                text = CODEC.encode(data(name, seqs[name])).decode()
+                sent.append((name, text))
+                hub._on_text(conns[name], text)
+            # a frame for one connection, handled after them, comes after them
+            nack = CODEC.encode(Nack(id="c", dest="a", start=1, end=1)).decode()
+            hub._on_text(conns["c"], nack)
+            for name in "abc":
+                expected = [text for sender, text in sent if sender != name]
+                if name == "a":
+                    expected.append(nack)
+                for text in expected:
+                    assert await peers[name].recv_text() == text
+                frames = b"".join(text_frame(t.encode()) for t in expected)
+                assert b"".join(counting[name].writes) == frames
+                assert len(counting[name].writes) == 1  # one write per loop iteration
+                assert conns[name].frames_out == 2 + len(expected)
+                assert conns[name].queued == 0
+
+    run(scenario)
+
+
 def test_a_paused_transport_keeps_frames_in_the_backlog_and_sends_them_all_in_order() -> None:
     async def scenario() -> None:
         async with hub_and_peers(["a", "b"], send_queue_limit=1000,
@@ -449,7 +482,7 @@ def test_a_paused_transport_keeps_frames_in_the_backlog_and_sends_them_all_in_or
             conn = hub_connection(hub, "slow")
             body = "x" * 16_000
             seq = 0
-            while not (conn.blocked and len(conn.backlog) >= 5):  # "slow" reads nothing yet
+            while not (conn.blocked and conn.queued >= 5):  # "slow" reads nothing yet
                 seq += 1
                 assert seq < 500, "the transport never paused"
                 await a.send(data("a", seq, body=body))
@@ -459,7 +492,7 @@ def test_a_paused_transport_keeps_frames_in_the_backlog_and_sends_them_all_in_or
                 seq += 1
                 await a.send(data("a", seq, body=body))
                 assert await b.recv() == data("a", seq, body=body)
-            assert conn.blocked and len(conn.backlog) >= 10
+            assert conn.blocked and conn.queued >= 10
             for expected in range(1, seq + 1):  # now "slow" reads: everything, in order
                 assert await slow.recv() == data("a", expected, body=body)
             await a.send(data("a", seq + 1))

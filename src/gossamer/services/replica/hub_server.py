@@ -4,14 +4,17 @@
 (sqlite in ``data_dir``) that answers subscribes and NACKs; this module moves frames. It also
 serves the browser client's static files on the same port. Bad input is dropped, never fatal.
 
-Sending: a frame for a connection is built once (a multicast's frame is shared by every
-recipient) and appended to that connection's bounded backlog; once per event-loop iteration
-the hub writes every backlog to its transport, as few writes of up to ``WRITE_CHUNK`` bytes
-(one ``send()`` for all the frames a connection got in that iteration, instead of one per
-frame and a writer-task wake-up each). When a transport pauses writing (its buffer is over
-the high-water mark: the client reads slower than we send), that connection's writer task
-waits for it to drain and writes the rest; meanwhile the backlog grows, and a connection with
-``send_queue_limit`` frames waiting is disconnected (slow consumer).
+Sending: a multicast costs O(1) when it arrives: its frame joins the iteration's batch. Once
+per event-loop iteration the batch is joined into one buffer and handed to every open
+connection (a sender gets it without its own frames), then every backlog is written to its
+transport, as few writes of up to ``WRITE_CHUNK`` bytes (one ``send()`` for all the frames a
+connection got in that iteration, instead of one per frame and a writer-task wake-up each). A
+frame for one connection (``dest``, the hub's answers) hands the batch out first, so every
+connection gets its frames in the order the hub handled them. When a transport pauses
+writing (its buffer is over the high-water mark: the client reads slower than we send), that
+connection's writer task waits for it to drain and writes the rest; meanwhile the backlog
+grows, and a connection with ``send_queue_limit`` frames waiting is disconnected (slow
+consumer).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from ...core.trace import NullSink, TraceSink, encode_info
 from ...protocols.replica.hub import HubRelay, Route, dest_of
 from ...protocols.replica.keeper import HubKeeper, KeeperConfig
 from ...protocols.replica.wire import HUB_ID, ReplicaCodec
-from ...runtimes.net import LoopEnv, SqliteStore
+from ...runtimes.net import LoopEnv, WriteBehindStore
 
 __all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState"]
 
@@ -50,6 +53,7 @@ DROP_DETAIL_CHARS = 200
 DEFAULT_KEEPER = KeeperConfig()
 STORE_FILE = "hub.sqlite"
 WRITE_CHUNK = 64 * 1024  # bytes of frames joined into one transport write (at least one frame)
+BATCH_LIMIT = 1024  # multicast frames batched before they are handed to the connections
 _TEXT = 0x81  # FIN + opcode 1 (text): the first byte of every frame the hub sends
 _LEN16 = struct.Struct("!BBH").pack
 _LEN64 = struct.Struct("!BBQ").pack
@@ -84,9 +88,9 @@ class _Connection:
     The object itself is the relay's connection key (hashed by identity).
     """
 
-    __slots__ = ("backlog", "blocked", "client", "close_code", "closer", "dropped",
-                 "flagged", "frames_in", "frames_out", "number", "protocol", "reason", "remote",
-                 "state", "stopped", "stream", "transport", "wake", "writer", "ws")
+    __slots__ = ("backlog", "blocked", "client", "close_code", "closer", "counts", "dropped",
+                 "flagged", "frames_in", "frames_out", "number", "protocol", "queued", "reason",
+                 "remote", "state", "stopped", "stream", "transport", "wake", "writer", "ws")
 
     def __init__(self, number: int, ws: web.WebSocketResponse, request: web.Request,
                  stream: AbstractStreamWriter) -> None:
@@ -96,9 +100,12 @@ class _Connection:
         self.transport = request.transport  # frames go here; also to abort a stuck client
         self.protocol = request.protocol  # ``writing_paused``: the transport's buffer is full
         self.stream = stream  # ``drain()``: wait until the transport takes more
-        # encoded frames not yet written to the transport, oldest first (at most the hub's
-        # ``send_queue_limit``: a full backlog disconnects the connection)
+        # encoded frames not yet written to the transport, oldest first, one or several joined
+        # in each entry (``counts``: how many); ``queued`` frames in all, at most the hub's
+        # ``send_queue_limit`` (a full backlog disconnects the connection)
         self.backlog: deque[bytes] = deque()
+        self.counts: deque[int] = deque()
+        self.queued = 0
         self.flagged = False  # on the hub's list of backlogs to write this loop iteration
         self.blocked = False  # the transport paused: the writer task waits for its drain
         self.stopped = False  # the writer task ends (see ``stop_writer``)
@@ -119,9 +126,20 @@ class _Connection:
         Never cancel the writer: it may be waiting in aiohttp's drain, on a future aiohttp
         shares with ``close()``, and cancelling the task would cancel that future too.
         """
-        self.backlog.clear()
+        self.discard_backlog()
         self.stopped = True
         self.wake.set()
+
+    def discard_backlog(self) -> None:
+        self.backlog.clear()
+        self.counts.clear()
+        self.queued = 0
+
+    def add(self, frames: bytes, count: int) -> None:
+        """Queue ``count`` encoded frames, joined in ``frames``."""
+        self.backlog.append(frames)
+        self.counts.append(count)
+        self.queued += count
 
     def write_backlog(self) -> None:
         """Write the backlog to the transport, in writes of up to ``WRITE_CHUNK`` bytes, until
@@ -132,9 +150,10 @@ class _Connection:
         transport = self.transport
         if (self.state is not _ConnState.OPEN or self.ws.closed or transport is None
                 or transport.is_closing()):
-            backlog.clear()
+            self.discard_backlog()
             return
         protocol = self.protocol
+        counts = self.counts
         whole = True  # try everything in one write first (the usual case: small frames)
         while backlog:
             if protocol.writing_paused:
@@ -142,23 +161,25 @@ class _Connection:
                 self.wake.set()
                 return
             if whole:
-                count = len(backlog)
-                data = backlog[0] if count == 1 else b"".join(backlog)
-                if len(data) <= WRITE_CHUNK:
-                    backlog.clear()
-                    self.frames_out += count
+                if len(backlog) == 1 or sum(map(len, backlog)) <= WRITE_CHUNK:
+                    data = backlog[0] if len(backlog) == 1 else b"".join(backlog)
+                    self.frames_out += self.queued
+                    self.discard_backlog()
                     transport.write(data)
                     return
                 whole = False
-            # at least one frame, then more while they fit in WRITE_CHUNK bytes
+            # at least one entry, then more while they fit in WRITE_CHUNK bytes
             data = backlog.popleft()
+            count = counts.popleft()
             parts = [data]
             size = len(data)
             while backlog and size + len(backlog[0]) <= WRITE_CHUNK:
-                frame = backlog.popleft()
-                parts.append(frame)
-                size += len(frame)
-            self.frames_out += len(parts)
+                part = backlog.popleft()
+                count += counts.popleft()
+                parts.append(part)
+                size += len(part)
+            self.frames_out += count
+            self.queued -= count
             transport.write(data if len(parts) == 1 else b"".join(parts))
 
     def __repr__(self) -> str:
@@ -220,13 +241,17 @@ class HubServer:
         self.keeper_config = keeper
         self.keeper: HubKeeper | None = None
         self._keeper_env: LoopEnv | None = None
-        self._store: SqliteStore | None = None
+        self._store: WriteBehindStore | None = None
         self.state = HubState.NEW
         self._codec = ReplicaCodec(max_frame=max_frame)
         self._relay = HubRelay(max_connections=max_connections)
         self._numbers = itertools.count(1)
         self._connections: set[_Connection] = set()
         self._flagged: list[_Connection] = []  # backlogs to write at the end of this iteration
+        # multicast frames of this iteration, not yet handed to the connections, and who sent
+        # each (it does not get its own)
+        self._batch: list[bytes] = []
+        self._batch_senders: list[_Connection] = []
         self._flush_handle: asyncio.Handle | None = None
         self._all_finished = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -304,7 +329,7 @@ class HubServer:
 
     def _start_keeper(self, config: KeeperConfig) -> None:
         path = ":memory:" if self.data_dir is None else self.data_dir / STORE_FILE
-        self._store = SqliteStore(path)
+        self._store = WriteBehindStore(path)
         self._keeper_env = LoopEnv(HUB_ID, send=lambda _dst, msg: self._from_hub(msg),
                                    store=self._store, trace=self.trace, run=self.run)
         self.keeper = HubKeeper(self._keeper_env, self._from_hub, config=config)
@@ -323,7 +348,7 @@ class HubServer:
 
     def _from_hub(self, msg: Message) -> None:
         if self.state is HubState.RUNNING:
-            self._forward(self._relay.from_hub(msg), None, "")
+            self._forward(self._relay.from_hub(msg), None, b"")
 
     async def __aenter__(self) -> HubServer:
         await self.start()
@@ -352,6 +377,7 @@ class HubServer:
                                    heartbeat=self.heartbeat, timeout=self.close_timeout)
         stream = await ws.prepare(request)
         conn = _Connection(next(self._numbers), ws, request, stream)
+        self._spread()  # what was multicast before it connected is not for it
         if self.state is not HubState.RUNNING:
             await self._close(conn, WSCloseCode.GOING_AWAY, "hub shutting down")
             return ws
@@ -402,56 +428,92 @@ class HubServer:
 
     def _on_text(self, conn: _Connection, text: str) -> None:
         conn.frames_in += 1
+        payload = text.encode()  # once: decoded from, and forwarded as it came
         if conn.state is not _ConnState.OPEN:
             return  # already unsubscribed: what it still sends goes nowhere
         before = self._relay.id_of(conn)
         try:
-            msg = self._codec.decode(text)
+            msg = self._codec.decode(payload)
             self._relay.bind(conn, msg)
             forward = msg if self.keeper is None else self.keeper.handle(msg)
             multicast = forward is msg and dest_of(msg) is None
             routes = ([] if forward is None or multicast
                       else self._relay.routes(conn, forward))
         except ProtocolError as exc:
-            self._drop(conn, exc.reason, str(exc), len(text.encode()))
+            self._drop(conn, exc.reason, str(exc), len(payload))
             return
         if before is None:
             conn.client = self._relay.id_of(conn)
             self._trace("join", conn, info={"conn": conn.number, "remote": conn.remote})
         if multicast:
-            self._multicast(conn, text)
+            self._multicast(conn, payload)
         else:
-            self._forward(routes, msg, text)
+            self._forward(routes, msg, payload)
 
-    def _multicast(self, sender: _Connection, text: str) -> None:
-        """The hot path: ``text`` as received, to every other connection (what ``_forward``
-        does for these routes, without a ``Route`` per recipient); one frame for all."""
-        frame = text_frame(text.encode())
+    def _multicast(self, sender: _Connection, payload: bytes) -> None:
+        """The hot path: ``payload`` as received, to every other connection, at the end of this
+        loop iteration (``_spread``); O(1) here, whatever the number of connections."""
+        batch = self._batch
+        batch.append(text_frame(payload))
+        self._batch_senders.append(sender)
+        if len(batch) >= BATCH_LIMIT:
+            self._spread()
+        elif self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _spread(self) -> None:
+        """Hand the batch of multicast frames to every open connection, as one buffer (a
+        sender's without its own frames): one backlog entry per connection per batch."""
+        frames = self._batch
+        if not frames:
+            return
+        senders = self._batch_senders
+        self._batch, self._batch_senders = [], []
+        count = len(frames)
+        whole = frames[0] if count == 1 else b"".join(frames)
+        own: dict[_Connection, list[int]] = {}  # sender -> the positions of its frames
+        for position, sender in enumerate(senders):
+            mine = own.get(sender)
+            if mine is None:
+                own[sender] = [position]
+            else:
+                mine.append(position)
+        offsets: list[int] | None = None
         limit = self.send_queue_limit
         flagged = self._flagged
         slow: list[_Connection] = []
         for conn in cast(KeysView[_Connection], self._relay.connections()):
-            if conn is sender or conn.state is not _ConnState.OPEN:
+            if conn.state is not _ConnState.OPEN:
                 continue
-            backlog = conn.backlog
-            if len(backlog) >= limit:
+            mine = own.get(conn)
+            if mine is None:
+                frames_for, n = whole, count
+            else:
+                n = count - len(mine)
+                if n == 0:
+                    continue
+                if offsets is None:
+                    offsets = list(itertools.accumulate(map(len, frames), initial=0))
+                frames_for = _without(whole, offsets, mine)
+            if conn.queued + n > limit:
                 slow.append(conn)
                 continue
-            backlog.append(frame)
+            conn.add(frames_for, n)
             if not conn.flagged:
                 conn.flagged = True
                 flagged.append(conn)
         if self._flush_handle is None and flagged:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
         for conn in slow:
-            self._forward(self._evict(conn), None, "")
+            self._forward(self._evict(conn), None, b"")
 
     def _enqueue(self, conn: _Connection, frame: bytes) -> bool:
-        """Append ``frame`` to the backlog of the open ``conn``; False when it is full."""
-        backlog = conn.backlog
-        if len(backlog) >= self.send_queue_limit:
+        """Append ``frame`` to the backlog of the open ``conn`` (after the multicasts handled
+        before it); False when the backlog is full."""
+        self._spread()
+        if conn.queued >= self.send_queue_limit:
             return False
-        backlog.append(frame)
+        conn.add(frame, 1)
         if not conn.flagged:
             conn.flagged = True
             self._flagged.append(conn)
@@ -463,6 +525,7 @@ class HubServer:
         """Once per loop iteration in which frames were queued: write every backlog whose
         transport takes more (a blocked one is written by its writer task after the drain)."""
         self._flush_handle = None
+        self._spread()
         flagged, self._flagged = self._flagged, []
         for conn in flagged:
             conn.flagged = False
@@ -471,7 +534,7 @@ class HubServer:
                     conn.write_backlog()
                 except (ConnectionError, RuntimeError) as exc:  # one broken transport only
                     log.info("%r: write failed (%r); aborting", conn, exc)
-                    conn.backlog.clear()
+                    conn.discard_backlog()
                     self._abort(conn)
 
     async def _write_loop(self, conn: _Connection) -> None:
@@ -496,7 +559,7 @@ class HubServer:
             conn.state = _ConnState.CLOSED
             routes = self._relay.disconnect(conn)
             if self.state is HubState.RUNNING:
-                self._forward(routes, None, "")
+                self._forward(routes, None, b"")
         conn.state = _ConnState.CLOSED
         conn.stop_writer()
         if conn.closer is not None:
@@ -519,10 +582,12 @@ class HubServer:
 
     # -- routing -------------------------------------------------------------------------------
 
-    def _forward(self, routes: Iterable[Route], original: Message | None, text: str) -> None:
+    def _forward(self, routes: Iterable[Route], original: Message | None,
+                 received: bytes) -> None:
         """Append each route's frame to its connection's backlog; a full backlog evicts that
         connection (whose ``Left`` routes join the work list). ``original`` is forwarded as
-        ``text``, the frame it was decoded from; anything else the hub says is encoded here."""
+        ``received``, the payload it was decoded from; anything else the hub says is encoded
+        here."""
         pending = deque(routes)
         encoded: dict[int, bytes] = {}
         while pending:
@@ -533,7 +598,7 @@ class HubServer:
                 continue
             frame = encoded.get(id(route.msg))
             if frame is None:
-                payload = (text.encode() if route.msg is original
+                payload = (received if route.msg is original
                            else self._codec.encode(route.msg))
                 frame = encoded[id(route.msg)] = text_frame(payload)
             if not self._enqueue(conn, frame):
@@ -594,6 +659,21 @@ class HubServer:
             return
         sink.append((self.run, time.monotonic() - self._t0, HUB_ID, LAYER, event, None, None,
                      conn.client, None, None, size, encode_info(info)))
+
+
+def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
+    """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
+    ``positions`` (ascending)."""
+    view = memoryview(frames)
+    parts: list[memoryview] = []
+    start = 0
+    for position in positions:
+        if offsets[position] > start:
+            parts.append(view[start:offsets[position]])
+        start = offsets[position + 1]
+    if start < len(frames):
+        parts.append(view[start:])
+    return b"".join(parts)
 
 
 def _reason_bytes(reason: str) -> bytes:
