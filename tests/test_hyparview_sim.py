@@ -65,6 +65,8 @@ class FakeEnv:
     def cancel(self, handle: object) -> None:
         handle[3] = False  # type: ignore[index]
 
+    tracing = True  # rows are recorded
+
     def trace(self, event: str, *, layer: str, **fields: Any) -> None:
         self.rows.append({"event": event, "layer": layer, **fields})
 

@@ -507,6 +507,8 @@ class FakeEnv:
     def cancel(self, handle: object) -> None:
         cast(list[Any], handle)[2] = None
 
+    tracing = True  # rows are recorded
+
     def trace(self, event: str, *, layer: str, **fields: Any) -> None:
         self.rows.append((event, fields))
 

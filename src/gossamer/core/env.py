@@ -136,6 +136,11 @@ class Env(Protocol):
     @property
     def store(self) -> Store: ...
 
+    @property
+    def tracing(self) -> bool:
+        """False while trace rows are discarded: a hot path may skip building them."""
+        ...
+
 
 class Process(Protocol):
     """A protocol instance as a runtime sees it: started once, then fed messages.

@@ -450,8 +450,9 @@ class CausalDelivery:
         self._vector[origin] = seq
         self._store.put(_VECTOR, origin, str(seq).encode())
         self._dirty = True
-        self.env.trace("deliver", layer=LAYER, msg=msg_id(origin, seq), origin=origin,
-                       key=msg.key, seq=seq, vector=msg.vector)
+        if self.env.tracing:
+            self.env.trace("deliver", layer=LAYER, msg=msg_id(origin, seq), origin=origin,
+                           key=msg.key, seq=seq, vector=msg.vector)
         if self.on_deliver is not None:
             self.on_deliver(msg)
         if self.announce_deliveries and (self._announce_timer is None

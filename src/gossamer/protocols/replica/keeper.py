@@ -192,6 +192,10 @@ class _KeeperEnv:
     def store(self) -> Store:
         return self._store
 
+    @property
+    def tracing(self) -> bool:
+        return self._env.tracing
+
 
 class HubKeeper:
     """Observes what the hub relays; answers subscribes and NACKs it can serve."""

@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -149,9 +149,9 @@ class Verdict(enum.Enum):
     LOSES = "loses"  # ranks above the fork sibling, or descends from a loser
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Write:
-    """One applied write in an object's history."""
+class _Write(NamedTuple):
+    """One applied write in an object's history (a tuple: made for every delivered write, and
+    a tuple is made several times faster than a frozen dataclass)."""
 
     revision: str
     old: str | None
@@ -538,9 +538,10 @@ class ReplicaClient:
     def _trace_applied(self, key: str, write: _Write) -> None:
         """``apply``: ``write`` is now the object's current revision here (the pipeline's
         convergence check reads these, minus the later ``revert`` rows)."""
-        self.env.trace("apply", layer=LAYER, msg=msg_id(write.writer, write.seq),
-                       origin=write.writer, key=key, seq=write.seq, rev=write.revision,
-                       old=write.old)
+        if self.env.tracing:
+            self.env.trace("apply", layer=LAYER, msg=msg_id(write.writer, write.seq),
+                           origin=write.writer, key=key, seq=write.seq, rev=write.revision,
+                           old=write.old)
 
     def _changed(self, key: str) -> None:
         if self.on_change is not None:

@@ -186,6 +186,10 @@ class NetEnv:
     def store(self) -> Store:
         return self._node.store
 
+    @property
+    def tracing(self) -> bool:
+        return self._node.tracing
+
 
 class _Outgoing:
     __slots__ = ("frame", "msg")

@@ -129,6 +129,10 @@ class LoopEnv:
     def store(self) -> Store:
         return self._store
 
+    @property
+    def tracing(self) -> bool:
+        return self._sink.enabled
+
     def close(self) -> None:
         """Cancel every timer; sends and new timers are ignored from now on."""
         self.closed = True

@@ -93,6 +93,10 @@ class SimEnv:
     def store(self) -> Store:
         return self._slot.get_store()
 
+    @property
+    def tracing(self) -> bool:
+        return self._sim.tracing
+
     def trace(
         self,
         event: str,

@@ -245,6 +245,10 @@ class _FlushingEnv:
     def store(self) -> Store:
         return self._env.store
 
+    @property
+    def tracing(self) -> bool:
+        return self._env.tracing
+
 
 class ActivityNode:
     """One activity server as a simulator process. ``remote`` (a node id) is where it joins."""
