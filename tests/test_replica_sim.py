@@ -39,6 +39,7 @@ from gossamer.protocols.replica import (
     crc_of,
 )
 from gossamer.protocols.replica.hubnode import DEFAULT_KEEPER
+from gossamer.protocols.replica.objects import HISTORY_CHUNK
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
 
 HUB = "hub"
@@ -766,17 +767,22 @@ def test_history_is_stored_in_chunks_bounded_and_reloads_identically() -> None:
     revisions = [client.set("k", {"n": number}) for number in range(100)]
     store.commit()
     chunks = stored_history(store, "k")
-    assert sorted(chunks) == [1, 2, 3]  # chunk 0 (positions 0-31) left the history (60-99)
-    assert chunks[3] == {p: revisions[p] for p in range(96, 100)}
-    assert chunks[2] == {p: revisions[p] for p in range(64, 96)}
-    assert set(range(60, 64)) <= set(chunks[1])  # with the lines of 32-59, left behind
+    size = HISTORY_CHUNK
+    # the history is positions 60-99: the chunks before 60's are gone
+    assert sorted(chunks) == sorted({p // size for p in range(60, 100)})
+    for chunk in sorted(chunks)[1:]:
+        assert chunks[chunk] == {p: revisions[p]
+                                 for p in range(chunk * size, min(100, (chunk + 1) * size))}
+    first = 60 // size  # 60's chunk also keeps the lines before 60 that left the history
+    assert {p: revisions[p] for p in range(60, (first + 1) * size)}.items() <= \
+        chunks[first].items()
     again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)),
                           config=ReplicaConfig(history_limit=40))
     assert again.history("k") == client.history("k") and len(again.history("k")) == 40
     start_online(again)
     latest = again.set("k", {"n": 100})
     store.commit()
-    assert stored_history(store, "k")[3][100] == latest
+    assert stored_history(store, "k")[100 // size][100] == latest
 
 
 def test_a_cut_removes_the_reverted_lines_from_their_chunks() -> None:
@@ -816,8 +822,9 @@ def test_a_cut_across_chunks_keeps_only_the_positions_before_it() -> None:
     client.on_message(HUB, write("n0", {"n0": 1, "n1": 21}, "k", "n1-21", "n0-1"))
     store.commit()
     chunks = stored_history(store, "k")
-    assert sorted(chunks) == [0]
-    assert sorted(chunks[0]) == list(range(22)) and chunks[0][21] == "n0-1"
+    assert sorted(chunks) == sorted({p // HISTORY_CHUNK for p in range(22)})
+    lines = {p: rev for chunk in chunks.values() for p, rev in chunk.items()}
+    assert sorted(lines) == list(range(22)) and lines[21] == "n0-1"
     again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)))
     assert again.history("k") == client.history("k") and again.revision("k") == "n0-1"
 

@@ -60,7 +60,7 @@ __all__ = ["HubKeeper", "KeeperConfig"]
 
 _LOG = "keeper.log"  # earlier layout, read and moved to segments: "origin seq" -> "index json"
 _SEGMENTS = "keeper.segments"  # "origin segment" -> entries "seq index length json", concatenated
-SEGMENT = 64  # log entries of one origin per stored row
+SEGMENT = 16  # log entries of one origin per stored row
 MAX_PENDING_WRITES = 65_536  # writes held for the group commit; more commit at once
 _FRAME_OVERHEAD = 256  # bytes of a retry or snapshot frame besides its parts
 

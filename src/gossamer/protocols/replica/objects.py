@@ -72,7 +72,7 @@ _RESOLVED, _REBASE = "replica.resolved", "replica.rebase"
 # and the writes of one interval between commits cost one row per chunk, not one per write
 _HISTORY_CHUNKS = "replica.histories"
 _HISTORY = "replica.history"  # the earlier layout, a row per write: read, then moved to chunks
-HISTORY_CHUNK = 32
+HISTORY_CHUNK = 16
 
 
 def _chunk_key(key: str, chunk: int) -> str:
