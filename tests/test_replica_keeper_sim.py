@@ -368,3 +368,23 @@ def test_the_group_commit_holds_a_bounded_number_of_writes() -> None:
     env.advance(1.0)  # the group commit's timer
     inner.crash()
     assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3"), ("d", b"4")]
+
+
+def test_a_message_delivered_at_once_is_logged_as_it_came_and_reloads_the_same() -> None:
+    store = MemoryStore()
+    keeper, env = keeper_on(store, log_per_origin=100)
+    codec = ReplicaCodec()
+    first, second = chain("a", range(1, 3))
+    spaced = b"  " + codec.encode(first).replace(b",", b", ") + b"\n"  # the same JSON
+    assert codec.decode(spaced) == first
+    other = codec.encode(second)
+    # "second" arrives first: held back, it is logged (encoded again) when "first" comes
+    keeper.handle(codec.decode(other), b'{"not": "what it came as"}')
+    keeper.handle(codec.decode(spaced), spaced)
+    env.advance(1.0)
+    keeper.stop()
+    (_, raw), = store.scan("keeper.segments")
+    assert spaced in raw and b"not" not in raw and other in raw
+    again, _ = keeper_on(store, log_per_origin=100)
+    assert again.logged("a") == (1, 2)
+    assert again._log["a"][1][1] == first and again._log["a"][2][1] == second

@@ -215,6 +215,7 @@ class HubKeeper:
         # origin -> (segment, its (seq, entry) pairs): the segment its next message joins
         self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
         self._dirty: set[str] = set()  # origins whose open segment changed since the flush
+        self._received: tuple[Data, bytes | None] | None = None  # the message being handled
         self.store.before_flush = self._write_open_segments
         self._load_log()
         self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
@@ -292,7 +293,11 @@ class HubKeeper:
     def _delivered(self, data: Data) -> None:
         origin, seq = data.id, data.seq
         self._index += 1
-        body = orjson.dumps(self._codec.to_dict(data))  # encoded once: its size and its entry
+        received = self._received
+        if received is not None and received[0] is data and received[1] is not None:
+            body = received[1]  # as it came: decoded from it, so it decodes to ``data`` again
+        else:
+            body = orjson.dumps(self._codec.to_dict(data))  # its size and its entry
         self._remember(origin, seq, self._index, data, len(body))
         segment = (seq - 1) // SEGMENT
         opened = self._open.get(origin)
@@ -341,14 +346,20 @@ class HubKeeper:
 
     # -- what the hub relays ----------------------------------------------------------------------
 
-    def handle(self, msg: Message) -> Message | None:
+    def handle(self, msg: Message, payload: bytes | None = None) -> Message | None:
         """Observe ``msg`` from a client (its id already checked by the relay); returns what the
         hub should forward (``msg``, a rewritten message, or None when answered here). A data
-        message with a wrong checksum raises ``InvalidMessage``: the hub refuses it."""
+        message with a wrong checksum raises ``InvalidMessage``: the hub refuses it.
+        ``payload``: the JSON ``msg`` was decoded from, logged as it is if ``msg`` is delivered
+        at once (instead of encoding it again)."""
         replica = self.replica
         if isinstance(msg, Data):
             self._check_crc(msg)
-            replica.on_message(msg.id, msg)
+            self._received = (msg, payload)
+            try:
+                replica.on_message(msg.id, msg)
+            finally:
+                self._received = None
             return msg
         if isinstance(msg, Retry):
             for part in msg.retry:

@@ -254,8 +254,9 @@ class ReplicaClient:
         self._rebase_timer_at = 0.0
         self._awaiting_catch_up = False  # due rebases wait for the missing messages
         self._outbox: list[Conflict] = []  # sent once the deliveries are committed
-        # key -> (its last chunk, the lines of its writes there): what the next push rewrites
-        self._open_chunks: dict[str, tuple[int, list[bytes]]] = {}
+        # key -> (its last chunk, the chunk's row key, the lines of its writes there): what the
+        # next push rewrites
+        self._open_chunks: dict[str, tuple[int, str, list[bytes]]] = {}
         self._load_histories()
         for key, raw in self._store.scan(_RESOLVED):
             value = int(raw) if raw != b"-" else None
@@ -506,11 +507,11 @@ class ReplicaClient:
         opened = self._open_chunks.get(key)
         if opened is None or opened[0] != chunk:
             # a new chunk, or the first push since a load or a cut: its earlier lines
-            opened = self._open_chunks[key] = (chunk, self._chunk_lines(key, history, chunk,
-                                                                         position))
-        lines = opened[1]
+            opened = self._open_chunks[key] = (
+                chunk, _chunk_key(key, chunk), self._chunk_lines(key, history, chunk, position))
+        _, row_key, lines = opened
         lines.append(_history_line(position, write))
-        self._store.put(_HISTORY_CHUNKS, _chunk_key(key, chunk), b"\n".join(lines))
+        self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
         excess = len(history) - self.config.history_limit
         if excess > 0:
             for gone in range(first, first + excess):

@@ -41,10 +41,11 @@ MAX_RETRY_BATCH = 1024  # data messages in one retry
 def crc_of(key: str, value: str, data: Any = None) -> int:
     """CRC32 (unsigned) of ``key|value`` as in the seed; with a ``data`` payload (our extension)
     the canonical JSON of the payload is covered too: ``key|value|<json>``."""
-    text = f"{key}|{value}"
-    if data is not None:
-        text += "|" + orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
-    return zlib.crc32(text.encode()) & 0xFFFFFFFF
+    if data is None:
+        return zlib.crc32(f"{key}|{value}".encode()) & 0xFFFFFFFF
+    # crc32(a + b) == crc32(b, crc32(a)): the JSON is not decoded and joined to the text
+    return zlib.crc32(orjson.dumps(data, option=orjson.OPT_SORT_KEYS),
+                      zlib.crc32(f"{key}|{value}|".encode())) & 0xFFFFFFFF
 
 
 def _check_id(value: str, what: str) -> None:

@@ -435,7 +435,7 @@ class HubServer:
         try:
             msg = self._codec.decode(payload)
             self._relay.bind(conn, msg)
-            forward = msg if self.keeper is None else self.keeper.handle(msg)
+            forward = msg if self.keeper is None else self.keeper.handle(msg, payload)
             multicast = forward is msg and dest_of(msg) is None
             routes = ([] if forward is None or multicast
                       else self._relay.routes(conn, forward))
