@@ -164,6 +164,7 @@ class _KeeperEnv:
         self._env = env
         self._route = route
         self._store = store
+        self.tracing = env.tracing  # a sink keeps rows or not for its whole life
 
     @property
     def node(self) -> NodeId:
@@ -192,9 +193,6 @@ class _KeeperEnv:
     def store(self) -> Store:
         return self._store
 
-    @property
-    def tracing(self) -> bool:
-        return self._env.tracing
 
 
 class HubKeeper:

@@ -72,6 +72,7 @@ class LoopEnv:
         self._loop = loop if loop is not None else asyncio.get_running_loop()
         self._epoch = self._loop.time()
         self._sink = trace if trace is not None else NullSink()
+        self.tracing = self._sink.enabled  # a sink keeps rows or not for its whole life
         self._run = run
         self._rng = random.Random(f"{seed}/{node}") if seed is not None else random.Random()
         self._on_failure = on_failure
@@ -121,7 +122,7 @@ class LoopEnv:
         size: int | None = None,
         **info: Any,
     ) -> None:
-        if self._sink.enabled:
+        if self.tracing:
             self._sink.append((self._run, self.now(), self._node, layer, event, msg, origin,
                                peer, key, seq, size, encode_info(info)))
 
@@ -129,9 +130,6 @@ class LoopEnv:
     def store(self) -> Store:
         return self._store
 
-    @property
-    def tracing(self) -> bool:
-        return self._sink.enabled
 
     def close(self) -> None:
         """Cancel every timer; sends and new timers are ignored from now on."""
