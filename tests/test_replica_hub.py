@@ -277,6 +277,28 @@ def test_a_binary_frame_is_dropped() -> None:
     run(scenario)
 
 
+def test_a_text_frame_that_is_not_utf8_closes_only_that_connection_with_1007() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b", "c"]) as (_, sink, _, peers):
+            a, b, c = peers["a"], peers["b"], peers["c"]
+            await a.send(data("a", 1))
+            for peer in (b, c):
+                assert await peer.recv() == data("a", 1)
+            invalid = b'{"id": "a", "key": "k\xff"}'
+            await a.ws.send(invalid, text=True)  # a text frame, not UTF-8
+            code, _ = await a.closed_with()
+            assert code == 1007
+            for peer in (b, c):
+                assert await peer.recv() == Left(id=HUB_ID, left="a")
+            await b.send(data("b", 1))
+            assert await c.recv() == data("b", 1)
+            drop = await sink.wait_for(lambda r: r.event == "drop")
+            assert orjson.loads(drop.info or "{}")["reason"] == "invalid_text"
+            assert drop.size == len(invalid)
+
+    run(scenario)
+
+
 def test_an_oversized_frame_closes_only_that_connection_with_1009(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -424,7 +446,7 @@ def test_frames_queued_in_one_loop_iteration_reach_a_peer_in_one_write_in_order(
             receiver.transport = counting
             texts = [CODEC.encode(data("a", seq)).decode() for seq in range(1, 11)]
             for text in texts:  # as the read loop handles frames that arrived together
-                hub._on_text(sender, text)
+                hub._on_text(sender, text.encode())
             for text in texts:
                 assert await peers["b"].recv_text() == text
                 assert await peers["c"].recv_text() == text
@@ -451,10 +473,10 @@ def test_a_batch_from_several_senders_reaches_each_peer_without_its_own_frames_i
                 seqs[name] += 1
                 text = CODEC.encode(data(name, seqs[name])).decode()
                 sent.append((name, text))
-                hub._on_text(conns[name], text)
+                hub._on_text(conns[name], text.encode())
             # a frame for one connection, handled after them, comes after them
             nack = CODEC.encode(Nack(id="c", dest="a", start=1, end=1)).decode()
-            hub._on_text(conns["c"], nack)
+            hub._on_text(conns["c"], nack.encode())
             for name in "abc":
                 expected = [text for sender, text in sent if sender != name]
                 if name == "a":

@@ -34,7 +34,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_websocket import WebSocketError
 
-from ...core.errors import ConfigError, ProtocolError, StateError
+from ...core.errors import ConfigError, DecodeError, ProtocolError, StateError
 from ...core.messages import Message
 from ...core.trace import NullSink, TraceSink, encode_info
 from ...protocols.replica.hub import HubRelay, Route, dest_of
@@ -374,7 +374,8 @@ class HubServer:
 
     async def _serve_websocket(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(max_msg_size=self.max_frame, compress=False,
-                                   heartbeat=self.heartbeat, timeout=self.close_timeout)
+                                   heartbeat=self.heartbeat, timeout=self.close_timeout,
+                                   decode_text=False)
         stream = await ws.prepare(request)
         conn = _Connection(next(self._numbers), ws, request, stream)
         self._spread()  # what was multicast before it connected is not for it
@@ -426,9 +427,10 @@ class HubServer:
             conn.reason = f"connection error: {exc!r}"[:DROP_DETAIL_CHARS]
             log.info("%r failed: %r", conn, exc)
 
-    def _on_text(self, conn: _Connection, text: str) -> None:
+    def _on_text(self, conn: _Connection, payload: bytes) -> None:
+        """A text frame's payload (aiohttp hands it over undecoded: the JSON decoder checks
+        the UTF-8, and the payload is forwarded as it came)."""
         conn.frames_in += 1
-        payload = text.encode()  # once: decoded from, and forwarded as it came
         if conn.state is not _ConnState.OPEN:
             return  # already unsubscribed: what it still sends goes nowhere
         before = self._relay.id_of(conn)
@@ -440,6 +442,13 @@ class HubServer:
             routes = ([] if forward is None or multicast
                       else self._relay.routes(conn, forward))
         except ProtocolError as exc:
+            if isinstance(exc, DecodeError) and not _is_utf8(payload):
+                # RFC 6455 8.1: a text frame that is not UTF-8 fails the connection
+                self._drop(conn, "invalid_text", "a text frame that is not UTF-8",
+                           len(payload))
+                self._forward(self._unsubscribe(conn, WSCloseCode.INVALID_TEXT,
+                                                "invalid UTF-8 in a text frame"), None, b"")
+                return
             self._drop(conn, exc.reason, str(exc), len(payload))
             return
         if before is None:
@@ -659,6 +668,14 @@ class HubServer:
             return
         sink.append((self.run, time.monotonic() - self._t0, HUB_ID, LAYER, event, None, None,
                      conn.client, None, None, size, encode_info(info)))
+
+
+def _is_utf8(payload: bytes) -> bool:
+    try:
+        payload.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
