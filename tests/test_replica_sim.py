@@ -839,3 +839,23 @@ def test_histories_in_the_earlier_layout_are_read_and_moved_to_chunks() -> None:
     assert client.revision("k") == "r1" and client.get("k") == {"n": 1}
     assert list(store.scan("replica.history")) == []
     assert stored_history(store, "k") == {0: {5: "r0", 6: "r1"}}
+
+
+def test_an_observer_writes_its_history_chunks_when_asked_a_writer_at_once() -> None:
+    store = MemoryStore()
+    observer = ReplicaClient(cast(Env, FakeEnv(HUB, store=store)), observer=True)
+    observer.start()
+    previous = None
+    for seq in range(1, 2 * HISTORY_CHUNK + 3):  # three chunks, the first two full
+        rev = f"n1-{seq}"
+        observer.on_message("n1", write("n1", {"n1": seq}, "k", previous, rev))
+        previous = rev
+    written = stored_history(store, "k")
+    assert sorted(written) == [0, 1]  # the full chunks, written as the next one opened
+    observer.write_history()
+    chunks = stored_history(store, "k")
+    assert sorted(chunks) == [0, 1, 2]
+    assert {p: rev for c in chunks.values() for p, rev in c.items()} == {
+        p: f"n1-{p + 1}" for p in range(2 * HISTORY_CHUNK + 2)}
+    again = ReplicaClient(cast(Env, FakeEnv(HUB, store=store)), observer=True)
+    assert again.history("k") == observer.history("k")

@@ -214,7 +214,7 @@ class HubKeeper:
         self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
         self._dirty: set[str] = set()  # origins whose open segment changed since the flush
         self._received: tuple[Data, bytes | None] | None = None  # the message being handled
-        self.store.before_flush = self._write_open_segments
+        self.store.before_flush = self._before_flush
         self._load_log()
         self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
                                      config=self.config.replica, observer=True,
@@ -325,6 +325,10 @@ class HubKeeper:
             self.store.put(_SEGMENTS, _segment_key(origin, segment), b"".join(kept))
         else:
             self.store.delete(_SEGMENTS, _segment_key(origin, segment))
+
+    def _before_flush(self) -> None:
+        self._write_open_segments()
+        self.replica.write_history()
 
     def _write_open_segments(self) -> None:
         for origin in self._dirty:

@@ -257,6 +257,8 @@ class ReplicaClient:
         # key -> (its last chunk, the chunk's row key, the lines of its writes there): what the
         # next push rewrites
         self._open_chunks: dict[str, tuple[int, str, list[bytes]]] = {}
+        # keys whose open chunk an observer has not written yet (``write_history``)
+        self._unwritten: set[str] = set()
         self._load_histories()
         for key, raw in self._store.scan(_RESOLVED):
             value = int(raw) if raw != b"-" else None
@@ -506,12 +508,17 @@ class ReplicaClient:
         chunk = position // HISTORY_CHUNK
         opened = self._open_chunks.get(key)
         if opened is None or opened[0] != chunk:
+            if opened is not None and key in self._unwritten:
+                self._store.put(_HISTORY_CHUNKS, opened[1], b"\n".join(opened[2]))  # full
             # a new chunk, or the first push since a load or a cut: its earlier lines
             opened = self._open_chunks[key] = (
                 chunk, _chunk_key(key, chunk), self._chunk_lines(key, history, chunk, position))
         _, row_key, lines = opened
         lines.append(_history_line(position, write))
-        self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
+        if self.observer:  # it commits in groups: the chunk is written when the group is
+            self._unwritten.add(key)
+        else:
+            self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
         excess = len(history) - self.config.history_limit
         if excess > 0:
             for gone in range(first, first + excess):
@@ -520,6 +527,14 @@ class ReplicaClient:
                     self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, gone // HISTORY_CHUNK))
             del history[:excess]
             self._first[key] = first + excess
+
+    def write_history(self) -> None:
+        """An observer's pushes since the last call, to the store (before its group commit;
+        a writer's are written as they happen)."""
+        for key in self._unwritten:
+            _, row_key, lines = self._open_chunks[key]
+            self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
+        self._unwritten.clear()
 
     def _cut(self, key: str, history: list[_Write], fork: int) -> list[_Write]:
         """Remove (and return) ``history[fork:]``, from the store too."""
@@ -532,6 +547,7 @@ class ReplicaClient:
                 else:  # the chunk the cut starts in keeps its positions before ``start``
                     self._write_chunk(key, history, chunk, start)
         self._open_chunks.pop(key, None)
+        self._unwritten.discard(key)  # its rows were just written or deleted
         cut = history[fork:]
         del history[fork:]
         return cut
@@ -741,6 +757,7 @@ class ReplicaClient:
         self._objects = {}
         self._first = {}
         self._open_chunks = {}
+        self._unwritten = set()
         for key, path in objects.items():
             writes = [_Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path]
             history = self._objects[key] = []
