@@ -296,16 +296,21 @@ class HubKeeper:
             body = received[1]  # as it came: decoded from it, so it decodes to ``data`` again
         else:
             body = orjson.dumps(self._codec.to_dict(data))  # its size and its entry
-        self._remember(origin, seq, self._index, data, len(body))
+        log = self._log.get(origin)
+        if log is None:
+            log = self._log[origin] = {}
+            self._first[origin] = seq
+        log[seq] = (self._index, data, len(body))  # delivered in order: seq is the newest
         segment = (seq - 1) // SEGMENT
         opened = self._open.get(origin)
         if opened is None or opened[0] != segment:
             if opened is not None and origin in self._dirty:
                 self._write_segment(origin, *opened)  # it is full: written as it is
             opened = self._open[origin] = (segment, [])
-        opened[1].append((seq, _entry(seq, self._index, body)))
+        opened[1].append((seq, b"%d %d %d %s" % (seq, self._index, len(body), body)))
         self._dirty.add(origin)
-        self._trim(origin)
+        if len(log) > self.config.log_per_origin:
+            self._trim(origin)
 
     def _trim(self, origin: str) -> None:
         """Forget the oldest messages of ``origin`` beyond ``log_per_origin``, and the rows of
@@ -480,7 +485,8 @@ def _segment_key(origin: str, segment: int) -> str:
 
 
 def _entry(seq: int, index: int, body: bytes) -> bytes:
-    """One logged message in a segment row: ``seq index length body``."""
+    """One logged message in a segment row: ``seq index length body`` (``_delivered`` writes
+    the same inline)."""
     return b"%d %d %d %s" % (seq, index, len(body), body)
 
 

@@ -56,10 +56,13 @@ def _check_id(value: str, what: str) -> None:
 
 
 def _check_vector(vector: Mapping[str, int]) -> None:
-    for node, count in vector.items():
-        _check_id(node, "vector key")
-        if type(count) is not int or count < 0:
-            raise ValueError(f"vector entry {node!r} must be an int >= 0, got {count!r}")
+    try:
+        for node, count in vector.items():
+            check_node_id(node)
+            if count.__class__ is not int or count < 0:
+                raise ValueError(f"vector entry {node!r} must be an int >= 0, got {count!r}")
+    except ConfigError as exc:
+        raise ValueError(f"vector key: {exc}") from None
 
 
 class _Wire(Message):
