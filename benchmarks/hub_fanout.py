@@ -72,6 +72,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gossamer.protocols.replica.wire import Data, ReplicaCodec, Subscribe, crc_of
+from gossamer.services.replica.hub_server import frames_without
 
 __all__ = ["main", "render", "run"]
 
@@ -284,20 +285,6 @@ class _Corked:
         self.backlog: list[bytes] = []  # joined batches of frames
         self.queued = 0  # frames in the backlog
         self.drainer: asyncio.Task[None] | None = None  # waiting for a paused transport
-
-
-def frames_without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
-    """``frames`` (frame i spans ``offsets[i]:offsets[i + 1]``) without those at ``positions``."""
-    view = memoryview(frames)
-    parts: list[memoryview] = []
-    start = 0
-    for position in positions:
-        if offsets[position] > start:
-            parts.append(view[start:offsets[position]])
-        start = offsets[position + 1]
-    if start < len(frames):
-        parts.append(view[start:])
-    return b"".join(parts)
 
 
 @contextlib.asynccontextmanager

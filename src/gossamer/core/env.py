@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -26,6 +26,7 @@ __all__ = [
     "TimerHandle",
     "get_json",
     "put_json",
+    "scan_with_pending",
 ]
 
 
@@ -71,6 +72,23 @@ class Store(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing to release
         """Release resources; the default store has none."""
+
+
+def scan_with_pending(
+    rows: Iterable[tuple[str, bytes]], table: str,
+    *pending: Mapping[tuple[str, str], bytes | None],
+) -> Iterator[tuple[str, bytes]]:
+    """``rows`` of ``table`` with writes not yet in them on top (``(table, key) -> value``,
+    None: deleted; oldest first), sorted by key: ``scan`` for a store that holds writes."""
+    merged = dict(rows)
+    for changes in pending:
+        for (tbl, key), value in changes.items():
+            if tbl == table:
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+    return iter(sorted(merged.items()))
 
 
 def get_json(store: Store, table: str, key: str) -> Any:

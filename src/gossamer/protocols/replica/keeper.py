@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from ...core.env import Env, Store, TimerHandle
+from ...core.env import Env, Store, TimerHandle, scan_with_pending
 from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
@@ -124,14 +124,7 @@ class _GroupCommitStore(Store):
             self.flush()
 
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
-        rows = dict(self.inner.scan(table))
-        for (tbl, key), value in self._pending.items():
-            if tbl == table:
-                if value is None:
-                    rows.pop(key, None)
-                else:
-                    rows[key] = value
-        return iter(sorted(rows.items()))
+        return scan_with_pending(self.inner.scan(table), table, self._pending)
 
     def apply(self, changes: Mapping[tuple[str, str], bytes | None]) -> None:
         for (table, key), value in changes.items():

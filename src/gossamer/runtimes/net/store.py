@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from ...core.env import Store
+from ...core.env import Store, scan_with_pending
 from ...core.errors import ConfigError, StateError
 
 __all__ = ["SqliteStore"]
@@ -195,15 +195,8 @@ class WriteBehindStore(Store):
 
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
         with self._lock:
-            rows = dict(self.inner.scan(table))
-        for changes in (self._writing, self._pending):
-            for (tbl, key), value in changes.items():
-                if tbl == table:
-                    if value is None:
-                        rows.pop(key, None)
-                    else:
-                        rows[key] = value
-        return iter(sorted(rows.items()))
+            rows = list(self.inner.scan(table))
+        return scan_with_pending(rows, table, self._writing, self._pending)
 
     def commit(self) -> None:
         """Hand every write so far to the writer thread (after the group before it)."""

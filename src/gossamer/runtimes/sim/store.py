@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ...core.env import Store
+from ...core.env import Store, scan_with_pending
 
 __all__ = ["MemoryStore"]
 
@@ -38,15 +38,7 @@ class MemoryStore(Store):
         self._pending[(table, key)] = _DELETED
 
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
-        merged = dict(self._committed.get(table, {}))
-        for (tbl, key), value in self._pending.items():
-            if tbl != table:
-                continue
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        return iter(sorted(merged.items()))
+        return scan_with_pending(self._committed.get(table, {}).items(), table, self._pending)
 
     def commit(self) -> None:
         for (table, key), value in self._pending.items():

@@ -42,7 +42,7 @@ from ...protocols.replica.keeper import HubKeeper, KeeperConfig
 from ...protocols.replica.wire import HUB_ID, ReplicaCodec
 from ...runtimes.net import LoopEnv, WriteBehindStore
 
-__all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState"]
+__all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState", "frames_without", "text_frame"]
 
 log = logging.getLogger("gossamer.hub")
 
@@ -503,7 +503,7 @@ class HubServer:
                     continue
                 if offsets is None:
                     offsets = list(itertools.accumulate(map(len, frames), initial=0))
-                frames_for = _without(whole, offsets, mine)
+                frames_for = frames_without(whole, offsets, mine)
             if conn.queued + n > limit:
                 slow.append(conn)
                 continue
@@ -678,7 +678,7 @@ def _is_utf8(payload: bytes) -> bool:
     return True
 
 
-def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
+def frames_without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
     """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
     ``positions`` (ascending)."""
     view = memoryview(frames)
