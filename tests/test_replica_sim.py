@@ -841,7 +841,7 @@ def test_histories_in_the_earlier_layout_are_read_and_moved_to_chunks() -> None:
     assert stored_history(store, "k") == {0: {5: "r0", 6: "r1"}}
 
 
-def test_an_observer_writes_its_history_chunks_when_asked_a_writer_at_once() -> None:
+def test_an_observer_writes_its_history_and_vector_when_asked() -> None:
     store = MemoryStore()
     observer = ReplicaClient(cast(Env, FakeEnv(HUB, store=store)), observer=True)
     observer.start()
@@ -852,7 +852,9 @@ def test_an_observer_writes_its_history_chunks_when_asked_a_writer_at_once() -> 
         previous = rev
     written = stored_history(store, "k")
     assert sorted(written) == [0, 1]  # the full chunks, written as the next one opened
-    observer.write_history()
+    assert store.get("replica.vector", "n1") is None  # its delivered count: with the group
+    observer.write_pending()
+    assert store.get("replica.vector", "n1") == str(2 * HISTORY_CHUNK + 2).encode()
     chunks = stored_history(store, "k")
     assert sorted(chunks) == [0, 1, 2]
     assert {p: rev for c in chunks.values() for p, rev in c.items()} == {

@@ -117,11 +117,16 @@ class CausalDelivery:
         config: CausalConfig | None = None,
         on_deliver: DeliverFn | None = None,
         announce_deliveries: bool = False,
+        group_commit: bool = False,
     ) -> None:
         """``announce_deliveries``: announce our vector after every burst of deliveries, not
-        only after publishing (the hub's keeper: one announcement instead of every writer's)."""
+        only after publishing (the hub's keeper: one announcement instead of every writer's).
+        ``group_commit``: the store is committed in groups (the keeper), so the delivered
+        counts are written by ``write_pending()`` before each group, not at every delivery."""
         self.env = env
         self.announce_deliveries = announce_deliveries
+        self.group_commit = group_commit
+        self._unwritten: set[str] = set()  # origins whose delivered count awaits the group
         self.config = config if config is not None else CausalConfig()
         self.on_deliver = on_deliver
         self.me: NodeId = env.node
@@ -201,6 +206,13 @@ class CausalDelivery:
                 raise InvalidMessage(f"vector names an invalid client id: {exc}") from None
             if len(known) < _KNOWN_IDS_LIMIT:
                 known.add(client)
+
+    def write_pending(self) -> None:
+        """With ``group_commit``: the delivered counts not yet written, to the store."""
+        vector = self._vector
+        for origin in self._unwritten:
+            self._store.put(_VECTOR, origin, str(vector[origin]).encode())
+        self._unwritten.clear()
 
     def commit_if_dirty(self) -> None:
         if self._dirty:
@@ -448,7 +460,10 @@ class CausalDelivery:
     def _deliver(self, msg: Data) -> None:
         origin, seq = msg.id, msg.seq
         self._vector[origin] = seq
-        self._store.put(_VECTOR, origin, str(seq).encode())
+        if self.group_commit:
+            self._unwritten.add(origin)
+        else:
+            self._store.put(_VECTOR, origin, str(seq).encode())
         self._dirty = True
         if self.env.tracing:
             self.env.trace("deliver", layer=LAYER, msg=msg_id(origin, seq), origin=origin,

@@ -326,7 +326,7 @@ class HubKeeper:
 
     def _before_flush(self) -> None:
         self._write_open_segments()
-        self.replica.write_history()
+        self.replica.write_pending()
 
     def _write_open_segments(self) -> None:
         for origin in self._dirty:

@@ -230,7 +230,7 @@ class ReplicaClient:
         self.observer = observer
         self.link = LinkState.OFFLINE
         self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply,
-                                     announce_deliveries=observer)
+                                     announce_deliveries=observer, group_commit=observer)
         self._sync_timer: TimerHandle | None = None
         self._sync_started = 0.0
         # writes made while not online: number -> (key, content, deleted, base revision)
@@ -257,7 +257,7 @@ class ReplicaClient:
         # key -> (its last chunk, the chunk's row key, the lines of its writes there): what the
         # next push rewrites
         self._open_chunks: dict[str, tuple[int, str, list[bytes]]] = {}
-        # keys whose open chunk an observer has not written yet (``write_history``)
+        # keys whose open chunk an observer has not written yet (``write_pending``)
         self._unwritten: set[str] = set()
         self._load_histories()
         for key, raw in self._store.scan(_RESOLVED):
@@ -528,9 +528,10 @@ class ReplicaClient:
             del history[:excess]
             self._first[key] = first + excess
 
-    def write_history(self) -> None:
-        """An observer's pushes since the last call, to the store (before its group commit;
-        a writer's are written as they happen)."""
+    def write_pending(self) -> None:
+        """An observer's deliveries since the last call, to the store (before its group
+        commit; a writer's are written as they happen): history chunks and delivered counts."""
+        self.causal.write_pending()
         for key in self._unwritten:
             _, row_key, lines = self._open_chunks[key]
             self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
@@ -617,12 +618,13 @@ class ReplicaClient:
 
     def _after_delivery(self) -> None:
         """Once deliveries are committed: tell losers, rebase own losses, settle Conflicts."""
-        outbox, self._outbox = self._outbox, []
-        for conflict in outbox:
-            self.env.send(self.causal.config.hub, conflict)
+        if self._outbox:
+            outbox, self._outbox = self._outbox, []
+            for conflict in outbox:
+                self.env.send(self.causal.config.hub, conflict)
         if self._awaiting_catch_up and self.causal.caught_up:
             self._rebase_due()
-        else:
+        elif self._rebase_queue:
             self._arm_rebase()
         if self._pending:
             for seq in [s for s, c in self._pending.items()

@@ -392,7 +392,8 @@ class ReplicaCodec:
 
     def _data(self, obj: Mapping[str, Any]) -> Data:
         what = "data"
-        _no_extra(obj, _DATA_FIELDS, what)
+        if not obj.keys() <= _DATA_FIELDS:
+            _no_extra(obj, _DATA_FIELDS, what)
         ident, key, value = obj.get("id"), obj.get("key"), obj.get("value")
         crc, vector = obj.get("crc"), obj.get("vector")
         old_value = obj.get("old_value")
@@ -410,8 +411,10 @@ class ReplicaCodec:
         if deleted.__class__ is not bool:
             raise InvalidMessage(f"{what}: field 'deleted' must be a bool")
         # the vector's ids and counts are checked by Data itself (a ValueError: refused)
-        return _build(Data, what, id=ident, key=key, old_value=old_value, value=value, crc=crc,
-                      vector=vector, data=obj.get("data"), deleted=deleted)
+        try:
+            return Data(ident, key, old_value, value, crc, vector, obj.get("data"), deleted)
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessage(f"{what}: {exc}") from exc
 
     def _flagged(self, cls: type[_Wire], obj: Mapping[str, Any]) -> Message:
         what = cls.FLAG
