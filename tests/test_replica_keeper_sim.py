@@ -388,3 +388,23 @@ def test_a_message_delivered_at_once_is_logged_as_it_came_and_reloads_the_same()
     again, _ = keeper_on(store, log_per_origin=100)
     assert again.logged("a") == (1, 2)
     assert again._log["a"][1][1] == first and again._log["a"][2][1] == second
+
+
+def test_writes_added_just_before_a_group_commit_join_that_group() -> None:
+    from gossamer.protocols.replica.keeper import _GroupCommitStore
+
+    inner = MemoryStore()
+    store = _GroupCommitStore(inner, cast(Env, FakeEnv(HUB, store=inner)), 0.05, max_pending=2)
+    flushes = []
+
+    def last_writes() -> None:  # more writes than max_pending: no commit in the middle
+        flushes.append(len(flushes))
+        for number in range(5):
+            store.put("t", f"late{number}", b"x")
+
+    store.before_flush = last_writes
+    store.put("t", "a", b"1")
+    store.put("t", "b", b"2")  # the second write: a group commit, once
+    assert flushes == [0]
+    inner.crash()
+    assert [key for key, _ in inner.scan("t")] == ["a", "b"] + [f"late{n}" for n in range(5)]

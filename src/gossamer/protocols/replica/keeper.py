@@ -101,6 +101,7 @@ class _GroupCommitStore(Store):
         self._max_pending = max_pending
         self._timer: TimerHandle | None = None
         self._pending: dict[tuple[str, str], bytes | None] = {}  # None: deleted
+        self._flushing = False  # ``before_flush`` is adding its writes
         self.before_flush: Callable[[], None] | None = None
 
     def get(self, table: str, key: str) -> bytes | None:
@@ -120,7 +121,7 @@ class _GroupCommitStore(Store):
         self._grew()
 
     def _grew(self) -> None:
-        if len(self._pending) >= self._max_pending:
+        if len(self._pending) >= self._max_pending and not self._flushing:
             self.flush()
 
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
@@ -143,7 +144,11 @@ class _GroupCommitStore(Store):
             self._env.cancel(self._timer)
             self._timer = None
         if self.before_flush is not None:
-            self.before_flush()
+            self._flushing = True
+            try:
+                self.before_flush()
+            finally:
+                self._flushing = False
         pending, self._pending = self._pending, {}
         if pending:
             self.inner.apply(pending)
@@ -187,7 +192,6 @@ class _KeeperEnv:
         return self._store
 
 
-
 class HubKeeper:
     """Observes what the hub relays; answers subscribes and NACKs it can serve."""
 
@@ -207,11 +211,11 @@ class HubKeeper:
         self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
         self._dirty: set[str] = set()  # origins whose open segment changed since the flush
         self._received: tuple[Data, bytes | None] | None = None  # the message being handled
-        self.store.before_flush = self._before_flush
-        self._load_log()
         self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
                                      config=self.config.replica, observer=True,
                                      on_delivered=self._delivered)
+        self.store.before_flush = self._before_flush
+        self._load_log()
         self.served_subscribes = 0
         self.served_nacks = 0
         self.duplicate_conflicts = 0
