@@ -101,8 +101,11 @@ def test_write_behind_writes_values_that_are_not_text_row_by_row(tmp_path: Path)
     store.put("t", "bin", binary)
     store.put("t", "text", b"plain")
     store.commit()
+    store.wait()
+    store.put("t", "nul", b"a\x00b")  # UTF-8, but sqlite's text functions stop at a NUL
+    store.commit()
     store.close()
-    assert rows(path, "t") == [("bin", binary), ("text", b"plain")]
+    assert rows(path, "t") == [("bin", binary), ("nul", b"a\x00b"), ("text", b"plain")]
 
 
 def test_write_behind_one_group_at_a_time_and_a_writer_failure_is_raised(

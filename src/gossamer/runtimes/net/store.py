@@ -207,10 +207,10 @@ class WriteBehindStore(Store):
         self._writing, self._pending = self._pending, {}
         changes = self._writing
         try:  # the writer's sqlite work then holds the GIL for two statements, not every row
-            puts = orjson.dumps([(table, key, value.decode()) for (table, key), value
+            puts = orjson.dumps([(table, key, _text(value)) for (table, key), value
                                  in changes.items() if value is not None])
             deletes = orjson.dumps([row for row, value in changes.items() if value is None])
-        except UnicodeDecodeError:  # a value that is not UTF-8 text: row by row
+        except ValueError:  # a value that is not text sqlite keeps whole: row by row
             self._written = writer.submit(self._write, changes)
         else:
             self._written = writer.submit(self._write_json, puts, deletes)
@@ -260,3 +260,11 @@ class WriteBehindStore(Store):
             self._pending = {}
             writer.shutdown(wait=True)
             self.inner.close()
+
+
+def _text(value: bytes) -> str:
+    """``value`` as text that sqlite turns back into the same bytes: UTF-8 without NUL (sqlite's
+    text functions stop at a NUL); ``ValueError`` (``UnicodeDecodeError`` is one) otherwise."""
+    if b"\x00" in value:
+        raise ValueError("a NUL byte")
+    return value.decode()
