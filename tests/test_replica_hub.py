@@ -277,6 +277,23 @@ def test_a_binary_frame_is_dropped() -> None:
     run(scenario)
 
 
+async def closed_alone(sink: WatchedSink, a: Peer, b: Peer, c: Peer, *, code: int,
+                       reason: str) -> TraceRow:
+    """``a`` is closed with ``code``, ``b`` and ``c`` are told it left and still talk; the hub
+    traced a ``drop`` with ``reason`` (returned) and ``a``'s leave with ``code``."""
+    closed, _ = await a.closed_with()
+    assert closed == code
+    for peer in (b, c):
+        assert await peer.recv() == Left(id=HUB_ID, left="a")
+    await b.send(data("b", 1))
+    assert await c.recv() == data("b", 1)
+    drop = await sink.wait_for(lambda r: r.event == "drop")
+    assert orjson.loads(drop.info or "{}")["reason"] == reason
+    leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "a")
+    assert orjson.loads(leave.info or "{}")["close_code"] == code
+    return drop
+
+
 def test_a_text_frame_that_is_not_utf8_closes_only_that_connection_with_1007() -> None:
     async def scenario() -> None:
         async with hub_and_peers(["a", "b", "c"]) as (_, sink, _, peers):
@@ -286,14 +303,7 @@ def test_a_text_frame_that_is_not_utf8_closes_only_that_connection_with_1007() -
                 assert await peer.recv() == data("a", 1)
             invalid = b'{"id": "a", "key": "k\xff"}'
             await a.ws.send(invalid, text=True)  # a text frame, not UTF-8
-            code, _ = await a.closed_with()
-            assert code == 1007
-            for peer in (b, c):
-                assert await peer.recv() == Left(id=HUB_ID, left="a")
-            await b.send(data("b", 1))
-            assert await c.recv() == data("b", 1)
-            drop = await sink.wait_for(lambda r: r.event == "drop")
-            assert orjson.loads(drop.info or "{}")["reason"] == "invalid_text"
+            drop = await closed_alone(sink, a, b, c, code=1007, reason="invalid_text")
             assert drop.size == len(invalid)
 
     run(scenario)
@@ -308,16 +318,7 @@ def test_an_oversized_frame_closes_only_that_connection_with_1009(
         async with hub_and_peers(["a", "b", "c"], max_frame=1024) as (_, sink, _, peers):
             a, b, c = peers["a"], peers["b"], peers["c"]
             await a.send(data("a", 1, body="x" * 2000))
-            code, _ = await a.closed_with()
-            assert code == 1009
-            for peer in (b, c):
-                assert await peer.recv() == Left(id=HUB_ID, left="a")
-            await b.send(data("b", 1))
-            assert await c.recv() == data("b", 1)
-            drop = await sink.wait_for(lambda r: r.event == "drop")
-            assert orjson.loads(drop.info or "{}")["reason"] == "too_large"
-            leave = await sink.wait_for(lambda r: r.event == "leave" and r.peer == "a")
-            assert orjson.loads(leave.info or "{}")["close_code"] == 1009
+            await closed_alone(sink, a, b, c, code=1009, reason="too_large")
 
     run(scenario)
     assert "closed it with 1009" in caplog.text
@@ -348,10 +349,7 @@ def test_a_slow_consumer_is_disconnected_with_a_reason_and_the_others_keep_recei
         async with hub_and_peers(["a", "b"], send_queue_limit=5,
                                  close_timeout=WAIT) as (hub, sink, stack, peers):
             a, b = peers["a"], peers["b"]
-            slow = await open_slow_peer(stack, hub, "slow")
-            await slow.send(Subscribe(id="slow", vector={}))
-            assert await a.recv_subscriber() == "slow"
-            assert await b.recv_subscriber() == "slow"
+            slow = await subscribe_slow_peer(stack, hub, [a, b])
             seq = await flood_until_left(a, b, "slow")
             await a.send(data("a", seq + 1))
             assert await b.recv() == data("a", seq + 1)  # b never stalled
@@ -396,6 +394,15 @@ async def open_slow_peer(stack: AsyncExitStack, hub: HubServer, name: str) -> Pe
         sock.close()
         raise
     return await open_peer(stack, hub, name, sock=sock, max_queue=1, close_timeout=0.5)
+
+
+async def subscribe_slow_peer(stack: AsyncExitStack, hub: HubServer, others: list[Peer]) -> Peer:
+    """A slow peer "slow" that has subscribed, once every one of ``others`` has heard it."""
+    slow = await open_slow_peer(stack, hub, "slow")
+    await slow.send(Subscribe(id="slow", vector={}))
+    for peer in others:
+        assert await peer.recv_subscriber() == "slow"
+    return slow
 
 
 # -- the send path: one write per iteration, backpressure --------------------------------------
@@ -497,10 +504,7 @@ def test_a_paused_transport_keeps_frames_in_the_backlog_and_sends_them_all_in_or
         async with hub_and_peers(["a", "b"], send_queue_limit=1000,
                                  close_timeout=WAIT) as (hub, _, stack, peers):
             a, b = peers["a"], peers["b"]
-            slow = await open_slow_peer(stack, hub, "slow")
-            await slow.send(Subscribe(id="slow", vector={}))
-            assert await a.recv_subscriber() == "slow"
-            assert await b.recv_subscriber() == "slow"
+            slow = await subscribe_slow_peer(stack, hub, [a, b])
             conn = hub_connection(hub, "slow")
             body = "x" * 16_000
             seq = 0

@@ -157,7 +157,6 @@ class Env(Protocol):
     @property
     def tracing(self) -> bool:
         """False while trace rows are discarded: a hot path may skip building them."""
-        ...
 
 
 class Process(Protocol):
