@@ -1,6 +1,16 @@
 """core: ids, messages and codecs, the env contract, vector clocks, trace rows, errors."""
 
 from .backoff import Backoff, ExponentialBackoff, FibonacciBackoff
+from .conn import (
+    CloseCode,
+    CloseReason,
+    Conn,
+    ConnectionHandler,
+    ConnGroup,
+    Framing,
+    ListenerSpec,
+    parse_address,
+)
 from .env import (
     DurableSequence,
     Env,
@@ -43,8 +53,13 @@ __all__ = [
     "COLUMN_TYPES",
     "DEFAULT_MAX_FRAME",
     "Backoff",
+    "CloseCode",
+    "CloseReason",
     "Codec",
     "ConfigError",
+    "Conn",
+    "ConnGroup",
+    "ConnectionHandler",
     "CorruptMessage",
     "DecodeError",
     "DurableSequence",
@@ -52,8 +67,10 @@ __all__ = [
     "ExponentialBackoff",
     "FibonacciBackoff",
     "FrameTooLarge",
+    "Framing",
     "GossamerError",
     "InvalidMessage",
+    "ListenerSpec",
     "LocalError",
     "MemorySink",
     "Message",
@@ -81,5 +98,6 @@ __all__ = [
     "message",
     "node_id",
     "node_ids",
+    "parse_address",
     "put_json",
 ]
