@@ -7,6 +7,7 @@ A synchronous ``NetCluster``: a private event loop, one ``NetHost`` with every n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Iterable
@@ -167,3 +168,65 @@ class NetCluster:
     def restart(self, node: str) -> NetNode:
         self.stop_node(node)
         return self.start_node(node)
+
+
+class RawClient:
+    """A hand-made client on a real socket: frames go out exactly as given (JSON lines on TCP,
+    text messages on a WebSocket), for tests that speak to a listener as an outsider would."""
+
+    def __init__(self) -> None:
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._session: Any = None
+        self._ws: Any = None
+
+    @classmethod
+    async def open(cls, transport: str, address: tuple[str, int], *,
+                   path: str = "/") -> RawClient:
+        client = cls()
+        host, port = address
+        if transport == "ws":
+            import aiohttp
+
+            client._session = aiohttp.ClientSession()
+            client._ws = await client._session.ws_connect(f"ws://{host}:{port}{path}",
+                                                          max_msg_size=1 << 22)
+        else:
+            client._reader, client._writer = await asyncio.open_connection(host, port,
+                                                                           limit=1 << 22)
+        return client
+
+    async def send(self, frame: bytes) -> None:
+        if self._ws is not None:
+            await self._ws.send_str(frame.decode())
+        else:
+            assert self._writer is not None
+            self._writer.write(frame + b"\n")
+            await self._writer.drain()
+
+    async def recv(self) -> bytes | None:
+        """The next frame, or None once the other end closed."""
+        if self._ws is not None:
+            import aiohttp
+
+            msg = await self._ws.receive()
+            if msg.type is aiohttp.WSMsgType.TEXT:
+                return str(msg.data).encode()
+            return None
+        assert self._reader is not None
+        line = await self._reader.readline()
+        return line[:-1] if line.endswith(b"\n") else None
+
+    async def wait_closed(self) -> None:
+        """Return once the other end hung up (anything it sends meanwhile is discarded)."""
+        while await self.recv() is not None:
+            continue
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+            await self._session.close()
+        elif self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()

@@ -30,6 +30,7 @@ from gossamer.core import (
     Env,
     FibonacciBackoff,
     InvalidMessage,
+    ListenerSpec,
     Message,
     NodeId,
     Process,
@@ -39,17 +40,8 @@ from gossamer.core import (
     message,
 )
 from gossamer.core.traceio import SCHEMA, trace_path
-from gossamer.runtimes.net import (
-    Connection,
-    NetEnv,
-    NetNode,
-    NetNodeError,
-    NodeState,
-    SqliteStore,
-    TransportKind,
-    connect,
-)
-from harness_net import NetCluster
+from gossamer.runtimes.net import NetEnv, NetNode, NetNodeError, NodeState, SqliteStore
+from harness_net import NetCluster, RawClient
 
 CODEC = Codec(max_frame=4096)
 WAIT = 20.0  # wall seconds: generous upper bounds, the tests finish as soon as things happen
@@ -168,10 +160,9 @@ def ping_many(cluster: NetCluster, src: str, dst: str, numbers: Iterable[int]) -
     cluster.call(src, send_all)
 
 
-async def raw_connection(cluster: NetCluster, node: str, frames: list[bytes]) -> Connection:
+async def raw_connection(cluster: NetCluster, node: str, frames: list[bytes]) -> RawClient:
     """A hand-made client: dial ``node``, send each frame as is."""
-    conn = await connect(TransportKind(cluster.transport), cluster.address(node),
-                         max_frame=1 << 20, timeout=5.0)
+    conn = await RawClient.open(cluster.transport, cluster.address(node))
     for frame in frames:
         await conn.send(frame)
     return conn
@@ -269,13 +260,13 @@ def test_a_silent_client_is_cut_off_and_inbound_connections_are_bounded(
     silent = cluster.run_async(raw_connection(cluster, "b", []))
     cluster.run_async(silent.wait_closed())  # no hello in time: b hangs up
     cluster.run_async(silent.close())
-    assert drop_reasons(cluster, "b") == ["hello_timeout"]
+    assert drop_reasons(cluster, "b") == ["handshake_timeout"]
     first = cluster.run_async(raw_connection(cluster, "b", [HELLO]))
     second = cluster.run_async(raw_connection(cluster, "b", [HELLO]))
     third = cluster.run_async(raw_connection(cluster, "b", []))
     try:
         cluster.run_async(third.wait_closed())
-        assert drop_reasons(cluster, "b") == ["hello_timeout", "too_many_connections"]
+        assert drop_reasons(cluster, "b") == ["handshake_timeout", "full"]
     finally:
         for conn in (first, second, third):
             cluster.run_async(conn.close())
@@ -479,10 +470,12 @@ def test_sqlite_store_in_memory_scans_sorted_and_checks_values() -> None:
         {"run": ""},
         {"store": object()},
         {"factory": 3},
+        {"codec": None},  # a node with peer links must know their messages
+        {"listeners": [ListenerSpec(name="peers", port=0)]},  # the peer listener's name
     ],
 )
 def test_bad_options_are_refused_at_once(options: dict[str, Any]) -> None:
-    settings: dict[str, Any] = {"node_id": "a", "factory": Echo, **options}
+    settings: dict[str, Any] = {"node_id": "a", "factory": Echo, "codec": CODEC, **options}
     with pytest.raises(ConfigError):
         NetNode(**settings)
 

@@ -284,10 +284,12 @@ def test_automated_clients_publish_and_exit(mode: str, tmp_path: Path) -> None:
             "--interval", "0.05", "--warmup", "0.3", "--settle", "1.0"]
     nodes: list[NodeProcess] = []
     with (tmp_path / "nodes.log").open("wb") as log:
+        # the contact stays up (an automated client that finished first would leave the
+        # others without a way in while their processes still start)
+        contact = NodeProcess(mode, None, tmp_path, log, extra=()).ready()
         try:
-            first = NodeProcess(mode, None, tmp_path, log, extra=auto).ready()
-            nodes = [first] + [NodeProcess(mode, first.node, tmp_path, log, extra=auto)
-                               for _ in range(3)]
+            nodes = [NodeProcess(mode, contact.node, tmp_path, log, extra=auto)
+                     for _ in range(4)]
             for node in nodes:
                 node.ready()
             for node in nodes:
@@ -295,7 +297,7 @@ def test_automated_clients_publish_and_exit(mode: str, tmp_path: Path) -> None:
                 assert done["published"] == publishes, node.node
                 assert node.stop_code() == 0, node.node
         finally:
-            for node in nodes:
+            for node in [contact, *nodes]:
                 node.close()
     for node in nodes:
         subscribed: set[str] = set()

@@ -172,6 +172,7 @@ class ListenerSpec:
     send_queue_limit: int = 1000
     path: str = "/"  # WebSocket only: where the upgrade is served
     static_root: str | None = None  # WebSocket only: files served over HTTP beside it
+    heartbeat: float | None = None  # WebSocket only: ping this often, close if no pong
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -191,10 +192,12 @@ class ListenerSpec:
                               f"{self.reserved_for_peers}")
         _positive("handshake_timeout", self.handshake_timeout, optional=True)
         _positive("idle_timeout", self.idle_timeout, optional=True)
+        _positive("heartbeat", self.heartbeat, optional=True)
         if not self.path.startswith("/"):
             raise ConfigError(f"path must start with '/', got {self.path!r}")
-        if self.static_root is not None and self.framing is not Framing.WS:
-            raise ConfigError("static_root needs a WebSocket listener")
+        ws_only = self.static_root is not None or self.heartbeat is not None
+        if ws_only and self.framing is not Framing.WS:
+            raise ConfigError("static_root and heartbeat need a WebSocket listener")
 
 
 def parse_address(address: str) -> tuple[str, int, str | None]:

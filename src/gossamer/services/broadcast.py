@@ -18,7 +18,7 @@ from typing import Any, cast
 from ..core.env import Env, Process
 from ..core.errors import ConfigError
 from ..core.ids import NodeId, node_ids
-from ..core.messages import Message
+from ..core.messages import Message, default_codec
 from ..core.trace import TraceSink
 from ..core.traceio import ParquetSink, trace_path
 from ..protocols.ordering.fifo import FifoBroadcast, FifoConfig
@@ -251,6 +251,7 @@ async def run_fifo_loopback(
 
     host = NetHost(
         (NetNode(node_id=node, factory=factory, transport=options.transport, run=run_id,
+                 codec=default_codec,
                  trace=ParquetSink(trace_path(out_dir, run_id, node)),
                  store=SqliteStore(stores / f"{node}-{run_id}.sqlite"),
                  loss=options.loss, seed=options.seed)

@@ -1,28 +1,32 @@
-"""net: the asyncio runtime, driving the same sans-I/O processes over TCP (JSON lines) or WebSocket.
+"""net: the asyncio runtime, driving the same sans-I/O processes over real connections.
 
-One ``NetNode`` per protocol process, many per ``NetHost`` (one event loop); sqlite for storage.
+One ``NetNode`` per process, many per ``NetHost`` (one event loop): its service listeners (JSON
+lines, length prefixes or WebSocket, ``gossamer.core.conn``), peer links for ``env.send``, timers
+on the loop, sqlite for storage.
 """
 
-from .host import (
+from .conns import Connections, NetConn
+from .host import NetHost, run_until_signalled
+from .loopenv import LoopEnv
+from .node import (
+    PEER_LISTENER,
+    Address,
     BackoffFactory,
     NetEnv,
-    NetHost,
     NetNode,
     NetNodeError,
     NodeState,
-    run_until_signalled,
+    TransportKind,
 )
-from .loopenv import LoopEnv
 from .store import SqliteStore, WriteBehindStore
-from .transport import Address, Connection, LinkError, Listener, TransportKind, connect, listen
 
 __all__ = [
+    "PEER_LISTENER",
     "Address",
     "BackoffFactory",
-    "Connection",
-    "LinkError",
-    "Listener",
+    "Connections",
     "LoopEnv",
+    "NetConn",
     "NetEnv",
     "NetHost",
     "NetNode",
@@ -31,7 +35,5 @@ __all__ = [
     "SqliteStore",
     "TransportKind",
     "WriteBehindStore",
-    "connect",
-    "listen",
     "run_until_signalled",
 ]

@@ -19,11 +19,13 @@ import random
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
+from ...core.conn import CloseCode, Conn, ConnGroup, Framing, ListenerSpec
 from ...core.env import Process, ProcessFactory, Store, TimerHandle
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec, default_codec
 from ...core.trace import MemorySink, TraceSink, encode_info
+from .connections import SimConnections
 from .network import LinkModel, Network
 from .store import MemoryStore
 
@@ -97,6 +99,34 @@ class SimEnv:
     def tracing(self) -> bool:
         return self._sim.tracing
 
+    # -- connections (see ``connections.py``) ------------------------------------------------
+
+    def connect(self, address: str, *, framing: Framing = Framing.LINES,
+                max_frame: int = 64 * 1024) -> Conn:
+        if not self.alive:
+            raise StateError(f"node {self.node} is down: it cannot dial")
+        return self._sim.connections.connect(self, address, framing, max_frame)
+
+    def write(self, conn: Conn, frame: bytes) -> None:
+        if self.alive:
+            self._sim.connections.write(self, conn, frame)
+
+    def write_many(self, conns: ConnGroup | Iterable[Conn], frame: bytes, *,
+                   exclude: Conn | None = None) -> None:
+        if self.alive:
+            self._sim.connections.write_many(self, conns, frame, exclude)
+
+    def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        if self.alive:
+            self._sim.connections.close(self, conn, code, reason)
+
+    def promote(self, conn: Conn) -> None:
+        if self.alive:
+            self._sim.connections.promote(self, conn)
+
+    def group(self) -> ConnGroup:
+        return ConnGroup()
+
     def trace(
         self,
         event: str,
@@ -168,6 +198,7 @@ class Simulation:
         self._slots: dict[NodeId, _NodeSlot] = {}
         self._net_rng = random.Random(f"{seed}/network")
         self._sim_rng = random.Random(f"{seed}/scenario")
+        self.connections = SimConnections(self)
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -177,12 +208,15 @@ class Simulation:
         return self._sim_rng
 
     def add_node(
-        self, node: NodeId, factory: ProcessFactory, *, at: float | None = None
+        self, node: NodeId, factory: ProcessFactory, *, at: float | None = None,
+        listeners: Iterable[ListenerSpec] = (),
     ) -> None:
-        """Add a node that starts now, or joins at time ``at``."""
+        """Add a node that starts now, or joins at time ``at``; ``listeners`` (each with a
+        port of its own) accept connections at ``node:port`` for the node's process."""
         if node in self._slots:
             raise ConfigError(f"node {node} already exists")
         slot = _NodeSlot(check_node_id(node), factory)
+        self.connections.add_listeners(node, listeners)
         self._slots[node] = slot
         if at is None or at <= self.now:
             self._start(slot, joined=at is not None)
@@ -245,6 +279,7 @@ class Simulation:
         slot.env.trace("crash", layer="sim")
         slot.env.alive = False
         slot.env = None
+        self.connections.crashed(node)
         slot.crashes += 1
         slot.status = NodeStatus.CRASHED
         if slot.store is not None:
@@ -276,6 +311,7 @@ class Simulation:
         if env.process is not None:
             self._guard(env, env.process.stop)
         env.trace("leave", layer="sim")
+        self.connections.left(node)
         env.alive = False
         slot.env = None
         slot.status = NodeStatus.LEFT
@@ -295,6 +331,20 @@ class Simulation:
     def heal(self) -> None:
         self.network.heal()
         self._trace_sim("heal")
+        self.connections.healed()
+
+    def cut(self, a: NodeId, b: NodeId | None = None) -> int:
+        """Reset the connections between ``a`` and ``b`` (every one of ``a``'s if ``b`` is
+        None), as a cut cable or a middlebox's RST: both ends hear ``reset`` and what was in
+        flight is lost. Returns how many were cut."""
+        self._slot(a)
+        cut = self.connections.cut(a, b)
+        self._trace_sim("cut", a=a, b=b, connections=cut)
+        return cut
+
+    def address(self, node: NodeId, listener: str) -> str:
+        """Where ``node``'s listener ``listener`` accepts connections (``node:port``)."""
+        return self.connections.address(node, listener)
 
     def trace_storage(self) -> int:
         """Write one ``stored`` row (layer ``store``) per node that has started: ``size`` the

@@ -35,6 +35,7 @@ import orjson
 
 from ...core.errors import ConfigError, GossamerError, StateError
 from ...core.ids import NodeId, check_node_id
+from ...core.messages import default_codec
 from ...core.trace import TraceSink
 from ...core.traceio import ParquetSink, trace_path
 from ...protocols.dissemination.scribe import MAX_TOPIC
@@ -226,12 +227,11 @@ class PubSubNetNode:
         if options.trace_dir is not None:
             self.trace = ParquetSink(trace_path(options.trace_dir, options.run, "unbound"))
         sink: TraceSink | None = self.trace
-        self.net = NetNode(node_id="unbound", factory=self._build,
+        self.net = NetNode(node_id="unbound", factory=self._build, codec=default_codec,
                            listen=(options.host, options.port), store=store, trace=sink,
                            run=options.run, seed=options.seed)
         self.net.resolver = address_of
         self.net.on_failure = lambda _node, _exc: self.failed.set()
-        self.net.on_link_down = self._link_down
 
     @property
     def node_id(self) -> NodeId:
@@ -254,16 +254,11 @@ class PubSubNetNode:
         if self.on_message is not None:
             self.on_message(topic, message)
 
-    def _link_down(self, peer: NodeId) -> None:
-        pubsub = self.pubsub
-        if pubsub is not None and pubsub.gossip is not None:
-            membership = pubsub.gossip.membership
-            if isinstance(membership, HyParView):
-                membership.peer_down(peer)
-
     async def start(self) -> NodeId:
         """Bind, take the name ``host:port``, start the protocol stack."""
-        host, port = await self.net.listen()
+        bound = await self.net.listen()
+        assert bound is not None
+        host, port = bound
         node = check_node_id(f"{host}:{port}")  # the bound ip: "localhost" is 127.0.0.1
         self.net.rename(node)
         if self.trace is not None:
@@ -340,17 +335,9 @@ class PubSubNetNode:
         return self.pubsub is not None and self.pubsub.is_subscribed(topic)
 
     async def stop(self) -> None:
-        """Leave the overlay (goodbyes get ``flush_timeout`` seconds to go out), close all."""
-        net = self.net
-        if net.state is NodeState.RUNNING and net.process is not None and not self.failed.is_set():
-            process = net.process
-            with contextlib.suppress(Exception):  # a bug in stop() was recorded by the node
-                net.call(lambda _p: process.stop())
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.options.flush_timeout
-            while net.queued_connected() and loop.time() < deadline:
-                await asyncio.sleep(0.01)
-        await net.close()
+        """Leave the overlay (the node's ``stop()`` says goodbye; what it wrote to connected
+        links goes out before they close), close all."""
+        await self.net.close()
         if self.trace is not None:
             self.trace.close()
 
