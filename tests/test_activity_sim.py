@@ -1,5 +1,6 @@
-"""The seed-003 network in the simulator: the unchanged server core on ``ActivityNode``s, scripted
-``SimClient``s, servers crashing and coming back. Every assertion names its seed (replay it)."""
+"""The seed-003 network in the simulator: the server core and the client core (the same classes
+as over TCP) on simulated connections, servers crashing and coming back. Every assertion names
+its seed (replay it)."""
 
 from __future__ import annotations
 
@@ -8,37 +9,53 @@ from typing import Any, cast
 
 import pytest
 
-from gossamer.core import Env, MemorySink
+from gossamer.core import Env, ListenerSpec, MemorySink
 from gossamer.core.trace import TraceRow
-from gossamer.protocols.activity import TreeState
+from gossamer.protocols.activity import (
+    ActivityClientNode,
+    ActivityServer,
+    ClientScript,
+    ServerConfig,
+    TreeState,
+)
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
-from gossamer.services.activity.simnode import ActivityNode, ClientScript, SimClient
 
 SECRET = "network-secret"
 LINK = LinkModel(latency=Uniform(0.002, 0.03))  # links reorder; connections put order back
 TOPOLOGY = {"s0": None, "s1": "s0", "s2": "s0", "s3": "s1", "s4": "s2"}
 SERVERS = list(TOPOLOGY)
 START = 2.0  # clients come once the tree has formed
+PORT = 3780
 
 
 def factory(scripts: dict[str, ClientScript]) -> Any:
-    def make(env: Env) -> ActivityNode | SimClient:
+    def make(env: Env) -> ActivityServer | ActivityClientNode:
         if env.node in TOPOLOGY:
-            return ActivityNode(env, secret=SECRET, remote=TOPOLOGY[env.node])
-        return SimClient(env, scripts[env.node])
+            up = TOPOLOGY[env.node]
+            return ActivityServer(env, ServerConfig(
+                secret=SECRET, hostname=env.node, port=PORT,
+                remote=None if up is None else (up, PORT), announce_interval=1.0,
+                reconnect_delay=1.0, hash_iterations=10))
+        return ActivityClientNode(env, scripts[env.node])
     return make
+
+
+def address(server: str) -> str:
+    return f"{server}:{PORT}"
 
 
 def clients(count: int, **script: Any) -> dict[str, ClientScript]:
     out = {}
     for i in range(count):
         order = SERVERS[i % len(SERVERS):] + SERVERS[:i % len(SERVERS)]
-        out[f"c{i:02d}"] = ClientScript(servers=tuple(order), **script)
+        out[f"c{i:02d}"] = ClientScript(servers=tuple(map(address, order)), **script)
     return out
 
 
 def build(seed: int, scripts: dict[str, ClientScript]) -> Scenario:
     scenario = Scenario(seed=seed, nodes=list(SERVERS), link=LINK)
+    for server in SERVERS:
+        scenario.listen(server, ListenerSpec(name="activity", port=PORT, reserved_for_peers=4))
     for i, name in enumerate(scripts):
         scenario.join(START + 0.01 * i, name)
     return scenario
@@ -47,7 +64,7 @@ def build(seed: int, scripts: dict[str, ClientScript]) -> Scenario:
 def publisher(name: str, n: int) -> Any:
     def act(sim: Simulation) -> None:
         if name in sim.alive():
-            cast(SimClient, sim.process(name)).publish({"n": n})
+            cast(ActivityClientNode, sim.process(name)).publish({"n": n})
     return act
 
 
@@ -127,14 +144,14 @@ def test_every_activity_reaches_every_connected_client_in_fifo_order(seed: int) 
     assert sum(r.event == "publish" for r in rows) >= 150, f"seed={seed}"
     # the tree healed: every server is back and attached (or the root)
     for server in SERVERS:
-        core = cast(ActivityNode, sim.process(server)).core
+        core = cast(ActivityServer, sim.process(server))
         assert core.state in (TreeState.ATTACHED, TreeState.ROOT), f"seed={seed}: {server}"
     roots = [s for s in SERVERS
-             if cast(ActivityNode, sim.process(s)).core.state is TreeState.ROOT]
+             if cast(ActivityServer, sim.process(s)).state is TreeState.ROOT]
     assert roots == ["s0"], f"seed={seed}: roots {roots}"
     # every client is logged in again somewhere
     for name in scripts:
-        assert cast(SimClient, sim.process(name)).joined, f"seed={seed}: {name} not back"
+        assert cast(ActivityClientNode, sim.process(name)).joined, f"seed={seed}: {name} not back"
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13, 14])
@@ -149,22 +166,23 @@ def test_a_username_is_registered_at_most_once_under_concurrent_registrations(
     winners = [r.node for r in rows if r.event == "registered" and r.layer == "activity"
                and r.node.startswith("c")]
     assert len(winners) <= 1, f"seed={seed}: alice registered by {winners}"
-    outcomes = [cast(SimClient, sim.process(n)).register_result for n in scripts]
+    outcomes = [cast(ActivityClientNode, sim.process(n)).register_result for n in scripts]
     assert None not in outcomes, f"seed={seed}: a registration never finished: {outcomes}"
     # everyone got in: the winner as alice, the others anonymously after REGISTER_FAILED
-    assert all(cast(SimClient, sim.process(n)).joined for n in scripts), f"seed={seed}"
+    assert all(cast(ActivityClientNode, sim.process(n)).joined for n in scripts), f"seed={seed}"
 
 
 def test_sequential_registrations_all_succeed_and_are_known_everywhere() -> None:
     seed = 21
-    scripts = {f"c{i:02d}": ClientScript(servers=(SERVERS[i % 5],), username=f"user{i}",
+    scripts = {f"c{i:02d}": ClientScript(servers=(address(SERVERS[i % 5]),), username=f"user{i}",
                                          secret=f"pw{i}", register=True) for i in range(5)}
     scenario = build(seed, scripts)
     sim = scenario.build(factory(scripts), trace=MemorySink())
     sim.run(until=10.0)
-    assert all(cast(SimClient, sim.process(n)).register_result for n in scripts), f"seed={seed}"
+    assert all(cast(ActivityClientNode, sim.process(n)).register_result
+               for n in scripts), f"seed={seed}"
     for server in SERVERS:
-        users = cast(ActivityNode, sim.process(server)).core.users
+        users = cast(ActivityServer, sim.process(server)).users
         assert all(f"user{i}" in users for i in range(5)), f"seed={seed}: {server}"
 
 

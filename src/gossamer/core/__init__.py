@@ -14,6 +14,7 @@ from .conn import (
 from .env import (
     DurableSequence,
     Env,
+    MessageHandler,
     Process,
     ProcessFactory,
     Store,
@@ -74,6 +75,7 @@ __all__ = [
     "LocalError",
     "MemorySink",
     "Message",
+    "MessageHandler",
     "NodeId",
     "NotBuiltError",
     "NullSink",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 from .errors import ConfigError
@@ -112,16 +112,16 @@ class ConnGroup:
     __slots__ = ("_before_change", "_members")
 
     def __init__(self, before_change: Callable[[], None] | None = None) -> None:
-        self._members: dict[Hashable, None] = {}
+        self._members: dict[Conn, None] = {}
         self._before_change = before_change
 
-    def add(self, conn: Hashable) -> None:
+    def add(self, conn: Conn) -> None:
         if conn not in self._members:
             if self._before_change is not None:
                 self._before_change()
             self._members[conn] = None
 
-    def discard(self, conn: Hashable) -> None:
+    def discard(self, conn: Conn) -> None:
         if conn in self._members:
             if self._before_change is not None:
                 self._before_change()
@@ -130,13 +130,13 @@ class ConnGroup:
     def __contains__(self, conn: object) -> bool:
         return conn in self._members
 
-    def __iter__(self) -> Iterator[Hashable]:
+    def __iter__(self) -> Iterator[Conn]:
         return iter(self._members)
 
     def __len__(self) -> int:
         return len(self._members)
 
-    def members(self) -> list[Hashable]:
+    def members(self) -> list[Conn]:
         return list(self._members)
 
 

@@ -14,12 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
+from .conn import CloseCode, Conn, ConnGroup, Framing
 from .ids import NodeId
 from .messages import Message
 
 __all__ = [
     "DurableSequence",
     "Env",
+    "MessageHandler",
     "Process",
     "ProcessFactory",
     "Store",
@@ -158,20 +160,54 @@ class Env(Protocol):
     def tracing(self) -> bool:
         """False while trace rows are discarded: a hot path may skip building them."""
 
+    # -- connections (``gossamer.core.conn``): for services that talk over connections --------
+
+    def connect(self, address: str, *, framing: Framing = Framing.LINES,
+                max_frame: int = 64 * 1024) -> Conn:
+        """Dial ``address`` (``host:port``, or ``ws://host:port/path``); ``opened`` follows
+        once connected, or ``closed(conn, "refused")``. The connection counts as a peer."""
+
+    def write(self, conn: Conn, frame: bytes) -> None:
+        """Queue one frame (unframed bytes) on ``conn``, after everything written before; a
+        connection that is not open takes nothing. A full queue closes the connection
+        (``slow_consumer``)."""
+
+    def write_many(self, conns: ConnGroup | Iterable[Conn], frame: bytes, *,
+                   exclude: Conn | None = None) -> None:
+        """``write(conn, frame)`` to every connection of ``conns`` but ``exclude``: the frame
+        is framed once; to a ``ConnGroup`` (``group()``) it costs O(1) per call."""
+
+    def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close ``conn`` after what was written to it; ``closed(conn, "closed")`` follows."""
+
+    def promote(self, conn: Conn) -> None:
+        """``conn`` is a server peer: it may use the listener's slots kept for peers."""
+
+    def group(self) -> ConnGroup:
+        """A new, empty group of connections for ``write_many``."""
+
 
 class Process(Protocol):
-    """A protocol instance as a runtime sees it: started once, then fed messages.
+    """A protocol instance as a runtime sees it: started once, then fed what arrives.
 
-    A process may also define ``on_unreachable(node)``: the simulator with
-    ``connection_refused`` calls it when a message could not be delivered because ``node`` is
-    down, as a refused or reset TCP connection tells a real sender (see ``GossipBroadcast``).
+    Datagram-style protocols define ``on_message(src, msg)`` (what ``env.send`` delivers, see
+    ``MessageHandler``); services over connections define ``opened``, ``received`` and
+    ``closed`` (``gossamer.core.conn.ConnectionHandler``). A process may also define
+    ``on_unreachable(node)``: both runtimes call it, once per outage, when a message could not
+    be delivered because ``node`` is down or its link failed (a refused or reset connection),
+    so membership can repair at once (see ``GossipBroadcast``).
     """
 
     def start(self) -> None: ...
 
-    def on_message(self, src: NodeId, msg: Message) -> None: ...
-
     def stop(self) -> None: ...
+
+
+@runtime_checkable
+class MessageHandler(Protocol):
+    """A process fed by ``env.send``: the runtime calls ``on_message`` for each message."""
+
+    def on_message(self, src: NodeId, msg: Message) -> None: ...
 
 
 ProcessFactory = Callable[[Env], Process]

@@ -1,19 +1,17 @@
 """activity: seed 003, the multi-server activity stream network (wire format + server core).
 
-``wire`` speaks the seed's JSON lines exactly; ``server`` is the sans-I/O server driven by a
-runtime through connection events (see ``gossamer.services.activity`` for TCP).
+``wire`` speaks the seed's JSON lines exactly; ``server`` is the sans-I/O server and ``client``
+a client, both services of the connection contract, so they run unchanged in the simulator and
+over TCP (``gossamer.services.activity``).
 """
 
+from .client import ActivityClientNode, ClientScript
 from .server import (
     LAYER,
     ORIGIN_KEY,
     SEQ_KEY,
-    Action,
     ActivityServer,
-    Close,
     ConnRole,
-    Dial,
-    Send,
     ServerConfig,
     TreeState,
     activity_ids,
@@ -53,17 +51,16 @@ __all__ = [
     "ORIGIN_KEY",
     "PROTOCOL",
     "SEQ_KEY",
-    "Action",
     "ActivityBroadcast",
+    "ActivityClientNode",
     "ActivityCodec",
     "ActivityMessage",
     "ActivityServer",
     "ActivityWire",
     "Authenticate",
     "AuthenticationFail",
-    "Close",
+    "ClientScript",
     "ConnRole",
-    "Dial",
     "InvalidMessageReply",
     "LockAllowed",
     "LockCancel",
@@ -77,7 +74,6 @@ __all__ = [
     "Register",
     "RegisterFailed",
     "RegisterSuccess",
-    "Send",
     "ServerAnnounce",
     "ServerConfig",
     "ServerInfo",

@@ -1,8 +1,11 @@
 """The seed-003 server as a sans-I/O state machine over connections.
 
-The runtime reports ``connected(conn)``, ``line(conn, data)`` and ``closed(conn)``; the core
-answers with ``Send`` / ``Close`` / ``Dial`` actions (to ``on_action``, or kept in ``outbox``
-for ``drain()``). Time, timers, randomness, the user store and the trace come from the ``Env``.
+A service of the connection contract (``gossamer.core.conn``): the runtime calls ``opened``,
+``received`` (one JSON line) and ``closed``; the server answers with ``env.write``,
+``env.write_many`` (an activity to every client and server link at once), ``env.close`` and
+``env.connect`` (to its parent). A server link that authenticates is promoted, so it may use the
+listener's slots kept for servers. Time, timers, randomness, the user store and the trace come
+from the ``Env``.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import enum
 import hashlib
 import hmac
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
+from ...core.conn import CloseCode, Conn, ConnGroup
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, ProtocolError
 from .users import UserTable, is_hash
@@ -49,12 +53,8 @@ __all__ = [
     "LAYER",
     "ORIGIN_KEY",
     "SEQ_KEY",
-    "Action",
     "ActivityServer",
-    "Close",
     "ConnRole",
-    "Dial",
-    "Send",
     "ServerConfig",
     "TreeState",
     "activity_ids",
@@ -75,33 +75,6 @@ def activity_ids(activity: dict[str, Any]) -> tuple[str, int] | None:
     if isinstance(origin, str) and isinstance(seq, int) and not isinstance(seq, bool):
         return origin, seq
     return None
-
-
-# -- actions -------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Send:
-    conn: str
-    msg: ActivityWire
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Close:
-    conn: str
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Dial:
-    """Open a connection to ``host:port`` named ``conn``; report ``connected`` or ``closed``."""
-
-    conn: str
-    host: str
-    port: int
-
-
-Action = Send | Close | Dial
 
 
 class ConnRole(enum.Enum):
@@ -134,11 +107,12 @@ class ServerConfig:
     load_announce_gap: float = 0.05
     reconnect_delay: float = 1.0
     max_depth: int | None = None
-    max_connections: int = 1000
     max_buffer: int = 10_000
     max_line: int = DEFAULT_MAX_LINE
     max_origins: int = 100_000
     hash_iterations: int = 100_000
+    # broken on purpose, for experiments that plant a violation: relay no activity at all
+    drop_broadcasts: bool = False
 
     def __post_init__(self) -> None:
         if not self.secret:
@@ -153,8 +127,7 @@ class ServerConfig:
             raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
         if self.max_depth is not None and self.max_depth < 1:
             raise ConfigError(f"max_depth must be >= 1, got {self.max_depth}")
-        for name in ("miss_announces", "max_connections", "max_buffer", "max_origins",
-                     "hash_iterations"):
+        for name in ("miss_announces", "max_buffer", "max_origins", "hash_iterations"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -181,9 +154,9 @@ class _Client:
 class _Lock:
     username: str
     secret: str
-    upstream: str | None  # the server conn that asked us; None at the registering server
-    client: str | None  # the registering client's conn (origin server only)
-    waiting: set[str]
+    upstream: Conn | None  # the server conn that asked us; None at the registering server
+    client: Conn | None  # the registering client's conn (origin server only)
+    waiting: set[Conn]
 
 
 def _digest(secret: str) -> bytes:
@@ -201,15 +174,15 @@ class ActivityServer:
         self.codec = ActivityCodec(max_frame=config.max_line)
         self.users = UserTable(env.store, salt=salt or (lambda: env.rng.randbytes(16)),
                                iterations=config.hash_iterations)
-        self.on_action: Callable[[Action], None] | None = None
-        self.outbox: list[Action] = []
         self.level = 0
         self.state = TreeState.ROOT
-        self.parent: str | None = None  # conn to the parent (dialing, joining or attached)
+        self.parent: Conn | None = None  # conn to the parent (dialing, joining or attached)
         self.parent_id: str | None = None
         self.known: dict[str, _Known] = {}
-        self.roles: dict[str, ConnRole] = {}
-        self.clients: dict[str, _Client] = {}
+        self.roles: dict[Conn, ConnRole] = {}
+        self.clients: dict[Conn, _Client] = {}
+        # clients and children: where an activity goes (one write_many for all of them)
+        self.fanout: ConnGroup = env.group()
         self.buffer: deque[ActivityBroadcast] = deque()
         self._candidates: list[tuple[str, int]] = []
         self._failed: set[str] = set()
@@ -217,10 +190,10 @@ class ActivityServer:
         self._dials = 0
         self._locks: dict[str, _Lock] = {}
         self._lock_numbers = 0
-        self._registering: set[str] = set()
+        self._registering: set[Conn] = set()
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._last_seq: OrderedDict[str, int] = OrderedDict()
-        self._legacy: set[str] = set()  # child conns that authenticated without ``protocol``
+        self._legacy: set[Conn] = set()  # child conns that authenticated without ``protocol``
         self._tick: TimerHandle | None = None
         self._retry: TimerHandle | None = None
         self._early: TimerHandle | None = None  # an early announcement of a changed load
@@ -247,21 +220,22 @@ class ActivityServer:
         for conn in list(self.roles):
             self._close(conn, "server stopping")
 
-    def drain(self) -> list[Action]:
-        actions, self.outbox = self.outbox, []
-        return actions
+    def mark(self, event: str, **info: Any) -> None:
+        """Trace a membership row (``join``/``leave``) for this server: experiments mark the
+        windows around a server crash in which seed 003 promises no delivery."""
+        self.env.trace(event, layer=LAYER, **info)
 
     @property
     def load(self) -> int:
         return len(self.clients)
 
-    def server_conns(self) -> list[str]:
+    def server_conns(self) -> list[Conn]:
         """Authenticated server links: children and the attached parent."""
         return [c for c, r in self.roles.items() if r in (ConnRole.CHILD, ConnRole.PARENT)]
 
-    # -- events from the runtime -------------------------------------------------------------
+    # -- events from the runtime (the connection contract) ----------------------------------
 
-    def connected(self, conn: str) -> None:
+    def opened(self, conn: Conn, peer_address: str) -> None:
         role = self.roles.get(conn)
         if role is ConnRole.DIALING:
             self.roles[conn] = ConnRole.JOINING
@@ -269,19 +243,16 @@ class ActivityServer:
             return
         if role is not None:
             return
-        incoming = sum(1 for r in self.roles.values()
-                       if r in (ConnRole.PENDING, ConnRole.CLIENT, ConnRole.CHILD))
         self.roles[conn] = ConnRole.PENDING
-        if not self.running or incoming >= self.config.max_connections:
-            self._invalid(conn, f"too many connections (limit {self.config.max_connections})"
-                          if self.running else "server is not running")
+        if not self.running:
+            self._invalid(conn, "server is not running")
 
-    def line(self, conn: str, data: bytes | str) -> None:
+    def received(self, conn: Conn, frame: bytes) -> None:
         role = self.roles.get(conn)
         if role is None:
             return  # closed by us already; what was in flight is ignored
         try:
-            msg = self.codec.decode(data)
+            msg = self.codec.decode(frame)
         except ProtocolError as exc:
             self._trace("drop", peer=conn, reason=exc.reason, detail=str(exc)[:200])
             self._invalid(conn, str(exc))
@@ -295,13 +266,20 @@ class ActivityServer:
         else:
             self._from_parent(conn, role, msg)
 
-    def closed(self, conn: str) -> None:
+    def closed(self, conn: Conn, reason: str) -> None:
         if conn in self.roles:
-            self._forget(conn, "closed by the peer")
+            self._forget(conn, f"closed: {reason}")
+
+    def oversized(self, conn: Conn, size: int) -> None:
+        """A line over the limit: the seed's answer, then the runtime closes."""
+        if conn in self.roles:
+            self._send(conn, InvalidMessageReply(
+                info=f"message over the limit of {self.config.max_line} bytes"))
+            self._forget(conn, "line over the limit")
 
     # -- dispatch by role -------------------------------------------------------------------
 
-    def _from_pending(self, conn: str, msg: ActivityWire) -> None:
+    def _from_pending(self, conn: Conn, msg: ActivityWire) -> None:
         if isinstance(msg, Authenticate):
             self._authenticate(conn, msg)
         elif isinstance(msg, Login):
@@ -320,7 +298,7 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a client")
 
-    def _from_client(self, conn: str, msg: ActivityWire) -> None:
+    def _from_client(self, conn: Conn, msg: ActivityWire) -> None:
         if isinstance(msg, ActivityMessage):
             self._activity(conn, msg)
         elif isinstance(msg, Logout):
@@ -334,7 +312,7 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a client")
 
-    def _from_server(self, conn: str, msg: ActivityWire) -> None:
+    def _from_server(self, conn: Conn, msg: ActivityWire) -> None:
         if isinstance(msg, ServerAnnounce):
             self._announce(conn, msg)
         elif isinstance(msg, ActivityBroadcast):
@@ -354,7 +332,7 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a server")
 
-    def _from_parent(self, conn: str, role: ConnRole, msg: ActivityWire) -> None:
+    def _from_parent(self, conn: Conn, role: ConnRole, msg: ActivityWire) -> None:
         if isinstance(msg, ServerInfo):
             self._server_info(conn, msg)
         elif isinstance(msg, Redirect) and role is ConnRole.JOINING:
@@ -370,7 +348,7 @@ class ActivityServer:
 
     # -- servers: authentication, info, announcements ------------------------------------------
 
-    def _authenticate(self, conn: str, msg: Authenticate) -> None:
+    def _authenticate(self, conn: Conn, msg: Authenticate) -> None:
         if not hmac.compare_digest(msg.secret.encode(), self.config.secret.encode()):
             self._trace("drop", peer=conn, reason="auth")
             self._send(conn, AuthenticationFail(
@@ -386,6 +364,8 @@ class ActivityServer:
                 self._close(conn, "redirected: max depth")
                 return
         self.roles[conn] = ConnRole.CHILD
+        self.env.promote(conn)  # a server: it may take the slots kept for servers
+        self.fanout.add(conn)
         if msg.protocol is None:  # the original course protocol: no SERVER_INFO, no levels
             self._legacy.add(conn)
             self._trace("link_up", peer=conn, role="child", legacy=True)
@@ -401,7 +381,7 @@ class ActivityServer:
         fresh = [k for k in self._fresh() if k.level is not None and k.level + 1 <= depth]
         return min(fresh, key=lambda k: (k.level, k.load, k.id), default=None)
 
-    def _server_info(self, conn: str, msg: ServerInfo) -> None:
+    def _server_info(self, conn: Conn, msg: ServerInfo) -> None:
         for entry in msg.users:
             name, secret = entry.split(":", 1)
             if name not in self.users:
@@ -429,10 +409,10 @@ class ActivityServer:
                 if child not in self._legacy:  # extension: levels follow moves
                     self._send(child, self._server_info_msg())
 
-    def _children(self) -> list[str]:
+    def _children(self) -> list[Conn]:
         return [c for c, r in self.roles.items() if r is ConnRole.CHILD]
 
-    def _announce(self, conn: str, msg: ServerAnnounce) -> None:
+    def _announce(self, conn: Conn, msg: ServerAnnounce) -> None:
         if msg.id == self.id:
             return
         self.known[msg.id] = _Known(msg.id, msg.load, msg.hostname, msg.port, msg.level,
@@ -480,11 +460,10 @@ class ActivityServer:
 
     def _dial(self, host: str, port: int) -> None:
         self._dials += 1
-        conn = f"out-{self._dials}"
+        conn = self.env.connect(f"{host}:{port}", max_frame=self.config.max_line)
         self.parent = conn
         self.roles[conn] = ConnRole.DIALING
         self._trace("dial", peer=conn, host=host, port=port)
-        self._emit(Dial(conn, host, port))
 
     def _parent_gone(self, was_attached: bool) -> None:
         self.parent = None
@@ -537,7 +516,7 @@ class ActivityServer:
 
     # -- clients: login, register ---------------------------------------------------------------
 
-    def _login(self, conn: str, msg: Login) -> None:
+    def _login(self, conn: Conn, msg: Login) -> None:
         if msg.username == ANONYMOUS:
             secret = ""
         else:
@@ -551,7 +530,8 @@ class ActivityServer:
                 return
             secret = msg.secret
         self.roles[conn] = ConnRole.CLIENT
-        self.clients[conn] = _Client(msg.username, _digest(secret), f"{self.id}.{conn}")
+        self.clients[conn] = _Client(msg.username, _digest(secret), f"{self.id}.{conn.id}")
+        self.fanout.add(conn)
         self._trace("login", peer=conn, user=msg.username)
         self._send(conn, LoginSuccess(info=f"logged in as user {msg.username}"))
         target = min((k for k in self._fresh() if k.load <= self.load - 2),
@@ -566,7 +546,7 @@ class ActivityServer:
             self._close(conn, "redirected")
         self._load_changed()
 
-    def _register(self, conn: str, msg: Register) -> None:
+    def _register(self, conn: Conn, msg: Register) -> None:
         if msg.username == ANONYMOUS or msg.username in self.users:
             self._send(conn, RegisterFailed(
                 info=f"{msg.username} is already registered with the system"))
@@ -590,7 +570,7 @@ class ActivityServer:
     def _lock_key(msg: LockRequest | LockAllowed | LockDenied | LockCancel) -> str:
         return msg.id if msg.id is not None else f"{msg.username}:{msg.secret}"
 
-    def _lock_request(self, conn: str, msg: LockRequest) -> None:
+    def _lock_request(self, conn: Conn, msg: LockRequest) -> None:
         lock_id = self._lock_key(msg)
         if msg.username in self.users or lock_id in self._locks:
             self._send(conn, LockDenied(username=msg.username, secret=msg.secret, id=msg.id))
@@ -612,7 +592,7 @@ class ActivityServer:
                     return key
         return lock_id
 
-    def _lock_allowed(self, conn: str, msg: LockAllowed) -> None:
+    def _lock_allowed(self, conn: Conn, msg: LockAllowed) -> None:
         lock_id = self._answered_lock(msg)
         lock = self._locks.get(lock_id)
         if lock is not None:
@@ -638,7 +618,7 @@ class ActivityServer:
             self._registering.discard(lock.client)
             self._send(lock.client, RegisterSuccess(info=f"register success for {lock.username}"))
 
-    def _lock_denied(self, conn: str, msg: LockDenied) -> None:
+    def _lock_denied(self, conn: Conn, msg: LockDenied) -> None:
         lock_id = self._answered_lock(msg)
         lock = self._locks.pop(lock_id, None)
         if lock is None:
@@ -658,7 +638,7 @@ class ActivityServer:
                 info=f"{lock.username} is already registered with the system"))
             self._close(lock.client, "register failed")
 
-    def _lock_cancel(self, conn: str, msg: LockCancel) -> None:
+    def _lock_cancel(self, conn: Conn, msg: LockCancel) -> None:
         lock_id = self._lock_key(msg)
         if lock_id in self._cancelled:
             return  # only possible while the tree is briefly not a tree
@@ -681,7 +661,7 @@ class ActivityServer:
 
     # -- activities -----------------------------------------------------------------------------
 
-    def _activity(self, conn: str, msg: ActivityMessage) -> None:
+    def _activity(self, conn: Conn, msg: ActivityMessage) -> None:
         client = self.clients[conn]
         if msg.username != client.username:
             self._auth_fail(conn, f"username {msg.username} does not match the logged in user")
@@ -708,10 +688,10 @@ class ActivityServer:
         activity[ORIGIN_KEY] = origin
         activity[SEQ_KEY] = seq
         self.env.trace("publish", layer=LAYER, msg=f"{origin}#{seq}", origin=origin, seq=seq,
-                       peer=conn, user=client.username)
+                       peer=conn.id, user=client.username)
         self._spread(ActivityBroadcast(activity=activity), conn)
 
-    def _broadcast(self, conn: str, msg: ActivityBroadcast) -> None:
+    def _broadcast(self, conn: Conn, msg: ActivityBroadcast) -> None:
         ids = activity_ids(msg.activity)
         if ids is not None:
             if not self._seen(*ids):
@@ -719,7 +699,7 @@ class ActivityServer:
                 return
             # a server has every activity too: it is a member the reliability check counts
             self.env.trace("deliver", layer=LAYER, msg=f"{ids[0]}#{ids[1]}", origin=ids[0],
-                           seq=ids[1], peer=conn)
+                           seq=ids[1], peer=conn.id)
         self._spread(msg, conn)
 
     def _seen(self, origin: str, seq: int) -> bool:
@@ -733,13 +713,14 @@ class ActivityServer:
             self._last_seq.popitem(last=False)
         return True
 
-    def _spread(self, msg: ActivityBroadcast, source: str) -> None:
-        for conn in [*self.clients, *self._children()]:
-            if conn != source:
-                self._send(conn, msg)
+    def _spread(self, msg: ActivityBroadcast, source: Conn) -> None:
+        if self.config.drop_broadcasts:
+            return
+        frame = self.codec.encode(msg)
+        self.env.write_many(self.fanout, frame, exclude=source)
         if self.state is TreeState.ATTACHED and self.parent is not None:
             if self.parent != source:
-                self._send(self.parent, msg)
+                self.env.write(self.parent, frame)
         elif self.state is not TreeState.ROOT:
             if len(self.buffer) >= self.config.max_buffer:
                 self.buffer.popleft()
@@ -748,30 +729,25 @@ class ActivityServer:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def _emit(self, action: Action) -> None:
-        if self.on_action is not None:
-            self.on_action(action)
-        else:
-            self.outbox.append(action)
+    def _send(self, conn: Conn, msg: ActivityWire) -> None:
+        self.env.write(conn, self.codec.encode(msg))
 
-    def _send(self, conn: str, msg: ActivityWire) -> None:
-        self._emit(Send(conn, msg))
-
-    def _invalid(self, conn: str, info: str) -> None:
+    def _invalid(self, conn: Conn, info: str) -> None:
         self._send(conn, InvalidMessageReply(info=info))
         self._close(conn, f"invalid message: {info}")
 
-    def _auth_fail(self, conn: str, info: str) -> None:
+    def _auth_fail(self, conn: Conn, info: str) -> None:
         self._send(conn, AuthenticationFail(info=info))
         self._close(conn, f"authentication failed: {info}")
 
-    def _close(self, conn: str, reason: str) -> None:
+    def _close(self, conn: Conn, reason: str) -> None:
         if conn in self.roles:
-            self._emit(Close(conn, reason))
+            self.env.close(conn, CloseCode.NORMAL, reason[:100])
             self._forget(conn, reason)
 
-    def _forget(self, conn: str, reason: str) -> None:
+    def _forget(self, conn: Conn, reason: str) -> None:
         role = self.roles.pop(conn)
+        self.fanout.discard(conn)
         if self.clients.pop(conn, None) is not None:
             self._load_changed()
         self._registering.discard(conn)
@@ -789,10 +765,5 @@ class ActivityServer:
         if conn == self.parent:
             self._parent_gone(was_attached=role is ConnRole.PARENT)
 
-    def _trace(self, event: str, *, peer: str | None = None, **info: Any) -> None:
-        self.env.trace(event, layer=LAYER, peer=peer, **info)
-
-    def handle(self, conn: str, lines: Iterable[bytes | str]) -> None:
-        """Feed several lines of one connection (tests, batch replays)."""
-        for data in lines:
-            self.line(conn, data)
+    def _trace(self, event: str, *, peer: Conn | None = None, **info: Any) -> None:
+        self.env.trace(event, layer=LAYER, peer=None if peer is None else peer.id, **info)

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
+from ...core.conn import CloseCode, Conn, ConnGroup, Framing
 from ...core.env import Env, Store, TimerHandle, scan_with_pending
 from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
 from ...core.ids import NodeId
@@ -190,6 +191,26 @@ class _KeeperEnv:
     @property
     def store(self) -> Store:
         return self._store
+
+    def connect(self, address: str, *, framing: Framing = Framing.LINES,
+                max_frame: int = 64 * 1024) -> Conn:
+        return self._env.connect(address, framing=framing, max_frame=max_frame)
+
+    def write(self, conn: Conn, frame: bytes) -> None:
+        self._env.write(conn, frame)
+
+    def write_many(self, conns: ConnGroup | Iterable[Conn], frame: bytes, *,
+                   exclude: Conn | None = None) -> None:
+        self._env.write_many(conns, frame, exclude=exclude)
+
+    def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        self._env.close(conn, code, reason)
+
+    def promote(self, conn: Conn) -> None:
+        self._env.promote(conn)
+
+    def group(self) -> ConnGroup:
+        return self._env.group()
 
 
 class HubKeeper:

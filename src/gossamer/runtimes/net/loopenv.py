@@ -12,11 +12,12 @@ import asyncio
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from ...core.conn import CloseCode, Conn, ConnGroup, Framing
 from ...core.env import Store, TimerHandle
-from ...core.errors import ConfigError
+from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message
 from ...core.trace import NullSink, TraceSink, encode_info
@@ -130,8 +131,30 @@ class LoopEnv:
     def store(self) -> Store:
         return self._store
 
+    # connections: a LoopEnv has none (its process talks through its owner's channel)
 
-    def close(self) -> None:
+    def connect(self, address: str, *, framing: Framing = Framing.LINES,
+                max_frame: int = 64 * 1024) -> Conn:
+        raise StateError("a LoopEnv has no connections: run the process on a NetNode")
+
+    def write(self, conn: Conn, frame: bytes) -> None:
+        raise StateError("a LoopEnv has no connections: run the process on a NetNode")
+
+    def write_many(self, conns: ConnGroup | Iterable[Conn], frame: bytes, *,
+                   exclude: Conn | None = None) -> None:
+        raise StateError("a LoopEnv has no connections: run the process on a NetNode")
+
+    def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        raise StateError("a LoopEnv has no connections: run the process on a NetNode")
+
+    def promote(self, conn: Conn) -> None:
+        raise StateError("a LoopEnv has no connections: run the process on a NetNode")
+
+    def group(self) -> ConnGroup:
+        return ConnGroup()
+
+
+    def shutdown(self) -> None:
         """Cancel every timer; sends and new timers are ignored from now on."""
         self.closed = True
         for timer in list(self._timers):

@@ -14,11 +14,11 @@ import logging
 import math
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ...core.backoff import Backoff, ExponentialBackoff
 from ...core.conn import CloseCode, Conn, ConnGroup, Framing, ListenerSpec
-from ...core.env import Process, ProcessFactory, Store, TimerHandle
+from ...core.env import MessageHandler, Process, ProcessFactory, Store, TimerHandle
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec
@@ -527,7 +527,7 @@ class NetNode:
             return
         self.trace_message("recv", msg, peer, len(frame))
         try:
-            self.process.on_message(peer, msg)
+            cast(MessageHandler, self.process).on_message(peer, msg)
         except ProtocolError as exc:
             log.warning("%s: dropped %s from %s: %s: %s", self.node_id, msg.TYPE, peer,
                         exc.reason, exc)

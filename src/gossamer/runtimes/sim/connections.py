@@ -89,7 +89,8 @@ class SimConnections:
         self.sim = sim
         self._numbers = itertools.count(1)
         self.listeners: dict[NodeId, dict[int, ListenerSpec]] = {}
-        self.ends: dict[NodeId, set[SimConn]] = {}  # every open or connecting end per node
+        # every open or connecting end per node (dicts: ordered, so a run replays exactly)
+        self.ends: dict[NodeId, dict[SimConn, None]] = {}
         self._held: dict[SimConn, None] = {}  # ends whose outgoing frames wait for a heal
 
     # -- listeners -------------------------------------------------------------------------
@@ -120,7 +121,7 @@ class SimConnections:
         conn = SimConn(f"{env.node}>{next(self._numbers)}", env, listener=None,
                        remote=address, max_frame=max_frame, spec=None)
         conn.promoted = True  # a dialed connection is a peer by definition
-        self.ends.setdefault(env.node, set()).add(conn)
+        self.ends.setdefault(env.node, {})[conn] = None
         sim = self.sim
         if not sim.network.connected(env.node, host):
             sim.schedule(CONNECT_TIMEOUT, self._refused, conn)
@@ -267,6 +268,9 @@ class SimConnections:
             end.reheld += 1
             self._held[end] = None
             return
+        if kind == "synack":
+            self._established(peer)
+            return
         if peer.state is not ConnState.OPEN:
             return
         if kind == "data":
@@ -310,8 +314,9 @@ class SimConnections:
         dialer.peer = accepted
         accepted.state = ConnState.OPEN
         accepted.last_heard = sim.now
-        self.ends.setdefault(host, set()).add(accepted)
-        sim.schedule(self._delay(host, dialer.node), self._established, dialer)
+        self.ends.setdefault(host, {})[accepted] = None
+        # the answer travels ahead of anything the service writes, in the same order
+        self._transmit(accepted, "synack", None)
         mine = [e for e in self.ends[host] if e.spec is spec and e.state is ConnState.OPEN]
         if len(mine) > spec.max_connections:
             self._trace(accepted, "drop", reason=CloseReason.FULL)
@@ -383,7 +388,7 @@ class SimConnections:
     def _forget(self, end: SimConn) -> None:
         ends = self.ends.get(end.node)
         if ends is not None and end.env.alive:
-            ends.discard(end)
+            ends.pop(end, None)
 
     def _later(self, end: SimConn, reason: str) -> None:
         """``closed(end, reason)`` as its own event: never from inside the env call."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from ...core.conn import CloseCode, Conn, ConnGroup, Framing, ListenerSpec
-from ...core.env import Process, ProcessFactory, Store, TimerHandle
+from ...core.env import MessageHandler, Process, ProcessFactory, Store, TimerHandle
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec, default_codec
@@ -328,6 +328,12 @@ class Simulation:
         self.network.partition(groups)
         self._trace_sim("partition", groups=groups)
 
+    def blackhole(self, a: NodeId, b: NodeId) -> None:
+        """The links between ``a`` and ``b`` go silent (until ``heal``): nothing is lost or
+        closed, it just stops arriving, as with a hung link; ``heal`` ends every partition."""
+        self.network.block(a, b)
+        self._trace_sim("blackhole", a=a, b=b)
+
     def heal(self) -> None:
         self.network.heal()
         self._trace_sim("heal")
@@ -374,7 +380,7 @@ class Simulation:
 
     # -- events ----------------------------------------------------------------------------
 
-    def schedule(self, delay: float, fn: Callable[..., None], *args: Any) -> Entry:
+    def schedule(self, delay: float, fn: Callable[..., object], *args: Any) -> Entry:
         """Run ``fn(*args)`` after ``delay`` virtual seconds (scenario events, not per node)."""
         if delay < 0:
             raise ConfigError(f"delay must be >= 0, got {delay}")
@@ -448,7 +454,7 @@ class Simulation:
         process = env.process
         if process is not None:
             try:
-                process.on_message(src, msg)
+                cast(MessageHandler, process).on_message(src, msg)
             except ProtocolError as exc:
                 env.trace("drop", layer=layer_of(msg), peer=src, reason=exc.reason,
                           error=str(exc))
@@ -552,7 +558,7 @@ class _Call:
 
     __slots__ = ("fn",)
 
-    def __init__(self, fn: Callable[..., None]) -> None:
+    def __init__(self, fn: Callable[..., object]) -> None:
         self.fn = fn
 
     def __call__(self, args: tuple[Any, ...]) -> None:

@@ -186,6 +186,7 @@ class Network:
         self.default = default if default is not None else LinkModel()
         self._links: dict[tuple[NodeId, NodeId], LinkModel] = {}
         self._group: dict[NodeId, int] = {}
+        self._blocked: set[frozenset[NodeId]] = set()
 
     def set_link(self, src: NodeId, dst: NodeId, model: LinkModel, *, both: bool = True) -> None:
         self._links[(src, dst)] = model
@@ -200,7 +201,7 @@ class Network:
     @property
     def uniform(self) -> bool:
         """True when every link is the default one and nothing is partitioned."""
-        return not self._links and not self._group
+        return not self._links and not self._group and not self._blocked
 
     def partition(self, groups: Iterable[Iterable[NodeId]]) -> None:
         """Split the network: nodes talk only within their group; unlisted nodes form one more."""
@@ -212,13 +213,20 @@ class Network:
                 group_of[node] = number
         self._group = group_of
 
+    def block(self, a: NodeId, b: NodeId) -> None:
+        """Silence the links between ``a`` and ``b`` only (a hung link; both directions)."""
+        self._blocked.add(frozenset((a, b)))
+
     def heal(self) -> None:
         self._group = {}
+        self._blocked = set()
 
     @property
     def partitioned(self) -> bool:
-        return bool(self._group)
+        return bool(self._group) or bool(self._blocked)
 
     def connected(self, src: NodeId, dst: NodeId) -> bool:
+        if self._blocked and frozenset((src, dst)) in self._blocked:
+            return False
         group = self._group
         return not group or group.get(src, 0) == group.get(dst, 0)

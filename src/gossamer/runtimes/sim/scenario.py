@@ -11,6 +11,7 @@ import enum
 import random
 from collections.abc import Callable, Sequence
 
+from ...core.conn import ListenerSpec
 from ...core.env import ProcessFactory
 from ...core.errors import ConfigError
 from ...core.ids import NodeId, node_ids
@@ -29,6 +30,7 @@ class FaultKind(enum.Enum):
     LEAVE = "leave"
     PARTITION = "partition"
     HEAL = "heal"
+    CUT = "cut"  # reset the connections of ``node`` (with ``peer`` only, if given)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,12 +39,13 @@ class Fault:
     kind: FaultKind
     node: NodeId | None = None
     groups: tuple[tuple[NodeId, ...], ...] = ()
+    peer: NodeId | None = None
 
     def __post_init__(self) -> None:
         if self.at < 0:
             raise ConfigError(f"fault time must be >= 0, got {self.at}")
         needs_node = self.kind in (FaultKind.CRASH, FaultKind.RECOVER, FaultKind.JOIN,
-                                   FaultKind.LEAVE)
+                                   FaultKind.LEAVE, FaultKind.CUT)
         if needs_node and self.node is None:
             raise ConfigError(f"{self.kind.value} needs a node")
         if self.kind is FaultKind.PARTITION and len(self.groups) < 1:
@@ -62,6 +65,8 @@ class Scenario:
         default_factory=list
     )
     connection_refused: bool = False  # see Simulation: senders hear of a down destination
+    #: the listeners of nodes that accept connections (see ``gossamer.core.conn``)
+    listeners: dict[NodeId, tuple[ListenerSpec, ...]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, count: int, *, seed: int = 0, link: LinkModel | None = None) -> Scenario:
@@ -101,6 +106,16 @@ class Scenario:
 
     def heal(self, at: float) -> Scenario:
         self.faults.append(Fault(at, FaultKind.HEAL))
+        return self
+
+    def cut(self, at: float, node: NodeId, peer: NodeId | None = None) -> Scenario:
+        """Reset ``node``'s connections (only those to ``peer``, if given) at ``at``."""
+        self.faults.append(Fault(at, FaultKind.CUT, node, peer=peer))
+        return self
+
+    def listen(self, node: NodeId, *specs: ListenerSpec) -> Scenario:
+        """``node`` accepts connections on these listeners (from its start)."""
+        self.listeners[node] = (*self.listeners.get(node, ()), *specs)
         return self
 
     def at(self, time: float, action: Callable[[Simulation], None]) -> Scenario:
@@ -168,7 +183,8 @@ class Scenario:
         sim = Simulation(seed=self.seed, link=self.link, run=run, trace=trace, codec=codec,
                          trace_messages=trace_messages,
                          connection_refused=self.connection_refused)
-        sim.add_nodes(self.nodes, factory)
+        for node in self.nodes:
+            sim.add_node(node, factory, listeners=self.listeners.get(node, ()))
         # stable order: by time, then by the order they were added
         ordered = sorted(enumerate(self.faults), key=lambda item: (item[1].at, item[0]))
         known = set(self.nodes)
@@ -178,17 +194,21 @@ class Scenario:
                 continue
             if fault.kind is FaultKind.JOIN and fault.node is not None:
                 known.add(fault.node)
-            self._schedule_fault(sim, fault, factory)
+            self._schedule_fault(sim, fault, factory, self.listeners)
         for time, action in sorted(self.actions, key=lambda item: item[0]):
             sim.schedule(time, action, sim)
         return sim
 
     @staticmethod
-    def _schedule_fault(sim: Simulation, fault: Fault, factory: ProcessFactory) -> None:
+    def _schedule_fault(sim: Simulation, fault: Fault, factory: ProcessFactory,
+                        listeners: dict[NodeId, tuple[ListenerSpec, ...]]) -> None:
         kind, node = fault.kind, fault.node
         if kind is FaultKind.JOIN:
             assert node is not None
-            sim.add_node(node, factory, at=fault.at)
+            sim.add_node(node, factory, at=fault.at, listeners=listeners.get(node, ()))
+        elif kind is FaultKind.CUT:
+            assert node is not None
+            sim.schedule(fault.at, sim.cut, node, fault.peer)
         elif kind is FaultKind.CRASH:
             sim.schedule(fault.at, sim.crash, node)
         elif kind is FaultKind.RECOVER:

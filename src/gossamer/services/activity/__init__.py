@@ -1,6 +1,7 @@
-"""activity (seed 003): the activity stream network's servers and clients over TCP JSON lines,
-plus ``MemNet``, a deterministic in-memory network of the same server core for tests."""
+"""activity: the seed-003 activity network as users run it: the TCP server, the asyncio client,
+the CLI and the simulated workload of ``gossamer experiment``."""
 
-from .memnet import MemClient, MemNet
+from .client import ActivityClient
+from .server import ActivityTcpServer
 
-__all__ = ["MemClient", "MemNet"]
+__all__ = ["ActivityClient", "ActivityTcpServer"]

@@ -33,17 +33,25 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from ...core.conn import ListenerSpec
 from ...core.env import Env, Process
 from ...core.errors import ConfigError
 from ...core.ids import NodeId
 from ...core.trace import TraceSink
-from ...protocols.activity import TreeState
+from ...protocols.activity import (
+    ActivityClientNode,
+    ActivityServer,
+    ClientScript,
+    ServerConfig,
+    TreeState,
+)
 from ...runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
-from .simnode import ActivityNode, ClientScript, SimClient
 
 __all__ = ["ActivityRunOptions", "ActivityRunResult", "run_activity_sim"]
 
 _SECRET = "gossamer-activity-network"
+PORT = 3780  # every simulated server listens on (its node id, PORT)
+LISTENER = ListenerSpec(name="activity", port=PORT, reserved_for_peers=16)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,7 +157,7 @@ def run_activity_sim(
     scripts = {}
     for index, name in enumerate(clients):
         turn = index % len(servers)
-        order = tuple(servers[turn:] + servers[:turn])
+        order = tuple(f"{s}:{PORT}" for s in servers[turn:] + servers[:turn])
         if name in registering:
             scripts[name] = ClientScript(servers=order, username=f"user-{name}",
                                          secret=f"pw-{name}", register=True)
@@ -158,6 +166,8 @@ def run_activity_sim(
 
     link = LinkModel(latency=parse_latency(options.latency))
     scenario = Scenario(seed=options.seed, nodes=list(servers), link=link)
+    for server in servers:
+        scenario.listen(server, LISTENER)
     run_id = options.run or f"activity-s{options.servers}-c{options.clients}-s{options.seed}"
     for index, name in enumerate(clients):
         scenario.join(options.start + 0.01 * index, name)
@@ -168,7 +178,7 @@ def run_activity_sim(
         if sim.status(node) is not NodeStatus.UP:
             counts["skipped"] += 1
             return
-        client = cast(SimClient, sim.process(node))
+        client = cast(ActivityClientNode, sim.process(node))
         sent: list[bool] = []
         sim.call(node, lambda _p: sent.append(client.publish({"n": number, "by": node})))
         counts["published" if sent and sent[0] else "skipped"] += 1
@@ -194,9 +204,13 @@ def run_activity_sim(
 
     def factory(env: Env) -> Process:
         if env.node in parent:
-            return ActivityNode(env, secret=_SECRET, remote=parent[env.node],
-                                drop_broadcasts=options.drop_broadcasts and env.node == root)
-        return SimClient(env, scripts[env.node])
+            up = parent[env.node]
+            return ActivityServer(env, ServerConfig(
+                secret=_SECRET, hostname=env.node, port=PORT,
+                remote=None if up is None else (up, PORT), announce_interval=1.0,
+                reconnect_delay=1.0, hash_iterations=10,
+                drop_broadcasts=options.drop_broadcasts and env.node == root))
+        return ActivityClientNode(env, scripts[env.node])
 
     sim = scenario.build(factory, trace=trace_sink, run=run_id)
     until = options.end(len(crashed))
@@ -209,9 +223,10 @@ def run_activity_sim(
 
     healed = all(sim.status(n) is NodeStatus.UP for n in [*servers, *clients])
     if healed:
-        healed = all(cast(ActivityNode, sim.process(s)).core.state
+        healed = all(cast(ActivityServer, sim.process(s)).state
                      in (TreeState.ATTACHED, TreeState.ROOT) for s in servers)
-        healed = healed and all(cast(SimClient, sim.process(c)).joined for c in clients)
+        healed = healed and all(cast(ActivityClientNode, sim.process(c)).joined
+                                for c in clients)
     return ActivityRunResult(
         run=run_id, servers=options.servers, clients=options.clients,
         requested=options.activities, published=counts["published"],
@@ -223,6 +238,6 @@ def _mark(sim: Simulation, *, event: str, reason: str, server: NodeId) -> None:
     """Every node that is up traces ``event`` (a session boundary around ``server``'s crash)."""
     for node in sim.alive():
         process = sim.process(node)
-        if isinstance(process, ActivityNode | SimClient):
-            sim.call(node, lambda p: cast(ActivityNode | SimClient, p).mark(
+        if isinstance(process, ActivityServer | ActivityClientNode):
+            sim.call(node, lambda p: cast(ActivityServer | ActivityClientNode, p).mark(
                 event, reason=reason, server=server))

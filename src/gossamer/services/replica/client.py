@@ -143,7 +143,7 @@ class Replica:
         if self._client is not None:
             self._client.stop()
         if self._env is not None:
-            self._env.close()
+            self._env.shutdown()
         if self._session is not None:
             await self._session.close()
         self.store.close()

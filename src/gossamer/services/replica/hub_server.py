@@ -340,7 +340,7 @@ class HubServer:
             self.keeper.stop()  # commits what the group commit still holds
             self.keeper = None
         if self._keeper_env is not None:
-            self._keeper_env.close()
+            self._keeper_env.shutdown()
             self._keeper_env = None
         if self._store is not None:
             self._store.close()
