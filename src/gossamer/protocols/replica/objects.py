@@ -71,7 +71,6 @@ _RESOLVED, _REBASE = "replica.resolved", "replica.rebase"
 # writes, a line "position json" each; a push rewrites one chunk (the last), not the history,
 # and the writes of one interval between commits cost one row per chunk, not one per write
 _HISTORY_CHUNKS = "replica.histories"
-_HISTORY = "replica.history"  # the earlier layout, a row per write: read, then moved to chunks
 HISTORY_CHUNK = 16
 
 
@@ -458,9 +457,8 @@ class ReplicaClient:
         return revision
 
     def _load_histories(self) -> None:
-        """The histories from their chunks (and rows of the earlier layout, which move to
-        chunks): each the last ``history_limit`` positions stored (a chunk whose first writes
-        left the history may still hold them)."""
+        """The histories from their chunks: each the last ``history_limit`` positions stored (a
+        chunk whose first writes left the history may still hold them)."""
         stored: dict[str, dict[int, _Write]] = {}
         for row_key, raw in self._store.scan(_HISTORY_CHUNKS):
             key = str(orjson.loads(row_key)[0])
@@ -468,22 +466,10 @@ class ReplicaClient:
             for line in raw.split(b"\n"):
                 position, _, body = line.partition(b" ")
                 writes[int(position)] = _Write.from_json(orjson.loads(body))
-        moved: set[str] = set()
-        for row_key, raw in self._store.scan(_HISTORY):
-            key, position = orjson.loads(row_key)
-            stored.setdefault(str(key), {})[int(position)] = _Write.from_json(orjson.loads(raw))
-            self._store.delete(_HISTORY, row_key)
-            moved.add(str(key))
         for key, writes in stored.items():
             positions = sorted(writes)[-self.config.history_limit:]
             self._first[key] = positions[0]
             self._objects[key] = [writes[p] for p in positions]
-        for key in sorted(moved):
-            history = self._objects[key]
-            first = self._first[key]
-            for chunk in range(first // HISTORY_CHUNK,
-                               (first + len(history) - 1) // HISTORY_CHUNK + 1):
-                self._write_chunk(key, history, chunk, first + len(history))
 
     def _chunk_lines(self, key: str, history: list[_Write], chunk: int, end: int) -> list[bytes]:
         """The lines of chunk ``chunk`` of ``key`` from the history, positions before ``end``."""
