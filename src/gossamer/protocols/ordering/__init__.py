@@ -1,5 +1,10 @@
-"""ordering: delivery-order layers (FIFO per origin; causal, per-object and total order later)."""
+"""ordering: delivery-order layers (FIFO, causal, per-object order).
 
+``fifo`` is reliable FIFO broadcast per origin; ``causal`` is seed 000's causal delivery with
+vector clocks, on that seed's wire format (``gossamer.protocols.replica.wire``).
+"""
+
+from .causal import CausalConfig, CausalDelivery
 from .fifo import (
     FifoAck,
     FifoBroadcast,
@@ -12,6 +17,8 @@ from .fifo import (
 )
 
 __all__ = [
+    "CausalConfig",
+    "CausalDelivery",
     "FifoAck",
     "FifoBroadcast",
     "FifoConfig",

@@ -40,7 +40,7 @@ from ...core.env import Env, Store, TimerHandle, scan_with_pending
 from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
-from .causal import LAYER
+from ..ordering.causal import LAYER
 from .objects import ReplicaClient, ReplicaConfig
 from .wire import (
     HUB_ID,

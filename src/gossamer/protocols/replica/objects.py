@@ -50,7 +50,7 @@ from ...core.env import Env, TimerHandle, put_json
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
-from .causal import LAYER, CausalConfig, CausalDelivery, msg_id
+from ..ordering.causal import LAYER, CausalConfig, CausalDelivery, msg_id
 from .wire import (
     Clear,
     Conflict,
