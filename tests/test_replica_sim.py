@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from checks import count, named
 from gossamer.core import Env, InvalidMessage, MemorySink, Message, node_ids
+from gossamer.protocols.ordering.per_object import HISTORY_CHUNK
 from gossamer.protocols.replica import (
     CausalConfig,
     Conflict,
@@ -39,7 +40,6 @@ from gossamer.protocols.replica import (
     crc_of,
 )
 from gossamer.protocols.replica.hubnode import DEFAULT_KEEPER
-from gossamer.protocols.replica.objects import HISTORY_CHUNK
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
 
 HUB = "hub"

@@ -1,7 +1,8 @@
 """ordering: delivery-order layers (FIFO, causal, per-object order).
 
-``fifo`` is reliable FIFO broadcast per origin; ``causal`` is seed 000's causal delivery with
-vector clocks, on that seed's wire format (``gossamer.protocols.replica.wire``).
+``fifo`` is reliable FIFO broadcast per origin. ``causal`` (causal delivery with vector clocks)
+and ``per_object`` (which concurrent write to an object wins) are seed 000's, on that seed's wire
+format (``gossamer.protocols.replica.wire``).
 """
 
 from .causal import CausalConfig, CausalDelivery
@@ -15,6 +16,7 @@ from .fifo import (
     FifoStatus,
     FifoSync,
 )
+from .per_object import Verdict, WinningPaths, Write, judge
 
 __all__ = [
     "CausalConfig",
@@ -27,4 +29,8 @@ __all__ = [
     "FifoNack",
     "FifoStatus",
     "FifoSync",
+    "Verdict",
+    "WinningPaths",
+    "Write",
+    "judge",
 ]

@@ -1,7 +1,8 @@
 """replica: the protocol family of seed 000 (gossip over WebSockets with total order per object).
 
-``wire`` is the seed's exact JSON wire format. ``objects`` (``ReplicaClient``: per-object total
-order, conflicts, rebase) builds on causal delivery (``gossamer.protocols.ordering.causal``);
+``wire`` is the seed's exact JSON wire format. ``objects`` (``ReplicaClient``: the objects,
+conflicts, rebase, offline queue) builds on causal delivery and per-object order
+(``gossamer.protocols.ordering.causal`` and ``.per_object``);
 ``hub`` (the relay's routing core), ``keeper`` (the hub's snapshot keeper) and ``hubnode`` (that
 relay as a simulator process) build on those.
 
@@ -32,10 +33,11 @@ from .wire import (
 
 if TYPE_CHECKING:
     from ..ordering.causal import CausalConfig, CausalDelivery
+    from ..ordering.per_object import Verdict
     from .hub import HubRelay, Route
     from .hubnode import HubNode
     from .keeper import HubKeeper, KeeperConfig
-    from .objects import LinkState, ReplicaClient, ReplicaConfig, Verdict
+    from .objects import LinkState, ReplicaClient, ReplicaConfig
 
 # name -> the module it comes from, imported when the name is first asked for
 _ON_FIRST_USE = {
@@ -49,7 +51,7 @@ _ON_FIRST_USE = {
     "LinkState": ".objects",
     "ReplicaClient": ".objects",
     "ReplicaConfig": ".objects",
-    "Verdict": ".objects",
+    "Verdict": "..ordering.per_object",
 }
 
 __all__ = [
