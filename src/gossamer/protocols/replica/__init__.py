@@ -2,13 +2,13 @@
 
 ``wire`` is the seed's exact JSON wire format. ``objects`` (``ReplicaClient``: the objects,
 conflicts, rebase, offline queue) builds on causal delivery and per-object order
-(``gossamer.protocols.ordering.causal`` and ``.per_object``);
-``hub`` (the relay's routing core), ``keeper`` (the hub's snapshot keeper) and ``hubnode`` (that
-relay as a simulator process) build on those.
+(``gossamer.protocols.ordering.causal`` and ``.per_object``); ``keeper`` (the hub's snapshot
+keeper) builds on ``objects``, and ``hubnode`` (the hub as a simulator process) on the keeper
+and the hub relay (``gossamer.protocols.dissemination.hub_relay``).
 
-The wire format is imported at once, everything else on first use: the ordering layer speaks
-this package's wire format and this face re-exports its seed-000 part, so importing it eagerly
-here would make importing ``gossamer.protocols.ordering.causal`` first an import cycle.
+The wire format is imported at once, everything else on first use: the ordering and
+dissemination layers speak this package's wire format and this face re-exports their seed-000
+parts, so importing them eagerly here would make importing those layers first an import cycle.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from .wire import (
 )
 
 if TYPE_CHECKING:
+    from ..dissemination.hub_relay import HubRelay, Route
     from ..ordering.causal import CausalConfig, CausalDelivery
     from ..ordering.per_object import Verdict
-    from .hub import HubRelay, Route
     from .hubnode import HubNode
     from .keeper import HubKeeper, KeeperConfig
     from .objects import LinkState, ReplicaClient, ReplicaConfig
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 _ON_FIRST_USE = {
     "CausalConfig": "..ordering.causal",
     "CausalDelivery": "..ordering.causal",
-    "HubRelay": ".hub",
-    "Route": ".hub",
+    "HubRelay": "..dissemination.hub_relay",
+    "Route": "..dissemination.hub_relay",
     "HubNode": ".hubnode",
     "HubKeeper": ".keeper",
     "KeeperConfig": ".keeper",
