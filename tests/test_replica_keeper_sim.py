@@ -299,7 +299,6 @@ def test_the_log_is_stored_in_segments_bounded_and_reloaded() -> None:
     for msg in chain("a", range(1, 301)) + chain("b", range(1, 11)):
         assert keeper.handle(msg) is msg
     env.advance(1.0)  # the group commit
-    assert store.get("keeper.log", "a 000000000001") is None  # no row per message
     segments = sorted(key for key, _ in store.scan("keeper.segments"))
     # a: the segments of seqs 201-300 (the older ones are gone); b: its first
     assert segments == [f"a {s:012d}" for s in sorted({(seq - 1) // SEGMENT
@@ -329,22 +328,6 @@ def test_a_crash_loses_only_the_writes_since_the_last_group_commit() -> None:
     store.crash()  # before the next group commit
     again, _ = keeper_on(store, log_per_origin=100)
     assert again.logged("a") == (1, 10) and again.replica.causal.vector == {"a": 10}
-
-
-def test_a_log_in_the_earlier_layout_is_read_and_moved_to_segments() -> None:
-    store = MemoryStore()
-    codec = ReplicaCodec()
-    for index, msg in enumerate(chain("a", range(1, 6)), start=1):
-        store.put("keeper.log", f"a {msg.seq:012d}",
-                  b"%d %s" % (index, codec.encode(msg)))
-    store.commit()
-    keeper, _env = keeper_on(store, log_per_origin=100)
-    assert keeper.logged("a") == (1, 5)
-    keeper.stop()
-    assert list(store.scan("keeper.log")) == []
-    assert [key for key, _ in store.scan("keeper.segments")] == ["a 000000000000"]  # 1-5
-    again, _ = keeper_on(store, log_per_origin=100)
-    assert again.logged("a") == (1, 5)
 
 
 def test_the_group_commit_holds_a_bounded_number_of_writes() -> None:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from checks import count, named
 from gossamer.core import Env, InvalidMessage, MemorySink, Message, node_ids
+from gossamer.protocols.ordering.per_object import HISTORY_CHUNK
 from gossamer.protocols.replica import (
     CausalConfig,
     Conflict,
@@ -39,7 +40,6 @@ from gossamer.protocols.replica import (
     crc_of,
 )
 from gossamer.protocols.replica.hubnode import DEFAULT_KEEPER
-from gossamer.protocols.replica.objects import HISTORY_CHUNK
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
 
 HUB = "hub"
@@ -827,18 +827,6 @@ def test_a_cut_across_chunks_keeps_only_the_positions_before_it() -> None:
     assert sorted(lines) == list(range(22)) and lines[21] == "n0-1"
     again = ReplicaClient(cast(Env, FakeEnv("n5", store=store)))
     assert again.history("k") == client.history("k") and again.revision("k") == "n0-1"
-
-
-def test_histories_in_the_earlier_layout_are_read_and_moved_to_chunks() -> None:
-    store = MemoryStore()
-    rows = [["r0", None, "n1", 1, {"n": 0}, False], ["r1", "r0", "n1", 2, {"n": 1}, False]]
-    for position, row in enumerate(rows):
-        store.put("replica.history", json.dumps(["k", position + 5]), json.dumps(row).encode())
-    store.commit()
-    client = ReplicaClient(cast(Env, FakeEnv("n5", store=store)))
-    assert client.revision("k") == "r1" and client.get("k") == {"n": 1}
-    assert list(store.scan("replica.history")) == []
-    assert stored_history(store, "k") == {0: {5: "r0", 6: "r1"}}
 
 
 def test_an_observer_writes_its_history_and_vector_when_asked() -> None:

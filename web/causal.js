@@ -1,5 +1,5 @@
 // Causal delivery of seed-000 data messages: a port of
-// src/gossamer/protocols/replica/causal.py (read its docstring for the design).
+// src/gossamer/protocols/ordering/causal.py (read its docstring for the design).
 //
 // A vector counts, per client id, the data messages delivered here (own entry: sent). A data
 // message carries its sender's vector with the sender's entry counting it, so vector[id] is its

@@ -1,5 +1,6 @@
 // Replicated objects with total order per object: a port of
-// src/gossamer/protocols/replica/objects.py (read its docstring for the design).
+// src/gossamer/protocols/replica/objects.py and src/gossamer/protocols/ordering/per_object.py
+// (read their docstrings for the design).
 //
 // Every write goes from revision `old_value` to a new unique revision `value`; the writes of a
 // key form a tree and its state is the end of the winning path (at every fork the write of the

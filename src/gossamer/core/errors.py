@@ -14,7 +14,6 @@ __all__ = [
     "GossamerError",
     "InvalidMessage",
     "LocalError",
-    "NotBuiltError",
     "OperationError",
     "ProtocolError",
     "StateError",
@@ -73,10 +72,6 @@ class ConfigError(LocalError, ValueError):
 
 class StateError(LocalError):
     """An operation that the current state does not allow (names state and operation)."""
-
-
-class NotBuiltError(LocalError, NotImplementedError):
-    """A feature that gossamer does not have yet; the README lists these."""
 
 
 class OperationError(GossamerError):

@@ -1,5 +1,9 @@
 """dissemination: getting a message to every node (gossip flood or Plumtree-style tree, with
-anti-entropy recovery) over a membership layer."""
+anti-entropy recovery) over a membership layer.
+
+``gossip`` (over HyParView), ``scribe`` (a multicast tree per topic over Chord) and
+``hub_relay`` (seed 000's hub: one relay that multicasts to every connection).
+"""
 
 from .gossip import (
     GossipBroadcast,
@@ -15,6 +19,7 @@ from .gossip import (
     message_id,
     parse_message_id,
 )
+from .hub_relay import HubRelay
 from .scribe import (
     Heartbeat,
     Publish,
@@ -36,6 +41,7 @@ __all__ = [
     "GossipMessage",
     "Graft",
     "Heartbeat",
+    "HubRelay",
     "IHave",
     "Mode",
     "Prune",

@@ -1,15 +1,21 @@
 """replica: the protocol family of seed 000 (gossip over WebSockets with total order per object).
 
-``wire`` is the seed's exact JSON wire format; ``causal`` (causal delivery with NACK repair),
-``objects`` (``ReplicaClient``: per-object total order, conflicts, rebase), ``hub`` (the relay's
-routing core) and ``hubnode`` (that relay as a simulator process) build on it.
+``wire`` is the seed's exact JSON wire format. ``objects`` (``ReplicaClient``: the objects,
+conflicts, rebase, offline queue) builds on causal delivery and per-object order
+(``gossamer.protocols.ordering.causal`` and ``.per_object``); ``keeper`` (the hub's snapshot
+keeper) builds on ``objects``, and ``hubnode`` (the hub as a simulator process) on the keeper
+and the hub relay (``gossamer.protocols.dissemination.hub_relay``).
+
+The wire format is imported at once, everything else on first use: the ordering and
+dissemination layers speak this package's wire format and this face re-exports their seed-000
+parts, so importing them eagerly here would make importing those layers first an import cycle.
 """
 
-from .causal import CausalConfig, CausalDelivery
-from .hub import HubRelay, Route
-from .hubnode import HubNode
-from .keeper import HubKeeper, KeeperConfig
-from .objects import LinkState, ReplicaClient, ReplicaConfig, Verdict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .wire import (
     HUB_ID,
     Clear,
@@ -24,6 +30,29 @@ from .wire import (
     Subscribe,
     crc_of,
 )
+
+if TYPE_CHECKING:
+    from ..dissemination.hub_relay import HubRelay, Route
+    from ..ordering.causal import CausalConfig, CausalDelivery
+    from ..ordering.per_object import Verdict
+    from .hubnode import HubNode
+    from .keeper import HubKeeper, KeeperConfig
+    from .objects import LinkState, ReplicaClient, ReplicaConfig
+
+# name -> the module it comes from, imported when the name is first asked for
+_ON_FIRST_USE = {
+    "CausalConfig": "..ordering.causal",
+    "CausalDelivery": "..ordering.causal",
+    "HubRelay": "..dissemination.hub_relay",
+    "Route": "..dissemination.hub_relay",
+    "HubNode": ".hubnode",
+    "HubKeeper": ".keeper",
+    "KeeperConfig": ".keeper",
+    "LinkState": ".objects",
+    "ReplicaClient": ".objects",
+    "ReplicaConfig": ".objects",
+    "Verdict": "..ordering.per_object",
+}
 
 __all__ = [
     "HUB_ID",
@@ -50,3 +79,12 @@ __all__ = [
     "Verdict",
     "crc_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups find it without this function
+    return value

@@ -13,7 +13,7 @@ from ...core.env import Env
 from ...core.errors import ProtocolError, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
-from .hub import HubRelay, Route
+from ..dissemination.hub_relay import HubRelay, Route
 from .keeper import HubKeeper, KeeperConfig
 
 __all__ = ["HubNode"]

@@ -41,7 +41,7 @@ from ...core.env import Env, Store, TimerHandle, scan_with_pending
 from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
-from .causal import LAYER
+from ..ordering.causal import LAYER
 from .objects import ReplicaClient, ReplicaConfig
 from .wire import (
     HUB_ID,
@@ -59,7 +59,6 @@ from .wire import (
 
 __all__ = ["HubKeeper", "KeeperConfig"]
 
-_LOG = "keeper.log"  # earlier layout, read and moved to segments: "origin seq" -> "index json"
 _SEGMENTS = "keeper.segments"  # "origin segment" -> entries "seq index length json", concatenated
 SEGMENT = 16  # log entries of one origin per stored row
 MAX_PENDING_WRITES = 65_536  # writes held for the group commit; more commit at once
@@ -267,38 +266,13 @@ class HubKeeper:
                 self._recall(origin, seq, index, body)
             self._open[origin] = (int(segment_text),
                                   [(seq, _entry(seq, index, body)) for seq, index, body in entries])
-        moved: set[str] = set()
-        for key, raw in store.scan(_LOG):  # the earlier layout: into segments, at the next flush
-            origin, _, seq_text = key.partition(" ")
-            index_text, _, body = raw.partition(b" ")
-            self._recall(origin, int(seq_text), int(index_text), body)
-            store.delete(_LOG, key)
-            moved.add(origin)
         for origin in self._log:
             self._trim(origin)  # keep what the bound allows
-        for origin in moved:
-            self._rewrite_segments(origin)
 
     def _recall(self, origin: str, seq: int, index: int, body: bytes) -> None:
         data = self._codec.from_dict(orjson.loads(body))
         if isinstance(data, Data):
             self._remember(origin, seq, index, data, len(body))
-
-    def _rewrite_segments(self, origin: str) -> None:
-        """Every segment of ``origin`` from its in-memory log (after reading the old layout)."""
-        log = self._log[origin]
-        segments: dict[int, list[tuple[int, bytes]]] = {}
-        for seq in sorted(log):
-            index, data, _size = log[seq]
-            body = orjson.dumps(self._codec.to_dict(data))
-            segments.setdefault((seq - 1) // SEGMENT, []).append(
-                (seq, _entry(seq, index, body)))
-        for segment, entries in segments.items():
-            self.store.put(_SEGMENTS, _segment_key(origin, segment),
-                           b"".join(entry for _seq, entry in entries))
-        if segments:
-            last = max(segments)
-            self._open[origin] = (last, segments[last])
 
     def _remember(self, origin: str, seq: int, index: int, data: Data, size: int) -> None:
         log = self._log.setdefault(origin, {})

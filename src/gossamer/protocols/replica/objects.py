@@ -3,22 +3,8 @@
 ``ReplicaClient`` is the client process: ``set``/``delete``/``get``/``items`` on objects whose
 writes carry revisions, conflicts decided the same way on every replica without negotiation.
 
-Every write goes from revision ``old_value`` to a new unique revision ``value``. So the writes of
-one key form a tree rooted at "no object" (``None``). The state of a key is the end of its
-*winning path*: from the root, at every revision, take the child write of the lowest writer id
-(then lowest sequence number) until a revision has no child. That is a function of the set of
-writes alone, so every replica that delivered the same writes agrees, whatever the delivery
-order; causal delivery guarantees a write's base was delivered before it. A replica keeps the
-current path as a bounded per-key history and updates it as writes arrive:
-
-- the write's base is the current revision: it extends the path;
-- its base is on the path: it competes with the write that follows its base there (the fork
-  sibling); if it ranks lower (lowest id wins) that sibling and everything after it is reverted
-  and the new write applied; otherwise the new write loses;
-- its base is not on the path (it descends from a write that lost): it loses.
-
-(Comparing only with the fork sibling, not with every write after the base, matters: a lower id
-may build on a higher id's write; whether that chain survives is decided where it forked.)
+Which write wins is decided by ``gossamer.protocols.ordering.per_object`` (the winning path of
+each key, lowest writer id at every fork); this module is what the client does around it.
 
 Each losing write's writer is told with a ``Conflict``, except that a client never sends one to
 itself: it sees its own write reverted when it delivers the winner (the seed's footnote 10) and
@@ -30,11 +16,8 @@ in a durable queue for a random delay whose window doubles with each loss of the
 and while messages are known to be missing here (up to ``catch_up_wait``): the losers of one
 winner would otherwise rebase in lockstep on stale states and collide again.
 
-Limits: histories keep ``history_limit`` writes per key. A write based on a revision that has
-left the history loses (its writer rebases it); a replica that still has that revision may judge
-it a winner instead, so replicas can disagree when a writer was cut off while more than
-``history_limit`` writes were made to the same key. Such verdicts are marked
-``beyond_history`` in the ``conflict`` trace row, so the pipeline can flag them.
+Limits: histories keep ``history_limit`` writes per key; a verdict on a write whose base may
+have left them is marked ``beyond_history`` in the ``conflict`` trace row (see per_object).
 """
 
 from __future__ import annotations
@@ -42,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -50,7 +33,8 @@ from ...core.env import Env, TimerHandle, put_json
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
-from .causal import LAYER, CausalConfig, CausalDelivery, msg_id
+from ..ordering.causal import LAYER, CausalConfig, CausalDelivery, msg_id
+from ..ordering.per_object import Verdict, WinningPaths, Write
 from .wire import (
     Clear,
     Conflict,
@@ -64,23 +48,9 @@ from .wire import (
     crc_of,
 )
 
-__all__ = ["ChangeFn", "LinkState", "RebaseFn", "ReplicaClient", "ReplicaConfig", "Verdict"]
+__all__ = ["ChangeFn", "LinkState", "RebaseFn", "ReplicaClient", "ReplicaConfig"]
 
 _RESOLVED, _REBASE = "replica.resolved", "replica.rebase"
-# an object's history in chunks of HISTORY_CHUNK positions: key [object key, chunk], value its
-# writes, a line "position json" each; a push rewrites one chunk (the last), not the history,
-# and the writes of one interval between commits cost one row per chunk, not one per write
-_HISTORY_CHUNKS = "replica.histories"
-_HISTORY = "replica.history"  # the earlier layout, a row per write: read, then moved to chunks
-HISTORY_CHUNK = 16
-
-
-def _chunk_key(key: str, chunk: int) -> str:
-    return orjson.dumps([key, chunk]).decode()
-
-
-def _history_line(position: int, write: _Write) -> bytes:
-    return b"%d %s" % (position, orjson.dumps(write.to_json()))
 _OFFLINE = "replica.offline"
 _SLACK = 1e-9  # seconds: timers are floats
 
@@ -141,64 +111,6 @@ class ReplicaConfig:
             raise ConfigError("rebase_delay, rebase_backoff_max, catch_up_wait must be >= 0")
 
 
-class Verdict(enum.Enum):
-    """What a delivered write does to its object."""
-
-    EXTENDS = "extends"  # based on the current revision
-    WINS = "wins"  # beats the fork sibling: the path is cut there
-    LOSES = "loses"  # ranks above the fork sibling, or descends from a loser
-
-
-class _Write(NamedTuple):
-    """One applied write in an object's history (a tuple: made for every delivered write, and
-    a tuple is made several times faster than a frozen dataclass)."""
-
-    revision: str
-    old: str | None
-    writer: str
-    seq: int
-    content: Any
-    deleted: bool
-
-    @property
-    def rank(self) -> tuple[str, int]:
-        return (self.writer, self.seq)
-
-    def to_json(self) -> list[Any]:
-        return [self.revision, self.old, self.writer, self.seq, self.content, self.deleted]
-
-    @classmethod
-    def from_json(cls, row: list[Any]) -> _Write:
-        revision, old, writer, seq, content, deleted = row
-        return cls(str(revision), old, str(writer), int(seq), content, bool(deleted))
-
-    @classmethod
-    def of(cls, msg: Data) -> _Write:
-        return cls(msg.value, msg.old_value, msg.id, msg.seq, msg.data, msg.deleted)
-
-
-def judge(history: list[_Write], write: _Write) -> tuple[Verdict, int | None]:
-    """The verdict on ``write`` against a key's winning path, and the fork index (the position
-    of the fork sibling in ``history``) when it has one."""
-    current = history[-1].revision if history else None
-    if write.old == current:
-        return Verdict.EXTENDS, None
-    fork: int | None = None
-    if write.old is None:
-        if history and history[0].old is None:  # else the creation left the bounded history
-            fork = 0
-    else:
-        for index in range(len(history) - 2, -1, -1):
-            if history[index].revision == write.old:
-                fork = index + 1
-                break
-    if fork is None:
-        return Verdict.LOSES, None
-    if write.rank < history[fork].rank:
-        return Verdict.WINS, fork
-    return Verdict.LOSES, fork
-
-
 class ReplicaClient:
     """One client of the hub: the replicated objects, their conflicts and rebases. A Process."""
 
@@ -241,25 +153,21 @@ class ReplicaClient:
         self._snapshot_parts: dict[str, tuple[Any, ...]] = {}
         self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
         self._store = env.store
-        self._objects: dict[str, list[_Write]] = {}
-        self._first: dict[str, int] = {}  # key -> stored position of its history's first write
         self._resolved: dict[int, int | None] = {}  # own lost seq -> rebased seq (None: gave up)
         self._rebased_from: dict[int, int] = {}  # rebased seq -> the lost seq it carries on
         self._pending: dict[int, Conflict] = {}  # loser seq -> Conflict awaiting its winner
         # own lost writes (seq -> key, write) waiting for their rebase; durable, like a send
         # queue, so an intent survives a crash between its loss and its rebase
-        self._rebase_queue: dict[int, tuple[str, _Write]] = {}
+        self._rebase_queue: dict[int, tuple[str, Write]] = {}
         self._rebase_at: dict[int, float] = {}  # seq -> when to rebase it (not durable)
         self._rebase_timer: TimerHandle | None = None
         self._rebase_timer_at = 0.0
         self._awaiting_catch_up = False  # due rebases wait for the missing messages
         self._outbox: list[Conflict] = []  # sent once the deliveries are committed
-        # key -> (its last chunk, the chunk's row key, the lines of its writes there): what the
-        # next push rewrites
-        self._open_chunks: dict[str, tuple[int, str, list[bytes]]] = {}
-        # keys whose open chunk an observer has not written yet (``write_pending``)
-        self._unwritten: set[str] = set()
-        self._load_histories()
+        # an observer commits in groups: its paths reach the store at ``write_pending``
+        self._paths = WinningPaths(self._store, history_limit=self.config.history_limit,
+                                   on_applied=self._trace_applied,
+                                   on_reverted=self._trace_reverted, defer_writes=observer)
         for key, raw in self._store.scan(_RESOLVED):
             value = int(raw) if raw != b"-" else None
             self._resolved[int(key)] = value
@@ -267,7 +175,7 @@ class ReplicaClient:
                 self._rebased_from[value] = int(key)
         for key, raw in self._store.scan(_REBASE):
             object_key, row = orjson.loads(raw)
-            self._rebase_queue[int(key)] = (str(object_key), _Write.from_json(row))
+            self._rebase_queue[int(key)] = (str(object_key), Write.from_json(row))
             self._rebase_at[int(key)] = self._rebase_time(int(key))
         for key, raw in self._store.scan(_OFFLINE):
             object_key, content, deleted, base = orjson.loads(raw)
@@ -361,18 +269,18 @@ class ReplicaClient:
 
     def replicated(self, key: str) -> Any:
         """The content of ``key`` as replicated (offline writes not included)."""
-        history = self._objects.get(key)
+        history = self._paths.get(key)
         if not history or history[-1].deleted:
             return None
         return history[-1].content
 
     def revision(self, key: str) -> str | None:
-        history = self._objects.get(key)
+        history = self._paths.get(key)
         return history[-1].revision if history else None
 
     def items(self) -> dict[str, Any]:
         """Every existing object here: key -> content (offline writes included)."""
-        keys = set(self._objects) | set(self._offline_latest)
+        keys = set(self._paths.keys()) | set(self._offline_latest)
         found = {key: self.get(key) for key in sorted(keys)}
         return {key: content for key, content in found.items() if content is not None}
 
@@ -391,18 +299,18 @@ class ReplicaClient:
 
     def revisions(self) -> dict[str, str]:
         """Every key ever written -> its current revision (deleted objects included)."""
-        return {key: history[-1].revision for key, history in sorted(self._objects.items())
+        return {key: history[-1].revision for key, history in sorted(self._paths.items())
                 if history}
 
     def paths(self) -> dict[str, list[list[Any]]]:
         """Every object's kept winning path, oldest first, as snapshot rows
         ``[revision, old, writer, seq, content, deleted]``."""
         return {key: [w.to_json() for w in history]
-                for key, history in sorted(self._objects.items()) if history}
+                for key, history in sorted(self._paths.items()) if history}
 
     def history(self, key: str) -> list[tuple[str, str, int]]:
         """The kept winning path of ``key``: (revision, writer, seq), oldest first."""
-        return [(w.revision, w.writer, w.seq) for w in self._objects.get(key, [])]
+        return [(w.revision, w.writer, w.seq) for w in self._paths.get(key) or []]
 
     @property
     def vector(self) -> dict[str, int]:
@@ -447,119 +355,33 @@ class ReplicaClient:
         return self._write_now(key, content, deleted=deleted)
 
     def _write_now(self, key: str, content: Any, *, deleted: bool) -> str:
-        history = self._objects.setdefault(key, [])
+        history = self._paths.path(key)
         old = history[-1].revision if history else None
         revision = self._new_revision()
         msg = self.causal.make_data(key=key, old_value=old, value=revision, data=content,
                                     deleted=deleted)
-        self._push(key, history, _Write.of(msg))
+        self._paths.push(key, history, Write.of(msg))
         self.causal.send_data(msg)  # commits the write with its sequence number
         self._changed(key)
         return revision
-
-    def _load_histories(self) -> None:
-        """The histories from their chunks (and rows of the earlier layout, which move to
-        chunks): each the last ``history_limit`` positions stored (a chunk whose first writes
-        left the history may still hold them)."""
-        stored: dict[str, dict[int, _Write]] = {}
-        for row_key, raw in self._store.scan(_HISTORY_CHUNKS):
-            key = str(orjson.loads(row_key)[0])
-            writes = stored.setdefault(key, {})
-            for line in raw.split(b"\n"):
-                position, _, body = line.partition(b" ")
-                writes[int(position)] = _Write.from_json(orjson.loads(body))
-        moved: set[str] = set()
-        for row_key, raw in self._store.scan(_HISTORY):
-            key, position = orjson.loads(row_key)
-            stored.setdefault(str(key), {})[int(position)] = _Write.from_json(orjson.loads(raw))
-            self._store.delete(_HISTORY, row_key)
-            moved.add(str(key))
-        for key, writes in stored.items():
-            positions = sorted(writes)[-self.config.history_limit:]
-            self._first[key] = positions[0]
-            self._objects[key] = [writes[p] for p in positions]
-        for key in sorted(moved):
-            history = self._objects[key]
-            first = self._first[key]
-            for chunk in range(first // HISTORY_CHUNK,
-                               (first + len(history) - 1) // HISTORY_CHUNK + 1):
-                self._write_chunk(key, history, chunk, first + len(history))
-
-    def _chunk_lines(self, key: str, history: list[_Write], chunk: int, end: int) -> list[bytes]:
-        """The lines of chunk ``chunk`` of ``key`` from the history, positions before ``end``."""
-        first = self._first.get(key, 0)
-        start = max(first, chunk * HISTORY_CHUNK)
-        stop = min(end, (chunk + 1) * HISTORY_CHUNK, first + len(history))
-        return [_history_line(position, history[position - first])
-                for position in range(start, stop)]
-
-    def _write_chunk(self, key: str, history: list[_Write], chunk: int, end: int) -> None:
-        lines = self._chunk_lines(key, history, chunk, end)
-        if lines:
-            self._store.put(_HISTORY_CHUNKS, _chunk_key(key, chunk), b"\n".join(lines))
-        else:
-            self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, chunk))
-
-    def _push(self, key: str, history: list[_Write], write: _Write) -> None:
-        first = self._first.setdefault(key, 0)
-        history.append(write)
-        self._trace_applied(key, write)
-        position = first + len(history) - 1
-        chunk = position // HISTORY_CHUNK
-        opened = self._open_chunks.get(key)
-        if opened is None or opened[0] != chunk:
-            if opened is not None and key in self._unwritten:
-                self._store.put(_HISTORY_CHUNKS, opened[1], b"\n".join(opened[2]))  # full
-            # a new chunk, or the first push since a load or a cut: its earlier lines
-            opened = self._open_chunks[key] = (
-                chunk, _chunk_key(key, chunk), self._chunk_lines(key, history, chunk, position))
-        _, row_key, lines = opened
-        lines.append(_history_line(position, write))
-        if self.observer:  # it commits in groups: the chunk is written when the group is
-            self._unwritten.add(key)
-        else:
-            self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
-        excess = len(history) - self.config.history_limit
-        if excess > 0:
-            for gone in range(first, first + excess):
-                if gone % HISTORY_CHUNK == HISTORY_CHUNK - 1:
-                    # the last position of its chunk left the history: the chunk goes
-                    self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, gone // HISTORY_CHUNK))
-            del history[:excess]
-            self._first[key] = first + excess
 
     def write_pending(self) -> None:
         """An observer's deliveries since the last call, to the store (before its group
         commit; a writer's are written as they happen): history chunks and delivered counts."""
         self.causal.write_pending()
-        for key in self._unwritten:
-            _, row_key, lines = self._open_chunks[key]
-            self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
-        self._unwritten.clear()
+        self._paths.write_pending()
 
-    def _cut(self, key: str, history: list[_Write], fork: int) -> list[_Write]:
-        """Remove (and return) ``history[fork:]``, from the store too."""
-        first = self._first.get(key, 0)
-        start, end = first + fork, first + len(history)
-        if start < end:
-            for chunk in range(start // HISTORY_CHUNK, (end - 1) // HISTORY_CHUNK + 1):
-                if chunk * HISTORY_CHUNK >= start:
-                    self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, chunk))
-                else:  # the chunk the cut starts in keeps its positions before ``start``
-                    self._write_chunk(key, history, chunk, start)
-        self._open_chunks.pop(key, None)
-        self._unwritten.discard(key)  # its rows were just written or deleted
-        cut = history[fork:]
-        del history[fork:]
-        return cut
-
-    def _trace_applied(self, key: str, write: _Write) -> None:
+    def _trace_applied(self, key: str, write: Write) -> None:
         """``apply``: ``write`` is now the object's current revision here (the pipeline's
         convergence check reads these, minus the later ``revert`` rows)."""
         if self.env.tracing:
             self.env.trace("apply", layer=LAYER, msg=msg_id(write.writer, write.seq),
                            origin=write.writer, key=key, seq=write.seq, rev=write.revision,
                            old=write.old)
+
+    def _trace_reverted(self, key: str, write: Write) -> None:
+        self.env.trace("revert", layer=LAYER, msg=msg_id(write.writer, write.seq),
+                       origin=write.writer, key=key, seq=write.seq, rev=write.revision)
 
     def _changed(self, key: str) -> None:
         if self.on_change is not None:
@@ -572,35 +394,23 @@ class ReplicaClient:
         if self.on_delivered is not None:
             self.on_delivered(msg)
         key = msg.key
-        history = self._objects.setdefault(key, [])
-        write = _Write.of(msg)
-        verdict, fork = judge(history, write)
-        if verdict is Verdict.EXTENDS:
-            self._push(key, history, write)
+        write = Write.of(msg)
+        outcome = self._paths.add(key, write)
+        if outcome.verdict is Verdict.EXTENDS:
             self._changed(key)
-        elif verdict is Verdict.WINS:
-            assert fork is not None
-            reverted = self._cut(key, history, fork)
-            for undone in reversed(reverted):
-                self.env.trace("revert", layer=LAYER, msg=msg_id(undone.writer, undone.seq),
-                               origin=undone.writer, key=key, seq=undone.seq,
-                               rev=undone.revision)
-            self._push(key, history, write)
-            for loser in reversed(reverted):
+        elif outcome.verdict is Verdict.WINS:
+            for loser in reversed(outcome.reverted):
                 self._lost(key, loser, winner=write)
             self._changed(key)
+        elif outcome.winner is None:
+            # unreachable while causal order holds: a base revision is delivered before use
+            self.env.trace("drop", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
+                           key=key, seq=msg.seq, reason="unknown_base")
         else:
-            winner = history[fork] if fork is not None else (history[-1] if history else None)
-            if winner is None:
-                # unreachable while causal order holds: a base revision is delivered before use
-                self.env.trace("drop", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
-                               key=key, seq=msg.seq, reason="unknown_base")
-                return
-            # no fork found in a full history: the base may just have left it (see Limits)
-            beyond = fork is None and len(history) >= self.config.history_limit
-            self._lost(key, write, winner=winner, beyond_history=beyond)
+            self._lost(key, write, winner=outcome.winner,
+                       beyond_history=outcome.beyond_history)
 
-    def _lost(self, key: str, loser: _Write, *, winner: _Write,
+    def _lost(self, key: str, loser: Write, *, winner: Write,
               beyond_history: bool = False) -> None:
         extra: dict[str, Any] = {"beyond_history": True} if beyond_history else {}
         self.env.trace("conflict", layer=LAYER, msg=msg_id(loser.writer, loser.seq),
@@ -695,7 +505,7 @@ class ReplicaClient:
             raise StateError(f"clear needs the hub: this client is {self.link.value}")
         self.env.send(self.causal.config.hub, Clear(id=self.me))
         self._cleared(self.me)
-        for key in list(self._objects):
+        for key in list(self._paths.keys()):
             if self.replicated(key) is not None:
                 self._write_now(key, None, deleted=True)
 
@@ -753,18 +563,10 @@ class ReplicaClient:
             self.env.trace("drop", layer=LAYER, peer="hub", reason="snapshot_behind",
                            behind=behind)
             return
-        touched = set(self._objects) | set(objects)
-        for key, history in self._objects.items():
-            self._cut(key, history, 0)
-        self._objects = {}
-        self._first = {}
-        self._open_chunks = {}
-        self._unwritten = set()
-        for key, path in objects.items():
-            writes = [_Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path]
-            history = self._objects[key] = []
-            for write in writes[-self.config.history_limit:]:
-                self._push(key, history, write)
+        touched = set(self._paths.keys()) | set(objects)
+        self._paths.replace({
+            key: (Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path)
+            for key, path in objects.items()})
         self.causal.install(vector)
         self.env.trace("snapshot", layer=LAYER, peer="hub", objects=len(objects),
                        vector=vector)
@@ -773,7 +575,7 @@ class ReplicaClient:
 
     # -- resolving own lost writes ----------------------------------------------------------
 
-    def _queue_rebase(self, key: str, write: _Write) -> None:
+    def _queue_rebase(self, key: str, write: Write) -> None:
         seq = write.seq
         if seq in self._resolved or seq in self._rebase_queue:
             return
@@ -840,7 +642,7 @@ class ReplicaClient:
             self._resolve(key, write)
         self._arm_rebase()
 
-    def _resolve(self, key: str, write: _Write) -> None:
+    def _resolve(self, key: str, write: Write) -> None:
         """Rebase one own lost write on the current state of its object, exactly once."""
         if write.seq in self._resolved:
             return
@@ -862,11 +664,11 @@ class ReplicaClient:
                        rebased=new_seq is not None)
 
     def _rebased_write(self, key: str, original: int, content: Any, *, deleted: bool) -> int:
-        history = self._objects.setdefault(key, [])
+        history = self._paths.path(key)
         old = history[-1].revision if history else None
         msg = self.causal.make_data(key=key, old_value=old, value=self._new_revision(),
                                     data=content, deleted=deleted)
-        self._push(key, history, _Write.of(msg))
+        self._paths.push(key, history, Write.of(msg))
         self._mark_resolved(original, msg.seq)
         self.causal.send_data(msg)  # commits the rebased write and the resolved mark together
         self._changed(key)

@@ -37,7 +37,7 @@ from aiohttp.http_websocket import WebSocketError
 from ...core.errors import ConfigError, DecodeError, ProtocolError, StateError
 from ...core.messages import Message
 from ...core.trace import NullSink, TraceSink, encode_info
-from ...protocols.replica.hub import HubRelay, Route, dest_of
+from ...protocols.dissemination.hub_relay import HubRelay, Route, dest_of
 from ...protocols.replica.keeper import HubKeeper, KeeperConfig
 from ...protocols.replica.wire import HUB_ID, ReplicaCodec
 from ...runtimes.net import LoopEnv, WriteBehindStore

@@ -48,7 +48,16 @@ from ...core.env import Env, TimerHandle, get_json, put_json
 from ...core.errors import ConfigError, InvalidMessage
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message
-from .wire import HUB_ID, MAX_RETRY_BATCH, Data, Nack, ReplicaCodec, Retry, Subscribe, crc_of
+from ..replica.wire import (
+    HUB_ID,
+    MAX_RETRY_BATCH,
+    Data,
+    Nack,
+    ReplicaCodec,
+    Retry,
+    Subscribe,
+    crc_of,
+)
 
 __all__ = ["LAYER", "CausalConfig", "CausalDelivery"]
 

@@ -1,4 +1,5 @@
-"""The hub's routing core (sans-I/O): the seed's multicast channel and its id-to-connection index.
+"""Seed 000's hub relay (sans-I/O): the seed's multicast channel and its id-to-connection index,
+the routing core of the hub (``gossamer.services.replica.hub_server``, ``replica.hubnode``).
 
 A connection subscribes when it opens and is unsubscribed when it closes (the other clients get
 a ``Left``). A message goes to every other connection, or only to the connection registered
@@ -13,7 +14,7 @@ from collections.abc import Hashable, KeysView
 
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.messages import Message
-from .wire import HUB_ID, Conflict, Left, Nack, Retry, Snapshot
+from ..replica.wire import HUB_ID, Conflict, Left, Nack, Retry, Snapshot
 
 __all__ = ["HubRelay", "Route"]
 
