@@ -40,8 +40,8 @@ def test_quickstart_expands_to_a_sweep_times_seeds() -> None:
     assert runs[0].run == "quickstart-loss0.0-crash0.0-s1"
     assert runs[0].params["nodes"] == 12 and runs[0].params["crash"] == 0.0
     replica = [r for r in runs if r.workload == "replica"]
-    assert replica[0].run == "quickstart-replica-loss0.0-crash0.0-s1"
-    assert replica[0].params["clients"] == 12 and replica[-1].params["loss"] == 0.2
+    assert replica[0].run == "quickstart-replica-cuts0.0-crash0.0-s1"
+    assert replica[0].params["clients"] == 12 and replica[-1].params["cuts"] == 1.0
     assert experiment.checks.layers == ("fifo", "replica", "activity", "pubsub")
     assert experiment.checks.session_layers == ("activity",)
     for spec in runs:
@@ -126,7 +126,8 @@ def test_bad_experiment_files_are_refused_with_the_reason(tmp_path: Path, text: 
     (RunSpec("r", "fifo", "cluster", 1, {}), "no mode"),
     (RunSpec("r", "replica", "loopback", 1, {}), "no mode"),
     (RunSpec("r", "replica", "sim", 1, {"clientz": 3}), "no option 'clientz'"),
-    (RunSpec("r", "replica", "sim", 1, {"loss": 1.0}), "loss must be < 1"),
+    (RunSpec("r", "replica", "sim", 1, {"cuts": -1.0}), "cuts must be >= 0"),
+    (RunSpec("r", "replica", "sim", 1, {"loss": 0.1}), "no option 'loss'"),
     (RunSpec("r", "replica", "sim", 1, {"crash": 1.5}), "crash must be in"),
     (RunSpec("r", "replica", "sim", 1, {"until": "soon"}), "does not fit"),
     (RunSpec("r", "replica", "sim", 1, {"repair": 0}), "does not fit"),
@@ -170,7 +171,7 @@ def test_conf_pairs_need_an_equals_sign() -> None:
 
 def test_a_replica_run_writes_one_closed_trace_file_and_converges(tmp_path: Path) -> None:
     spec = RunSpec("rep-s1", "replica", "sim", 1, {"clients": 4, "writes_per_client": 3,
-                                                   "loss": 0.1, "settle": 10.0})
+                                                   "cuts": 0.5, "settle": 10.0})
     result = run_workload(spec, str(tmp_path))
     assert result["converged"] is True
     assert result["requested"] == 12 and result["made"] + result["skipped"] == 12

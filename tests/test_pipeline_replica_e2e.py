@@ -1,5 +1,5 @@
 """End to end: a small simulated seed-000 experiment (hub with keeper, clients writing shared
-keys under loss, duplication, reordering, a crash and an offline client) through ``gossamer
+keys under connection cuts, a crash and an offline client) through ``gossamer
 experiment``: every replica converges; then the same with repair switched off, which the
 analysis must report as violating convergence (and ``gossamer analyze`` agrees)."""
 
@@ -26,9 +26,7 @@ clients = 6
 keys = 3
 writes_per_client = 6
 rate = 10.0
-loss = 0.1
-duplicate = 0.1
-reorder = 0.2
+cuts = {1.0 if repair else 2.0}
 crash = 0.2
 offline = 0.2
 settle = 20.0

@@ -13,8 +13,7 @@ from gossamer.core import ConfigError, MemorySink
 from gossamer.services.replica.experiment import ReplicaRunOptions, run_replica_sim
 
 FAULTS: dict[str, Any] = {"clients": 8, "keys": 3, "writes_per_client": 6, "rate": 10.0,
-                          "loss": 0.1, "duplicate": 0.1, "reorder": 0.2, "crash": 0.25,
-                          "offline": 0.25, "settle": 20.0}
+                          "cuts": 0.5, "crash": 0.25, "offline": 0.25, "settle": 20.0}
 
 
 def simulate(**options: Any) -> tuple[Any, list[Any]]:
@@ -30,8 +29,9 @@ def test_faults_on_and_every_replica_converges(seed: int) -> None:
     assert len(result.crashed) == 2 and len(result.offline) == 2
     assert set(result.crashed).isdisjoint(result.offline)
     events = {(r.layer, r.event) for r in rows}
-    assert {("sim", "crash"), ("sim", "recover"), ("replica", "offline"), ("replica", "sync"),
-            ("replica", "apply"), ("replica", "conflict"), ("replica", "resolve")} <= events
+    assert {("sim", "crash"), ("sim", "recover"), ("sim", "cut"), ("replica", "offline"),
+            ("replica", "sync"), ("replica", "apply"), ("replica", "conflict"),
+            ("replica", "resolve")} <= events
     assert result.published >= result.made > 0
 
 
@@ -55,7 +55,7 @@ def test_the_hub_crashing_too_still_converges() -> None:
 
 
 def test_without_repair_losses_are_never_repaired() -> None:
-    result, rows = simulate(**{**FAULTS, "loss": 0.2}, seed=3, repair=False)
+    result, rows = simulate(**{**FAULTS, "cuts": 2.0}, seed=3, repair=False)
     assert not result.converged
     assert not any(r.event == "nack" for r in rows)
 
@@ -67,3 +67,5 @@ def test_until_ends_the_run_and_options_are_checked() -> None:
         ReplicaRunOptions(clients=0)
     with pytest.raises(ConfigError, match="latency"):
         ReplicaRunOptions(latency="fast")
+    with pytest.raises(ConfigError, match="cuts"):
+        ReplicaRunOptions(cuts=-1.0)

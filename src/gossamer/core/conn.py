@@ -85,6 +85,8 @@ class Conn(Protocol):
     @property
     def remote(self) -> str: ...
 
+    def __hash__(self) -> int: ...
+
 
 class ConnectionHandler(Protocol):
     """What a service over connections implements (beside ``Process.start``/``stop``).
@@ -173,6 +175,7 @@ class ListenerSpec:
     path: str = "/"  # WebSocket only: where the upgrade is served
     static_root: str | None = None  # WebSocket only: files served over HTTP beside it
     heartbeat: float | None = None  # WebSocket only: ping this often, close if no pong
+    close_timeout: float = 5.0  # a close handshake the peer does not finish is aborted then
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -193,6 +196,7 @@ class ListenerSpec:
         _positive("handshake_timeout", self.handshake_timeout, optional=True)
         _positive("idle_timeout", self.idle_timeout, optional=True)
         _positive("heartbeat", self.heartbeat, optional=True)
+        _positive("close_timeout", self.close_timeout)
         if not self.path.startswith("/"):
             raise ConfigError(f"path must start with '/', got {self.path!r}")
         ws_only = self.static_root is not None or self.heartbeat is not None

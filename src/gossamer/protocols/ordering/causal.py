@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from ...core.env import Env, TimerHandle, get_json, put_json
+from ...core.env import Env, Store, TimerHandle, get_json, put_json
 from ...core.errors import ConfigError, InvalidMessage
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message
@@ -127,12 +127,18 @@ class CausalDelivery:
         on_deliver: DeliverFn | None = None,
         announce_deliveries: bool = False,
         group_commit: bool = False,
+        send: Callable[[Message], None] | None = None,
+        store: Store | None = None,
     ) -> None:
         """``announce_deliveries``: announce our vector after every burst of deliveries, not
         only after publishing (the hub's keeper: one announcement instead of every writer's).
         ``group_commit``: the store is committed in groups (the keeper), so the delivered
-        counts are written by ``write_pending()`` before each group, not at every delivery."""
+        counts are written by ``write_pending()`` before each group, not at every delivery.
+        ``send``: how a message reaches the hub (default ``env.send`` to the hub's node id: a
+        client's link, or the keeper inside the hub, passes its own); ``store``: default
+        ``env.store``."""
         self.env = env
+        self.send = send if send is not None else self._to_hub
         self.announce_deliveries = announce_deliveries
         self.group_commit = group_commit
         self._unwritten: set[str] = set()  # origins whose delivered count awaits the group
@@ -141,7 +147,7 @@ class CausalDelivery:
         self.me: NodeId = env.node
         self.duplicates = 0
         self._codec = ReplicaCodec()
-        self._store = env.store
+        self._store = store if store is not None else env.store
         self._vector: dict[str, int] = {}
         self._send_log: dict[int, Data] = {}
         self._log_first = 1  # lowest seq that may still be in the send log
@@ -165,6 +171,9 @@ class CausalDelivery:
             self._log_first = int(first)
 
     # -- Process-like hooks (driven by the client that holds this layer) ------------------------
+
+    def _to_hub(self, msg: Message) -> None:
+        self.env.send(self.config.hub, msg)
 
     def start(self) -> None:
         """(Re)connect: multicast our vector; keep announcing while we have anything to say."""
@@ -301,7 +310,7 @@ class CausalDelivery:
         env.trace("publish", layer=LAYER, msg=msg_id(self.me, msg.seq), origin=self.me,
                   key=msg.key, seq=msg.seq, vector=msg.vector, rev=msg.value, old=msg.old_value,
                   deleted=msg.deleted)
-        env.send(self.config.hub, msg)
+        self.send(msg)
         self._arm_announce(reset=True)
 
     def sent_message(self, seq: int) -> Data | None:
@@ -338,7 +347,7 @@ class CausalDelivery:
     # -- announcing (Subscribe) -------------------------------------------------------------
 
     def _send_subscribe(self) -> None:
-        self.env.send(self.config.hub, Subscribe(id=self.me, vector=dict(self._vector)))
+        self.send(Subscribe(id=self.me, vector=dict(self._vector)))
 
     def _wants_announce(self) -> bool:
         return self.sent > 0 or not self._heard or self.announce_deliveries
@@ -405,10 +414,10 @@ class CausalDelivery:
                 continue
             batch.append(data)
             if len(batch) == self.config.retry_batch:
-                self.env.send(self.config.hub, Retry(id=self.me, dest=dest, retry=tuple(batch)))
+                self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
                 batch = []
         if batch:
-            self.env.send(self.config.hub, Retry(id=self.me, dest=dest, retry=tuple(batch)))
+            self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
 
     # -- receiving --------------------------------------------------------------------------
 
@@ -577,7 +586,7 @@ class CausalDelivery:
     def _send_nacks(self, origin: str, ranges: list[tuple[int, int]]) -> None:
         env = self.env
         for start, end in ranges:
-            env.send(self.config.hub, Nack(id=self.me, dest=origin, start=start, end=end))
+            self.send(Nack(id=self.me, dest=origin, start=start, end=end))
             env.trace("nack", layer=LAYER, peer=origin, origin=origin, seq=start, end=end)
 
 

@@ -30,16 +30,13 @@ messages per row rather than a row per message.
 from __future__ import annotations
 
 import dataclasses
-import random
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
 
-from ...core.conn import CloseCode, Conn, ConnGroup, Framing
 from ...core.env import Env, Store, TimerHandle, scan_with_pending
 from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
-from ...core.ids import NodeId
 from ...core.messages import Message
 from ..ordering.causal import LAYER
 from .objects import ReplicaClient, ReplicaConfig
@@ -155,63 +152,6 @@ class _GroupCommitStore(Store):
         self.inner.commit()
 
 
-class _KeeperEnv:
-    """The observer's env: the hub's, with sends routed by the hub and a group-commit store."""
-
-    def __init__(self, env: Env, route: RouteFn, store: Store) -> None:
-        self._env = env
-        self._route = route
-        self._store = store
-        self.tracing = env.tracing  # a sink keeps rows or not for its whole life
-
-    @property
-    def node(self) -> NodeId:
-        return self._env.node
-
-    def now(self) -> float:
-        return self._env.now()
-
-    def send(self, dst: NodeId, msg: Message) -> None:
-        self._route(msg)
-
-    def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
-        return self._env.set_timer(delay, fn)
-
-    def cancel(self, handle: TimerHandle) -> None:
-        self._env.cancel(handle)
-
-    @property
-    def rng(self) -> random.Random:
-        return self._env.rng
-
-    def trace(self, event: str, **fields: Any) -> None:
-        self._env.trace(event, **fields)
-
-    @property
-    def store(self) -> Store:
-        return self._store
-
-    def connect(self, address: str, *, framing: Framing = Framing.LINES,
-                max_frame: int = 64 * 1024) -> Conn:
-        return self._env.connect(address, framing=framing, max_frame=max_frame)
-
-    def write(self, conn: Conn, frame: bytes) -> None:
-        self._env.write(conn, frame)
-
-    def write_many(self, conns: ConnGroup | Iterable[Conn], frame: bytes, *,
-                   exclude: Conn | None = None) -> None:
-        self._env.write_many(conns, frame, exclude=exclude)
-
-    def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
-        self._env.close(conn, code, reason)
-
-    def promote(self, conn: Conn) -> None:
-        self._env.promote(conn)
-
-    def group(self) -> ConnGroup:
-        return self._env.group()
-
-
 class HubKeeper:
     """Observes what the hub relays; answers subscribes and NACKs it can serve."""
 
@@ -231,9 +171,9 @@ class HubKeeper:
         self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
         self._dirty: set[str] = set()  # origins whose open segment changed since the flush
         self._received: tuple[Data, bytes | None] | None = None  # the message being handled
-        self.replica = ReplicaClient(_KeeperEnv(env, route, self.store),
-                                     config=self.config.replica, observer=True,
-                                     on_delivered=self._delivered)
+        self.replica = ReplicaClient(env, config=self.config.replica, observer=True,
+                                     on_delivered=self._delivered, send=route,
+                                     store=self.store)
         self.store.before_flush = self._before_flush
         self._load_log()
         self.served_subscribes = 0

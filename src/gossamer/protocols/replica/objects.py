@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from ...core.env import Env, TimerHandle, put_json
+from ...core.env import Env, Store, TimerHandle, put_json
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
@@ -126,10 +126,14 @@ class ReplicaClient:
         on_link: Callable[[LinkState], None] | None = None,
         on_delivered: Callable[[Data], None] | None = None,
         observer: bool = False,
+        send: Callable[[Message], None] | None = None,
+        store: Store | None = None,
     ) -> None:
         """``observer``: a member that never writes and never sends ``Conflict`` and announces
         its vector after deliveries (the hub's snapshot keeper); ``on_delivered`` sees every
-        data message as it is delivered."""
+        data message as it is delivered. ``send``: how a message reaches the hub (a client's
+        link, ``ReplicaNode``; the keeper's route inside the hub; default ``env.send`` to the
+        hub's node id, for unit tests); ``store``: default ``env.store``."""
         self.env = env
         self.config = config if config is not None else ReplicaConfig()
         self.me: NodeId = env.node
@@ -142,7 +146,9 @@ class ReplicaClient:
         self.observer = observer
         self.link = LinkState.OFFLINE
         self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply,
-                                     announce_deliveries=observer, group_commit=observer)
+                                     announce_deliveries=observer, group_commit=observer,
+                                     send=send, store=store)
+        self.send = self.causal.send
         self._sync_timer: TimerHandle | None = None
         self._sync_started = 0.0
         # writes made while not online: number -> (key, content, deleted, base revision)
@@ -152,7 +158,7 @@ class ReplicaClient:
         self._snapshot_vector: dict[str, int] | None = None  # a snapshot being received
         self._snapshot_parts: dict[str, tuple[Any, ...]] = {}
         self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
-        self._store = env.store
+        self._store = store if store is not None else env.store
         self._resolved: dict[int, int | None] = {}  # own lost seq -> rebased seq (None: gave up)
         self._rebased_from: dict[int, int] = {}  # rebased seq -> the lost seq it carries on
         self._pending: dict[int, Conflict] = {}  # loser seq -> Conflict awaiting its winner
@@ -431,7 +437,7 @@ class ReplicaClient:
         if self._outbox:
             outbox, self._outbox = self._outbox, []
             for conflict in outbox:
-                self.env.send(self.causal.config.hub, conflict)
+                self.send(conflict)
         if self._awaiting_catch_up and self.causal.caught_up:
             self._rebase_due()
         elif self._rebase_queue:
@@ -503,7 +509,7 @@ class ReplicaClient:
         and have every client drop its offline queue and waiting rebases."""
         if self.link is not LinkState.ONLINE:
             raise StateError(f"clear needs the hub: this client is {self.link.value}")
-        self.env.send(self.causal.config.hub, Clear(id=self.me))
+        self.send(Clear(id=self.me))
         self._cleared(self.me)
         for key in list(self._paths.keys()):
             if self.replicated(key) is not None:
@@ -513,7 +519,7 @@ class ReplicaClient:
         """Tell every client (this one too) to stop its automatic writes."""
         if self.link is not LinkState.ONLINE:
             raise StateError(f"stop-all needs the hub: this client is {self.link.value}")
-        self.env.send(self.causal.config.hub, StopAll(id=self.me))
+        self.send(StopAll(id=self.me))
         self.env.trace("stop", layer=LAYER, peer=self.me)
         if self.on_stop is not None:
             self.on_stop(self.me)

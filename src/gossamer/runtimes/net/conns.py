@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,8 +41,9 @@ from ...core.conn import (
     ListenerSpec,
     parse_address,
 )
-from ...core.errors import ConfigError, FrameTooLarge, ProtocolError
-from .framing import StreamDecoder, encoder_for, text_frame
+from ...core.errors import ConfigError, ProtocolError
+from .framing import StreamDecoder, text_frame
+from .netconn import CLOSE_TIMEOUT, NetConn, State, StreamProtocol
 
 if TYPE_CHECKING:
     from .node import NetNode
@@ -54,197 +53,14 @@ __all__ = ["Connections", "NetConn"]
 log = logging.getLogger("gossamer.net")
 
 LAYER = "conn"
-CLOSE_TIMEOUT = 5.0  # seconds for a close handshake before the transport is aborted
 CONNECT_TIMEOUT = 5.0
-WRITE_CHUNK = 64 * 1024  # bytes of frames joined into one transport write (at least one frame)
 BATCH_LIMIT = 1024  # group frames batched before they are handed to the connections
 DIALED_SEND_QUEUE = 10_000
 CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's reason fits in 123 bytes
 DETAIL_CHARS = 200
 
 
-class _State(enum.Enum):
-    CONNECTING = "connecting"
-    OPEN = "open"
-    CLOSING = "closing"  # closed by this side; the close handshake is under way
-    CLOSED = "closed"
-
-
-class NetConn:
-    """One connection (the ``Conn`` a service holds); hashed by identity."""
-
-    __slots__ = (
-        "_listener", "_remote", "backlog", "blocked", "closer", "counts", "decoder", "encode",
-        "end_reason", "flagged", "handler", "handshook", "id", "last_heard", "limit",
-        "max_frame", "paused", "probation", "promoted", "protocol", "queued", "raw", "spec",
-        "state", "stream", "transport", "writer", "ws",
-    )
-
-    def __init__(self, conn_id: str, *, listener: str | None, remote: str, handler: Any,
-                 spec: ListenerSpec | None, framing: Framing, max_frame: int, limit: int,
-                 raw: bool) -> None:
-        self.id = conn_id
-        self._listener = listener
-        self._remote = remote
-        self.handler = handler
-        self.spec = spec
-        self.max_frame = max_frame
-        self.limit = limit
-        # raw: frames are framed here and written to the transport (streams, a WebSocket
-        # server); otherwise (a WebSocket client, whose frames are masked) sent one by one
-        self.raw = raw
-        self.encode = encoder_for(framing)
-        self.decoder: StreamDecoder | None = None
-        self.state = _State.CONNECTING
-        self.end_reason: str | None = None  # why this side closed it
-        self.handshook = False
-        self.promoted = False
-        self.probation = False
-        self.last_heard = 0.0
-        # frames not yet written, oldest first, one or several joined in each entry
-        # (``counts``: how many); ``queued`` in all, at most ``limit``
-        self.backlog: deque[bytes] = deque()
-        self.counts: deque[int] = deque()
-        self.queued = 0
-        self.flagged = False  # on the list of backlogs to write this loop iteration
-        self.blocked = False  # the transport paused: a writer task waits for its drain
-        self.writer: asyncio.Task[None] | None = None
-        self.closer: asyncio.Task[None] | None = None
-        self.transport: asyncio.Transport | None = None
-        self.protocol: Any = None  # has ``writing_paused`` (aiohttp) or ``paused`` (ours)
-        self.paused: Callable[[], bool] = _never
-        self.stream: Any = None  # has ``drain()``
-        self.ws: web.WebSocketResponse | aiohttp.ClientWebSocketResponse | None = None
-
-    @property
-    def listener(self) -> str | None:
-        return self._listener
-
-    @property
-    def remote(self) -> str:
-        return self._remote
-
-    def add(self, frames: bytes, count: int) -> None:
-        self.backlog.append(frames)
-        self.counts.append(count)
-        self.queued += count
-
-    def discard_backlog(self) -> None:
-        self.backlog.clear()
-        self.counts.clear()
-        self.queued = 0
-
-    def write_backlog(self) -> None:
-        """Write the backlog to the transport in writes of up to ``WRITE_CHUNK`` bytes, until
-        it is empty or the transport pauses (``blocked``: the writer task goes on)."""
-        backlog = self.backlog
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            self.discard_backlog()
-            return
-        counts = self.counts
-        whole = True  # everything in one write first: the usual case (small frames)
-        while backlog:
-            if self.paused():
-                self.blocked = True
-                return
-            if whole:
-                if len(backlog) == 1 or sum(map(len, backlog)) <= WRITE_CHUNK:
-                    data = backlog[0] if len(backlog) == 1 else b"".join(backlog)
-                    self.discard_backlog()
-                    transport.write(data)
-                    return
-                whole = False
-            data = backlog.popleft()
-            count = counts.popleft()
-            parts = [data]
-            size = len(data)
-            while backlog and size + len(backlog[0]) <= WRITE_CHUNK:
-                part = backlog.popleft()
-                count += counts.popleft()
-                parts.append(part)
-                size += len(part)
-            self.queued -= count
-            transport.write(data if len(parts) == 1 else b"".join(parts))
-
-    def __repr__(self) -> str:
-        return f"<NetConn {self.id} {self.state.value} {self._remote}>"
-
-
-def _never() -> bool:
-    return False
-
-
-class _StreamProtocol(asyncio.Protocol):
-    """A TCP connection framed as JSON lines or length prefixes."""
-
-    def __init__(self, manager: Connections, conn: NetConn,
-                 accepted: _Listening | None = None) -> None:
-        self.manager = manager
-        self.conn = conn
-        self.accepted = accepted  # the listener it came in on (None: dialed)
-        self.paused = False
-        self.early: list[bytes] = []  # what arrived before the connection was announced
-        self._drained: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        conn = self.conn
-        conn.transport = transport
-        conn.protocol = self
-        conn.paused = self.is_paused
-        conn.stream = self
-        if self.accepted is not None:
-            self.manager._accepted_stream(self.accepted, conn)
-
-    def is_paused(self) -> bool:
-        return self.paused
-
-    def data_received(self, data: bytes) -> None:
-        conn = self.conn
-        decoder = conn.decoder
-        if conn.state is _State.CONNECTING:
-            self.early.append(data)
-            return
-        if decoder is None or conn.state is not _State.OPEN:
-            return
-        try:
-            frames = decoder.feed(data)
-        except FrameTooLarge as exc:
-            self.manager._too_large(conn, str(exc))
-            return
-        manager = self.manager
-        for frame in frames:
-            if conn.state is not _State.OPEN:
-                return
-            manager._received(conn, frame)
-
-    def eof_received(self) -> bool:
-        return False  # close our side too
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    async def drain(self) -> None:
-        if not self.paused:
-            return
-        if self._drained is None or self._drained.done():
-            self._drained = asyncio.get_running_loop().create_future()
-        await self._drained
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_exception(ConnectionResetError("connection lost"))
-            self._drained.exception()  # retrieved: nobody may be waiting
-        self.manager._lost(self.conn, reset=exc is not None)
-
-
-class _Listening:
+class Listening:
     """One bound listener: its spec, its handler (None: the node's process) and its open
     connections."""
 
@@ -266,7 +82,7 @@ class Connections:
     def __init__(self, node: NetNode) -> None:
         self.node = node
         self._numbers = itertools.count(1)
-        self._listeners: dict[str, _Listening] = {}
+        self._listeners: dict[str, Listening] = {}
         self._conns: set[NetConn] = set()
         self._flagged: list[NetConn] = []
         self._batch: list[bytes] = []
@@ -284,7 +100,7 @@ class Connections:
     async def listen(self, spec: ListenerSpec, handler: Any) -> tuple[str, int]:
         if spec.name in self._listeners:
             raise ConfigError(f"node {self.node.node_id} has a listener {spec.name!r} already")
-        listening = _Listening(spec, handler)
+        listening = Listening(spec, handler)
         if spec.framing is Framing.WS:
             await self._listen_ws(listening)
         else:
@@ -302,7 +118,7 @@ class Connections:
     def listener_names(self) -> list[str]:
         return list(self._listeners)
 
-    async def _listen_ws(self, listening: _Listening) -> None:
+    async def _listen_ws(self, listening: Listening) -> None:
         spec = listening.spec
         app = web.Application()
 
@@ -333,7 +149,7 @@ class Connections:
         bound = runner.addresses[0]
         listening.address = (str(bound[0]), int(bound[1]))
 
-    def _new_conn(self, listening: _Listening | None, remote: str, *, handler: Any,
+    def _new_conn(self, listening: Listening | None, remote: str, *, handler: Any,
                   framing: Framing, max_frame: int, raw: bool) -> NetConn:
         spec = listening.spec if listening is not None else None
         if handler is None:
@@ -348,13 +164,13 @@ class Connections:
             conn.decoder = StreamDecoder(framing, max_frame)
         return conn
 
-    def _accept_stream(self, listening: _Listening) -> _StreamProtocol:
+    def _accept_stream(self, listening: Listening) -> StreamProtocol:
         spec = listening.spec
         conn = self._new_conn(listening, "?", handler=listening.handler, framing=spec.framing,
                               max_frame=spec.max_frame, raw=True)
-        return _StreamProtocol(self, conn, listening)
+        return StreamProtocol(self, conn, listening)
 
-    def _accepted_stream(self, listening: _Listening, conn: NetConn) -> None:
+    def _accepted_stream(self, listening: Listening, conn: NetConn) -> None:
         transport = conn.transport
         if transport is None or transport.is_closing():
             return
@@ -365,10 +181,10 @@ class Connections:
             return
         self._opened(conn, listening)
 
-    async def _serve_ws(self, listening: _Listening, request: web.Request) -> web.StreamResponse:
+    async def _serve_ws(self, listening: Listening, request: web.Request) -> web.StreamResponse:
         spec = listening.spec
         ws = web.WebSocketResponse(max_msg_size=spec.max_frame + 1, compress=False,
-                                   heartbeat=spec.heartbeat, timeout=CLOSE_TIMEOUT,
+                                   heartbeat=spec.heartbeat, timeout=spec.close_timeout,
                                    decode_text=False)
         stream = await ws.prepare(request)
         conn = self._new_conn(listening, str(request.remote), handler=listening.handler,
@@ -380,7 +196,7 @@ class Connections:
         conn.stream = stream
         if not self._admit(listening, conn):
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(CLOSE_TIMEOUT):
+                async with asyncio.timeout(spec.close_timeout):
                     await ws.close(code=WSCloseCode.TRY_AGAIN_LATER,
                                    message=b"full: too many connections")
             return ws
@@ -391,7 +207,7 @@ class Connections:
             await self._finish_ws(conn)
         return ws
 
-    def _admit(self, listening: _Listening, conn: NetConn) -> bool:
+    def _admit(self, listening: Listening, conn: NetConn) -> bool:
         spec = listening.spec
         starting = listening.handler is None and not self.node.running
         if not self.accepting or starting or len(listening.conns) >= spec.max_connections:
@@ -405,9 +221,9 @@ class Connections:
             conn.probation = True  # a reserved slot: only for a peer that gets promoted
         return True
 
-    def _opened(self, conn: NetConn, listening: _Listening | None) -> None:
+    def _opened(self, conn: NetConn, listening: Listening | None) -> None:
         self._spread()  # what was written to groups before it connected is not for it
-        conn.state = _State.OPEN
+        conn.state = State.OPEN
         conn.last_heard = asyncio.get_running_loop().time()
         self._conns.add(conn)
         self._finished.clear()
@@ -421,7 +237,7 @@ class Connections:
                 loop.call_later(spec.idle_timeout, self._idle_due, conn)
         self._dispatch(conn, "opened", conn, conn.remote)
         proto = conn.protocol
-        if isinstance(proto, _StreamProtocol) and proto.early:
+        if isinstance(proto, StreamProtocol) and proto.early:
             data = b"".join(proto.early)
             proto.early.clear()
             proto.data_received(data)
@@ -456,15 +272,15 @@ class Connections:
                                                         compress=0, autoping=True)
                     conn.ws = ws
                 else:
-                    await loop.create_connection(lambda: _StreamProtocol(self, conn), host,
+                    await loop.create_connection(lambda: StreamProtocol(self, conn), host,
                                                  port)
         except (OSError, aiohttp.ClientError, TimeoutError) as exc:
             log.debug("%s: dial %s failed: %r", self.node.node_id, conn.remote, exc)
-            if conn.state is _State.CONNECTING:
-                conn.state = _State.CLOSED
+            if conn.state is State.CONNECTING:
+                conn.state = State.CLOSED
                 self._dispatch(conn, "closed", conn, CloseReason.REFUSED)
             return
-        if conn.state is not _State.CONNECTING:  # closed while dialing
+        if conn.state is not State.CONNECTING:  # closed while dialing
             if conn.ws is not None:
                 await conn.ws.close()
             elif conn.transport is not None:
@@ -503,7 +319,7 @@ class Connections:
                                             CloseCode.INVALID_TEXT,
                                             "invalid UTF-8 in a text frame")
                         continue
-                if conn.state is _State.OPEN:
+                if conn.state is State.OPEN:
                     self._received(conn, payload)
             elif kind is WSMsgType.BINARY:
                 self._trace_conn(conn, "drop", size=len(frame.data), reason="binary")
@@ -517,6 +333,7 @@ class Connections:
                                      detail=str(exc)[:DETAIL_CHARS])
                     if conn.end_reason is None:
                         conn.end_reason = CloseReason.TOO_LARGE
+                        conn.close_code = int(WSCloseCode.MESSAGE_TOO_BIG)
                 else:
                     log.info("%s: %s failed: %r", self.node.node_id, conn, exc)
                 return
@@ -526,6 +343,7 @@ class Connections:
     def _received(self, conn: NetConn, frame: bytes) -> None:
         """One frame for the service (the hot path)."""
         conn.handshook = True
+        conn.frames_in += 1
         spec = conn.spec
         if spec is not None and spec.idle_timeout is not None:
             conn.last_heard = asyncio.get_running_loop().time()
@@ -539,7 +357,7 @@ class Connections:
         except Exception as exc:
             node.fail(exc, f"handling a frame from {conn.remote}")
             return
-        if conn.probation and not conn.promoted and conn.state is _State.OPEN:
+        if conn.probation and not conn.promoted and conn.state is State.OPEN:
             self._runtime_close(conn, CloseReason.FULL, CloseCode.TRY_AGAIN_LATER,
                                 "server full: slots are kept for servers")
         node.activity()
@@ -556,13 +374,13 @@ class Connections:
                             f"frame over {conn.max_frame} bytes")
 
     def _handshake_due(self, conn: NetConn) -> None:
-        if conn.state is _State.OPEN and not conn.handshook:
+        if conn.state is State.OPEN and not conn.handshook:
             self._runtime_close(conn, CloseReason.HANDSHAKE_TIMEOUT, CloseCode.POLICY,
                                 "no first frame in time")
 
     def _idle_due(self, conn: NetConn) -> None:
         spec = conn.spec
-        if conn.state is not _State.OPEN or spec is None or spec.idle_timeout is None:
+        if conn.state is not State.OPEN or spec is None or spec.idle_timeout is None:
             return
         loop = asyncio.get_running_loop()
         quiet = loop.time() - conn.last_heard
@@ -575,7 +393,7 @@ class Connections:
     # -- writing ---------------------------------------------------------------------------
 
     def write(self, conn: NetConn, frame: bytes) -> None:
-        if conn.state is not _State.OPEN:
+        if conn.state is not State.OPEN:
             return
         if self._batch:
             self._spread()
@@ -629,7 +447,7 @@ class Connections:
         slow: list[NetConn] = []
         for conn in group:
             assert isinstance(conn, NetConn)
-            if conn.state is not _State.OPEN:
+            if conn.state is not State.OPEN:
                 continue
             mine = own.get(conn)
             n = count if mine is None else count - len(mine)
@@ -695,12 +513,13 @@ class Connections:
             if not conn.raw:
                 ws = conn.ws
                 assert isinstance(ws, aiohttp.ClientWebSocketResponse)
-                while conn.backlog and conn.state in (_State.OPEN, _State.CLOSING):
+                while conn.backlog and conn.state in (State.OPEN, State.CLOSING):
                     payload = conn.backlog.popleft()
                     conn.queued -= conn.counts.popleft()
+                    conn.frames_out += 1
                     await ws.send_frame(payload, WSMsgType.TEXT)
                 return
-            while conn.blocked and conn.state in (_State.OPEN, _State.CLOSING):
+            while conn.blocked and conn.state in (State.OPEN, State.CLOSING):
                 await conn.stream.drain()
                 conn.blocked = False
                 conn.write_backlog()
@@ -719,36 +538,40 @@ class Connections:
 
     def close(self, conn: NetConn, code: int, reason: str) -> None:
         """The service closes: what it wrote goes out first, then the close."""
-        if conn.state is _State.CONNECTING:
-            conn.state = _State.CLOSED
-            self._later(conn, CloseReason.CLOSED)
+        if conn.state is State.CONNECTING:
+            conn.state = State.CLOSED
+            self._announce(conn, CloseReason.CLOSED)
             return
-        if conn.state is not _State.OPEN:
+        if conn.state is not State.OPEN:
             return
         self._begin_close(conn, CloseReason.CLOSED, code, reason)
 
     def _runtime_close(self, conn: NetConn, why: str, code: int, detail: str) -> None:
-        if conn.state is not _State.OPEN:
+        if conn.state is not State.OPEN:
             return
         self._trace_conn(conn, "drop", reason=why, code=int(code))
         self._begin_close(conn, why, code, detail)
 
     def _begin_close(self, conn: NetConn, why: str, code: int, detail: str) -> None:
         self._spread()
-        conn.state = _State.CLOSING
+        conn.state = State.CLOSING
         conn.end_reason = why
+        conn.close_code = int(code)
         conn.flagged = False
+        self._announce(conn, why)
         if conn.ws is None:
             transport = conn.transport
             if transport is not None and not transport.is_closing():
                 if conn.backlog:
                     transport.write(b"".join(conn.backlog))
+                    conn.frames_out += conn.queued
                     conn.discard_backlog()
                 transport.close()  # connection_lost follows once the buffer is written
             return
         if conn.raw and conn.backlog and conn.transport is not None:
             if not conn.transport.is_closing():
                 conn.transport.write(b"".join(conn.backlog))
+                conn.frames_out += conn.queued
             conn.discard_backlog()
         conn.closer = asyncio.get_running_loop().create_task(
             self._close_ws(conn, code, detail), name=f"gossamer-closer-{conn.id}")
@@ -759,8 +582,8 @@ class Connections:
         message = detail.encode()[:CLOSE_REASON_BYTES].decode(errors="ignore").encode()
         try:
             if not conn.raw and conn.writer is not None:
-                await asyncio.wait({conn.writer}, timeout=CLOSE_TIMEOUT)
-            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await asyncio.wait({conn.writer}, timeout=conn.close_timeout)
+            async with asyncio.timeout(conn.close_timeout):
                 await ws.close(code=code, message=message)
         except (TimeoutError, ConnectionError) as exc:
             log.info("%s: %s did not take its close frame (%r); aborting", self.node.node_id,
@@ -781,50 +604,61 @@ class Connections:
 
     def _lost(self, conn: NetConn, *, reset: bool) -> None:
         """A stream connection ended (``connection_lost``)."""
-        if conn.state is _State.CONNECTING:
+        if conn.state is State.CONNECTING:
             return  # the dial gave up; _dial reports it
         self._ended(conn, reset=reset)
 
     async def _finish_ws(self, conn: NetConn) -> None:
         """A WebSocket's reader ended: wait for its closer and writer, then report it."""
-        if conn.state is _State.OPEN:
-            conn.state = _State.CLOSING
+        if conn.state is State.OPEN:
+            conn.state = State.CLOSING
         conn.discard_backlog()
         if conn.closer is not None:
-            await conn.closer  # bounded by CLOSE_TIMEOUT; it never raises
+            await conn.closer  # bounded by the close timeout; it never raises
         if conn.writer is not None and not conn.writer.done():
-            done, _ = await asyncio.wait({conn.writer}, timeout=CLOSE_TIMEOUT)
+            done, _ = await asyncio.wait({conn.writer}, timeout=conn.close_timeout)
             if not done:  # stuck in a drain that the peer never lets finish
                 self._abort(conn)
             await asyncio.gather(conn.writer, return_exceptions=True)
         code = conn.ws.close_code if conn.ws is not None else None
+        if conn.close_code is None and code is not None:
+            conn.close_code = int(code)  # the peer's
         self._ended(conn, reset=code is None or code == WSCloseCode.ABNORMAL_CLOSURE)
 
     def _ended(self, conn: NetConn, *, reset: bool) -> None:
-        if conn.state is _State.CLOSED:
+        if conn.state is State.CLOSED:
             return
         reason = conn.end_reason
         if reason is None:
             reason = CloseReason.RESET if reset else CloseReason.PEER_CLOSED
-        conn.state = _State.CLOSED
+        conn.state = State.CLOSED
         conn.discard_backlog()
+        self._trace_conn(conn, "close", reason=reason, code=conn.close_code,
+                         frames_in=conn.frames_in, frames_out=conn.frames_out)
         self._conns.discard(conn)
         listening = self._listeners.get(conn.listener or "")
         if listening is not None:
             listening.conns.discard(conn)
         if not self._conns:
             self._finished.set()
-        self._dispatch(conn, "closed", conn, reason)
+        if not conn.announced:
+            conn.announced = True
+            self._dispatch(conn, "closed", conn, reason)
 
-    def _later(self, conn: NetConn, reason: str) -> None:
-        asyncio.get_running_loop().call_soon(self._dispatch, conn, "closed", conn, reason)
+    def _announce(self, conn: NetConn, reason: str) -> None:
+        """``closed(conn, reason)`` to the handler, soon (never inside the env call that
+        closed it). A connection this side closes is closed for the service at once, however
+        long the close handshake then takes."""
+        if not conn.announced:
+            conn.announced = True
+            asyncio.get_running_loop().call_soon(self._dispatch, conn, "closed", conn, reason)
 
     async def shutdown(self) -> None:
         """Close every connection (1001), wait for them, stop listening."""
         self.accepting = False
         self._spread()
         for conn in list(self._conns):
-            if conn.state is _State.OPEN:  # what was written to it still goes out first
+            if conn.state is State.OPEN:  # what was written to it still goes out first
                 self._begin_close(conn, CloseReason.SHUTDOWN, CloseCode.GOING_AWAY,
                                   "shutting down")
         if self._conns:
@@ -880,7 +714,7 @@ class Connections:
         task.add_done_callback(self._tasks.discard)
 
     def _trace_conn(self, conn: NetConn, event: str, **info: Any) -> None:
-        self.node.drop_row(event, peer=conn.remote, conn=conn.id, **info)
+        self.node.conn_row(event, peer=conn.remote, conn=conn.id, **info)
 
 
 def _without(frames: list[bytes], positions: list[int]) -> bytes:

@@ -481,7 +481,7 @@ class NetNode:
                                **info)
         self.activity()
 
-    def drop_row(self, event: str, *, peer: str | None = None, **info: Any) -> None:
+    def conn_row(self, event: str, *, peer: str | None = None, **info: Any) -> None:
         """A row of the connection layer (layer ``conn``)."""
         if self.env is not None and self.tracing:
             self.env.trace(event, layer="conn", peer=peer, **info)

@@ -41,9 +41,10 @@ class ConnState(enum.Enum):
 class SimConn:
     """One end of a simulated connection (the ``Conn`` a service holds)."""
 
-    __slots__ = ("_listener", "_remote", "arrival", "env", "handshook", "held", "id",
-                 "in_flight", "last_heard", "limit", "max_frame", "peer", "probation",
-                 "promoted", "reheld", "reset", "spec", "state")
+    __slots__ = ("_listener", "_remote", "arrival", "close_code", "env", "frames_in",
+                 "frames_out", "handshook", "held", "id", "in_flight", "last_heard", "limit",
+                 "max_frame", "peer", "probation", "promoted", "reheld", "reset", "spec",
+                 "state")
 
     def __init__(self, conn_id: str, env: SimEnv, *, listener: str | None, remote: str,
                  max_frame: int, spec: ListenerSpec | None) -> None:
@@ -65,6 +66,9 @@ class SimConn:
         self.promoted = False
         self.probation = False
         self.last_heard = 0.0
+        self.close_code: int | None = None
+        self.frames_in = 0
+        self.frames_out = 0
 
     @property
     def listener(self) -> str | None:
@@ -138,6 +142,7 @@ class SimConnections:
         if end.in_flight >= end.limit:
             self._runtime_close(end, CloseReason.SLOW_CONSUMER, CloseCode.POLICY, reset=True)
             return
+        end.frames_out += 1
         self._transmit(end, "data", bytes(frame))
 
     def write_many(self, env: SimEnv, conns: ConnGroup | Iterable[object], frame: bytes,
@@ -156,7 +161,7 @@ class SimConnections:
             self._forget(end)
             self._later(end, CloseReason.CLOSED)
             return
-        self._trace(end, "close", code=int(code), reason=reason)
+        end.close_code = int(code)
         self._shut(end)
         self._later(end, CloseReason.CLOSED)
 
@@ -279,7 +284,7 @@ class SimConnections:
             peer.state = ConnState.CLOSED
             self._forget(peer)
             reason = CloseReason.PEER_CLOSED if kind == "fin" else CloseReason.RESET
-            self._handler(peer, "closed", peer, reason)
+            self._ended(peer, reason)
 
     def _deliver(self, end: SimConn, frame: bytes) -> None:
         if len(frame) > end.max_frame:
@@ -290,6 +295,7 @@ class SimConnections:
             self._runtime_close(end, CloseReason.TOO_LARGE, CloseCode.TOO_BIG)
             return
         end.handshook = True
+        end.frames_in += 1
         end.last_heard = self.sim.now
         self._handler(end, "received", end, frame)
         if end.probation and end.state is ConnState.OPEN and not end.promoted:
@@ -342,7 +348,7 @@ class SimConnections:
             return
         dialer.state = ConnState.CLOSED
         self._forget(dialer)
-        self._handler(dialer, "closed", dialer, CloseReason.REFUSED)
+        self._ended(dialer, CloseReason.REFUSED)
 
     def _handshake_due(self, end: SimConn) -> None:
         if end.state is ConnState.OPEN and not end.handshook:
@@ -377,6 +383,7 @@ class SimConnections:
         if end.state is not ConnState.OPEN:
             return
         self._trace(end, "drop", reason=reason, code=int(code))
+        end.close_code = int(code)
         end.state = ConnState.CLOSED
         if reset:
             self._abort(end)
@@ -392,7 +399,13 @@ class SimConnections:
 
     def _later(self, end: SimConn, reason: str) -> None:
         """``closed(end, reason)`` as its own event: never from inside the env call."""
-        self.sim.schedule(0.0, self._handler, end, "closed", end, reason)
+        self.sim.schedule(0.0, self._ended, end, reason)
+
+    def _ended(self, end: SimConn, reason: str) -> None:
+        if end.env.alive:
+            self._trace(end, "close", reason=reason, code=end.close_code,
+                        frames_in=end.frames_in, frames_out=end.frames_out)
+        self._handler(end, "closed", end, reason)
 
     # -- calling the service ---------------------------------------------------------------
 

@@ -19,7 +19,8 @@ from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, GossamerError
 from ...core.traceio import ParquetSink, trace_path
-from .hub_server import DEFAULT_KEEPER, DEFAULT_MAX_FRAME, HubServer
+from ...protocols.replica.hub_service import DEFAULT_KEEPER
+from .hub_server import DEFAULT_MAX_FRAME, HubServer
 
 __all__ = ["add_hub_parser", "main"]
 
@@ -100,7 +101,8 @@ async def _run_until_signalled(server: HubServer, console: Console) -> int:
         try:
             await server.start()
         except OSError as exc:
-            raise ConfigError(f"cannot listen on {server.host}:{server.port}: {exc}") from exc
+            where = f"{server.spec.host}:{server.spec.port}"
+            raise ConfigError(f"cannot listen on {where}: {exc}") from exc
         ws_url = "ws" + server.url.removeprefix("http") + "ws"
         console.print(f"hub ready at {server.url} (WebSocket {ws_url})",
                       soft_wrap=True, highlight=False, markup=False)

@@ -2,14 +2,16 @@
 and N ``ReplicaClient`` clients writing shared objects under faults.
 
 The run is built the way the replica simulator tests build theirs: one ``hub`` node
-(``HubNode``, keeper on by default) and clients ``n000``, ``n001``, ... on the seed's exact wire
-format. Writes are spread over the clients round-robin at ``rate`` per virtual second on
-``keys`` objects (some deletes), so concurrent writes to one object conflict and get rebased.
-Faults: message loss, duplication and reordering on every link; a fraction of the clients
-crashing mid-workload and recovering from their durable store; a fraction going offline,
-writing into their offline queue, and reconnecting (sync, then rebase); optionally the hub
-crashing and recovering. Everyone is back and online well before the end, so every replica
-must converge: the pipeline's convergence check judges that from the trace alone.
+(``HubService``, keeper on by default) listening for connections, and clients ``n000``,
+``n001``, ... (``ReplicaNode``) connected to it, on the seed's exact wire format. Writes are
+spread over the clients round-robin at ``rate`` per virtual second on ``keys`` objects (some
+deletes), so concurrent writes to one object conflict and get rebased. Faults are those of
+WebSocket connections: ``cuts`` resets per client per virtual second during the workload (what
+was in flight is lost; the client reconnects with backoff, resubscribes and repairs); a
+fraction of the clients crashing mid-workload and recovering from their durable store; a
+fraction going offline, writing into their offline queue, and reconnecting (sync, then rebase);
+optionally the hub crashing and recovering. Everyone is back and online well before the end,
+so every replica must converge: the pipeline's convergence check judges that from the trace.
 
 ``repair = false`` switches off what makes the group recover from loss (NACKs, re-NACKs and
 the vector announcements): a deliberately broken setting that the analysis must report.
@@ -24,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from ...core.backoff import FibonacciBackoff
+from ...core.conn import Framing, ListenerSpec
 from ...core.env import Env, Process
 from ...core.errors import ConfigError
 from ...core.ids import NodeId, node_ids
@@ -31,16 +35,23 @@ from ...core.trace import TraceSink
 from ...protocols.replica import (
     HUB_ID,
     CausalConfig,
-    HubNode,
     KeeperConfig,
     LinkState,
-    ReplicaClient,
     ReplicaCodec,
     ReplicaConfig,
 )
+from ...protocols.replica.hub_service import HubService
+from ...protocols.replica.node import ReplicaNode
 from ...runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
 
-__all__ = ["ReplicaRunOptions", "ReplicaRunResult", "run_replica_sim"]
+__all__ = ["HUB_ADDRESS", "HUB_LISTENER", "ReplicaRunOptions", "ReplicaRunResult",
+           "run_replica_sim"]
+
+HUB_PORT = 8080
+HUB_ADDRESS = f"{HUB_ID}:{HUB_PORT}"
+HUB_LISTENER = ListenerSpec(name="clients", port=HUB_PORT, framing=Framing.WS,
+                            max_connections=10_000, send_queue_limit=10_000,
+                            handshake_timeout=None)
 
 _NEVER = 1e9  # virtual seconds: a timer this far out never fires within a run
 _START = 0.5  # the first write, once the clients' subscribes reached the hub
@@ -56,9 +67,7 @@ class ReplicaRunOptions:
     rate: float = 20.0  # writes per virtual second over the whole group
     delete_rate: float = 0.1  # fraction of the writes that delete their object
     seed: int = 1
-    loss: float = 0.0
-    duplicate: float = 0.0
-    reorder: float = 0.0
+    cuts: float = 0.0  # connection resets per client per virtual second, during the workload
     latency: str = "uniform:0.005,0.05"
     crash: float = 0.0  # fraction of the clients crashed (staggered) mid-workload
     recover_after: float = 1.0  # crashed clients (and the hub) recover after this long
@@ -81,11 +90,11 @@ class ReplicaRunOptions:
             raise ConfigError("need rate > 0 and settle >= 0")
         if self.recover_after <= 0 or self.offline_for <= 0:
             raise ConfigError("need recover_after > 0 and offline_for > 0")
-        for name in ("loss", "duplicate", "reorder", "crash", "offline", "delete_rate"):
+        for name in ("crash", "offline", "delete_rate"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.loss >= 1:
-            raise ConfigError("loss must be < 1: nothing would ever arrive")
+        if self.cuts < 0:
+            raise ConfigError(f"cuts must be >= 0, got {self.cuts}")
         if self.log_per_origin < 1:
             raise ConfigError("log_per_origin must be >= 1")
         if self.until is not None and self.until <= 0:
@@ -140,10 +149,10 @@ def run_replica_sim(
 ) -> ReplicaRunResult:
     """Simulate the group and write its trace to ``trace_sink`` (flushed, not closed: the
     caller owns it), ending with each node's ``stored`` row."""
-    link = LinkModel(latency=parse_latency(options.latency), loss=options.loss,
-                     duplicate=options.duplicate, reorder=options.reorder)
+    link = LinkModel(latency=parse_latency(options.latency))
     clients = node_ids(options.clients)
     scenario = Scenario(seed=options.seed, nodes=[HUB_ID, *clients], link=link)
+    scenario.listen(HUB_ID, HUB_LISTENER)
     run_id = options.run or f"replica-c{options.clients}-s{options.seed}"
     counts = {"made": 0, "skipped": 0}
 
@@ -151,7 +160,7 @@ def run_replica_sim(
         if sim.status(node) is not NodeStatus.UP:
             counts["skipped"] += 1
             return
-        client = cast(ReplicaClient, sim.process(node))
+        client = cast(ReplicaNode, sim.process(node)).client
         if delete and client.get(key) is None:
             counts["skipped"] += 1  # nothing to delete here
             return
@@ -185,6 +194,12 @@ def run_replica_sim(
         scenario.at(at + options.offline_for, functools.partial(_link, node=node, up=True))
     if options.hub_crash:
         scenario.crash(_START + span * 0.5, HUB_ID, recover_after=options.recover_after)
+    if options.cuts > 0:
+        for node in clients:
+            at = _START + faults.expovariate(options.cuts)
+            while at < options.workload_end:
+                scenario.cut(at, node, HUB_ID)
+                at += faults.expovariate(options.cuts)
 
     replica = ReplicaConfig(causal=_causal(options.repair))
     keeper = (KeeperConfig(replica=replica, log_per_origin=options.log_per_origin)
@@ -192,8 +207,9 @@ def run_replica_sim(
 
     def factory(env: Env) -> Process:
         if env.node == HUB_ID:
-            return HubNode(env, keeper=keeper)
-        return ReplicaClient(env, config=replica)
+            return HubService(env, keeper=keeper)
+        return ReplicaNode(env, hub=HUB_ADDRESS, config=replica,
+                           backoff=FibonacciBackoff(unit=0.05, cap=1.0))
 
     sim = scenario.build(factory, trace=trace_sink, run=run_id, codec=ReplicaCodec())
     until = options.end
@@ -206,10 +222,10 @@ def run_replica_sim(
         trace_sink.flush()
 
     up = [n for n in clients if sim.status(n) is NodeStatus.UP]
-    replicas = [cast(ReplicaClient, sim.process(n)) for n in up]
+    replicas = [cast(ReplicaNode, sim.process(n)).client for n in up]
     states = [r.revisions() for r in replicas]
     if options.keeper and sim.status(HUB_ID) is NodeStatus.UP:
-        hub = cast(HubNode, sim.process(HUB_ID))
+        hub = cast(HubService, sim.process(HUB_ID))
         if hub.keeper is not None:
             states.append(hub.keeper.replica.revisions())
     converged = (len(up) == len(clients) and all(s == states[0] for s in states)
@@ -222,8 +238,8 @@ def run_replica_sim(
 
 
 def _link(sim: Simulation, *, node: NodeId, up: bool) -> None:
-    """Take a client's link to the hub down or up (it stays a running node meanwhile)."""
+    """Take a client offline or back online (it stays a running node meanwhile)."""
     if sim.status(node) is not NodeStatus.UP:
         return
-    client = cast(ReplicaClient, sim.process(node))
-    sim.call(node, lambda _p: client.connected() if up else client.disconnected())
+    sim.call(node, lambda p: cast(ReplicaNode, p).reconnect() if up
+             else cast(ReplicaNode, p).go_offline())

@@ -1,0 +1,143 @@
+"""The seed-000 hub as a service over connections: the seed's multicast channel.
+
+The relay (``dissemination.hub_relay``) decides where each message goes; the keeper
+(``keeper.py``, unless turned off) keeps the durable snapshot that answers subscribes and NACKs.
+A multicast is forwarded exactly as it was received, to every other connection in one
+``write_many`` (the runtime frames it once); everything else the hub says is encoded here. Bad
+input is dropped and traced, never fatal; the runtime closes what breaks its limits (frame
+size, invalid UTF-8, a slow reader) and the others hear the ``Left``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core.conn import CloseCode, Conn
+from ...core.env import Env
+from ...core.errors import ProtocolError, StateError
+from ...core.messages import Message
+from ..dissemination.hub_relay import HubRelay, Route, dest_of
+from .keeper import HubKeeper, KeeperConfig
+from .wire import HUB_ID, ReplicaCodec
+
+__all__ = ["DEFAULT_KEEPER", "HUB_LAYER", "HubService"]
+
+HUB_LAYER = "hub"
+DEFAULT_KEEPER = KeeperConfig()
+DETAIL_CHARS = 200
+
+
+class _Peer:
+    """What the hub counts of one connection (for its ``leave`` row)."""
+
+    __slots__ = ("client", "dropped", "frames_in")
+
+    def __init__(self) -> None:
+        self.client: str | None = None
+        self.frames_in = 0
+        self.dropped = 0
+
+
+class HubService:
+    """The hub (see the module docstring). ``keeper`` None runs the seed's bare relay."""
+
+    def __init__(self, env: Env, *, keeper: KeeperConfig | None = DEFAULT_KEEPER,
+                 max_connections: int = 10_000, codec: ReplicaCodec | None = None) -> None:
+        if env.node != HUB_ID:
+            raise StateError(f"the hub runs as node {HUB_ID!r}, not {env.node!r}")
+        self.env = env
+        self.codec = codec if codec is not None else ReplicaCodec()
+        self.relay = HubRelay(max_connections=max_connections)
+        self.everyone = env.group()  # the relay's connections, for the multicast fan-out
+        self.keeper = None if keeper is None else HubKeeper(env, self._from_hub, config=keeper)
+        self._peers: dict[Conn, _Peer] = {}
+        self.running = False
+
+    def start(self) -> None:
+        self.running = True
+        if self.keeper is not None:
+            self.keeper.start()
+
+    def stop(self) -> None:
+        self.running = False
+        if self.keeper is not None:
+            self.keeper.stop()  # commits what the group commit still holds
+
+    @property
+    def connections(self) -> int:
+        """Connections subscribed in the relay right now."""
+        return len(self.relay)
+
+    # -- the connection contract -------------------------------------------------------------
+
+    def opened(self, conn: Conn, peer_address: str) -> None:
+        try:
+            self.relay.connect(conn)
+        except StateError as exc:
+            self._trace("drop", None, reason="full", detail=str(exc))
+            self.env.close(conn, CloseCode.TRY_AGAIN_LATER,
+                           f"hub full: {self.relay.max_connections} connections")
+            return
+        self.everyone.add(conn)
+        self._peers[conn] = _Peer()
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        peer = self._peers.get(conn)
+        if peer is None:
+            return  # not subscribed (refused, or on its way out)
+        peer.frames_in += 1
+        relay = self.relay
+        before = peer.client
+        try:
+            msg = self.codec.decode(frame)
+            peer.client = relay.bind(conn, msg)
+            forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
+            multicast = forward is msg and dest_of(msg) is None
+            routes = [] if forward is None or multicast else relay.routes(conn, forward)
+        except ProtocolError as exc:
+            peer.dropped += 1
+            self._trace("drop", peer, size=len(frame), reason=exc.reason,
+                        detail=str(exc)[:DETAIL_CHARS])
+            return
+        if before is None:
+            self._trace("join", peer, conn=conn.id, remote=conn.remote)
+        if multicast:
+            self.env.write_many(self.everyone, frame, exclude=conn)
+        else:
+            self._forward(routes, msg, frame)
+
+    def closed(self, conn: Conn, reason: str) -> None:
+        peer = self._peers.pop(conn, None)
+        if peer is None:
+            return
+        self.everyone.discard(conn)
+        routes = self.relay.disconnect(conn)
+        self._trace("leave", peer, conn=conn.id, frames_in=peer.frames_in,
+                    dropped=peer.dropped, reason=reason)
+        if self.running:
+            self._forward(routes, None, b"")
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def _from_hub(self, msg: Message) -> None:
+        if self.running:
+            self._forward(self.relay.from_hub(msg), None, b"")
+
+    def _forward(self, routes: list[Route], original: Message | None, received: bytes) -> None:
+        """Each route's message to its connection: ``original`` as ``received`` (the frame it
+        was decoded from), anything else encoded here once."""
+        encoded: dict[int, bytes] = {}
+        write = self.env.write
+        for route in routes:
+            msg = route.msg
+            frame = encoded.get(id(msg))
+            if frame is None:
+                frame = encoded[id(msg)] = (received if msg is original
+                                            else self.codec.encode(msg))
+            write(route.to, frame)  # type: ignore[arg-type]
+
+    def _trace(self, event: str, peer: _Peer | None, *, size: int | None = None,
+               **info: Any) -> None:
+        if self.env.tracing:
+            self.env.trace(event, layer=HUB_LAYER, peer=None if peer is None else peer.client,
+                           size=size, **info)
