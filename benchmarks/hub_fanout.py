@@ -11,7 +11,10 @@ stronger of the two in a run is the Python ceiling, and the hub's 0.7x target is
 against it.
 
 Run ``python benchmarks/hub_fanout.py [--quick] [--clients N ...] [--window S] [--rounds R]
-[--relay] [--json OUT]``.
+[--relay] [--against SRC] [--json OUT]``. ``--against SRC`` adds ``hub-base``: the same hub
+served from another checkout's ``src`` (``git worktree add /tmp/base <commit>``, then
+``--against /tmp/base/src``), measured in the same run, so a change is judged against the code
+before it.
 
 Each server runs in its own process (``--serve KIND``: it prints its port, answers ``stats`` on
 stdin and stops at end of input), with the defaults it ships with: the hub is
@@ -72,17 +75,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gossamer.protocols.replica.wire import Data, ReplicaCodec, Subscribe, crc_of
-from gossamer.services.replica.hub_server import frames_without
 
 __all__ = ["main", "render", "run"]
 
 TARGET_VS_BARE = 0.7  # hub deliveries/s at least 0.7x the stronger bare server's (the ceiling)
 TARGET_VS_SOCKETIO = 2.0  # and at least twice python-socketio's
 RELAY = "hub-relay"  # --relay: the hub with keeper=None (the seed's relay, no snapshot)
+BASE = "hub-base"  # --against SRC: the hub of another checkout, served from SRC
 CORKED = "bare-corked"  # bare, with the hub's write coalescing
 BARES = ("bare", CORKED)  # the ceiling is the stronger of these in each run
-KINDS = ("hub", RELAY, "bare", CORKED, "socketio")  # in table order
+KINDS = ("hub", BASE, RELAY, "bare", CORKED, "socketio")  # in table order
 CORKED_BACKLOG = 1000  # frames waiting for one bare-corked connection (the hub's limit too)
+AGAINST: list[str] = []  # --against: the src folder of the baseline hub (at most one)
 WAIT = 60.0  # seconds: a wait that takes longer is broken, not slow
 MAX_FRAME = 64 * 1024
 IN_FLIGHT_PER_CLIENT = 400  # frames on their way to one client, at most (the hub's queue: 1,000)
@@ -188,6 +192,7 @@ WS = Dialect("/ws", b"", b"", subscribe=False, socketio=False)
 DIALECTS = {
     "hub": Dialect("/ws", b"", b"", subscribe=True, socketio=False),
     RELAY: Dialect("/ws", b"", b"", subscribe=True, socketio=False),
+    BASE: Dialect("/ws", b"", b"", subscribe=True, socketio=False),
     "bare": WS,
     CORKED: WS,
     "socketio": Dialect("/socket.io/?EIO=4&transport=websocket", b'42["msg",', b"]",
@@ -261,6 +266,21 @@ async def bare_server() -> AsyncIterator[tuple[int, Counter]]:
     app.router.add_get("/ws", handler)
     async with serve_app(app, lambda: len(peers[0])) as served:
         yield served
+
+
+def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
+    """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
+    ``positions`` (ascending): what a sender gets of a batch it wrote to."""
+    view = memoryview(frames)
+    parts: list[memoryview] = []
+    start = 0
+    for position in positions:
+        if offsets[position] > start:
+            parts.append(view[start:offsets[position]])
+        start = offsets[position + 1]
+    if start < len(frames):
+        parts.append(view[start:])
+    return b"".join(parts)
 
 
 def server_frame(payload: bytes) -> bytes:
@@ -344,7 +364,7 @@ async def bare_corked_server() -> AsyncIterator[tuple[int, Counter]]:
                 if peer.transport is not None:
                     peer.transport.abort()
                 continue
-            peer.backlog.append(whole if mine is None else frames_without(whole, offsets, mine))
+            peer.backlog.append(whole if mine is None else _without(whole, offsets, mine))
             peer.queued += n
             if peer.drainer is None:
                 write(peer)
@@ -470,9 +490,14 @@ class ServerProcess:
         return self.proc.pid
 
     async def start(self) -> None:
+        env = None
+        kind = self.kind
+        if kind == BASE:  # the hub of the other checkout: its src first on the path
+            env = dict(os.environ, PYTHONPATH=AGAINST[0])
+            kind = "hub"
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, os.path.abspath(__file__), "--serve", self.kind,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable, os.path.abspath(__file__), "--serve", kind,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,
         )
         try:
             line = await self._line()
@@ -1097,7 +1122,8 @@ def run(quick: bool = False, *, clients: Sequence[int] | None = None,
         raise ValueError("clients must be in 2..9999")
     if sizes.rounds < 1 or sizes.window <= 0:
         raise ValueError("need rounds >= 1 and a window > 0")
-    kinds = [kind for kind in KINDS if kind != RELAY or relay]
+    kinds = [kind for kind in KINDS
+             if (kind != RELAY or relay) and (kind != BASE or AGAINST)]
     return asyncio.run(run_all(sizes, kinds, console or Console(stderr=True)))
 
 
@@ -1219,8 +1245,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON to OUT")
     parser.add_argument("--relay", action="store_true",
                         help="also measure the hub without its snapshot keeper (keeper=None)")
+    parser.add_argument("--against", metavar="SRC",
+                        help="also measure the hub served from another checkout's src "
+                             "(hub-base), e.g. a worktree of the commit before a change")
     parser.add_argument("--serve", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.against:
+        if not os.path.isdir(os.path.join(args.against, "gossamer")):
+            parser.error(f"--against {args.against}: no gossamer package there")
+        AGAINST.append(os.path.abspath(args.against))
     if args.serve:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(args.serve))
