@@ -72,6 +72,9 @@ def add_pubsub_parser(
                       help="directory of the node's sqlite store (default: in memory)")
     node.add_argument("--trace-dir", default=None,
                       help="write the trace as Parquet to TRACE_DIR/trace/RUN/HOST_PORT.parquet")
+    node.add_argument("--command-port", type=_port, default=None, metavar="PORT",
+                      help="also take the client's commands over TCP (JSON lines) on PORT "
+                           "(0: a free one, printed in the ready line)")
     node.add_argument("--run", default="pubsub", help="run id written in the trace")
     node.add_argument("--seed", type=int, default=0, help="seeds the node's randomness")
     node.add_argument("--json", action="store_true", help="print JSON objects, one a line")
@@ -103,7 +106,8 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         host=args.host, port=args.port, mode=args.mode, contacts=tuple(args.contact or ()),
         data_dir=None if args.data_dir is None else Path(args.data_dir),
         trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
-        run=args.run, seed=args.seed, chord_bits=args.chord_bits)
+        run=args.run, seed=args.seed, chord_bits=args.chord_bits,
+        command_port=args.command_port)
     auto = None
     if args.auto:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,

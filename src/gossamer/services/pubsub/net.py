@@ -33,16 +33,18 @@ from typing import IO, Any, Literal
 
 import orjson
 
-from ...core.errors import ConfigError, GossamerError, StateError
+from ...core.conn import Framing, ListenerSpec
+from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import default_codec
 from ...core.trace import TraceSink
 from ...core.traceio import ParquetSink, trace_path
-from ...protocols.dissemination.scribe import MAX_TOPIC
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.hyparview import HyParView, OverlayState
 from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
+from .commands import COMMANDS_LISTENER, CommandPort, NodeProcess
 from .node import PubSubNode
+from .shell import HELP, MAX_LINE, MAX_MESSAGE, Command, CommandError, parse_command
 
 __all__ = [
     "MAX_LINE",
@@ -59,8 +61,6 @@ __all__ = [
 ]
 
 Mode = Literal["gossip", "scribe"]
-MAX_MESSAGE = 16_384  # characters of one published message (well under the wire's frame limit)
-MAX_LINE = MAX_TOPIC + MAX_MESSAGE + 64  # one command line
 JOIN_POLL = 0.05  # seconds between looks at the overlay while waiting to be in it
 STORE_FILE = "pubsub.sqlite"
 
@@ -82,57 +82,6 @@ def parse_contact(text: str) -> NodeId:
     if address_of(node) is None:
         raise ConfigError(f"contact {text!r} is not HOST:PORT")
     return node
-
-
-# -- commands --------------------------------------------------------------------------------
-
-
-class CommandError(GossamerError):
-    """A client command that cannot be carried out; the node answers with an error line."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Command:
-    verb: Literal["subscribe", "unsubscribe", "publish", "status", "help", "exit"]
-    topic: str | None = None
-    message: str | None = None
-
-
-HELP = ("commands: subscribe TOPIC | unsubscribe TOPIC | publish TOPIC MESSAGE | status | help "
-        "| exit")
-
-
-def _topic(word: str) -> str:
-    if len(word) > MAX_TOPIC:
-        raise CommandError(f"a topic has at most {MAX_TOPIC} characters")
-    return word
-
-
-def parse_command(line: str) -> Command | None:
-    """One interactive command; None for a blank line; ``CommandError`` if it is not one."""
-    text = line.strip()
-    if not text:
-        return None
-    if len(text) > MAX_LINE:
-        raise CommandError(f"line longer than {MAX_LINE} characters")
-    parts = text.split(None, 2)
-    verb = parts[0].lower()
-    if verb in ("subscribe", "unsubscribe", "sub", "unsub"):
-        if len(parts) != 2:
-            raise CommandError(f"usage: {verb} TOPIC")
-        return Command("subscribe" if verb in ("subscribe", "sub") else "unsubscribe",
-                       _topic(parts[1]))
-    if verb in ("publish", "pub"):
-        if len(parts) != 3:
-            raise CommandError(f"usage: {verb} TOPIC MESSAGE")
-        if len(parts[2]) > MAX_MESSAGE:
-            raise CommandError(f"a message has at most {MAX_MESSAGE} characters")
-        return Command("publish", _topic(parts[1]), parts[2])
-    if verb in ("status", "help", "exit", "quit"):
-        if len(parts) != 1:
-            raise CommandError(f"{verb} takes no arguments")
-        return Command("exit" if verb == "quit" else verb)  # type: ignore[arg-type]
-    raise CommandError(f"unknown command {parts[0]!r}; {HELP}")
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -158,8 +107,13 @@ class Output:
         else:
             self._line(text)
 
-    def ready(self, node: NodeId, mode: str) -> None:
-        self.emit("ready", f"ready {node} mode={mode}", node=node, mode=mode)
+    def ready(self, node: NodeId, mode: str, commands: Address | None = None) -> None:
+        if commands is None:
+            self.emit("ready", f"ready {node} mode={mode}", node=node, mode=mode)
+            return
+        where = f"{commands[0]}:{commands[1]}"
+        self.emit("ready", f"ready {node} mode={mode} commands={where}", node=node, mode=mode,
+                  commands=where)
 
     def deliver(self, topic: str, message: Any) -> None:
         text = message if isinstance(message, str) else orjson.dumps(message).decode()
@@ -192,7 +146,7 @@ class NodeOptions:
     run: str = "pubsub"
     seed: int = 0
     chord_bits: int = 256  # the seed's SHA-256 ring
-    flush_timeout: float = 1.0  # seconds a stopping node waits for its goodbyes to go out
+    command_port: int | None = None  # the command port (commands.py) on host; 0: a free one
 
     def __post_init__(self) -> None:
         if self.mode not in ("gossip", "scribe"):
@@ -201,8 +155,8 @@ class NodeOptions:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         for contact in self.contacts:
             parse_contact(contact)
-        if self.flush_timeout < 0:
-            raise ConfigError("flush_timeout must be >= 0")
+        if self.command_port is not None and not 0 <= self.command_port <= 65535:
+            raise ConfigError(f"command_port must be in 0..65535, got {self.command_port}")
 
 
 class PubSubNetNode:
@@ -227,9 +181,14 @@ class PubSubNetNode:
         if options.trace_dir is not None:
             self.trace = ParquetSink(trace_path(options.trace_dir, options.run, "unbound"))
         sink: TraceSink | None = self.trace
+        listeners = [] if options.command_port is None else [ListenerSpec(
+            name=COMMANDS_LISTENER, host=options.host, port=options.command_port,
+            framing=Framing.LINES, max_frame=4 * MAX_LINE, max_connections=64,
+            handshake_timeout=None)]
+        self.port: CommandPort | None = None
         self.net = NetNode(node_id="unbound", factory=self._build, codec=default_codec,
-                           listen=(options.host, options.port), store=store, trace=sink,
-                           run=options.run, seed=options.seed)
+                           listen=(options.host, options.port), listeners=listeners,
+                           store=store, trace=sink, run=options.run, seed=options.seed)
         self.net.resolver = address_of
         self.net.on_failure = lambda _node, _exc: self.failed.set()
 
@@ -248,11 +207,23 @@ class PubSubNetNode:
             env, opts.mode, contacts=opts.contacts, create=create,
             chord_config=ChordConfig(bits=opts.chord_bits) if opts.mode == "scribe" else None,
             on_message=self._delivered)
-        return self.pubsub.process
+        if opts.command_port is None:
+            return self.pubsub.process
+        self.port = CommandPort(env, self.pubsub, status=self.status)
+        return NodeProcess(self.pubsub.process, self.port)
+
+    @property
+    def command_address(self) -> Address | None:
+        """Where the command port listens (None without one)."""
+        if self.options.command_port is None:
+            return None
+        return self.net.listener_address(COMMANDS_LISTENER)
 
     def _delivered(self, topic: str, message: Any) -> None:
         if self.on_message is not None:
             self.on_message(topic, message)
+        if self.port is not None:
+            self.port.deliver(topic, message)
 
     async def start(self) -> NodeId:
         """Bind, take the name ``host:port``, start the protocol stack."""
@@ -521,7 +492,7 @@ async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool
             node_id = await node.start()
         except OSError as exc:
             raise ConfigError(f"cannot listen on {options.host}:{options.port}: {exc}") from exc
-        out.ready(node_id, options.mode)
+        out.ready(node_id, options.mode, node.command_address)
         background.append(loop.create_task(_announce_joined(node, out)))
         tasks = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait())]
         if interactive_input:

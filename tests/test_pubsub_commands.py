@@ -1,0 +1,164 @@
+"""A pub/sub node's command port: the seed's client commands over a connection, in the
+simulator (one node of a gossip overlay takes commands) and over real TCP (``gossamer pubsub
+node --command-port``): answers to each command, deliveries of subscribed topics, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from gossamer.core import Conn, Env, ListenerSpec, MemorySink
+from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
+from gossamer.services.pubsub.commands import COMMANDS_LISTENER, CommandPort, NodeProcess
+from gossamer.services.pubsub.node import PubSubNode
+
+PORT = 5000
+WAIT = 30.0
+
+
+class Typist:
+    """A command client in the simulator: sends lines once connected, records the answers."""
+
+    def __init__(self, env: Env, address: str) -> None:
+        self.env = env
+        self.address = address
+        self.conn: Conn | None = None
+        self.open = False
+        self.lines: list[bytes] = []
+        self.answers: list[dict[str, Any]] = []
+        self.closed_reason: str | None = None
+
+    def start(self) -> None:
+        self.conn = self.env.connect(self.address)
+
+    def stop(self) -> None:
+        pass
+
+    def type(self, line: bytes) -> None:
+        if self.open:
+            assert self.conn is not None
+            self.env.write(self.conn, line)
+        else:
+            self.lines.append(line)
+
+    def opened(self, conn: Conn, peer_address: str) -> None:
+        self.open = True
+        for line in self.lines:
+            self.env.write(conn, line)
+        self.lines = []
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        self.answers.append(json.loads(frame))
+
+    def closed(self, conn: Conn, reason: str) -> None:
+        self.closed_reason = reason
+
+    def events(self, event: str) -> list[dict[str, Any]]:
+        return [a for a in self.answers if a["event"] == event]
+
+
+def overlay(seed: int) -> Simulation:
+    sim = Simulation(seed=seed, link=LinkModel(latency=Uniform(0.001, 0.01)),
+                     trace=MemorySink())
+    nodes = [f"n{i}" for i in range(4)]
+
+    def make(env: Env) -> Any:
+        contacts = [] if env.node == "n0" else ["n0"]
+        pubsub = PubSubNode(env, "gossip", contacts=contacts)
+        if env.node != "n0":
+            pubsub.subscribe("news")
+            return pubsub.process
+        port = CommandPort(env, pubsub)
+        pubsub.on_message = port.deliver
+        return NodeProcess(pubsub.process, port)
+
+    for node in nodes:
+        listeners = [ListenerSpec(name=COMMANDS_LISTENER, port=PORT)] if node == "n0" else []
+        sim.add_node(node, make, listeners=listeners)
+    sim.add_node("me", lambda env: Typist(env, f"n0:{PORT}"))
+    sim.run(until=2.0)
+    return sim
+
+
+def typist(sim: Simulation) -> Typist:
+    process = sim.process("me")
+    assert isinstance(process, Typist)
+    return process
+
+
+def test_commands_are_answered_and_subscribed_deliveries_stream_back() -> None:
+    for seed in (1, 2):
+        sim = overlay(seed)
+        me = typist(sim)
+        assert me.events("ready") == [{"event": "ready", "node": "n0", "mode": "gossip"}]
+        for line in (b"subscribe news", b"publish news hello world", b"publish other x",
+                     b"status"):
+            me.type(line)
+        sim.run(until=4.0)
+        assert me.events("subscribe") == [{"event": "subscribe", "topic": "news"}], seed
+        published = me.events("publish")
+        assert [p["topic"] for p in published] == ["news", "other"]
+        # n0 subscribed to news: it delivers its own publish, and nothing of "other"
+        assert me.events("deliver") == [
+            {"event": "deliver", "topic": "news", "message": "hello world"}], seed
+        [status] = me.events("status")
+        assert status["subscriptions"] == ["news"]
+        # the other nodes got it through the overlay
+        rows = [r for r in sim.trace_sink.named() if r.event == "deliver" and r.layer == "pubsub"]
+        assert {r.node for r in rows if r.msg == published[0]["msg"]} == {"n0", "n1", "n2", "n3"}
+
+
+def test_bad_commands_get_an_error_and_exit_closes_only_that_client() -> None:
+    sim = overlay(3)
+    me = typist(sim)
+    for line in (b"dance", b"publish", b"\xff\xfe", b"subscribe " + b"t" * 300, b"help",
+                 b"exit"):
+        me.type(line)
+    sim.run(until=3.0)
+    errors = me.events("error")
+    assert len(errors) == 4, me.answers
+    assert "UTF-8" in errors[2]["error"] and "at most" in errors[3]["error"]
+    assert me.events("help") and me.closed_reason == "peer_closed"
+    port = sim.process("n0")
+    assert isinstance(port, NodeProcess) and len(port.port.clients) == 0
+
+
+def test_gossamer_pubsub_node_takes_commands_on_its_command_port() -> None:
+    async def scenario() -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "node", "--json",
+            "--mode", "gossip", "--command-port", "0", stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
+        assert proc.stdout is not None
+        try:
+            ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), WAIT))
+            assert ready["event"] == "ready"
+            host, port = ready["commands"].rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                greeting = json.loads(await asyncio.wait_for(reader.readline(), WAIT))
+                assert greeting == {"event": "ready", "node": ready["node"], "mode": "gossip"}
+                writer.write(b"subscribe news\npublish news over tcp\n")
+                await writer.drain()
+                got: list[dict[str, Any]] = []
+                while len(got) < 3:
+                    got.append(json.loads(await asyncio.wait_for(reader.readline(), WAIT)))
+                # gossip delivers to the publisher at once: before or after the answer
+                assert got[0] == {"event": "subscribe", "topic": "news"}
+                assert sorted(a["event"] for a in got[1:]) == ["deliver", "publish"]
+                assert {"event": "deliver", "topic": "news", "message": "over tcp"} in got
+            finally:
+                writer.close()
+            proc.terminate()
+            assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    asyncio.run(scenario())
