@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gossamer.core import Codec, MemorySink, Process, ProcessFactory, default_codec
+from gossamer.core import (
+    Codec,
+    Framing,
+    ListenerSpec,
+    MemorySink,
+    Process,
+    ProcessFactory,
+    default_codec,
+)
 from gossamer.runtimes.net import NetHost, NetNode, NetNodeError, SqliteStore
 
 T = TypeVar("T")
@@ -51,9 +60,20 @@ class NetCluster:
         run: str = "test",
         codec: Codec = default_codec,
         down: Iterable[str] = (),
+        listeners: dict[str, list[ListenerSpec]] | None = None,
+        sees_cluster: bool = False,
         **node_options: Any,
     ) -> None:
+        """``sees_cluster``: ``factory(env, cluster)``, so a process can find the others'
+        listeners (``listener_address``) when it starts."""
         self.node_ids = list(node_ids)
+        if sees_cluster:
+            inner = factory
+            factory = lambda env: inner(env, self)  # type: ignore[call-arg,misc]  # noqa: E731
+        # a service listener on an ephemeral port of 127.0.0.1 (the simulator's port names it)
+        self.listeners = {node: [dataclasses.replace(spec, host=LOOPBACK, port=0)
+                                 for spec in specs]
+                          for node, specs in (listeners or {}).items()}
         self.trace = MemorySink()
         self.factory = factory
         self.transport = transport
@@ -84,7 +104,16 @@ class NetCluster:
     def _make_node(self, node: str) -> NetNode:
         store = SqliteStore(Path(self._tmp.name) / f"{node}.sqlite")
         return NetNode(node_id=node, factory=self.factory, store=store,
-                       listen=(LOOPBACK, self._ports.get(node, 0)), **self._options)
+                       listen=(LOOPBACK, self._ports.get(node, 0)),
+                       listeners=self.listeners.get(node, ()), **self._options)
+
+    def listener_address(self, node: str, name: str) -> str:
+        """Where a process dials ``node``'s listener ``name`` (``ws://`` for a WebSocket)."""
+        spec = next(s for s in self.listeners[node] if s.name == name)
+        host, port = self.host.nodes[node].listener_address(name)
+        if spec.framing is Framing.WS:
+            return f"ws://{host}:{port}{spec.path}"
+        return f"{host}:{port}"
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)

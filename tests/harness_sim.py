@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gossamer.core import MemorySink, Process, ProcessFactory
+from gossamer.core import Framing, ListenerSpec, MemorySink, Process, ProcessFactory
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 
 
@@ -17,12 +17,28 @@ class SimCluster:
         seed: int = 0,
         loss: float = 0.0,
         run: str = "test",
+        listeners: dict[str, list[ListenerSpec]] | None = None,
+        sees_cluster: bool = False,
     ) -> None:
+        """``sees_cluster``: ``factory(env, cluster)``, so a process can find the others'
+        listeners (``listener_address``) when it starts."""
         self.node_ids = list(node_ids)
+        if sees_cluster:
+            inner = factory
+            factory = lambda env: inner(env, self)  # type: ignore[call-arg,misc]  # noqa: E731
         self.trace = MemorySink()
+        self.listeners = listeners or {}
         link = LinkModel(latency=Uniform(0.001, 0.01), loss=loss)
         self.sim = Simulation(seed=seed, link=link, run=run, trace=self.trace)
-        self.sim.add_nodes(self.node_ids, factory)
+        for node in self.node_ids:
+            self.sim.add_node(node, factory, listeners=self.listeners.get(node, ()))
+
+    def listener_address(self, node: str, name: str) -> str:
+        """Where a process dials ``node``'s listener ``name`` (``ws://`` for a WebSocket)."""
+        spec = next(s for s in self.listeners[node] if s.name == name)
+        if spec.framing is Framing.WS:
+            return f"ws://{node}:{spec.port}{spec.path}"
+        return f"{node}:{spec.port}"
 
     def process(self, node: str) -> Process:
         return self.sim.process(node)
