@@ -22,7 +22,6 @@ from gossamer.core import (
     MemorySink,
     Process,
     ProcessFactory,
-    default_codec,
 )
 from gossamer.runtimes.net import NetHost, NetNode, NetNodeError, SqliteStore
 
@@ -58,7 +57,7 @@ class NetCluster:
         seed: int = 0,
         loss: float = 0.0,
         run: str = "test",
-        codec: Codec = default_codec,
+        codec: Codec,
         down: Iterable[str] = (),
         listeners: dict[str, list[ListenerSpec]] | None = None,
         sees_cluster: bool = False,

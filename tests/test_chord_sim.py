@@ -25,7 +25,6 @@ from gossamer.core import (
     Message,
     NullSink,
     TraceRow,
-    default_codec,
     node_ids,
 )
 from gossamer.protocols.membership.chord import (
@@ -53,6 +52,7 @@ from gossamer.protocols.membership.chord import (
     key_load,
     vnode_name,
 )
+from gossamer.protocols.membership.chord.messages import CODEC
 from gossamer.protocols.ordering import FifoSync
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
 
@@ -679,7 +679,7 @@ def test_malformed_messages_cannot_be_built(make: Callable[[], Message]) -> None
 ])
 def test_malformed_frames_do_not_decode(raw: bytes) -> None:
     with pytest.raises(InvalidMessage):
-        default_codec.decode(raw)
+        CODEC.decode(raw)
 
 
 def test_messages_survive_the_codec() -> None:
@@ -695,7 +695,7 @@ def test_messages_survive_the_codec() -> None:
         Leave(to=0, sender=("a", 0, "1"), predecessor=None, successors=(("b", 0, "2"),)),
     ]
     for msg in msgs:
-        assert default_codec.decode(default_codec.encode(msg)) == msg
+        assert CODEC.decode(CODEC.encode(msg)) == msg
 
 
 # -- ring arithmetic ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from checks import count, fifo_violations, missing_deliveries
 from gossamer.core import Env, MemorySink, Process, ProcessFactory
 from gossamer.protocols.ordering import FifoBroadcast, FifoData
+from gossamer.protocols.ordering.fifo import CODEC as FIFO_CODEC
 from harness_sim import SimCluster
 
 RUNTIMES = ["sim", "tcp", "ws"]
@@ -51,7 +52,8 @@ def make_cluster(runtime: str) -> Iterator[MakeCluster]:
         else:
             from harness_net import NetCluster
 
-            cluster = NetCluster(node_ids, factory, transport=runtime, seed=seed, loss=loss)
+            cluster = NetCluster(node_ids, factory, transport=runtime, seed=seed, loss=loss,
+                                 codec=FIFO_CODEC)
         made.append(cluster)
         return cluster
 

@@ -33,7 +33,7 @@ from gossamer.protocols.activity import (
 from gossamer.protocols.replica import HUB_ID, LinkState
 from gossamer.protocols.replica.hub_service import HubService
 from gossamer.protocols.replica.node import ReplicaNode
-from gossamer.services.pubsub.node import PubSubNode
+from gossamer.services.pubsub.node import PubSubNode, codec_for
 from harness_sim import SimCluster
 
 RUNTIMES = ["sim", "net"]
@@ -70,7 +70,8 @@ def make_cluster(runtime: str) -> Iterator[Callable[..., Cluster]]:
             from harness_net import NetCluster
 
             cluster = NetCluster(node_ids, factory, transport="tcp",  # type: ignore[arg-type]
-                                 seed=seed, listeners=listeners, sees_cluster=True)
+                                 seed=seed, listeners=listeners, sees_cluster=True,
+                                 codec=codec_for("gossip"))
         made.append(cluster)
         return cluster
 

@@ -26,7 +26,6 @@ from gossamer.core import (
     InvalidMessage,
     MemorySink,
     StateError,
-    default_codec,
     node_ids,
 )
 from gossamer.protocols.dissemination import (
@@ -39,6 +38,7 @@ from gossamer.protocols.dissemination import (
     Pull,
     Summary,
 )
+from gossamer.protocols.dissemination.gossip import CODEC
 from gossamer.protocols.membership import HyParView, JoinReply
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
@@ -560,7 +560,7 @@ def test_unexpected_messages_are_dropped_with_a_reason_and_change_nothing(
 )
 def test_malformed_messages_never_reach_the_protocol(raw: dict[str, Any]) -> None:
     with pytest.raises(InvalidMessage):
-        default_codec.decode(orjson.dumps(raw))
+        CODEC.decode(orjson.dumps(raw))
 
 
 def test_after_stop_nothing_is_delivered_or_sent() -> None:

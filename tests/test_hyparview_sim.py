@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gossamer.core import ConfigError, InvalidMessage, MemorySink, Message, default_codec
+from gossamer.core import ConfigError, InvalidMessage, MemorySink, Message
 from gossamer.protocols.membership import (
     Disconnect,
     ForwardJoin,
@@ -30,7 +30,7 @@ from gossamer.protocols.membership import (
     Shuffle,
     ShuffleReply,
 )
-from gossamer.protocols.membership.hyparview import Ping
+from gossamer.protocols.membership.hyparview import CODEC, Ping
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
@@ -522,7 +522,7 @@ def test_malformed_messages_never_reach_the_protocol(raw: dict[str, Any]) -> Non
     import orjson
 
     with pytest.raises(InvalidMessage):
-        default_codec.decode(orjson.dumps(raw))
+        CODEC.decode(orjson.dumps(raw))
 
 
 def test_malformed_message_in_the_simulator_is_dropped_with_a_trace_row() -> None:

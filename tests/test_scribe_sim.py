@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from checks import named
-from gossamer.core import MemorySink, Message, default_codec, node_ids
+from gossamer.core import MemorySink, Message, node_ids
 from gossamer.core.errors import ProtocolError
 from gossamer.protocols.dissemination import (
     Heartbeat,
@@ -31,6 +31,7 @@ from gossamer.protocols.dissemination import (
     ScribeSince,
     TreeRole,
 )
+from gossamer.protocols.dissemination.scribe.messages import CODEC
 from gossamer.protocols.membership.chord import Chord, ChordConfig
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 from test_hyparview_sim import FakeEnv
@@ -448,7 +449,7 @@ def test_nacks_that_cannot_exist_are_refused_by_constructor_and_codec() -> None:
         with pytest.raises(ValueError):
             ScribeNack(**bad)  # type: ignore[arg-type]
         with pytest.raises(ProtocolError):
-            default_codec.from_dict({"type": ScribeNack.TYPE, **bad})
+            CODEC.from_dict({"type": ScribeNack.TYPE, **bad})
     for bad_beat in ((("t", 0, 1, 3, 5, 0),), (("t", 0, 1, -1, 0, 0),), (("t", 0, 0, 3, 0, 0),),
                      (("t", 0, 1, 3, 0, 0),), (("t", 0, 0, 0, 0, 1),)):
         with pytest.raises(ValueError):

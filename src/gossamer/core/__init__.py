@@ -42,7 +42,6 @@ from .messages import (
     Message,
     TraceIds,
     WireCodec,
-    default_codec,
     message,
 )
 from .trace import COLUMN_TYPES, COLUMNS, MemorySink, NullSink, Row, TraceRow, TraceSink
@@ -93,7 +92,6 @@ __all__ = [
     "VectorClock",
     "WireCodec",
     "check_node_id",
-    "default_codec",
     "get_json",
     "message",
     "node_id",

@@ -30,7 +30,6 @@ __all__ = [
     "Message",
     "TraceIds",
     "WireCodec",
-    "default_codec",
     "message",
     "parse_frame",
 ]
@@ -49,6 +48,8 @@ class Message:
     """Base of every message. Subclasses are frozen slotted dataclasses made with ``@message``."""
 
     TYPE: ClassVar[str] = ""
+    #: the codec of the protocol this message belongs to (set by ``@message``)
+    CODEC: ClassVar[Codec | None] = None
 
     def trace_ids(self) -> TraceIds:
         """The trace columns (msg, origin, key, seq) this message fills; none by default."""
@@ -277,21 +278,34 @@ class Codec:
             raise InvalidMessage(f"{type_name}: {exc}") from exc
 
 
-default_codec = Codec()
+    @classmethod
+    def union(cls, *codecs: Codec, max_frame: int | None = None) -> Codec:
+        """One codec for every message type of ``codecs`` (a node's stack: membership and
+        dissemination); ``max_frame`` defaults to the largest of theirs."""
+        if not codecs:
+            raise ConfigError("union() needs at least one codec")
+        joined = cls(max_frame=max_frame if max_frame is not None
+                     else max(c.max_frame for c in codecs))
+        for codec in codecs:
+            for message_type in codec.types().values():
+                joined.register(message_type)
+        return joined
 
 
 @dataclass_transform(frozen_default=True)
-def message(type_name: str, *, codec: Codec | None = None) -> Callable[[type[M]], type[M]]:
-    """Class decorator: make a frozen slotted dataclass message and register it.
+def message(type_name: str, *, codec: Codec) -> Callable[[type[M]], type[M]]:
+    """Class decorator: make a frozen slotted dataclass message and register it with the codec
+    of its protocol (each protocol has its own; a node's runtime is given the codec of the
+    protocols it runs, see ``Codec.union``).
 
-    ``@message("fifo.data")`` on a plain class body; ``__post_init__`` may raise ``ValueError``
-    to reject values the annotations allow but the protocol does not.
+    ``@message("fifo.data", codec=CODEC)`` on a plain class body; ``__post_init__`` may raise
+    ``ValueError`` to reject values the annotations allow but the protocol does not.
     """
-    target = default_codec if codec is None else codec
 
     def wrap(cls: type[M]) -> type[M]:
         cls.TYPE = type_name
         made = dataclasses.dataclass(frozen=True, slots=True)(cls)
-        return target.register(made)
+        made.CODEC = codec
+        return codec.register(made)
 
     return wrap

@@ -18,9 +18,10 @@ from typing import Any, cast
 from ..core.env import Env, Process
 from ..core.errors import ConfigError
 from ..core.ids import NodeId, node_ids
-from ..core.messages import Message, default_codec
+from ..core.messages import Message
 from ..core.trace import TraceSink
 from ..core.traceio import ParquetSink, trace_path
+from ..protocols.ordering.fifo import CODEC as FIFO_CODEC
 from ..protocols.ordering.fifo import FifoBroadcast, FifoConfig
 from ..runtimes.net import NetHost, NetNode, SqliteStore
 from ..runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
@@ -251,7 +252,7 @@ async def run_fifo_loopback(
 
     host = NetHost(
         (NetNode(node_id=node, factory=factory, transport=options.transport, run=run_id,
-                 codec=default_codec,
+                 codec=FIFO_CODEC,
                  trace=ParquetSink(trace_path(out_dir, run_id, node)),
                  store=SqliteStore(stores / f"{node}-{run_id}.sqlite"),
                  loss=options.loss, seed=options.seed)

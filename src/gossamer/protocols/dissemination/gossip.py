@@ -26,7 +26,7 @@ from typing import Any, Literal
 from ...core.env import DurableSequence, Env, TimerHandle
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Message, TraceIds, message
+from ...core.messages import Codec, Message, TraceIds, message
 from ..membership.hyparview import HyParView
 
 __all__ = [
@@ -84,7 +84,11 @@ class GossipMessage(Message):
     """Base of the gossip layer's messages."""
 
 
-@message("gossip.data")
+CODEC = Codec()
+"""The codec of the gossip messages (``Codec.union`` joins it with a node's other layers)."""
+
+
+@message("gossip.data", codec=CODEC)
 class GossipData(GossipMessage):
     """A payload. ``hop``: links travelled when it arrives; ``repair``: an answer to a PULL."""
 
@@ -109,7 +113,7 @@ class GossipData(GossipMessage):
         return (message_id(self.origin, self.seq), self.origin, None, self.seq)
 
 
-@message("gossip.ihave")
+@message("gossip.ihave", codec=CODEC)
 class IHave(GossipMessage):
     """Tree mode, on a lazy link: I have these messages (id, hop at which you would get it)."""
 
@@ -124,7 +128,7 @@ class IHave(GossipMessage):
                 raise ValueError(f"hop must be in [1, {MAX_HOP}], got {hop}")
 
 
-@message("gossip.graft")
+@message("gossip.graft", codec=CODEC)
 class Graft(GossipMessage):
     """Tree mode: make our link eager again and send me these messages."""
 
@@ -134,7 +138,7 @@ class Graft(GossipMessage):
         _check_ids(self.ids)
 
 
-@message("gossip.prune")
+@message("gossip.prune", codec=CODEC)
 class Prune(GossipMessage):
     """Tree mode: I got your payload twice; make our link lazy for ``origin``'s messages (the
     empty string: for the one shared tree)."""
@@ -146,7 +150,7 @@ class Prune(GossipMessage):
             check_node_id(self.origin)
 
 
-@message("gossip.summary")
+@message("gossip.summary", codec=CODEC)
 class Summary(GossipMessage):
     """Recovery: the ids of my recent messages."""
 
@@ -158,7 +162,7 @@ class Summary(GossipMessage):
         _check_ids(self.ids)
 
 
-@message("gossip.pull")
+@message("gossip.pull", codec=CODEC)
 class Pull(GossipMessage):
     """Recovery: send me these messages of your summary."""
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Message, message
+from ...core.messages import Codec, Message, message
 
 __all__ = [
     "LAYER",
@@ -86,12 +86,16 @@ class Priority(enum.Enum):
     LOW = "low"
 
 
-@message("hyparview.join")
+CODEC = Codec()
+"""The codec of the hyparview messages (``Codec.union`` joins it with a node's other layers)."""
+
+
+@message("hyparview.join", codec=CODEC)
 class Join(HyParViewMessage):
     """The sender wants to enter the overlay through me."""
 
 
-@message("hyparview.forward_join")
+@message("hyparview.forward_join", codec=CODEC)
 class ForwardJoin(HyParViewMessage):
     """A random walk announcing ``new_node``; it ends in an active view after ``ttl`` hops."""
 
@@ -103,12 +107,12 @@ class ForwardJoin(HyParViewMessage):
         _check_ttl(self.ttl)
 
 
-@message("hyparview.join_reply")
+@message("hyparview.join_reply", codec=CODEC)
 class JoinReply(HyParViewMessage):
     """I put you (a joiner) in my active view: put me in yours."""
 
 
-@message("hyparview.neighbor")
+@message("hyparview.neighbor", codec=CODEC)
 class Neighbor(HyParViewMessage):
     """Take me into your active view; ``priority`` "high" may not be refused."""
 
@@ -118,19 +122,19 @@ class Neighbor(HyParViewMessage):
         Priority(self.priority)  # ValueError names the bad value
 
 
-@message("hyparview.neighbor_reply")
+@message("hyparview.neighbor_reply", codec=CODEC)
 class NeighborReply(HyParViewMessage):
     accepted: bool
 
 
-@message("hyparview.disconnect")
+@message("hyparview.disconnect", codec=CODEC)
 class Disconnect(HyParViewMessage):
     """I dropped you from my active view; ``leaving``: and I am leaving the overlay."""
 
     leaving: bool = False
 
 
-@message("hyparview.shuffle")
+@message("hyparview.shuffle", codec=CODEC)
 class Shuffle(HyParViewMessage):
     """A sample of ``origin``'s views on a random walk; the node where it ends answers."""
 
@@ -145,7 +149,7 @@ class Shuffle(HyParViewMessage):
         _check_nodes(self.nodes)
 
 
-@message("hyparview.shuffle_reply")
+@message("hyparview.shuffle_reply", codec=CODEC)
 class ShuffleReply(HyParViewMessage):
     """A sample of my passive view, answering the SHUFFLE numbered ``nonce``."""
 
@@ -156,7 +160,7 @@ class ShuffleReply(HyParViewMessage):
         _check_nodes(self.nodes)
 
 
-@message("hyparview.ping")
+@message("hyparview.ping", codec=CODEC)
 class Ping(HyParViewMessage):
     """Keepalive: I am alive and count you as my neighbour."""
 

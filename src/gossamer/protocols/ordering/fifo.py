@@ -17,7 +17,7 @@ import orjson
 from ...core.env import Env, TimerHandle, get_json, put_json
 from ...core.errors import ConfigError, InvalidMessage
 from ...core.ids import NodeId
-from ...core.messages import Message, TraceIds, message
+from ...core.messages import Codec, Message, TraceIds, message
 
 __all__ = [
     "FifoAck",
@@ -39,7 +39,11 @@ def _check_seq(name: str, value: int) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-@message("fifo.data")
+CODEC = Codec()
+"""The codec of the fifo messages (``Codec.union`` joins it with a node's other layers)."""
+
+
+@message("fifo.data", codec=CODEC)
 class FifoData(Message):
     origin: str
     seq: int
@@ -53,7 +57,7 @@ class FifoData(Message):
         return (f"{self.origin}:{self.seq}", self.origin, None, self.seq)
 
 
-@message("fifo.nack")
+@message("fifo.nack", codec=CODEC)
 class FifoNack(Message):
     """Please resend your messages ``start..end`` (inclusive)."""
 
@@ -66,7 +70,7 @@ class FifoNack(Message):
             raise ValueError(f"end {self.end} < start {self.start}")
 
 
-@message("fifo.gone")
+@message("fifo.gone", codec=CODEC)
 class FifoGone(Message):
     """Messages before ``first_kept`` have left my send log; skip them."""
 
@@ -76,7 +80,7 @@ class FifoGone(Message):
         _check_seq("first_kept", self.first_kept)
 
 
-@message("fifo.status")
+@message("fifo.status", codec=CODEC)
 class FifoStatus(Message):
     """My highest sequence number so far (0: none)."""
 
@@ -87,7 +91,7 @@ class FifoStatus(Message):
             raise ValueError(f"high must be >= 0, got {self.high}")
 
 
-@message("fifo.ack")
+@message("fifo.ack", codec=CODEC)
 class FifoAck(Message):
     """Answer to a STATUS: I have delivered your messages up to ``upto``."""
 
@@ -98,7 +102,7 @@ class FifoAck(Message):
             raise ValueError(f"upto must be >= 0, got {self.upto}")
 
 
-@message("fifo.sync")
+@message("fifo.sync", codec=CODEC)
 class FifoSync(Message):
     """I (re)started: tell me your STATUS so I can ask for what I missed."""
 

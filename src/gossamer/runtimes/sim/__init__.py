@@ -3,7 +3,7 @@
 One seed fixes every random choice, so a failing run replays exactly.
 """
 
-from .kernel import STORE_LAYER, NodeStatus, SimEnv, Simulation, SimulationError
+from .kernel import OWN_CODECS, STORE_LAYER, NodeStatus, SimEnv, Simulation, SimulationError
 from .network import (
     Constant,
     Exponential,
@@ -18,6 +18,7 @@ from .scenario import Fault, FaultKind, Scenario
 from .store import MemoryStore
 
 __all__ = [
+    "OWN_CODECS",
     "STORE_LAYER",
     "Constant",
     "Exponential",

@@ -23,19 +23,27 @@ from ...core.conn import CloseCode, Conn, ConnGroup, Framing, ListenerSpec
 from ...core.env import MessageHandler, Process, ProcessFactory, Store, TimerHandle
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Message, WireCodec, default_codec
+from ...core.messages import Message, WireCodec
 from ...core.trace import MemorySink, TraceSink, encode_info
 from .connections import SimConnections
 from .network import LinkModel, Network
 from .store import MemoryStore
 
-__all__ = ["STORE_LAYER", "NodeStatus", "SimEnv", "Simulation", "SimulationError"]
+__all__ = ["OWN_CODECS", "STORE_LAYER", "NodeStatus", "OwnCodecs", "SimEnv", "Simulation",
+           "SimulationError"]
 
 STORE_LAYER = "store"  # the layer of ``stored`` rows (Simulation.trace_storage)
 _INT32_MAX = 2**31 - 1  # the trace's size column is int32
 _NOARG = object()
 # heap entry: [time, sequence, callback or None when cancelled, argument, owner env or None]
 Entry = list[Any]
+
+
+class OwnCodecs(enum.Enum):
+    OWN = "own"
+
+
+OWN_CODECS = OwnCodecs.OWN  # Simulation(codec=...): each message through its protocol's codec
 
 
 class SimulationError(LocalError):
@@ -178,10 +186,13 @@ class Simulation:
         link: LinkModel | None = None,
         run: str | None = None,
         trace: TraceSink | None = None,
-        codec: WireCodec | None = default_codec,
+        codec: WireCodec | OwnCodecs | None = OWN_CODECS,
         trace_messages: bool = True,
         connection_refused: bool = False,
     ) -> None:
+        """``codec``: every message ``env.send`` carries crosses it, encoded and decoded, as
+        on a network; ``OWN_CODECS`` (default): each message through its own protocol's codec
+        (``Message.CODEC``); None: messages travel as objects."""
         self.seed = seed
         self.connection_refused = connection_refused
         self.run_id = run if run is not None else f"sim-{seed}"
@@ -192,6 +203,7 @@ class Simulation:
         self.trace_messages = trace_messages and self.tracing
         # with a codec every message crosses the wire format, as on a real network
         self.codec = codec
+        self._own_codecs = codec is OWN_CODECS
         self.events = 0
         self._heap: list[Entry] = []
         self._sequence = itertools.count()
@@ -403,10 +415,12 @@ class Simulation:
             return
         size = None
         codec = self.codec
+        if self._own_codecs:
+            codec = type(msg).CODEC
         if codec is not None:
-            data = codec.encode(msg)
+            data = codec.encode(msg)  # type: ignore[union-attr]
             size = len(data)
-            msg = codec.decode(data)
+            msg = codec.decode(data)  # type: ignore[union-attr]
         src = env.node
         if self.trace_messages:
             mid, origin, key, seq = msg.trace_ids()

@@ -15,9 +15,9 @@ from ...core.conn import ListenerSpec
 from ...core.env import ProcessFactory
 from ...core.errors import ConfigError
 from ...core.ids import NodeId, node_ids
-from ...core.messages import WireCodec, default_codec
+from ...core.messages import WireCodec
 from ...core.trace import TraceSink
-from .kernel import Simulation
+from .kernel import OWN_CODECS, OwnCodecs, Simulation
 from .network import LinkModel
 
 __all__ = ["Fault", "FaultKind", "Scenario"]
@@ -177,7 +177,7 @@ class Scenario:
         *,
         trace: TraceSink | None = None,
         run: str | None = None,
-        codec: WireCodec | None = default_codec,
+        codec: WireCodec | OwnCodecs | None = OWN_CODECS,
         trace_messages: bool = True,
     ) -> Simulation:
         sim = Simulation(seed=self.seed, link=self.link, run=run, trace=trace, codec=codec,

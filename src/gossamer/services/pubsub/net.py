@@ -36,14 +36,13 @@ import orjson
 from ...core.conn import Framing, ListenerSpec
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import default_codec
 from ...core.trace import TraceSink
 from ...core.traceio import ParquetSink, trace_path
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.hyparview import HyParView, OverlayState
 from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
 from .commands import COMMANDS_LISTENER, CommandPort, NodeProcess
-from .node import PubSubNode
+from .node import PubSubNode, codec_for
 from .shell import HELP, MAX_LINE, MAX_MESSAGE, Command, CommandError, parse_command
 
 __all__ = [
@@ -186,7 +185,8 @@ class PubSubNetNode:
             framing=Framing.LINES, max_frame=4 * MAX_LINE, max_connections=64,
             handshake_timeout=None)]
         self.port: CommandPort | None = None
-        self.net = NetNode(node_id="unbound", factory=self._build, codec=default_codec,
+        self.net = NetNode(node_id="unbound", factory=self._build,
+                           codec=codec_for(options.mode),
                            listen=(options.host, options.port), listeners=listeners,
                            store=store, trace=sink, run=options.run, seed=options.seed)
         self.net.resolver = address_of

@@ -19,12 +19,17 @@ from typing import Any, Literal
 from ...core.env import Env, Process
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId
+from ...core.messages import Codec
+from ...protocols.dissemination import gossip as gossip_layer
 from ...protocols.dissemination.gossip import GossipBroadcast, GossipConfig, parse_message_id
 from ...protocols.dissemination.scribe import MAX_TOPIC, Scribe, ScribeConfig, check_topic
+from ...protocols.dissemination.scribe import messages as scribe_messages
+from ...protocols.membership import hyparview as hyparview_layer
 from ...protocols.membership.chord import Chord, ChordConfig, ChordHost
+from ...protocols.membership.chord import messages as chord_messages
 from ...protocols.membership.hyparview import HyParView, HyParViewConfig
 
-__all__ = ["LAYER", "MessageFn", "PubSubNode"]
+__all__ = ["LAYER", "MessageFn", "PubSubNode", "codec_for"]
 
 LAYER = "pubsub"
 TOPIC_KEY = "topic"
@@ -32,6 +37,15 @@ BODY_KEY = "message"
 
 MessageFn = Callable[[str, Any], None]
 Mode = Literal["gossip", "scribe"]
+
+
+def codec_for(mode: Mode) -> Codec:
+    """The codec of a node's stack: HyParView and gossip, or Chord and Scribe."""
+    if mode == "gossip":
+        return Codec.union(hyparview_layer.CODEC, gossip_layer.CODEC)
+    if mode == "scribe":
+        return Codec.union(chord_messages.CODEC, scribe_messages.CODEC)
+    raise ConfigError(f"mode must be 'gossip' or 'scribe', got {mode!r}")
 
 
 class PubSubNode:

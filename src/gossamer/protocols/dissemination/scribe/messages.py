@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from ....core.ids import NodeId, check_node_id
-from ....core.messages import Message, TraceIds, message
+from ....core.messages import Codec, Message, TraceIds, message
 
 __all__ = [
     "MAX_CATCH_UP_AGE",
@@ -86,7 +86,11 @@ class _Published(ScribeMessage):
         return (message_id(self.origin, self.seq), self.origin, self.topic, self.seq)
 
 
-@message("scribe.publish")
+CODEC = Codec()
+"""The codec of the scribe messages (``Codec.union`` joins it with a node's other layers)."""
+
+
+@message("scribe.publish", codec=CODEC)
 class Publish(_Published):
     """Publisher -> the topic's root: please order and disseminate this message. A tree member
     that gets it (Chord named it root before the tree moved to it) passes it up to its parent;
@@ -100,7 +104,7 @@ class Publish(_Published):
             raise ValueError(f"hops must be in [0, {MAX_DEPTH_WIRE}], got {self.hops}")
 
 
-@message("scribe.publish_ack")
+@message("scribe.publish_ack", codec=CODEC)
 class PublishAck(ScribeMessage):
     """Root -> publisher: your message is taken (ordered, disseminated)."""
 
@@ -113,7 +117,7 @@ class PublishAck(ScribeMessage):
             raise ValueError(f"seq must be >= 1, got {self.seq}")
 
 
-@message("scribe.data")
+@message("scribe.data", codec=CODEC)
 class ScribeData(_Published):
     """A published message going down a topic's tree, parent -> child, at position ``pos`` of
     the root's stream ``epoch``. ``repair``: resent after a NACK (or forwarded on from such a
@@ -129,7 +133,7 @@ class ScribeData(_Published):
         _check_position("pos", self.pos)
 
 
-@message("scribe.nack")
+@message("scribe.nack", codec=CODEC)
 class ScribeNack(ScribeMessage):
     """Child -> parent: resend positions ``start..end`` (inclusive) of stream ``epoch``."""
 
@@ -152,7 +156,7 @@ class ScribeNack(ScribeMessage):
         return (None, None, self.topic, self.start)
 
 
-@message("scribe.since")
+@message("scribe.since", codec=CODEC)
 class ScribeSince(ScribeMessage):
     """Child -> parent, once a new subscriber is in the tree: send me the messages of stream
     ``epoch`` that reached you in the last ``age`` seconds (published after I subscribed,
@@ -172,7 +176,7 @@ class ScribeSince(ScribeMessage):
             raise ValueError(f"hops must be in [0, {MAX_DEPTH_WIRE}], got {self.hops}")
 
 
-@message("scribe.leave")
+@message("scribe.leave", codec=CODEC)
 class ScribeLeave(ScribeMessage):
     """Child -> parent (UNSUBSCRIBE): take me off this topic's children."""
 
@@ -182,7 +186,7 @@ class ScribeLeave(ScribeMessage):
         check_topic(self.topic)
 
 
-@message("scribe.heartbeat")
+@message("scribe.heartbeat", codec=CODEC)
 class Heartbeat(ScribeMessage):
     """Between tree neighbours. ``down``: the topics I am your parent in, each with my depth, my
     stream's epoch (0: I have none yet, and then high, low and beacon are 0), the highest

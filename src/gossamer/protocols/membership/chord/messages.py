@@ -10,7 +10,7 @@ from typing import Any
 
 from ....core.errors import ConfigError
 from ....core.ids import check_node_id
-from ....core.messages import Message, TraceIds, message
+from ....core.messages import Codec, Message, TraceIds, message
 from .ring import MAX_VNODES, PeerWire
 
 __all__ = [
@@ -92,7 +92,11 @@ class RouteKind(enum.Enum):
     FIND_ROOT = "find_root"  # who is the root of a key: the root tells the asker
 
 
-@message("chord.find")
+CODEC = Codec()
+"""The codec of the chord messages (``Codec.union`` joins it with a node's other layers)."""
+
+
+@message("chord.find", codec=CODEC)
 class FindSuccessor(Message):
     """Who follows ``target`` on the ring? Routed to the target's predecessor, which answers the
     asker directly with ``SuccessorIs``."""
@@ -115,7 +119,7 @@ class FindSuccessor(Message):
         LookupPurpose(self.purpose)
 
 
-@message("chord.successor_is")
+@message("chord.successor_is", codec=CODEC)
 class SuccessorIs(Message):
     """The answer to ``FindSuccessor``: the responder's successor list (its first entry is the
     target's successor); ``hints`` are its fingers, for a joining node's first finger table."""
@@ -136,7 +140,7 @@ class SuccessorIs(Message):
         _check_non_negative(hops=self.hops)
 
 
-@message("chord.get_predecessor")
+@message("chord.get_predecessor", codec=CODEC)
 class GetPredecessor(Message):
     """Stabilize: who is your predecessor, and what is your successor list?"""
 
@@ -148,7 +152,7 @@ class GetPredecessor(Message):
         _check_positive(ref=self.ref)
 
 
-@message("chord.predecessor_is")
+@message("chord.predecessor_is", codec=CODEC)
 class PredecessorIs(Message):
     ref: int
     predecessor: PeerWire | None
@@ -161,7 +165,7 @@ class PredecessorIs(Message):
         _check_peers("successors", self.successors)
 
 
-@message("chord.notify")
+@message("chord.notify", codec=CODEC)
 class Notify(Message):
     """I think I am your predecessor."""
 
@@ -173,7 +177,7 @@ class Notify(Message):
         _check_peer("sender", self.sender)
 
 
-@message("chord.nudge")
+@message("chord.nudge", codec=CODEC)
 class Nudge(Message):
     """My predecessor changed: stabilize with me now."""
 
@@ -185,7 +189,7 @@ class Nudge(Message):
         _check_peer("sender", self.sender)
 
 
-@message("chord.ping")
+@message("chord.ping", codec=CODEC)
 class Ping(Message):
     """Predecessor check: are you alive?"""
 
@@ -197,7 +201,7 @@ class Ping(Message):
         _check_positive(ref=self.ref)
 
 
-@message("chord.pong")
+@message("chord.pong", codec=CODEC)
 class Pong(Message):
     ref: int
 
@@ -205,7 +209,7 @@ class Pong(Message):
         _check_positive(ref=self.ref)
 
 
-@message("chord.route")
+@message("chord.route", codec=CODEC)
 class Route(Message):
     """A ROUTE (upper-layer payload) or ROOT (find the root) message on its way to the key's
     root. ``final``: the sender believes the receiver is the root."""
@@ -237,7 +241,7 @@ class Route(Message):
         return (f"{origin}:{self.seq}", origin, self.key, self.seq)
 
 
-@message("chord.ack")
+@message("chord.ack", codec=CODEC)
 class Ack(Message):
     """Hop acknowledgement: I took the routed message ``hop_ref`` you sent me."""
 
@@ -247,7 +251,7 @@ class Ack(Message):
         _check_positive(hop_ref=self.hop_ref)
 
 
-@message("chord.root_found")
+@message("chord.root_found", codec=CODEC)
 class RootFound(Message):
     """The answer to a FIND_ROOT: I am the root of ``key``."""
 
@@ -264,7 +268,7 @@ class RootFound(Message):
         _check_non_negative(hops=self.hops)
 
 
-@message("chord.leave")
+@message("chord.leave", codec=CODEC)
 class Leave(Message):
     """A graceful leave: to my successor with my predecessor, to my predecessor with my
     successor list, so both close the gap at once."""
