@@ -26,6 +26,7 @@ from gossamer.core import (
     InvalidMessage,
     MemorySink,
     StateError,
+    TraceRow,
     default_codec,
     node_ids,
 )
@@ -42,7 +43,8 @@ from gossamer.protocols.dissemination import (
 from gossamer.protocols.membership import HyParView, JoinReply
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
-from test_hyparview_sim import FakeEnv, Overlay, overlay_problems
+from gossamer.testing import FakeEnv, info_of
+from test_hyparview_sim import Overlay, overlay_problems
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 Rows = Sequence[tuple[Any, ...]]
@@ -341,7 +343,7 @@ def test_broadcast_delivers_locally_and_pushes_to_every_neighbour() -> None:
     assert mid == "a:1" and got == [("a:1", "a", "hi")]
     assert sorted(dst for dst, _ in env.sent) == ["b", "c", "d"]
     assert {msg for _, msg in env.sent} == {GossipData(origin="a", seq=1, hop=1, payload="hi")}
-    events = [(r["event"], r.get("msg"), r.get("hop")) for r in env.rows]
+    events = [(r.event, r.msg, info_of(r).get("hop")) for r in env.rows]
     assert events == [("publish", "a:1", None), ("deliver", "a:1", 0)]
 
 
@@ -352,9 +354,8 @@ def test_duplicates_are_delivered_and_forwarded_once() -> None:
     assert got == [("o:1", "o", {"x": 1})] and app.duplicates == 1
     assert sorted(dst for dst, _ in env.sent) == ["c", "d"]  # not back to the sender
     assert all(msg == data(hop=3) for _, msg in env.sent)
-    delivers = [r for r in env.rows if r["event"] == "deliver"]
-    assert delivers == [{"event": "deliver", "layer": "gossip", "msg": "o:1", "origin": "o",
-                         "seq": 1, "hop": 2}]
+    assert env.traced("deliver") == [TraceRow("fake", 0.0, "a", "gossip", "deliver", msg="o:1",
+                                              origin="o", seq=1, info='{"hop":2}')]
 
 
 def test_seen_set_and_store_are_bounded() -> None:
@@ -488,7 +489,7 @@ def test_a_prune_for_the_other_tree_scope_is_dropped() -> None:
         app, env, _ = tree_node(scope)
         app.on_message("c", wrong)
         assert app.lazy_peers("o") == [] and env.sent == []
-        assert env.drops()[-1]["reason"] == "wrong_tree_scope"
+        assert env.drop_reasons()[-1] == "wrong_tree_scope"
 
 
 def test_a_new_neighbour_is_told_what_we_had_young_messages_included() -> None:
@@ -535,8 +536,9 @@ def test_unexpected_messages_are_dropped_with_a_reason_and_change_nothing(
     before = state(app)
     app.on_message(src, msg)
     assert state(app) == before and env.sent == [] and len(got) == 1
-    [drop] = env.drops()
-    assert drop["reason"] == reason and drop["layer"] == "gossip" and drop["type"] == msg.TYPE
+    [drop] = env.traced("drop")
+    assert drop.layer == "gossip" and info_of(drop)["reason"] == reason
+    assert info_of(drop)["type"] == msg.TYPE
 
 
 @pytest.mark.parametrize(
@@ -568,7 +570,7 @@ def test_after_stop_nothing_is_delivered_or_sent() -> None:
     app.stop()
     env.take_sent()
     app.on_message("b", data())
-    assert got == [] and env.sent == [] and env.drops()[-1]["reason"] == "stopped"
+    assert got == [] and env.sent == [] and env.drop_reasons()[-1] == "stopped"
     with pytest.raises(StateError):
         app.broadcast("late")
 
@@ -578,7 +580,7 @@ def test_sequence_numbers_are_durable() -> None:
     app = GossipBroadcast(env, HyParView(env))
     app.start()
     assert [app.broadcast(i) for i in range(3)] == ["a:1", "a:2", "a:3"]
-    env.store.crash()
+    env.crash()
     again = GossipBroadcast(env, HyParView(env))
     assert again.next_seq == 4
 

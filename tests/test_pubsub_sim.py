@@ -22,7 +22,7 @@ from gossamer.core import ConfigError, MemorySink, node_ids
 from gossamer.protocols.dissemination import GossipData
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 from gossamer.services.pubsub import PubSubNode
-from test_hyparview_sim import FakeEnv
+from gossamer.testing import FakeEnv
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 MODES = ["gossip", "scribe"]
@@ -173,22 +173,21 @@ def test_publishes_after_crashes_reach_every_live_subscriber(mode: str, seed: in
 
 def test_gossip_mode_drops_a_malformed_payload_with_a_reason() -> None:
     env = FakeEnv("a")
-    node = PubSubNode(env, "gossip")  # type: ignore[arg-type]
+    node = PubSubNode(env, "gossip")
     got: list[Any] = []
     node.on_message = lambda topic, message: got.append(message)
     node.subscribe("t")
     for seq, payload in enumerate(("junk", {"topic": 3, "message": 1}, {"topic": "t"}), 1):
         env.rows.clear()
         node.process.on_message("b", GossipData(origin="b", seq=seq, hop=1, payload=payload))
-        drops = [r for r in env.drops() if r["layer"] == "pubsub"]
-        assert [r["reason"] for r in drops] == ["bad_payload"], payload
+        assert env.drop_reasons("pubsub") == ["bad_payload"], payload
         env.sent.clear()
     assert got == []
 
 
 def test_gossip_mode_delivers_only_subscribed_topics_and_traces_in_order() -> None:
     env = FakeEnv("a")
-    node = PubSubNode(env, "gossip")  # type: ignore[arg-type]
+    node = PubSubNode(env, "gossip")
     got: list[tuple[str, Any]] = []
     node.on_message = lambda topic, message: got.append((topic, message))
     node.subscribe("t")
@@ -200,18 +199,17 @@ def test_gossip_mode_delivers_only_subscribed_topics_and_traces_in_order() -> No
     node.unsubscribe("t")
     node.publish("t", 4)
     assert got == [("t", 1)]
-    pubsub = [(r["event"], r.get("key")) for r in env.rows if r["layer"] == "pubsub"]
+    pubsub = [(r.event, r.key) for r in env.traced(layer="pubsub")]
     assert pubsub == [("subscribe", "t"), ("publish", "t"), ("deliver", "t"), ("publish", "u"),
                       ("unsubscribe", "t"), ("publish", "t")]
-    assert [r["msg"] for r in env.rows if r["layer"] == "pubsub" and r["event"] == "deliver"] \
-        == [mid]
+    assert [r.msg for r in env.traced("deliver", layer="pubsub")] == [mid]
 
 
 def test_bad_arguments_are_refused() -> None:
     env = FakeEnv("a")
     with pytest.raises(ConfigError):
         PubSubNode(env, "carrier-pigeon")  # type: ignore[arg-type]
-    node = PubSubNode(env, "scribe", create=True)  # type: ignore[arg-type]
+    node = PubSubNode(env, "scribe", create=True)
     with pytest.raises(ValueError):
         node.subscribe("")
     with pytest.raises(ValueError):

@@ -33,7 +33,7 @@ from gossamer.protocols.dissemination import (
 )
 from gossamer.protocols.membership.chord import Chord, ChordConfig
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
-from test_hyparview_sim import FakeEnv
+from gossamer.testing import FakeEnv
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 CONTACTS = 3
@@ -257,8 +257,8 @@ def test_forwarders_that_crash_and_recover_empty_are_rebuilt_into_the_tree(seed:
 
 def fake_scribe() -> tuple[Scribe, FakeEnv]:
     env = FakeEnv("a")
-    chord = Chord(env, create=True, config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord)  # type: ignore[arg-type]
+    chord = Chord(env, create=True, config=ChordConfig())
+    app = Scribe(env, chord)
     app.start()
     env.advance(0.1)
     return app, env
@@ -274,19 +274,19 @@ def test_unexpected_messages_are_dropped_with_a_reason(msg: Message, reason: str
     before = app.snapshot()
     env.rows.clear()
     app.on_message("b", msg)
-    assert [r["reason"] for r in env.drops()] == [reason]
+    assert env.drop_reasons() == [reason]
     assert app.snapshot() == before
 
 
 def test_publish_to_a_non_root_and_own_messages_are_dropped() -> None:
     env = FakeEnv("a")
-    chord = Chord(env, contacts=["z"], config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord)  # type: ignore[arg-type]
+    chord = Chord(env, contacts=["z"], config=ChordConfig())
+    app = Scribe(env, chord)
     app.start()
     before = app.snapshot()
     app.on_message("b", Publish(topic="t", origin="b", seq=1))
     app.on_message("a", ScribeLeave(topic="t"))
-    assert [r["reason"] for r in env.drops()] == ["not_root", "from_self"]
+    assert env.drop_reasons() == ["not_root", "from_self"]
     assert app.snapshot() == before
 
 
@@ -296,7 +296,7 @@ def test_malformed_routes_and_frames_never_reach_the_tree() -> None:
     assert app.chord.on_forward is not None and app.chord.on_deliver is not None
     assert app.chord.on_forward("t", {"t": "other"}, "b") is False
     app.chord.on_deliver("t", ["junk"])
-    assert [r["reason"] for r in env.drops()] == ["bad_route_payload"] * 2
+    assert env.drop_reasons() == ["bad_route_payload"] * 2
     assert app.topics() == []
     for bad in (dict(topic="", origin="b", seq=1, epoch=1, pos=1),
                 dict(topic="t", origin="b", seq=0, epoch=1, pos=1),
@@ -436,7 +436,7 @@ def test_malformed_nacks_are_dropped_with_a_reason_and_change_nothing(
     env.rows.clear()
     env.sent.clear()
     app.on_message(src, ScribeNack(**{"epoch": epoch, **nack}))
-    assert [r["reason"] for r in env.drops()] == [reason]
+    assert env.drop_reasons() == [reason]
     assert env.sent == []
     assert app.snapshot() == before
 
@@ -466,14 +466,14 @@ def test_a_nack_is_answered_from_the_log_as_repair_data() -> None:
     dst, data = env.sent[0]
     assert dst == "b" and isinstance(data, ScribeData)
     assert (data.epoch, data.pos, data.repair, data.payload) == (epoch, 1, True, {"x": 1})
-    assert [r["event"] for r in env.rows] == ["resend"]
+    assert [r.event for r in env.rows] == ["resend"]
 
 
 def member_of_p(**config: Any) -> tuple[Scribe, FakeEnv, Chord]:
     """Node a, subscribed to t, whose JOIN Chord sent on towards p: p is its parent."""
     env = FakeEnv("a")
-    chord = Chord(env, contacts=["z"], config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord, config=ScribeConfig(**config))  # type: ignore[arg-type]
+    chord = Chord(env, contacts=["z"], config=ChordConfig())
+    app = Scribe(env, chord, config=ScribeConfig(**config))
     app.start()
     assert chord.on_forward is not None
     app.subscribe("t")
@@ -501,14 +501,14 @@ def test_a_child_nacks_a_gap_and_gives_up_what_its_parent_no_longer_has() -> Non
     env.rows.clear()
     env.sent.clear()
     app.on_message("p", Heartbeat(down=(("t", 0, 5, 7, 6, 2),)))
-    assert [r["reason"] for r in env.drops()] == ["not_in_parent_log"]
+    assert env.drop_reasons() == ["not_in_parent_log"]
     env.advance(0.35)
     assert [m for _, m in env.sent if isinstance(m, ScribeNack)] == [
         ScribeNack(topic="t", epoch=5, start=6, end=6)]
     # after nack_retries rounds without progress the gap is given up, with a traced reason
     env.rows.clear()
     env.advance(2.0)
-    assert "repair_gave_up" in [r["reason"] for r in env.drops()]
+    assert "repair_gave_up" in env.drop_reasons()
 
 
 def test_a_new_stream_is_fetched_from_its_start() -> None:
@@ -560,7 +560,7 @@ def test_a_member_passes_a_publish_up_to_its_parent_and_stops_a_loop() -> None:
     env.sent.clear()
     env.rows.clear()
     app.on_message("b", Publish(topic="t", origin="b", seq=2, payload=1, hops=8))
-    assert env.sent == [] and [r["reason"] for r in env.drops()] == ["publish_loop"]
+    assert env.sent == [] and env.drop_reasons() == ["publish_loop"]
 
 
 def test_a_false_root_hands_what_it_took_to_the_tree_it_joins() -> None:
@@ -605,7 +605,7 @@ def test_a_parent_answers_since_from_its_log_and_passes_it_up_when_it_joined_lat
                      ("d", ScribeSince(topic="t", epoch=5, age=1.0)),
                      ("c", ScribeSince(topic="t", epoch=6, age=1.0))):
         app.on_message(src, msg)
-    assert [r["reason"] for r in env.drops()] == ["unknown_topic", "not_a_child", "other_stream"]
+    assert env.drop_reasons() == ["unknown_topic", "not_a_child", "other_stream"]
     assert env.sent == [] and app.snapshot() == before
     for bad in (dict(topic="t", epoch=5, age=-1.0), dict(topic="t", epoch=0, age=1.0),
                 dict(topic="t", epoch=5, age=1e9), dict(topic="t", epoch=5, age=1.0, hops=-1)):
