@@ -206,7 +206,6 @@ COUNT = 10_000
 NODES = node_ids(COUNT)
 
 
-@pytest.mark.timeout(30)
 def test_ten_thousand_nodes_in_one_process() -> None:
     sim = Simulation(seed=10, link=LinkModel(latency=Constant(0.01)), trace=NullSink(),
                      codec=codec)
