@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
-from checks import count, missing_deliveries, named
+from checks import assert_one_seed_one_trace, count, link_faults, missing_deliveries, named
 from gossamer.core import (
     ConfigError,
     InvalidMessage,
@@ -281,9 +281,9 @@ def test_pubsub_flood_survives_loss_crashes_and_a_healed_partition_at_once(seed:
 # -- one seed, one trace -----------------------------------------------------------------------
 
 
-def faulty_run(seed: int) -> list[tuple[Any, ...]]:
+def faulty_run(seed: int, mode: str = "tree") -> list[tuple[Any, ...]]:
     lossy = LinkModel(latency=Uniform(0.005, 0.05), loss=0.05, duplicate=0.05, reorder=0.1)
-    run = GossipRun(60, seed=seed, mode="tree", link=lossy)
+    run = GossipRun(60, seed=seed, mode=mode, link=lossy)
     for node in run.net.ids[40:50]:
         run.net.scenario.crash(2.5, node, recover_after=2.0)
     run.publish_at([1.0 + 0.2 * i for i in range(20)])
@@ -295,10 +295,15 @@ def digest(rows: list[tuple[Any, ...]]) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()
 
 
-def test_one_seed_one_trace() -> None:
-    first, again, other = faulty_run(21), faulty_run(21), faulty_run(22)
-    assert first == again, "seed=21: two runs differ"
-    assert first != other
+@pytest.mark.parametrize("mode", ["flood", "tree"])
+def test_one_seed_one_trace(mode: str) -> None:
+    seed = 21
+    rows = assert_one_seed_one_trace(lambda s: faulty_run(s, mode), seed)
+    faults = link_faults(rows)
+    assert min(faults[f] for f in ("lost", "duplicated", "reordered")) > 0, (
+        f"seed={seed} mode={mode}: the faults did not all happen: {faults}")
+    assert count(rows, layer="sim", event="recover") == 10, f"seed={seed} mode={mode}"
+    assert count(rows, layer="gossip", event="publish") == 20, f"seed={seed} mode={mode}"
 
 
 def test_one_seed_one_trace_in_a_fresh_interpreter_with_another_hash_seed() -> None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from checks import named
-from gossamer.core import ConfigError, MemorySink, node_ids
+from checks import assert_one_seed_one_trace, count, link_faults, named
+from gossamer.core import ConfigError, MemorySink, Row, node_ids
 from gossamer.protocols.dissemination import GossipData
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 from gossamer.services.pubsub import PubSubNode
@@ -161,6 +161,41 @@ def test_publishes_after_crashes_reach_every_live_subscriber(mode: str, seed: in
     alive = set(sim.alive())
     assert alive == set(net.ids) - set(victims), f"seed={seed} mode={mode}"
     assert check(rows, alive, since=since) == [], f"seed={seed} mode={mode} victims={victims}"
+
+
+# -- one seed, one trace -----------------------------------------------------------------------
+
+
+def faulty_run(seed: int, mode: str) -> list[Row]:
+    """20 nodes, two topics, a subscriber leaving, 12 publishes; loss, duplication, reordering,
+    and a node that crashes and recovers while messages flow."""
+    net = PubSubNet(20, seed=seed, mode=mode)
+    net.scenario.link = LinkModel(latency=Uniform(0.005, 0.05), loss=0.05, duplicate=0.05,
+                                  reorder=0.1)
+    rng = random.Random(seed)
+    t0 = net.ready
+    on_a, on_b = sorted(rng.sample(net.ids, 8)), sorted(rng.sample(net.ids, 5))
+    for topic, members in (("a", on_a), ("b", on_b)):
+        for node in members:
+            net.at(t0, node, "subscribe", topic)
+    net.at(t0 + 2.0, on_b[0], "unsubscribe", "b")
+    net.scenario.crash(t0 + 1.0, net.ids[4], recover_after=1.0)
+    for i in range(12):
+        net.publish_at(t0 + 0.5 + 0.2 * i, "ab"[i % 2])
+    net.scenario.build(net.factory, trace=net.sink, trace_messages=True).run(until=t0 + 6.0)
+    return net.sink.rows
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_seed_one_trace(mode: str) -> None:
+    seed = 51
+    rows = assert_one_seed_one_trace(lambda s: faulty_run(s, mode), seed)
+    faults = link_faults(rows)
+    assert min(faults[f] for f in ("lost", "duplicated", "reordered")) > 0, (
+        f"seed={seed} mode={mode}: the faults did not all happen: {faults}")
+    assert count(rows, layer="sim", event="recover") == 1, f"seed={seed} mode={mode}"
+    assert count(rows, layer="pubsub", event="publish") == 12, f"seed={seed} mode={mode}"
+    assert count(rows, layer="pubsub", event="deliver") > 0, f"seed={seed} mode={mode}"
 
 
 # -- fake env ----------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from checks import named
-from gossamer.core import MemorySink, Message, default_codec, node_ids
+from checks import assert_one_seed_one_trace, count, link_faults, named
+from gossamer.core import MemorySink, Message, Row, default_codec, node_ids
 from gossamer.core.errors import ProtocolError
 from gossamer.protocols.dissemination import (
     Heartbeat,
@@ -245,6 +245,35 @@ def test_forwarders_that_crash_and_recover_empty_are_rebuilt_into_the_tree(seed:
     assert victims and set(sim.alive()) == set(net.ids), f"seed={seed}: {victims}"
     assert problems(net.sink.rows, {"t": members}, since=since) == [], (
         f"seed={seed}: victims {victims}")
+
+
+# -- one seed, one trace -----------------------------------------------------------------------
+
+
+def faulty_run(seed: int) -> list[Row]:
+    """20 nodes, 8 subscribers, 10 publishes; loss, duplication, reordering, and a node that
+    crashes and recovers while messages flow."""
+    net = ScribeNet(20, seed=seed)
+    net.scenario.link = LinkModel(latency=Uniform(0.005, 0.05), loss=0.05, duplicate=0.05,
+                                  reorder=0.1)
+    members = sorted(random.Random(seed).sample(net.ids, 8))
+    t0 = net.joined_by + 1.0
+    net.subscribe_at(t0, members, "t")
+    net.scenario.crash(t0 + 1.5, net.ids[CONTACTS + 1], recover_after=1.0)
+    for i in range(10):
+        net.publish_at(t0 + 1.0 + 0.2 * i, "t")
+    net.scenario.build(net.factory, trace=net.sink, trace_messages=True).run(until=t0 + 6.0)
+    return net.sink.rows
+
+
+def test_one_seed_one_trace() -> None:
+    seed = 41
+    rows = assert_one_seed_one_trace(faulty_run, seed)
+    faults = link_faults(rows)
+    assert min(faults[f] for f in ("lost", "duplicated", "reordered")) > 0, (
+        f"seed={seed}: the faults did not all happen: {faults}")
+    assert count(rows, layer="sim", event="recover") == 1, f"seed={seed}"
+    assert len(published(rows)) == 10 and delivered(rows), f"seed={seed}"
 
 
 # -- bad input (fake env) ----------------------------------------------------------------------
