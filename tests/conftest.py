@@ -1,4 +1,5 @@
-"""Shared test setup: Hypothesis profiles, chosen by GOSSAMER_HYPOTHESIS_PROFILE (default "ci")."""
+"""Shared test setup: Hypothesis profiles, chosen by GOSSAMER_HYPOTHESIS_PROFILE (default "ci"),
+the one SparkSession, and the check that Spark tests are marked as such."""
 
 from __future__ import annotations
 
@@ -26,3 +27,18 @@ def spark() -> Any:
     # not stopped: the JVM ends with this process (stopping it here would leave its gateway
     # process to the garbage collector mid-session, a ResourceWarning)
     return session
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the two lanes honest: a test that asks for the ``spark`` fixture must be marked
+    ``spark`` (so ``scripts/test.sh --fast`` never starts a JVM); and every Spark test joins one
+    xdist group, so under ``--dist loadgroup`` one worker, with one JVM, runs them all (tryfirst:
+    before xdist reads the groups)."""
+    for item in items:
+        marked = item.get_closest_marker("spark") is not None
+        if "spark" in getattr(item, "fixturenames", ()) and not marked:
+            raise pytest.UsageError(f"{item.nodeid} uses the spark fixture: mark it "
+                                    "@pytest.mark.spark")
+        if marked:
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -517,6 +517,7 @@ class LineReader:
         self.selector.close()
 
 
+@pytest.mark.processes
 def test_sigterm_stops_a_host_cleanly_and_closes_its_trace(tmp_path: Path,
                                                            transport: str) -> None:
     errors = tmp_path / "stderr.txt"
