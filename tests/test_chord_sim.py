@@ -180,8 +180,11 @@ def lookups(rows: list[Any]) -> list[TraceRow]:
 # -- joins ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("count", "seed", "fix_all"),
-                         [(50, 1, False), (120, 3, True), (200, 2, False)])
+@pytest.mark.parametrize(("count", "seed", "fix_all"), [
+    (50, 1, False), (50, 3, True),
+    pytest.param(120, 3, True, marks=pytest.mark.slow),
+    pytest.param(200, 2, False, marks=pytest.mark.slow),
+])
 def test_joins_build_the_ideal_ring(count: int, seed: int, fix_all: bool) -> None:
     ring = Ring(count, seed=seed, config=ChordConfig(fix_all_fingers=fix_all))
     ring.build()
@@ -240,9 +243,12 @@ def test_bootstrap_gives_the_tables_joins_converge_to() -> None:
 # -- failures ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [5, 6])
-def test_ring_heals_after_crashes_churn_and_a_partition(seed: int) -> None:
-    count = 100
+@pytest.mark.parametrize(("count", "seed"), [
+    (50, 5),
+    pytest.param(100, 5, marks=pytest.mark.slow),
+    pytest.param(100, 6, marks=pytest.mark.slow),
+])
+def test_ring_heals_after_crashes_churn_and_a_partition(count: int, seed: int) -> None:
     ring = Ring(count, seed=seed)
     scenario = ring.scenario
     rng = random.Random(seed)

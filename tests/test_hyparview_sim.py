@@ -132,7 +132,7 @@ class Overlay:
 # -- convergence -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, *(pytest.param(s, marks=pytest.mark.slow) for s in (2, 3))])
 def test_joins_build_a_bounded_symmetric_connected_overlay(seed: int) -> None:
     net = Overlay.of(300, seed=seed)
     sink = MemorySink()
@@ -150,7 +150,7 @@ def test_joins_build_a_bounded_symmetric_connected_overlay(seed: int) -> None:
     assert {"overlay_join", "neighbor_up"} <= events, f"seed={seed}"
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [4, pytest.param(5, marks=pytest.mark.slow)])
 def test_views_heal_after_a_third_of_the_nodes_crash(seed: int) -> None:
     net = Overlay.of(300, seed=seed)
     rng = random.Random(seed)

@@ -57,7 +57,7 @@ def sent_while_publishing(sink: MemorySink, options: PubSubRunOptions) -> int:
     return sum(1 for row in sink.rows if row[4] == "send" and start <= row[1] <= end)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, *(pytest.param(s, marks=pytest.mark.slow) for s in (2, 3))])
 def test_glomers_efficiency_targets(seed: int) -> None:
     options = dataclasses.replace(GLOMERS, seed=seed)
     result, sink = run(options)

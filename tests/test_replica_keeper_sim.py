@@ -267,6 +267,11 @@ def everything_at_once(clients: int, seed: int, *, writes: int, until: float,
     assert keeper.duplicate_conflicts > 0, f"seed={seed}"
 
 
+def test_twenty_clients_everything_at_once() -> None:
+    everything_at_once(20, 22, writes=60, until=60.0)
+
+
+@pytest.mark.slow
 def test_fifty_clients_everything_at_once() -> None:
     everything_at_once(50, 22, writes=150, until=60.0)
 

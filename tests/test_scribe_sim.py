@@ -126,7 +126,7 @@ def problems(rows: Sequence[Any], expected: dict[str, set[str]],
 # -- in the simulator --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_subscribers_get_every_publish_once_and_others_nothing(seed: int) -> None:
     net = ScribeNet(100, seed=seed)
     rng = random.Random(seed)
@@ -186,7 +186,7 @@ def test_unsubscribe_stops_delivery_and_prunes(seed: int) -> None:
     assert not any(net.apps[n].is_subscribed("t") for n in net.ids), f"seed={seed}"
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [4, pytest.param(5, marks=pytest.mark.slow)])
 def test_tree_repairs_after_forwarders_and_root_crash(seed: int) -> None:
     net = ScribeNet(120, seed=seed)
     rng = random.Random(seed)
@@ -393,7 +393,10 @@ def lossy_run(seed: int, loss: float, *, count: int = 40, publishes: int = 30,
     return net, sim, topics
 
 
-@pytest.mark.parametrize("seed, loss", [(1, 0.1), (2, 0.1), (1, 0.2), (3, 0.2), (4, 0.2)])
+@pytest.mark.parametrize("seed, loss", [
+    (1, 0.1), (1, 0.2),
+    *(pytest.param(*more, marks=pytest.mark.slow) for more in [(2, 0.1), (3, 0.2), (4, 0.2)]),
+])
 def test_every_subscriber_gets_every_publish_once_under_loss(seed: int, loss: float) -> None:
     net, _sim, topics = lossy_run(seed, loss)
     rows = net.sink.rows
@@ -405,7 +408,7 @@ def test_every_subscriber_gets_every_publish_once_under_loss(seed: int, loss: fl
     assert any(r.event == "resend" for r in scribe_rows), f"seed={seed} loss={loss}"
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_publishes_right_after_the_subscribes_reach_every_subscriber(seed: int) -> None:
     """Publishing starts as the subscribes are made, with 10% loss: JOINs are still on their
     way (or lost and retried) when the first messages are published; each new subscriber
