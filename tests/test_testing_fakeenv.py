@@ -274,3 +274,14 @@ def test_promote_is_recorded() -> None:
     conn = env.accept("peers")
     env.promote(conn)
     assert env.promoted == [conn]
+
+
+def test_the_example_in_the_module_docstring_holds() -> None:
+    from gossamer.protocols.membership import HyParView, Join
+
+    env = FakeEnv("a", seed=1)
+    view = HyParView(env, contacts=["b"])
+    view.start()
+    assert env.take_sent() == [("b", Join())]
+    env.advance(view.config.join_timeout)  # no answer: it asks again
+    assert env.take_sent() == [("b", Join())]

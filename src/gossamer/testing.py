@@ -9,7 +9,8 @@ test makes it run, so a test reads as the sequence of events it checks::
     view = HyParView(env, contacts=["b"])
     view.start()
     assert env.take_sent() == [("b", Join())]
-    env.advance(5.0)  # the join timed out: tried again
+    env.advance(view.config.join_timeout)  # no answer: it asks again
+    assert env.take_sent() == [("b", Join())]
 """
 
 from __future__ import annotations
