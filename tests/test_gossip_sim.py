@@ -119,7 +119,7 @@ def sent_types(rows: Rows) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(("nodes", "seed"), [
-    (300, 1), pytest.param(1000, 1, marks=pytest.mark.slow)])
+    (200, 1), pytest.param(1000, 1, marks=pytest.mark.slow)])
 def test_flood_delivers_every_message_to_every_node(nodes: int, seed: int) -> None:
     run = GossipRun(nodes, seed=seed)
     run.publish_at([4.0 + 0.2 * i for i in range(10)])
@@ -141,7 +141,7 @@ def test_flood_delivers_every_message_to_every_node(nodes: int, seed: int) -> No
 
 
 @pytest.mark.parametrize(("nodes", "seed", "refused"), [
-    (300, 2, True), (300, 3, False),
+    (200, 2, True), (200, 3, False),
     pytest.param(1000, 2, True, marks=pytest.mark.slow),
     pytest.param(1000, 3, False, marks=pytest.mark.slow),
 ])
@@ -179,7 +179,7 @@ def test_flood_after_half_the_nodes_crash_at_once(nodes: int, seed: int, refused
 
 
 @pytest.mark.parametrize(("nodes", "seed"), [
-    (300, 3), pytest.param(1000, 3, marks=pytest.mark.slow)])
+    (200, 3), pytest.param(1000, 3, marks=pytest.mark.slow)])
 def test_tree_mode_is_reliable_with_little_redundancy(nodes: int, seed: int) -> None:
     run = GossipRun(nodes, seed=seed, mode="tree")
     warmup = [4.0, 4.5]  # the first broadcasts flood and prune the overlay into a tree
