@@ -1,14 +1,45 @@
 #!/usr/bin/env bash
-# The whole test suite: set up if needed, lint (ruff), type-check (mypy), then pytest.
-# pytest's exit code 5 (no tests collected) counts as a failure.
+# The test suite, in one of two lanes; both set up if needed, lint (ruff) and type-check (mypy).
+#   scripts/test.sh          the full lane (what .ci/run calls): every test. Two pytest runs: all
+#                            but the Spark tests on every core (pytest-xdist), then the Spark
+#                            tests in one process, so one JVM
+#   scripts/test.sh --fast   the fast lane: unit and simulator tests on every core, none marked
+#                            slow, spark, browser, processes or bench (tests/conftest.py: --lane)
+# Other arguments go to pytest (each run). A lane in which pytest collects no test at all
+# (exit code 5) fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+lane=full
+if [ "${1:-}" = "--fast" ]; then
+  lane=fast
+  shift
+fi
 scripts/setup.sh || exit 1
 .venv/bin/ruff check src tests benchmarks || { echo "ruff found problems" >&2; exit 1; }
 .venv/bin/mypy || { echo "mypy found problems" >&2; exit 1; }
-.venv/bin/python -m pytest "$@"
-code=$?
-if [ "$code" -eq 5 ]; then
+
+if [ "$lane" = fast ]; then
+  .venv/bin/python -m pytest -n auto --lane fast "$@"
+  codes=($?)
+else
+  # (xdist's --dist loadgroup would keep the Spark tests on one worker, but it does not group
+  # under pytest 9.2: pytest-dev/pytest-xdist#1386)
+  .venv/bin/python -m pytest -n auto --lane rest "$@"
+  rest=$?
+  echo "-- the Spark tests, in one process --"
+  .venv/bin/python -m pytest --lane spark "$@"
+  codes=("$rest" $?)
+fi
+
+code=0
+ran=0
+for one in "${codes[@]}"; do
+  if [ "$one" -ne 5 ]; then
+    ran=1
+    [ "$one" -ne 0 ] && [ "$code" -eq 0 ] && code=$one
+  fi
+done
+if [ "$ran" -eq 0 ]; then
   echo "pytest collected no tests: that is a failure of the suite" >&2
   exit 1
 fi

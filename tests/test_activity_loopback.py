@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
 
 from gossamer.protocols.activity import TreeState
 from gossamer.services.activity.client import ActivityClient
@@ -87,6 +88,7 @@ def test_bad_input_on_a_raw_socket() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.processes
 def test_cli_server_and_client_processes(tmp_path: Path) -> None:
     async def scenario() -> None:
         proc = await asyncio.create_subprocess_exec(

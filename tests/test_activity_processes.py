@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
+
+pytestmark = pytest.mark.processes
 
 WAIT = 15.0
 PROBE_WAIT = 0.5  # how long one probe activity is given before the next is sent

@@ -13,6 +13,8 @@ from types import ModuleType
 
 import pytest
 
+pytestmark = pytest.mark.bench
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 

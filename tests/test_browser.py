@@ -36,8 +36,8 @@ WAIT = 15.0  # seconds for any one condition
 POLL = 0.05
 CODEC = ReplicaCodec()
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (scripts/setup.sh installs it)")
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (scripts/setup.sh installs it)")]
 async_api = pytest.importorskip("playwright.async_api", reason="playwright is not installed")
 
 STATE_JS = """() => ({id: gossamer.id, link: gossamer.link, synced: gossamer.synced,

@@ -89,6 +89,7 @@ def test_one_seed_one_trace() -> None:
     assert other.rows != traces[0]
 
 
+@pytest.mark.spark
 def test_chord_experiment_through_the_pipeline(spark: Any, tmp_path: Path) -> None:
     toml, out = tmp_path / "chord.toml", tmp_path / "run"
     toml.write_text("""

@@ -8,7 +8,6 @@ against the protocol's own bookkeeping. Every assertion message names the seed.
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
 import math
 import random
@@ -54,7 +53,8 @@ from gossamer.protocols.membership.chord import (
 )
 from gossamer.protocols.membership.chord.messages import CODEC
 from gossamer.protocols.ordering import FifoSync
-from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
+from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
+from gossamer.testing import FakeEnv, info_of
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 CONTACTS = 3
@@ -177,17 +177,14 @@ def lookups(rows: list[Any]) -> list[TraceRow]:
             if row.layer == "chord" and row.event == "lookup"]
 
 
-def info_of(row: TraceRow) -> dict[str, Any]:
-    import orjson
-
-    return cast(dict[str, Any], orjson.loads(row.info or "{}"))
-
-
 # -- joins ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("count", "seed", "fix_all"),
-                         [(50, 1, False), (120, 3, True), (200, 2, False)])
+@pytest.mark.parametrize(("count", "seed", "fix_all"), [
+    (50, 1, False), (50, 3, True),
+    pytest.param(120, 3, True, marks=pytest.mark.slow),
+    pytest.param(200, 2, False, marks=pytest.mark.slow),
+])
 def test_joins_build_the_ideal_ring(count: int, seed: int, fix_all: bool) -> None:
     ring = Ring(count, seed=seed, config=ChordConfig(fix_all_fingers=fix_all))
     ring.build()
@@ -246,9 +243,12 @@ def test_bootstrap_gives_the_tables_joins_converge_to() -> None:
 # -- failures ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [5, 6])
-def test_ring_heals_after_crashes_churn_and_a_partition(seed: int) -> None:
-    count = 100
+@pytest.mark.parametrize(("count", "seed"), [
+    (50, 5),
+    pytest.param(100, 5, marks=pytest.mark.slow),
+    pytest.param(100, 6, marks=pytest.mark.slow),
+])
+def test_ring_heals_after_crashes_churn_and_a_partition(count: int, seed: int) -> None:
     ring = Ring(count, seed=seed)
     scenario = ring.scenario
     rng = random.Random(seed)
@@ -498,17 +498,17 @@ def test_find_root_gives_up_through_the_callback_when_no_answer_comes() -> None:
         assert failed == []
         env.advance(quiet.lookup_timeout)
     assert failed == [(key, 5)]
-    assert [f["reason"] for e, f in env.rows if e == "drop"] == ["lookup_timeout"]
+    assert env.drop_reasons() == ["lookup_timeout"]
     assert chord.snapshot()[1] == [], "nothing left pending"
 
 
 def test_route_before_joining_is_refused_and_traced() -> None:
     env = FakeEnv("n1")
-    chord = Chord(cast(Env, env), contacts=["n0"])
+    chord = Chord(env, contacts=["n0"])
     chord.start()
     assert chord.state is ChordState.JOINING
     assert chord.route("k", 1) is False and chord.find_root("k", 1) is False
-    assert [f["reason"] for e, f in env.rows if e == "drop"] == ["not_joined", "not_joined"]
+    assert env.drop_reasons() == ["not_joined", "not_joined"]
 
 
 # -- determinism --------------------------------------------------------------------------------
@@ -538,51 +538,9 @@ def test_one_seed_gives_one_trace() -> None:
 # -- bad input, with a fake env -----------------------------------------------------------------
 
 
-class FakeEnv:
-    """An env with time stepped by hand: sends and trace rows are recorded."""
-
-    def __init__(self, node: str) -> None:
-        self.node = node
-        self.t = 0.0
-        self.rng = random.Random(node)
-        self.store = MemoryStore()
-        self.sent: list[tuple[str, Message]] = []
-        self.rows: list[tuple[str, dict[str, Any]]] = []
-        self._timers: list[list[Any]] = []
-        self._order = itertools.count()
-
-    def now(self) -> float:
-        return self.t
-
-    def send(self, dst: str, msg: Message) -> None:
-        self.sent.append((dst, msg))
-
-    def set_timer(self, delay: float, fn: Callable[[], None]) -> list[Any]:
-        entry = [self.t + delay, next(self._order), fn]
-        heapq.heappush(self._timers, entry)
-        return entry
-
-    def cancel(self, handle: object) -> None:
-        cast(list[Any], handle)[2] = None
-
-    tracing = True  # rows are recorded
-
-    def trace(self, event: str, *, layer: str, **fields: Any) -> None:
-        self.rows.append((event, fields))
-
-    def advance(self, seconds: float) -> None:
-        end = self.t + seconds
-        while self._timers and self._timers[0][0] <= end:
-            due, _, fn = heapq.heappop(self._timers)
-            self.t = due
-            if fn is not None:
-                fn()
-        self.t = end
-
-
 def three_node_ring(config: ChordConfig | None = None) -> tuple[Chord, FakeEnv, list[Chord]]:
     envs = [FakeEnv(n) for n in ("a", "b", "c")]
-    chords = [Chord(cast(Env, e), config=config) for e in envs]
+    chords = [Chord(e, config=config) for e in envs]
     bootstrap(chords)
     return chords[0], envs[0], chords
 
@@ -619,9 +577,9 @@ def test_unexpected_messages_are_dropped_with_a_reason_and_change_nothing() -> N
         env.rows.clear()
         env.sent.clear()
         chord.on_message(src, msg)
-        drops = [fields for event, fields in env.rows if event == "drop"]
-        assert [d["reason"] for d in drops] == [reason], f"{msg}: {env.rows}"
-        assert drops[0]["peer"] == src and drops[0]["type"] == msg.TYPE
+        drops = env.traced("drop")
+        assert env.drop_reasons() == [reason], f"{msg}: {env.rows}"
+        assert drops[0].peer == src and info_of(drops[0])["type"] == msg.TYPE
         assert chord.snapshot() == before, f"{msg} changed the state"
         assert env.sent == [], f"{msg} made {env.sent}"
 
@@ -632,20 +590,20 @@ def test_a_routed_message_over_the_hop_limit_is_acked_then_dropped() -> None:
     msg = Route(to=0, key="k", origin=("b", 0, "ab"), seq=1, kind="route", hops=65, hop_ref=4)
     chord.on_message("b", msg)
     assert env.sent == [("b", Ack(hop_ref=4))]
-    assert [f["reason"] for e, f in env.rows if e == "drop"] == ["hop_limit"]
+    assert env.drop_reasons() == ["hop_limit"]
     assert chord.snapshot() == before
 
 
 def test_an_idle_node_answers_nothing() -> None:
     env = FakeEnv("z")
-    chord = Chord(cast(Env, env))
+    chord = Chord(env)
     chord.start()
     assert chord.state is ChordState.IDLE
     for msg in (GetPredecessor(to=0, ref=1), Ping(to=0, ref=2),
                 Route(to=0, key="k", origin=("b", 0, "ab"), seq=1, kind="route", hop_ref=3)):
         chord.on_message("b", msg)
     assert env.sent == []
-    assert [f["reason"] for e, f in env.rows if e == "drop"] == ["not_active"] * 3
+    assert env.drop_reasons() == ["not_active"] * 3
 
 
 @pytest.mark.parametrize("make", [

@@ -69,6 +69,7 @@ def test_bad_options_are_refused(bad: list[str], capsys: pytest.CaptureFixture[s
     assert exit_info.value.code == 2
 
 
+@pytest.mark.bench
 def test_bench_sim_quick_runs_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("simpy")
     assert main(["bench", "sim", "--quick"]) == 0

@@ -8,8 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks import count, fifo_violations, missing_deliveries
-from gossamer.core import Env, MemorySink
+from checks import (
+    assert_one_seed_one_trace,
+    count,
+    fifo_violations,
+    link_faults,
+    missing_deliveries,
+)
+from gossamer.core import Env, MemorySink, Row
 from gossamer.protocols.ordering import FifoBroadcast, FifoConfig, FifoData
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 
@@ -47,7 +53,8 @@ def run(scenario: Scenario, config: FifoConfig | None = None, until: float = 60.
 FAULTY = LinkModel(latency=Uniform(0.005, 0.05), loss=0.2, duplicate=0.2, reorder=0.2)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("seed", [1, 2, *(pytest.param(s, marks=pytest.mark.slow)
+                                     for s in (3, 4, 5))])
 def test_delivers_everything_in_order_under_20_percent_loss_dup_reorder(seed: int) -> None:
     sim, sink = run(make_scenario(nodes=20, messages=300, seed=seed, link=FAULTY))
     assert fifo_violations(sink.rows) == [], f"seed={seed}"
@@ -165,6 +172,29 @@ def test_data_claiming_another_origin_is_dropped_not_crashing() -> None:
     assert drops and "invalid" in str(drops[0][11])
     assert cast(FifoBroadcast, sim.process("b")).delivered_upto("c") == 0
 
+
+
+# -- one seed, one trace -----------------------------------------------------------------------
+
+
+def faulty_run(seed: int) -> list[Row]:
+    """Loss, duplication, reordering and a member that crashes and recovers."""
+    link = LinkModel(latency=Uniform(0.005, 0.05), loss=0.1, duplicate=0.1, reorder=0.2)
+    scenario = make_scenario(nodes=6, messages=60, seed=seed, link=link)
+    scenario.crash(0.2, scenario.nodes[2], recover_after=0.3)
+    _sim, sink = run(scenario, until=4.0)
+    return sink.rows
+
+
+def test_one_seed_one_trace() -> None:
+    seed = 31
+    rows = assert_one_seed_one_trace(faulty_run, seed)
+    faults = link_faults(rows)
+    assert min(faults[f] for f in ("lost", "duplicated", "reordered")) > 0, (
+        f"seed={seed}: the faults did not all happen: {faults}")
+    assert count(rows, layer="sim", event="recover") == 1, f"seed={seed}"
+    assert count(rows, layer="fifo", event="nack") > 0, f"seed={seed}"
+    assert fifo_violations(rows) == [], f"seed={seed}"
 
 @settings(max_examples=15, deadline=None)
 @given(

@@ -11,7 +11,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -20,12 +19,13 @@ from typing import Any
 import orjson
 import pytest
 
-from checks import count, missing_deliveries, named
+from checks import assert_one_seed_one_trace, count, link_faults, missing_deliveries, named
 from gossamer.core import (
     ConfigError,
     InvalidMessage,
     MemorySink,
     StateError,
+    TraceRow,
     node_ids,
 )
 from gossamer.protocols.dissemination import (
@@ -42,7 +42,8 @@ from gossamer.protocols.dissemination.gossip import CODEC
 from gossamer.protocols.membership import HyParView, JoinReply
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
-from test_hyparview_sim import FakeEnv, Overlay, overlay_problems
+from gossamer.testing import FakeEnv, info_of
+from test_hyparview_sim import Overlay, overlay_problems
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 Rows = Sequence[tuple[Any, ...]]
@@ -117,47 +118,49 @@ def sent_types(rows: Rows) -> dict[str, int]:
 # -- at scale ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1])
-def test_flood_delivers_every_message_to_all_1000_nodes(seed: int) -> None:
-    started = time.perf_counter()
-    run = GossipRun(1000, seed=seed)
+@pytest.mark.parametrize(("nodes", "seed"), [
+    (200, 1), pytest.param(1000, 1, marks=pytest.mark.slow)])
+def test_flood_delivers_every_message_to_every_node(nodes: int, seed: int) -> None:
+    run = GossipRun(nodes, seed=seed)
     run.publish_at([4.0 + 0.2 * i for i in range(10)])
     sim = run.build()
     sim.run(until=8.0)
-    wall = time.perf_counter() - started
     rows = run.sink.rows
     assert len(run.published) == 10, f"seed={seed}"
     assert missing_deliveries(rows, sim.alive(), layer="gossip") == [], f"seed={seed}"
     # exactly once per node, and the eager push alone did it: no recovery was needed
     delivered = [(r[2], r[5]) for r in rows if r[3] == "gossip" and r[4] == "deliver"]
-    assert len(delivered) == len(set(delivered)) == 10_000, f"seed={seed}"
+    assert len(delivered) == len(set(delivered)) == 10 * nodes, f"seed={seed}"
     assert sent_types(rows).get("gossip.pull", 0) == 0, f"seed={seed}"
     hops = [orjson.loads(r.info)["hop"] for r in named(r for r in rows if r[4] == "deliver")
             if r.layer == "gossip" and r.info is not None]
-    assert len(hops) == 10_000, f"seed={seed}: every deliver row carries its hop"
+    assert len(hops) == 10 * nodes, f"seed={seed}: every deliver row carries its hop"
     assert min(hops) == 0 and 3 <= max(hops) <= 20, f"seed={seed}: hops {min(hops)}..{max(hops)}"
     flood_rmr = redundancy(rows)
     assert all(r > 1.5 for r in flood_rmr.values()), f"seed={seed}: flooding is redundant"
-    assert wall < 30, f"seed={seed}: {wall:.1f} s"
 
 
-@pytest.mark.parametrize(("seed", "refused"), [(2, True), (3, False)])
-def test_flood_after_half_the_nodes_crash_at_once(seed: int, refused: bool) -> None:
+@pytest.mark.parametrize(("nodes", "seed", "refused"), [
+    (200, 2, True), (200, 3, False),
+    pytest.param(1000, 2, True, marks=pytest.mark.slow),
+    pytest.param(1000, 3, False, marks=pytest.mark.slow),
+])
+def test_flood_after_half_the_nodes_crash_at_once(nodes: int, seed: int, refused: bool) -> None:
     """With ``connection_refused`` (senders learn at once that a neighbour is dead, as over
     TCP) the first broadcast reaches 99% of the live nodes within 1 s: HyParView replaces the
     dead neighbours from the passive view and each new neighbour pulls the message. Without it
     (failures found by keepalive only) anti-entropy brings it everywhere later."""
-    run = GossipRun(1000, seed=seed)
+    run = GossipRun(nodes, seed=seed)
     run.net.scenario.connection_refused = refused
     crash_at = 6.0
-    victims = sorted(random.Random(seed).sample(run.net.ids, 500))
+    victims = sorted(random.Random(seed).sample(run.net.ids, nodes // 2))
     for node in victims:
         run.net.scenario.crash(crash_at, node)
     run.publish_at([crash_at + 0.01, 15.0, 15.5, 16.0])  # right after; after views healed
     sim = run.build()
     sim.run(until=22.0)
     rows, alive = run.sink.rows, sim.alive()
-    assert len(alive) == 500, f"seed={seed}"
+    assert len(alive) == nodes - nodes // 2, f"seed={seed}"
     (t_first, first), *later = run.published
     early = {r[2] for r in rows if r[3] == "gossip" and r[4] == "deliver" and r[5] == first
              and r[1] < t_first + 1.0}
@@ -175,9 +178,10 @@ def test_flood_after_half_the_nodes_crash_at_once(seed: int, refused: bool) -> N
     assert overlay_problems(run.net.views, alive) == [], f"seed={seed}"
 
 
-@pytest.mark.parametrize("seed", [3])
-def test_tree_mode_1000_nodes_is_reliable_with_little_redundancy(seed: int) -> None:
-    run = GossipRun(1000, seed=seed, mode="tree")
+@pytest.mark.parametrize(("nodes", "seed"), [
+    (200, 3), pytest.param(1000, 3, marks=pytest.mark.slow)])
+def test_tree_mode_is_reliable_with_little_redundancy(nodes: int, seed: int) -> None:
+    run = GossipRun(nodes, seed=seed, mode="tree")
     warmup = [4.0, 4.5]  # the first broadcasts flood and prune the overlay into a tree
     measured = [6.0 + 0.25 * i for i in range(10)]
     run.publish_at(warmup + measured)
@@ -283,9 +287,9 @@ def test_pubsub_flood_survives_loss_crashes_and_a_healed_partition_at_once(seed:
 # -- one seed, one trace -----------------------------------------------------------------------
 
 
-def faulty_run(seed: int) -> list[tuple[Any, ...]]:
+def faulty_run(seed: int, mode: str = "tree") -> list[tuple[Any, ...]]:
     lossy = LinkModel(latency=Uniform(0.005, 0.05), loss=0.05, duplicate=0.05, reorder=0.1)
-    run = GossipRun(60, seed=seed, mode="tree", link=lossy)
+    run = GossipRun(60, seed=seed, mode=mode, link=lossy)
     for node in run.net.ids[40:50]:
         run.net.scenario.crash(2.5, node, recover_after=2.0)
     run.publish_at([1.0 + 0.2 * i for i in range(20)])
@@ -297,10 +301,15 @@ def digest(rows: list[tuple[Any, ...]]) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()
 
 
-def test_one_seed_one_trace() -> None:
-    first, again, other = faulty_run(21), faulty_run(21), faulty_run(22)
-    assert first == again, "seed=21: two runs differ"
-    assert first != other
+@pytest.mark.parametrize("mode", ["flood", "tree"])
+def test_one_seed_one_trace(mode: str) -> None:
+    seed = 21
+    rows = assert_one_seed_one_trace(lambda s: faulty_run(s, mode), seed)
+    faults = link_faults(rows)
+    assert min(faults[f] for f in ("lost", "duplicated", "reordered")) > 0, (
+        f"seed={seed} mode={mode}: the faults did not all happen: {faults}")
+    assert count(rows, layer="sim", event="recover") == 10, f"seed={seed} mode={mode}"
+    assert count(rows, layer="gossip", event="publish") == 20, f"seed={seed} mode={mode}"
 
 
 def test_one_seed_one_trace_in_a_fresh_interpreter_with_another_hash_seed() -> None:
@@ -341,7 +350,7 @@ def test_broadcast_delivers_locally_and_pushes_to_every_neighbour() -> None:
     assert mid == "a:1" and got == [("a:1", "a", "hi")]
     assert sorted(dst for dst, _ in env.sent) == ["b", "c", "d"]
     assert {msg for _, msg in env.sent} == {GossipData(origin="a", seq=1, hop=1, payload="hi")}
-    events = [(r["event"], r.get("msg"), r.get("hop")) for r in env.rows]
+    events = [(r.event, r.msg, info_of(r).get("hop")) for r in env.rows]
     assert events == [("publish", "a:1", None), ("deliver", "a:1", 0)]
 
 
@@ -352,9 +361,8 @@ def test_duplicates_are_delivered_and_forwarded_once() -> None:
     assert got == [("o:1", "o", {"x": 1})] and app.duplicates == 1
     assert sorted(dst for dst, _ in env.sent) == ["c", "d"]  # not back to the sender
     assert all(msg == data(hop=3) for _, msg in env.sent)
-    delivers = [r for r in env.rows if r["event"] == "deliver"]
-    assert delivers == [{"event": "deliver", "layer": "gossip", "msg": "o:1", "origin": "o",
-                         "seq": 1, "hop": 2}]
+    assert env.traced("deliver") == [TraceRow("fake", 0.0, "a", "gossip", "deliver", msg="o:1",
+                                              origin="o", seq=1, info='{"hop":2}')]
 
 
 def test_seen_set_and_store_are_bounded() -> None:
@@ -488,7 +496,7 @@ def test_a_prune_for_the_other_tree_scope_is_dropped() -> None:
         app, env, _ = tree_node(scope)
         app.on_message("c", wrong)
         assert app.lazy_peers("o") == [] and env.sent == []
-        assert env.drops()[-1]["reason"] == "wrong_tree_scope"
+        assert env.drop_reasons()[-1] == "wrong_tree_scope"
 
 
 def test_a_new_neighbour_is_told_what_we_had_young_messages_included() -> None:
@@ -535,8 +543,9 @@ def test_unexpected_messages_are_dropped_with_a_reason_and_change_nothing(
     before = state(app)
     app.on_message(src, msg)
     assert state(app) == before and env.sent == [] and len(got) == 1
-    [drop] = env.drops()
-    assert drop["reason"] == reason and drop["layer"] == "gossip" and drop["type"] == msg.TYPE
+    [drop] = env.traced("drop")
+    assert drop.layer == "gossip" and info_of(drop)["reason"] == reason
+    assert info_of(drop)["type"] == msg.TYPE
 
 
 @pytest.mark.parametrize(
@@ -568,7 +577,7 @@ def test_after_stop_nothing_is_delivered_or_sent() -> None:
     app.stop()
     env.take_sent()
     app.on_message("b", data())
-    assert got == [] and env.sent == [] and env.drops()[-1]["reason"] == "stopped"
+    assert got == [] and env.sent == [] and env.drop_reasons()[-1] == "stopped"
     with pytest.raises(StateError):
         app.broadcast("late")
 
@@ -578,7 +587,7 @@ def test_sequence_numbers_are_durable() -> None:
     app = GossipBroadcast(env, HyParView(env))
     app.start()
     assert [app.broadcast(i) for i in range(3)] == ["a:1", "a:2", "a:3"]
-    env.store.crash()
+    env.crash()
     again = GossipBroadcast(env, HyParView(env))
     assert again.next_seq == 4
 

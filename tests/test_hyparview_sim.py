@@ -31,64 +31,10 @@ from gossamer.protocols.membership import (
     ShuffleReply,
 )
 from gossamer.protocols.membership.hyparview import CODEC, Ping
-from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
+from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
+from gossamer.testing import FakeEnv, info_of
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
-
-
-# -- a fake env for unit tests -----------------------------------------------------------------
-
-
-class FakeEnv:
-    """An Env that records what a protocol does; time and timers move only by ``advance``."""
-
-    def __init__(self, node: str = "a", *, seed: int = 0) -> None:
-        self.node = node
-        self.time = 0.0
-        self.rng = random.Random(seed)
-        self.store = MemoryStore()
-        self.sent: list[tuple[str, Message]] = []
-        self.rows: list[dict[str, Any]] = []
-        self.timers: list[list[Any]] = []  # [when, order, fn, live]
-
-    def now(self) -> float:
-        return self.time
-
-    def send(self, dst: str, msg: Message) -> None:
-        self.sent.append((dst, msg))
-
-    def set_timer(self, delay: float, fn: Callable[[], None]) -> list[Any]:
-        handle = [self.time + delay, len(self.timers), fn, True]
-        self.timers.append(handle)
-        return handle
-
-    def cancel(self, handle: object) -> None:
-        handle[3] = False  # type: ignore[index]
-
-    tracing = True  # rows are recorded
-
-    def trace(self, event: str, *, layer: str, **fields: Any) -> None:
-        self.rows.append({"event": event, "layer": layer, **fields})
-
-    def advance(self, seconds: float) -> None:
-        """Run every live timer due within ``seconds``, in time order."""
-        end = self.time + seconds
-        while True:
-            due = [t for t in self.timers if t[3] and t[0] <= end]
-            if not due:
-                break
-            timer = min(due, key=lambda t: (t[0], t[1]))
-            timer[3] = False
-            self.time = timer[0]
-            timer[2]()
-        self.time = end
-
-    def drops(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["event"] == "drop"]
-
-    def take_sent(self) -> list[tuple[str, Message]]:
-        sent, self.sent = self.sent, []
-        return sent
 
 
 # -- overlays in the simulator -----------------------------------------------------------------
@@ -186,7 +132,7 @@ class Overlay:
 # -- convergence -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, *(pytest.param(s, marks=pytest.mark.slow) for s in (2, 3))])
 def test_joins_build_a_bounded_symmetric_connected_overlay(seed: int) -> None:
     net = Overlay.of(300, seed=seed)
     sink = MemorySink()
@@ -204,7 +150,7 @@ def test_joins_build_a_bounded_symmetric_connected_overlay(seed: int) -> None:
     assert {"overlay_join", "neighbor_up"} <= events, f"seed={seed}"
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [4, pytest.param(5, marks=pytest.mark.slow)])
 def test_views_heal_after_a_third_of_the_nodes_crash(seed: int) -> None:
     net = Overlay.of(300, seed=seed)
     rng = random.Random(seed)
@@ -406,8 +352,8 @@ def test_keepalive_times_out_a_silent_neighbour() -> None:
         env.advance(config.keepalive_interval)
         view.on_message("c", Ping())  # c keeps talking, b is silent
     assert view.active_view() == ["c"]
-    downs = [r for r in env.rows if r["event"] == "neighbor_down"]
-    assert downs and downs[0]["peer"] == "b" and downs[0]["reason"] == "timeout"
+    downs = env.traced("neighbor_down")
+    assert downs and downs[0].peer == "b" and info_of(downs[0])["reason"] == "timeout"
     assert ("c", Ping()) in env.sent
 
 
@@ -467,8 +413,9 @@ def test_unexpected_messages_are_dropped_with_a_reason_and_change_nothing(
     view.on_message(src, msg)
     assert snapshot(view) == before
     assert env.sent == []
-    [drop] = env.drops()
-    assert drop["reason"] == reason and drop["layer"] == "hyparview" and drop["type"] == msg.TYPE
+    [drop] = env.traced("drop")
+    assert drop.layer == "hyparview" and info_of(drop)["reason"] == reason
+    assert info_of(drop)["type"] == msg.TYPE
 
 
 def test_a_message_of_another_layer_is_dropped() -> None:
@@ -477,7 +424,7 @@ def test_a_message_of_another_layer_is_dropped() -> None:
     view, env = member(active=["b"])
     before = snapshot(view)
     view.on_message("b", FifoSync())
-    assert snapshot(view) == before and env.drops()[0]["reason"] == "wrong_layer"
+    assert snapshot(view) == before and env.drop_reasons() == ["wrong_layer"]
 
 
 def test_late_accept_is_undone_so_views_stay_symmetric() -> None:
@@ -490,7 +437,7 @@ def test_late_accept_is_undone_so_views_stay_symmetric() -> None:
     view.on_message("p", NeighborReply(accepted=True))
     assert snapshot(view) == before
     assert ("p", Disconnect()) in env.take_sent()
-    assert env.drops()[-1]["reason"] == "late_reply"
+    assert env.drop_reasons()[-1] == "late_reply"
 
 
 def test_messages_after_stop_are_dropped() -> None:
@@ -499,7 +446,7 @@ def test_messages_after_stop_are_dropped() -> None:
     assert sorted(dst for dst, m in env.take_sent() if m == Disconnect(leaving=True)) == [
         "b", "c"]
     view.on_message("b", Join())
-    assert view.active_view() == [] and env.drops()[0]["reason"] == "stopped"
+    assert view.active_view() == [] and env.drop_reasons()[0] == "stopped"
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.bench
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gossamer.cli.main import main
 from gossamer.pipeline import load_trace
+
+pytestmark = pytest.mark.spark
 
 SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=1"]
 

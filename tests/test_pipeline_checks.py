@@ -32,6 +32,8 @@ from gossamer.pipeline import (
 )
 from trace_frames import deliver, frame, publish, row, violations
 
+pytestmark = pytest.mark.spark
+
 
 def judge(spark: Any, rows: list[Any], check: Check) -> CheckResult:
     """The check's verdict; its violations are cached, so asserting on them costs no rerun."""

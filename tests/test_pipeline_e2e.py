@@ -6,9 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gossamer.cli.main import main
 from gossamer.cli.workloads import run_workload
 from gossamer.pipeline import load_experiment, run_experiment
+
+pytestmark = pytest.mark.spark
 
 SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=1"]
 

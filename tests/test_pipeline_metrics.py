@@ -11,6 +11,8 @@ from pyspark.testing import assertDataFrameEqual
 from gossamer.pipeline import metrics
 from trace_frames import deliver, frame, publish, row
 
+pytestmark = pytest.mark.spark
+
 
 def send(t: float, node: str, msg: str, peer: str) -> Any:
     return row(t, node, "send", msg=msg, origin=msg.split(":")[0], peer=peer, size=10,

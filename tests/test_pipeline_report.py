@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from gossamer.core.traceio import ParquetSink, trace_path
@@ -66,6 +67,7 @@ def test_report_shows_stored_bytes_per_node_and_lookup_hops(tmp_path: Path) -> N
     assert text.count("data:image/png;base64,") == len(titles)
 
 
+@pytest.mark.spark
 def test_analyze_groups_lookup_hops_by_node_count_and_reports_them(
     spark: Any, tmp_path: Path
 ) -> None:

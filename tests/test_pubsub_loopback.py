@@ -28,6 +28,8 @@ import pytest
 
 from gossamer.services.pubsub.net import Command, CommandError, address_of, parse_command
 
+pytestmark = pytest.mark.processes
+
 NODES = 10
 WAIT = 15.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
 PROBE_WAIT = 2.0  # how long one probe round may take before the next one goes out

@@ -619,6 +619,7 @@ def hub_command() -> list[str]:
     return [sys.executable, "-m", "gossamer.services.replica.cli", "hub"]
 
 
+@pytest.mark.processes
 def test_gossamer_hub_prints_its_url_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     web = tmp_path / "web"
     web.mkdir()

@@ -28,11 +28,11 @@ from gossamer.protocols.replica import (
 )
 from gossamer.protocols.replica.keeper import SEGMENT
 from gossamer.runtimes.sim import LinkModel, MemoryStore, Simulation
+from gossamer.testing import FakeEnv
 from test_replica_sim import (
     FAULTY,
     HUB,
     LAYER,
-    FakeEnv,
     check_all,
     client_of,
     convergence_problems,
@@ -267,6 +267,11 @@ def everything_at_once(clients: int, seed: int, *, writes: int, until: float,
     assert keeper.duplicate_conflicts > 0, f"seed={seed}"
 
 
+def test_twenty_clients_everything_at_once() -> None:
+    everything_at_once(20, 22, writes=60, until=60.0)
+
+
+@pytest.mark.slow
 def test_fifty_clients_everything_at_once() -> None:
     everything_at_once(50, 22, writes=150, until=60.0)
 
@@ -281,7 +286,7 @@ def test_a_thousand_clients_everything_at_once() -> None:
 
 def keeper_on(store: MemoryStore, log_per_origin: int) -> tuple[HubKeeper, FakeEnv]:
     env = FakeEnv(HUB, store=store)
-    keeper = HubKeeper(cast(Env, env), lambda msg: None,
+    keeper = HubKeeper(env, lambda msg: None,
                        config=KeeperConfig(log_per_origin=log_per_origin))
     keeper.start()
     return keeper, env
@@ -335,7 +340,7 @@ def test_the_group_commit_holds_a_bounded_number_of_writes() -> None:
 
     inner = MemoryStore()
     env = FakeEnv(HUB, store=inner)
-    store = _GroupCommitStore(inner, cast(Env, env), 0.05, max_pending=3)
+    store = _GroupCommitStore(inner, env, 0.05, max_pending=3)
     store.put("t", "a", b"1")
     store.put("t", "b", b"2")
     store.delete("t", "a")
@@ -377,7 +382,7 @@ def test_writes_added_just_before_a_group_commit_join_that_group() -> None:
     from gossamer.protocols.replica.keeper import _GroupCommitStore
 
     inner = MemoryStore()
-    store = _GroupCommitStore(inner, cast(Env, FakeEnv(HUB, store=inner)), 0.05, max_pending=2)
+    store = _GroupCommitStore(inner, FakeEnv(HUB, store=inner), 0.05, max_pending=2)
     flushes = []
 
     def last_writes() -> None:  # more writes than max_pending: no commit in the middle

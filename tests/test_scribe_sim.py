@@ -9,15 +9,14 @@ message names the seed.
 from __future__ import annotations
 
 import random
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pytest
 
-from checks import named
-from gossamer.core import MemorySink, Message, node_ids
+from checks import assert_one_seed_one_trace, count, link_faults, named
+from gossamer.core import MemorySink, Message, Row, node_ids
 from gossamer.core.errors import ProtocolError
 from gossamer.protocols.dissemination import (
     Heartbeat,
@@ -34,7 +33,7 @@ from gossamer.protocols.dissemination import (
 from gossamer.protocols.dissemination.scribe.messages import CODEC
 from gossamer.protocols.membership.chord import Chord, ChordConfig
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
-from test_hyparview_sim import FakeEnv
+from gossamer.testing import FakeEnv
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 CONTACTS = 3
@@ -128,9 +127,8 @@ def problems(rows: Sequence[Any], expected: dict[str, set[str]],
 # -- in the simulator --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_subscribers_get_every_publish_once_and_others_nothing(seed: int) -> None:
-    started = time.perf_counter()
     net = ScribeNet(100, seed=seed)
     rng = random.Random(seed)
     topics = {"news": set(rng.sample(net.ids, 30)), "sport": set(rng.sample(net.ids, 10)),
@@ -155,7 +153,6 @@ def test_subscribers_get_every_publish_once_and_others_nothing(seed: int) -> Non
                 parent = net.apps[node].parent(topic)
                 assert parent is not None and node in net.apps[parent].children(topic), (
                     f"seed={seed}: {node} not a child of its parent {parent} in {topic}")
-    assert time.perf_counter() - started < 8, f"seed={seed}"
 
 
 @pytest.mark.parametrize("seed", [3])
@@ -190,10 +187,10 @@ def test_unsubscribe_stops_delivery_and_prunes(seed: int) -> None:
     assert not any(net.apps[n].is_subscribed("t") for n in net.ids), f"seed={seed}"
 
 
-@pytest.mark.parametrize("seed", [4, 5])
-def test_tree_repairs_after_forwarders_and_root_crash(seed: int) -> None:
-    started = time.perf_counter()
-    net = ScribeNet(120, seed=seed)
+@pytest.mark.parametrize(("nodes", "seed"), [
+    (80, 4), *(pytest.param(120, s, marks=pytest.mark.slow) for s in (4, 5))])
+def test_tree_repairs_after_forwarders_and_root_crash(nodes: int, seed: int) -> None:
+    net = ScribeNet(nodes, seed=seed)
     rng = random.Random(seed)
     members = set(rng.sample(net.ids, 40))
     t0 = net.joined_by + 2.0
@@ -223,7 +220,6 @@ def test_tree_repairs_after_forwarders_and_root_crash(seed: int) -> None:
     assert problems(rows, {"t": members & alive}, since=repaired) == [], (
         f"seed={seed}: victims {victims}")
     assert any(r.event == "repair" for r in named(rows) if r.layer == "scribe"), f"seed={seed}"
-    assert time.perf_counter() - started < 8, f"seed={seed}"
 
 
 @pytest.mark.parametrize("seed", [6])
@@ -253,13 +249,42 @@ def test_forwarders_that_crash_and_recover_empty_are_rebuilt_into_the_tree(seed:
         f"seed={seed}: victims {victims}")
 
 
+# -- one seed, one trace -----------------------------------------------------------------------
+
+
+def faulty_run(seed: int) -> list[Row]:
+    """20 nodes, 8 subscribers, 10 publishes; loss, duplication, reordering, and a node that
+    crashes and recovers while messages flow."""
+    net = ScribeNet(20, seed=seed)
+    net.scenario.link = LinkModel(latency=Uniform(0.005, 0.05), loss=0.05, duplicate=0.05,
+                                  reorder=0.1)
+    members = sorted(random.Random(seed).sample(net.ids, 8))
+    t0 = net.joined_by + 1.0
+    net.subscribe_at(t0, members, "t")
+    net.scenario.crash(t0 + 1.5, net.ids[CONTACTS + 1], recover_after=1.0)
+    for i in range(10):
+        net.publish_at(t0 + 1.0 + 0.2 * i, "t")
+    net.scenario.build(net.factory, trace=net.sink, trace_messages=True).run(until=t0 + 6.0)
+    return net.sink.rows
+
+
+def test_one_seed_one_trace() -> None:
+    seed = 41
+    rows = assert_one_seed_one_trace(faulty_run, seed)
+    faults = link_faults(rows)
+    assert min(faults[f] for f in ("lost", "duplicated", "reordered")) > 0, (
+        f"seed={seed}: the faults did not all happen: {faults}")
+    assert count(rows, layer="sim", event="recover") == 1, f"seed={seed}"
+    assert len(published(rows)) == 10 and delivered(rows), f"seed={seed}"
+
+
 # -- bad input (fake env) ----------------------------------------------------------------------
 
 
 def fake_scribe() -> tuple[Scribe, FakeEnv]:
     env = FakeEnv("a")
-    chord = Chord(env, create=True, config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord)  # type: ignore[arg-type]
+    chord = Chord(env, create=True, config=ChordConfig())
+    app = Scribe(env, chord)
     app.start()
     env.advance(0.1)
     return app, env
@@ -275,19 +300,19 @@ def test_unexpected_messages_are_dropped_with_a_reason(msg: Message, reason: str
     before = app.snapshot()
     env.rows.clear()
     app.on_message("b", msg)
-    assert [r["reason"] for r in env.drops()] == [reason]
+    assert env.drop_reasons() == [reason]
     assert app.snapshot() == before
 
 
 def test_publish_to_a_non_root_and_own_messages_are_dropped() -> None:
     env = FakeEnv("a")
-    chord = Chord(env, contacts=["z"], config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord)  # type: ignore[arg-type]
+    chord = Chord(env, contacts=["z"], config=ChordConfig())
+    app = Scribe(env, chord)
     app.start()
     before = app.snapshot()
     app.on_message("b", Publish(topic="t", origin="b", seq=1))
     app.on_message("a", ScribeLeave(topic="t"))
-    assert [r["reason"] for r in env.drops()] == ["not_root", "from_self"]
+    assert env.drop_reasons() == ["not_root", "from_self"]
     assert app.snapshot() == before
 
 
@@ -297,7 +322,7 @@ def test_malformed_routes_and_frames_never_reach_the_tree() -> None:
     assert app.chord.on_forward is not None and app.chord.on_deliver is not None
     assert app.chord.on_forward("t", {"t": "other"}, "b") is False
     app.chord.on_deliver("t", ["junk"])
-    assert [r["reason"] for r in env.drops()] == ["bad_route_payload"] * 2
+    assert env.drop_reasons() == ["bad_route_payload"] * 2
     assert app.topics() == []
     for bad in (dict(topic="", origin="b", seq=1, epoch=1, pos=1),
                 dict(topic="t", origin="b", seq=0, epoch=1, pos=1),
@@ -370,9 +395,12 @@ def lossy_run(seed: int, loss: float, *, count: int = 40, publishes: int = 30,
     return net, sim, topics
 
 
-@pytest.mark.parametrize("seed, loss", [(1, 0.1), (2, 0.1), (1, 0.2), (3, 0.2), (4, 0.2)])
+@pytest.mark.parametrize("seed, loss", [
+    (1, 0.2),
+    *(pytest.param(*more, marks=pytest.mark.slow)
+      for more in [(1, 0.1), (2, 0.1), (3, 0.2), (4, 0.2)]),
+])
 def test_every_subscriber_gets_every_publish_once_under_loss(seed: int, loss: float) -> None:
-    started = time.perf_counter()
     net, _sim, topics = lossy_run(seed, loss)
     rows = net.sink.rows
     assert len(published(rows)) == 30, f"seed={seed} loss={loss}"
@@ -381,10 +409,9 @@ def test_every_subscriber_gets_every_publish_once_under_loss(seed: int, loss: fl
     # the losses were real and repaired by NACKs, not by luck
     assert any(r.event == "nack" for r in scribe_rows), f"seed={seed} loss={loss}"
     assert any(r.event == "resend" for r in scribe_rows), f"seed={seed} loss={loss}"
-    assert time.perf_counter() - started < 10, f"seed={seed} loss={loss}"
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_publishes_right_after_the_subscribes_reach_every_subscriber(seed: int) -> None:
     """Publishing starts as the subscribes are made, with 10% loss: JOINs are still on their
     way (or lost and retried) when the first messages are published; each new subscriber
@@ -437,7 +464,7 @@ def test_malformed_nacks_are_dropped_with_a_reason_and_change_nothing(
     env.rows.clear()
     env.sent.clear()
     app.on_message(src, ScribeNack(**{"epoch": epoch, **nack}))
-    assert [r["reason"] for r in env.drops()] == [reason]
+    assert env.drop_reasons() == [reason]
     assert env.sent == []
     assert app.snapshot() == before
 
@@ -467,14 +494,14 @@ def test_a_nack_is_answered_from_the_log_as_repair_data() -> None:
     dst, data = env.sent[0]
     assert dst == "b" and isinstance(data, ScribeData)
     assert (data.epoch, data.pos, data.repair, data.payload) == (epoch, 1, True, {"x": 1})
-    assert [r["event"] for r in env.rows] == ["resend"]
+    assert [r.event for r in env.rows] == ["resend"]
 
 
 def member_of_p(**config: Any) -> tuple[Scribe, FakeEnv, Chord]:
     """Node a, subscribed to t, whose JOIN Chord sent on towards p: p is its parent."""
     env = FakeEnv("a")
-    chord = Chord(env, contacts=["z"], config=ChordConfig())  # type: ignore[arg-type]
-    app = Scribe(env, chord, config=ScribeConfig(**config))  # type: ignore[arg-type]
+    chord = Chord(env, contacts=["z"], config=ChordConfig())
+    app = Scribe(env, chord, config=ScribeConfig(**config))
     app.start()
     assert chord.on_forward is not None
     app.subscribe("t")
@@ -502,14 +529,14 @@ def test_a_child_nacks_a_gap_and_gives_up_what_its_parent_no_longer_has() -> Non
     env.rows.clear()
     env.sent.clear()
     app.on_message("p", Heartbeat(down=(("t", 0, 5, 7, 6, 2),)))
-    assert [r["reason"] for r in env.drops()] == ["not_in_parent_log"]
+    assert env.drop_reasons() == ["not_in_parent_log"]
     env.advance(0.35)
     assert [m for _, m in env.sent if isinstance(m, ScribeNack)] == [
         ScribeNack(topic="t", epoch=5, start=6, end=6)]
     # after nack_retries rounds without progress the gap is given up, with a traced reason
     env.rows.clear()
     env.advance(2.0)
-    assert "repair_gave_up" in [r["reason"] for r in env.drops()]
+    assert "repair_gave_up" in env.drop_reasons()
 
 
 def test_a_new_stream_is_fetched_from_its_start() -> None:
@@ -561,7 +588,7 @@ def test_a_member_passes_a_publish_up_to_its_parent_and_stops_a_loop() -> None:
     env.sent.clear()
     env.rows.clear()
     app.on_message("b", Publish(topic="t", origin="b", seq=2, payload=1, hops=8))
-    assert env.sent == [] and [r["reason"] for r in env.drops()] == ["publish_loop"]
+    assert env.sent == [] and env.drop_reasons() == ["publish_loop"]
 
 
 def test_a_false_root_hands_what_it_took_to_the_tree_it_joins() -> None:
@@ -606,7 +633,7 @@ def test_a_parent_answers_since_from_its_log_and_passes_it_up_when_it_joined_lat
                      ("d", ScribeSince(topic="t", epoch=5, age=1.0)),
                      ("c", ScribeSince(topic="t", epoch=6, age=1.0))):
         app.on_message(src, msg)
-    assert [r["reason"] for r in env.drops()] == ["unknown_topic", "not_a_child", "other_stream"]
+    assert env.drop_reasons() == ["unknown_topic", "not_a_child", "other_stream"]
     assert env.sent == [] and app.snapshot() == before
     for bad in (dict(topic="t", epoch=5, age=-1.0), dict(topic="t", epoch=0, age=1.0),
                 dict(topic="t", epoch=5, age=1e9), dict(topic="t", epoch=5, age=1.0, hops=-1)):
