@@ -341,11 +341,10 @@ class Connections:
                 return
 
     def _received(self, conn: NetConn, frame: bytes) -> None:
-        """One frame for the service (the hot path)."""
+        """One frame for the service (the hot path: every attribute read here counts)."""
         conn.handshook = True
         conn.frames_in += 1
-        spec = conn.spec
-        if spec is not None and spec.idle_timeout is not None:
+        if conn.watch_idle:
             conn.last_heard = asyncio.get_running_loop().time()
         node = self.node
         if not node.running:
@@ -360,7 +359,8 @@ class Connections:
         if conn.probation and not conn.promoted and conn.state is State.OPEN:
             self._runtime_close(conn, CloseReason.FULL, CloseCode.TRY_AGAIN_LATER,
                                 "server full: slots are kept for servers")
-        node.activity()
+        if node.on_activity is not None:
+            node.on_activity()
 
     def _too_large(self, conn: NetConn, detail: str) -> None:
         log.warning("%s: closing %s: too_large: a frame over %d bytes", self.node.node_id,
@@ -442,7 +442,8 @@ class Connections:
         for position, sender in enumerate(senders):
             if sender is not None:
                 own.setdefault(sender, []).append(position)
-        joined: dict[Any, tuple[bytes, list[bytes]]] = {}  # encoder -> (joined, frames)
+        # per framing: the batch framed and joined once, and where each frame starts in it
+        joined: dict[Any, tuple[bytes, list[int]]] = {}
         flagged = self._flagged
         slow: list[NetConn] = []
         for conn in group:
@@ -465,10 +466,11 @@ class Connections:
                 entry = joined.get(conn.encode)
                 if entry is None:
                     frames = [conn.encode(p) for p in payloads]
-                    entry = joined[conn.encode] = (
-                        frames[0] if count == 1 else b"".join(frames), frames)
-                whole, frames = entry
-                conn.add(whole if mine is None else _without(frames, mine), n)
+                    whole = frames[0] if count == 1 else b"".join(frames)
+                    offsets = list(itertools.accumulate(map(len, frames), initial=0))
+                    entry = joined[conn.encode] = (whole, offsets)
+                whole, offsets = entry
+                conn.add(whole if mine is None else _without(whole, offsets, mine), n)
             if not conn.flagged:
                 conn.flagged = True
                 flagged.append(conn)
@@ -717,10 +719,19 @@ class Connections:
         self.node.conn_row(event, peer=conn.remote, conn=conn.id, **info)
 
 
-def _without(frames: list[bytes], positions: list[int]) -> bytes:
-    """``frames`` joined, without those at ``positions``."""
-    skip = set(positions)
-    return b"".join(frame for position, frame in enumerate(frames) if position not in skip)
+def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
+    """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
+    ``positions`` (ascending): what a writer that excluded itself gets of a batch."""
+    view = memoryview(frames)
+    parts: list[memoryview] = []
+    start = 0
+    for position in positions:
+        if offsets[position] > start:
+            parts.append(view[start:offsets[position]])
+        start = offsets[position + 1]
+    if start < len(frames):
+        parts.append(view[start:])
+    return b"".join(parts)
 
 
 def _index(static_root: str | None) -> web.StreamResponse:

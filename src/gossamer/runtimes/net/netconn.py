@@ -44,7 +44,7 @@ class NetConn:
         "frames_in", "frames_out",
         "handler", "handshook", "id", "last_heard", "limit", "max_frame", "paused",
         "probation", "promoted", "protocol", "queued", "raw", "spec", "state", "stream",
-        "transport", "writer", "ws",
+        "transport", "watch_idle", "writer", "ws",
     )
 
     def __init__(self, conn_id: str, *, listener: str | None, remote: str, handler: Any,
@@ -55,6 +55,7 @@ class NetConn:
         self._remote = remote
         self.handler = handler
         self.spec = spec
+        self.watch_idle = spec is not None and spec.idle_timeout is not None
         self.max_frame = max_frame
         self.limit = limit
         # raw: frames are framed here and written to the transport (streams, a WebSocket
