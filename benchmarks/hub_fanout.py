@@ -75,6 +75,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gossamer.protocols.replica.wire import Data, ReplicaCodec, Subscribe, crc_of
+from gossamer.runtimes.net.framing import frames_without
 
 __all__ = ["main", "render", "run"]
 
@@ -268,21 +269,6 @@ async def bare_server() -> AsyncIterator[tuple[int, Counter]]:
         yield served
 
 
-def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
-    """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
-    ``positions`` (ascending): what a sender gets of a batch it wrote to."""
-    view = memoryview(frames)
-    parts: list[memoryview] = []
-    start = 0
-    for position in positions:
-        if offsets[position] > start:
-            parts.append(view[start:offsets[position]])
-        start = offsets[position + 1]
-    if start < len(frames):
-        parts.append(view[start:])
-    return b"".join(parts)
-
-
 def server_frame(payload: bytes) -> bytes:
     """A final, unmasked text frame carrying ``payload`` (RFC 6455 5.2: a server's frame)."""
     length = len(payload)
@@ -364,7 +350,7 @@ async def bare_corked_server() -> AsyncIterator[tuple[int, Counter]]:
                 if peer.transport is not None:
                     peer.transport.abort()
                 continue
-            peer.backlog.append(whole if mine is None else _without(whole, offsets, mine))
+            peer.backlog.append(whole if mine is None else frames_without(whole, offsets, mine))
             peer.queued += n
             if peer.drainer is None:
                 write(peer)

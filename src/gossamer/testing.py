@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .core.conn import CloseCode, Conn, ConnGroup, Framing
-from .core.env import Env, Store, TimerHandle
+from .core.env import Env, Store, TimerHandle, TracesToSink
 from .core.errors import ConfigError
 from .core.ids import NodeId, check_node_id
 from .core.messages import Message
-from .core.trace import TraceRow, encode_info
+from .core.trace import Row, TraceRow, TraceSink
 from .runtimes.sim.store import MemoryStore
 
 __all__ = ["FakeConn", "FakeEnv", "info_of"]
@@ -68,7 +68,20 @@ def info_of(row: TraceRow) -> dict[str, Any]:
     return decoded
 
 
-class FakeEnv:
+class _RowList(TraceSink):
+    """The fake env's trace: each row as a ``TraceRow`` in a list."""
+
+    def __init__(self, rows: list[TraceRow]) -> None:
+        self.rows = rows
+
+    def append(self, row: Row) -> None:
+        self.rows.append(TraceRow(*row))
+
+    def flush(self) -> None:
+        """The rows are in the list already."""
+
+
+class FakeEnv(TracesToSink):
     """An ``Env`` (``gossamer.core.env.Env``) for one node, driven by hand.
 
     Time starts at ``start`` and moves only by ``advance``/``run_due``; timers run then, in
@@ -97,6 +110,7 @@ class FakeEnv:
         self.run = run
         self.sent: list[tuple[NodeId, Message]] = []
         self.rows: list[TraceRow] = []
+        self._rows = _RowList(self.rows)
         self.written: list[tuple[Conn, bytes]] = []
         self.closes: list[tuple[Conn, int, str]] = []
         self.dialed: list[Conn] = []
@@ -135,22 +149,13 @@ class FakeEnv:
     def rng(self) -> random.Random:
         return self._rng
 
-    def trace(
-        self,
-        event: str,
-        *,
-        layer: str,
-        msg: str | None = None,
-        origin: str | None = None,
-        peer: str | None = None,
-        key: str | None = None,
-        seq: int | None = None,
-        size: int | None = None,
-        **info: Any,
-    ) -> None:
-        if self._tracing:
-            self.rows.append(TraceRow(self.run, self._now, self._node, layer, event, msg,
-                                      origin, peer, key, seq, size, encode_info(info)))
+    @property
+    def trace_sink(self) -> TraceSink:
+        return self._rows
+
+    @property
+    def run_id(self) -> str:
+        return self.run
 
     @property
     def store(self) -> Store:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
 from .conn import CloseCode, Conn, ConnGroup, Framing
 from .ids import NodeId
 from .messages import Message
+from .trace import TraceSink, encode_info
 
 __all__ = [
     "DurableSequence",
@@ -26,6 +27,7 @@ __all__ = [
     "ProcessFactory",
     "Store",
     "TimerHandle",
+    "TracesToSink",
     "get_json",
     "put_json",
     "scan_with_pending",
@@ -119,6 +121,45 @@ class DurableSequence:
             put_json(self._store, self._table, "next_seq", self.next)
             self._store.commit()
         return seq
+
+
+class TracesToSink:
+    """``Env.trace`` for the runtimes: a row appended to ``trace_sink`` (tagged ``run_id``, at
+    ``now()``, by ``node``) while ``tracing``. An env that mixes this in provides those."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        @property
+        def node(self) -> NodeId: ...
+
+        @property
+        def tracing(self) -> bool: ...
+
+        @property
+        def trace_sink(self) -> TraceSink: ...
+
+        @property
+        def run_id(self) -> str: ...
+
+        def now(self) -> float: ...
+
+    def trace(
+        self,
+        event: str,
+        *,
+        layer: str,
+        msg: str | None = None,
+        origin: str | None = None,
+        peer: str | None = None,
+        key: str | None = None,
+        seq: int | None = None,
+        size: int | None = None,
+        **info: Any,
+    ) -> None:
+        if self.tracing:
+            self.trace_sink.append((self.run_id, self.now(), self.node, layer, event, msg,
+                                    origin, peer, key, seq, size, encode_info(info)))
 
 
 @runtime_checkable

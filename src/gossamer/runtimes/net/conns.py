@@ -42,7 +42,7 @@ from ...core.conn import (
     parse_address,
 )
 from ...core.errors import ConfigError, ProtocolError
-from .framing import StreamDecoder, text_frame
+from .framing import StreamDecoder, frames_without, text_frame
 from .netconn import CLOSE_TIMEOUT, NetConn, State, StreamProtocol
 
 if TYPE_CHECKING:
@@ -470,7 +470,7 @@ class Connections:
                     offsets = list(itertools.accumulate(map(len, frames), initial=0))
                     entry = joined[conn.encode] = (whole, offsets)
                 whole, offsets = entry
-                conn.add(whole if mine is None else _without(whole, offsets, mine), n)
+                conn.add(whole if mine is None else frames_without(whole, offsets, mine), n)
             if not conn.flagged:
                 conn.flagged = True
                 flagged.append(conn)
@@ -717,21 +717,6 @@ class Connections:
 
     def _trace_conn(self, conn: NetConn, event: str, **info: Any) -> None:
         self.node.conn_row(event, peer=conn.remote, conn=conn.id, **info)
-
-
-def _without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
-    """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
-    ``positions`` (ascending): what a writer that excluded itself gets of a batch."""
-    view = memoryview(frames)
-    parts: list[memoryview] = []
-    start = 0
-    for position in positions:
-        if offsets[position] > start:
-            parts.append(view[start:offsets[position]])
-        start = offsets[position + 1]
-    if start < len(frames):
-        parts.append(view[start:])
-    return b"".join(parts)
 
 
 def _index(static_root: str | None) -> web.StreamResponse:

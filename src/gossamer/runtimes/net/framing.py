@@ -12,7 +12,8 @@ from collections.abc import Callable
 from ...core.conn import Framing
 from ...core.errors import ConfigError, FrameTooLarge
 
-__all__ = ["StreamDecoder", "encoder_for", "length_frame", "line_frame", "text_frame"]
+__all__ = ["StreamDecoder", "encoder_for", "frames_without", "length_frame", "line_frame",
+           "text_frame"]
 
 _TEXT = 0x81  # FIN + opcode 1 (text): the first byte of every frame a WebSocket server sends
 _LEN16 = struct.Struct("!BBH").pack
@@ -38,6 +39,21 @@ def line_frame(payload: bytes) -> bytes:
 
 def length_frame(payload: bytes) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
+
+
+def frames_without(frames: bytes, offsets: list[int], positions: list[int]) -> bytes:
+    """``frames`` (joined; frame i spans ``offsets[i]:offsets[i + 1]``) without the frames at
+    ``positions`` (ascending): what a writer that excluded itself gets of a batch."""
+    view = memoryview(frames)
+    parts: list[memoryview] = []
+    start = 0
+    for position in positions:
+        if offsets[position] > start:
+            parts.append(view[start:offsets[position]])
+        start = offsets[position + 1]
+    if start < len(frames):
+        parts.append(view[start:])
+    return b"".join(parts)
 
 
 def encoder_for(framing: Framing) -> Callable[[bytes], bytes]:

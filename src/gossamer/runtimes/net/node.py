@@ -18,7 +18,14 @@ from typing import Any, cast
 
 from ...core.backoff import Backoff, ExponentialBackoff
 from ...core.conn import CloseCode, Conn, ConnGroup, Framing, ListenerSpec
-from ...core.env import MessageHandler, Process, ProcessFactory, Store, TimerHandle
+from ...core.env import (
+    MessageHandler,
+    Process,
+    ProcessFactory,
+    Store,
+    TimerHandle,
+    TracesToSink,
+)
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec
@@ -105,7 +112,7 @@ class _Timer:
             self.handle.cancel()
 
 
-class NetEnv:
+class NetEnv(TracesToSink):
     """The ``Env`` a protocol gets on a network node (see ``gossamer.core.env.Env``)."""
 
     __slots__ = ("_epoch", "_loop", "_node", "_rng")
@@ -145,26 +152,6 @@ class NetEnv:
     def rng(self) -> random.Random:
         return self._rng
 
-    def trace(
-        self,
-        event: str,
-        *,
-        layer: str,
-        msg: str | None = None,
-        origin: str | None = None,
-        peer: str | None = None,
-        key: str | None = None,
-        seq: int | None = None,
-        size: int | None = None,
-        **info: Any,
-    ) -> None:
-        node = self._node
-        if node.tracing:
-            node.trace_sink.append(
-                (node.run, self.now(), node.node_id, layer, event, msg, origin, peer, key, seq,
-                 size, encode_info(info))
-            )
-
     @property
     def store(self) -> Store:
         return self._node.store
@@ -172,6 +159,14 @@ class NetEnv:
     @property
     def tracing(self) -> bool:
         return self._node.tracing
+
+    @property
+    def trace_sink(self) -> TraceSink:
+        return self._node.trace_sink
+
+    @property
+    def run_id(self) -> str:
+        return self._node.run
 
     # -- connections -----------------------------------------------------------------------
 

@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from ...core.conn import CloseCode, Conn, ConnGroup, Framing, ListenerSpec
-from ...core.env import MessageHandler, Process, ProcessFactory, Store, TimerHandle
+from ...core.env import (
+    MessageHandler,
+    Process,
+    ProcessFactory,
+    Store,
+    TimerHandle,
+    TracesToSink,
+)
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec
@@ -61,7 +68,7 @@ def layer_of(msg: Message) -> str:
     return msg.TYPE.partition(".")[0]
 
 
-class SimEnv:
+class SimEnv(TracesToSink):
     """The env of one incarnation of one node. Dead once its node crashes or leaves."""
 
     __slots__ = ("_rng", "_sim", "_slot", "alive", "incarnation", "node", "process")
@@ -107,6 +114,14 @@ class SimEnv:
     def tracing(self) -> bool:
         return self._sim.tracing
 
+    @property
+    def trace_sink(self) -> TraceSink:
+        return self._sim.trace_sink
+
+    @property
+    def run_id(self) -> str:
+        return self._sim.run_id
+
     # -- connections (see ``connections.py``) ------------------------------------------------
 
     def connect(self, address: str, *, framing: Framing = Framing.LINES,
@@ -134,27 +149,6 @@ class SimEnv:
 
     def group(self) -> ConnGroup:
         return ConnGroup()
-
-    def trace(
-        self,
-        event: str,
-        *,
-        layer: str,
-        msg: str | None = None,
-        origin: str | None = None,
-        peer: str | None = None,
-        key: str | None = None,
-        seq: int | None = None,
-        size: int | None = None,
-        **info: Any,
-    ) -> None:
-        sim = self._sim
-        if sim.tracing:
-            sim.trace_sink.append(
-                (sim.run_id, sim.now, self.node, layer, event, msg, origin, peer, key, seq, size,
-                 encode_info(info))
-            )
-
 
 class _NodeSlot:
     """Everything the simulator keeps about one node id across its incarnations."""
