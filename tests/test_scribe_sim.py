@@ -597,7 +597,8 @@ def test_a_false_root_hands_what_it_took_to_the_tree_it_joins() -> None:
     app, env, chord = member_of_p()
     state = app._topics["t"]
     state.role, state.parent = TreeRole.ROOT, None  # as _on_publish makes a false root
-    app.disseminate("t", "o", 1, {"n": 1})
+    app.on_message("o", Publish(topic="t", origin="o", seq=1, payload={"n": 1}))  # we take it
+    assert ("o", PublishAck(topic="t", seq=1)) in env.sent
     app._rejoin("t", state, "not_root")
     assert chord.on_forward is not None
     assert chord.on_forward("t", {"t": "scribe.join", "n": state.nonce}, "q")
