@@ -1,6 +1,7 @@
 """The ``Orderer`` part: the default accepts at once at a per-key counter, the deferred one holds
 every proposal until the test decides it; decisions validate themselves, bad arguments and
-illegal moves raise at once.
+illegal moves raise at once. The seed-000 hub with a deferred orderer stores and forwards a data
+message only once accepted (Scribe's root: tests/test_scribe_sim.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from gossamer.protocols.ordering import (
     Redirected,
     Refused,
 )
-from gossamer.testing import FakeEnv
+from gossamer.protocols.replica import HUB_ID, Data, ReplicaCodec, Subscribe, crc_of
+from gossamer.protocols.replica.hub_service import DEFAULT_KEEPER, HubService
+from gossamer.protocols.replica.keeper import KeeperConfig
+from gossamer.testing import FakeConn, FakeEnv, info_of
 
 # -- the decisions -------------------------------------------------------------------------------
 
@@ -160,3 +164,109 @@ def test_a_decision_can_come_from_a_timer_later_sans_io() -> None:
     assert got == []
     env.advance(0.2)
     assert got == [(0.3, Accepted(1))]
+
+
+# -- the hub's orderer ---------------------------------------------------------------------------
+
+CODEC = ReplicaCodec()
+
+
+def data(client: str, seq: int, *, key: str = "k", crc: int | None = None) -> Data:
+    value = f"{seq}-{client}"
+    return Data(id=client, key=key, old_value=None, value=value,
+                crc=crc_of(key, value, None) if crc is None else crc, vector={client: seq})
+
+
+def hub_with(orderer: Orderer | None, *, keeper: KeeperConfig | None = DEFAULT_KEEPER,
+             ) -> tuple[HubService, FakeEnv, list[FakeConn]]:
+    """A running hub with clients a, b and c connected (each said who it is)."""
+    env = FakeEnv(HUB_ID)
+    hub = HubService(env, keeper=keeper, orderer=orderer)
+    hub.start()
+    conns = [env.accept() for _ in "abc"]
+    for conn, client in zip(conns, "abc", strict=True):
+        hub.opened(conn, conn.remote)
+        hub.received(conn, CODEC.encode(Subscribe(id=client, vector={})))
+    env.written.clear()
+    env.rows.clear()
+    return hub, env, conns
+
+
+def test_the_hub_stores_and_forwards_a_data_message_only_once_accepted() -> None:
+    orderer = DeferredOrderer()
+    hub, env, (a, b, c) = hub_with(orderer)
+    assert hub.keeper is not None
+    first, other_key, second = data("a", 1), data("a", 2, key="j"), data("a", 3)
+    frames = [CODEC.encode(m) for m in (first, other_key, second)]
+    for frame in frames:
+        hub.received(a, frame)
+    assert env.written == [] and hub.keeper.logged("a") is None  # neither sent nor stored
+    assert [(p.key, p.item) for p in orderer.pending()] == [
+        ("k", first), ("j", other_key), ("k", second)]  # keyed by object
+    orderer.accept(orderer.proposals[1])
+    assert env.take_written() == [(b, frames[1]), (c, frames[1])]  # as received, not to a
+    orderer.accept(orderer.proposals[0])
+    orderer.accept(orderer.proposals[2])
+    assert env.take_written() == [(b, frames[0]), (c, frames[0]), (b, frames[2]), (c, frames[2])]
+    assert hub.keeper.logged("a") == (1, 3)
+
+
+def test_a_redirected_or_refused_data_message_is_dropped_traced_and_not_stored() -> None:
+    orderer = DeferredOrderer()
+    hub, env, (a, _b, _c) = hub_with(orderer)
+    assert hub.keeper is not None
+    hub.received(a, CODEC.encode(data("a", 1)))
+    hub.received(a, CODEC.encode(data("a", 2)))
+    orderer.redirect(orderer.proposals[0], "n2")
+    orderer.refuse(orderer.proposals[1], "no_quorum")
+    assert env.written == [] and hub.keeper.logged("a") is None
+    drops = [info_of(r) for r in env.traced("drop")]
+    assert [(d["reason"], d.get("leader"), d.get("detail")) for d in drops] == [
+        ("order_redirected", "n2", None), ("order_refused", None, "no_quorum")]
+    assert [r.msg for r in env.traced("drop")] == ["a:1", "a:2"]
+
+
+def test_only_data_is_ordered_and_a_corrupt_one_is_refused_before_it() -> None:
+    orderer = DeferredOrderer()
+    hub, env, (a, _b, _c) = hub_with(orderer)
+    hub.received(a, CODEC.encode(Subscribe(id="a", vector={})))
+    assert [conn for conn, _ in env.take_written()] == [a]  # answered at once (an empty retry)
+    hub.received(a, CODEC.encode(data("a", 1, crc=12345)))
+    assert orderer.proposals == []
+    assert env.drop_reasons() == ["crc"]
+
+
+def test_a_decision_after_the_hub_stopped_forwards_nothing() -> None:
+    orderer = DeferredOrderer()
+    hub, env, (a, _b, _c) = hub_with(orderer, keeper=None)
+    hub.received(a, CODEC.encode(data("a", 1)))
+    hub.stop()
+    orderer.accept(orderer.proposals[0])
+    assert env.written == []
+
+
+def test_without_a_keeper_an_accepted_data_message_is_relayed_as_received() -> None:
+    orderer = DeferredOrderer()
+    hub, env, (a, b, c) = hub_with(orderer, keeper=None)
+    frame = CODEC.encode(data("a", 1))
+    hub.received(a, frame)
+    assert env.written == []
+    hub.closed(a, "gone")  # the sender left while it was being ordered: it is still relayed
+    env.written.clear()
+    orderer.accept_all()
+    assert env.take_written() == [(b, frame), (c, frame)]
+
+
+@pytest.mark.parametrize("orderer", [None, ImmediateOrderer()])
+def test_the_default_orderer_is_skipped_and_data_is_forwarded_at_once(
+        orderer: Orderer | None) -> None:
+    hub, env, (a, b, c) = hub_with(orderer)
+    assert isinstance(hub.orderer, ImmediateOrderer) and hub._ordering is None
+    frame = CODEC.encode(data("a", 1))
+    hub.received(a, frame)
+    assert env.take_written() == [(b, frame), (c, frame)]
+
+
+def test_the_hub_refuses_an_orderer_that_is_not_one() -> None:
+    with pytest.raises(TypeError):
+        HubService(FakeEnv(HUB_ID), orderer=object())  # type: ignore[arg-type]
