@@ -1,6 +1,6 @@
 """Scribe over Chord in the simulator: subscribed nodes deliver every publish exactly once,
 others nothing; unsubscribing stops delivery; trees repair after forwarders crash; bad input is
-dropped with a traced reason.
+dropped with a traced reason; the root takes a publish only once its orderer accepted it.
 
 Every check reads the trace (the oracle), never Scribe's own bookkeeping. Every assertion
 message names the seed.
@@ -22,6 +22,8 @@ from gossamer.protocols.dissemination import (
     Heartbeat,
     Publish,
     PublishAck,
+    PublishRedirect,
+    PublishRefused,
     Scribe,
     ScribeConfig,
     ScribeData,
@@ -32,8 +34,9 @@ from gossamer.protocols.dissemination import (
 )
 from gossamer.protocols.dissemination.scribe.messages import CODEC
 from gossamer.protocols.membership.chord import Chord, ChordConfig
+from gossamer.protocols.ordering import DeferredOrderer, ImmediateOrderer, Proposal
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
-from gossamer.testing import FakeEnv
+from gossamer.testing import FakeEnv, info_of
 
 LINK = LinkModel(latency=Uniform(0.005, 0.05))
 CONTACTS = 3
@@ -43,7 +46,7 @@ class ScribeNet:
     """``count`` Chord+Scribe nodes; the first creates the ring, the others join by 0.02 s."""
 
     def __init__(self, count: int, *, seed: int, spacing: float = 0.02,
-                 config: ScribeConfig | None = None) -> None:
+                 config: ScribeConfig | None = None, deferred: bool = False) -> None:
         self.seed = seed
         self.ids = node_ids(count)
         self.scenario = Scenario(seed=seed, nodes=[self.ids[0]], link=LINK)
@@ -54,11 +57,16 @@ class ScribeNet:
         self.apps: dict[str, Scribe] = {}
         self.sink = MemorySink()
         self.published: list[str] = []
+        self.deferred = deferred  # each node's root orders with a DeferredOrderer the test drives
+        self.orderers: dict[str, DeferredOrderer] = {}
 
     def factory(self, env: Any) -> Scribe:
         chord = Chord(env, contacts=self.ids[:CONTACTS], create=env.node == self.ids[0],
                       config=ChordConfig())
-        app = Scribe(env, chord, config=self.config)
+        orderer = None
+        if self.deferred:
+            orderer = self.orderers[env.node] = DeferredOrderer()
+        app = Scribe(env, chord, config=self.config, orderer=orderer)
         self.apps[env.node] = app
         return app
 
@@ -597,7 +605,8 @@ def test_a_false_root_hands_what_it_took_to_the_tree_it_joins() -> None:
     app, env, chord = member_of_p()
     state = app._topics["t"]
     state.role, state.parent = TreeRole.ROOT, None  # as _on_publish makes a false root
-    app.disseminate("t", "o", 1, {"n": 1})
+    app.on_message("o", Publish(topic="t", origin="o", seq=1, payload={"n": 1}))  # we take it
+    assert ("o", PublishAck(topic="t", seq=1)) in env.sent
     app._rejoin("t", state, "not_root")
     assert chord.on_forward is not None
     assert chord.on_forward("t", {"t": "scribe.join", "n": state.nonce}, "q")
@@ -647,3 +656,277 @@ def test_a_new_subscriber_asks_for_what_came_since_it_subscribed() -> None:
     env.sent.clear()
     app.on_message("p", data(1, 9))  # its first message: we start at 9
     assert ("p", ScribeSince(topic="t", epoch=5, age=1.0)) in env.sent
+
+
+# -- the root's orderer ------------------------------------------------------------------------
+
+
+def ordered_tree(seed: int) -> tuple[ScribeNet, Simulation, set[str], str, str]:
+    """12 nodes whose roots order with a ``DeferredOrderer``; 5 subscribe to t; returns the
+    net, the simulation, the subscribers, t's root and a publisher outside the tree."""
+    net = ScribeNet(12, seed=seed, deferred=True)
+    sim = net.build()
+    sim.run(until=net.joined_by + 30.0, stop_when=lambda: len(net.apps) == 12 and all(
+        app.chord.joined for app in net.apps.values()))
+    sim.run(until=sim.now + 2.0)
+    members = set(random.Random(seed).sample(net.ids, 5))
+    for node in sorted(members):
+        sim.call(node, lambda p: p.subscribe("t"))  # type: ignore[attr-defined]
+    sim.run(until=sim.now + 20.0, stop_when=lambda: all(
+        net.apps[n].position("t") is not None for n in members))
+    roots = [n for n, app in net.apps.items() if app.role("t") is TreeRole.ROOT]
+    assert len(roots) == 1, f"seed={seed}: roots {roots}"
+    outside = sorted(n for n, app in net.apps.items() if app.role("t") is None)
+    assert outside, f"seed={seed}: every node is in the tree"
+    return net, sim, members, roots[0], outside[0]
+
+
+def publish_now(net: ScribeNet, sim: Simulation, node: str, topic: str = "t") -> str:
+    sim.call(node, lambda p: net.published.append(
+        p.publish(topic, {"n": len(net.published)})))  # type: ignore[attr-defined]
+    return net.published[-1]
+
+
+def proposal_of(orderer: DeferredOrderer, mid: str) -> Proposal:
+    (proposal,) = [p for p in orderer.pending() if f"{p.item.origin}:{p.item.seq}" == mid]
+    return proposal
+
+
+def scribe_rows(net: ScribeNet, event: str, *, since: float = 0.0) -> list[Row]:
+    return [r for r in named(net.sink.rows)
+            if r.layer == "scribe" and r.event == event and r.t >= since]
+
+
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_publish_is_acknowledged_and_delivered_only_once_the_orderer_accepts_it(
+        seed: int) -> None:
+    net, sim, members, root, publisher = ordered_tree(seed)
+    first, second = publish_now(net, sim, publisher), publish_now(net, sim, publisher)
+    since = sim.now
+    sim.run(until=sim.now + 3.0)  # two publish timeouts: the publisher tried again
+    orderer = net.orderers[root]
+    held = [f"{p.item.origin}:{p.item.seq}" for p in orderer.pending("t")]
+    assert held == [first, second], f"seed={seed}: the root proposed {held}"
+    assert all(not o.proposals for n, o in net.orderers.items() if n != root), f"seed={seed}"
+    assert {r.msg for r in scribe_rows(net, "drop", since=since)
+            if info_of(r).get("reason") == "being_ordered"} == {first, second}, (
+        f"seed={seed}: the retries reached the root and were not proposed again")
+    assert scribe_rows(net, "deliver", since=since) == [], f"seed={seed}: delivered unordered"
+    assert net.apps[publisher].pending_publishes == 2, f"seed={seed}: acknowledged unordered"
+    assert all(net.apps[n].position("t") == 0 for n in members), f"seed={seed}"
+    # the orderer takes the second first, at its position 1: it goes down the tree alone
+    sim.call(root, lambda p: orderer.accept(proposal_of(orderer, second), position=1))
+    sim.run(until=sim.now + 0.5)
+    delivered_now = sorted((r.node, r.msg) for r in scribe_rows(net, "deliver", since=since))
+    assert delivered_now == sorted((n, second) for n in members), f"seed={seed}"
+    assert all(net.apps[n].position("t") == 1 for n in members), f"seed={seed}"
+    assert net.apps[publisher].pending_publishes == 1, f"seed={seed}: the first is not taken"
+    sim.call(root, lambda p: orderer.accept(proposal_of(orderer, first), position=2))
+    sim.run(until=sim.now + 0.5)
+    deliveries: dict[str, list[str | None]] = defaultdict(list)
+    for row in scribe_rows(net, "deliver", since=since):
+        deliveries[row.node].append(row.msg)
+    assert deliveries == {n: [second, first] for n in members}, f"seed={seed}: {deliveries}"
+    assert all(net.apps[n].position("t") == 2 for n in members), f"seed={seed}"
+    assert net.apps[publisher].pending_publishes == 0, f"seed={seed}: not acknowledged"
+    assert "publish_failed" not in [info_of(r).get("reason") for r in scribe_rows(net, "drop")]
+
+
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_redirect_and_a_refusal_reach_the_publisher_and_nothing_is_delivered(
+        seed: int) -> None:
+    net, sim, _members, root, publisher = ordered_tree(seed)
+    elsewhere = next(n for n in sorted(net.apps) if n not in (root, publisher)
+                     and net.apps[n].role("t") is None and net.apps[n].chord.root_of("t") is None)
+    redirected, refused = publish_now(net, sim, publisher), publish_now(net, sim, publisher)
+    since = sim.now
+    sim.run(until=sim.now + 0.5)
+    orderer = net.orderers[root]
+    sim.call(root, lambda p: orderer.redirect(proposal_of(orderer, redirected), elsewhere))
+    sim.call(root, lambda p: orderer.refuse(proposal_of(orderer, refused), "no_quorum"))
+    sim.run(until=sim.now + 0.5)
+    (redirect,) = scribe_rows(net, "publish_redirect")
+    assert (redirect.node, redirect.msg, redirect.peer) == (publisher, redirected, elsewhere), (
+        f"seed={seed}: {redirect}")
+    (refusal,) = scribe_rows(net, "publish_refused")
+    assert (refusal.node, refusal.msg, refusal.peer) == (publisher, refused, root), f"seed={seed}"
+    assert info_of(refusal)["reason"] == "no_quorum", f"seed={seed}"
+    # the publisher went where it was told (that node does not order t: it drops it)
+    assert [(r.node, r.msg, info_of(r)["reason"]) for r in scribe_rows(net, "drop", since=since)
+            if r.msg == redirected] == [(elsewhere, redirected, "not_root")], f"seed={seed}"
+    assert net.apps[publisher].pending_publishes == 1, f"seed={seed}: the redirected one waits"
+    # its timeout finds the root again, whose orderer refuses it this time
+    sim.run(until=sim.now + 2.0, stop_when=lambda: bool(orderer.pending()))
+    sim.call(root, lambda p: orderer.refuse(proposal_of(orderer, redirected), "no_quorum"))
+    sim.run(until=sim.now + 2.0)
+    assert [r.msg for r in scribe_rows(net, "publish_refused")] == [refused, redirected], (
+        f"seed={seed}")
+    assert scribe_rows(net, "deliver", since=since) == [], f"seed={seed}: delivered unordered"
+    assert net.apps[publisher].pending_publishes == 0, f"seed={seed}"
+    assert orderer.pending() == [], f"seed={seed}: a refused publish was proposed again"
+
+
+def lone_root(orderer: DeferredOrderer | None = None) -> tuple[Scribe, FakeEnv]:
+    """Node a, alone on the ring: root of t, subscribed, with one child b."""
+    env = FakeEnv("a")
+    app = Scribe(env, Chord(env, create=True, config=ChordConfig()), orderer=orderer)
+    app.start()
+    env.advance(0.1)
+    app.subscribe("t")
+    env.advance(0.1)
+    app.on_message("b", Heartbeat(up=("t",)))
+    assert app.role("t") is TreeRole.ROOT and app.children("t") == ["b"]
+    env.sent.clear()
+    env.rows.clear()
+    return app, env
+
+
+def publish(seq: int, origin: str = "c") -> Publish:
+    return Publish(topic="t", origin=origin, seq=seq, payload={"n": seq})
+
+
+def test_the_root_takes_a_publish_only_when_accepted_at_the_orderers_position() -> None:
+    orderer = DeferredOrderer()
+    app, env = lone_root(orderer)
+    epoch = app.stream("t")
+    assert epoch is not None
+    app.on_message("c", publish(1))
+    app.on_message("c", publish(2))
+    app.on_message("c", publish(1))  # a retry while it is being ordered
+    assert env.sent == [] and env.traced("deliver") == []
+    assert env.drop_reasons() == ["being_ordered"]
+    assert app.undecided_publishes == 2 and [p.item for p in orderer.pending("t")] == [
+        publish(1), publish(2)]
+    one, two = orderer.proposals
+    orderer.accept(two, position=1)
+    assert env.take_sent() == [
+        ("c", PublishAck(topic="t", seq=2)),
+        ("b", ScribeData(topic="t", origin="c", seq=2, payload={"n": 2}, epoch=epoch, pos=1))]
+    orderer.accept(one, position=2)
+    assert env.take_sent() == [
+        ("c", PublishAck(topic="t", seq=1)),
+        ("b", ScribeData(topic="t", origin="c", seq=1, payload={"n": 1}, epoch=epoch, pos=2))]
+    assert [r.msg for r in env.traced("deliver")] == ["c:2", "c:1"]
+    assert app.position("t") == 2 and app.undecided_publishes == 0
+    app.on_message("c", publish(1))  # a retry of one taken: acknowledged again, not proposed
+    assert env.take_sent() == [("c", PublishAck(topic="t", seq=1))]
+    assert len(orderer.proposals) == 2
+
+
+def test_a_redirect_or_a_refusal_at_the_root_is_answered_and_nothing_is_taken() -> None:
+    orderer = DeferredOrderer()
+    app, env = lone_root(orderer)
+    before = app.snapshot()
+    app.on_message("c", publish(1))
+    app.on_message("d", publish(1, origin="d"))
+    orderer.redirect(orderer.proposals[0], "n9")
+    orderer.refuse(orderer.proposals[1], "no_quorum")
+    assert env.take_sent() == [("c", PublishRedirect(topic="t", seq=1, to="n9")),
+                               ("d", PublishRefused(topic="t", seq=1, reason="no_quorum"))]
+    assert env.traced("deliver") == [] and app.snapshot() == before
+
+
+def test_a_decision_after_stop_or_after_the_tree_moved_away_takes_nothing() -> None:
+    orderer = DeferredOrderer()
+    app, env = lone_root(orderer)
+    app.on_message("c", publish(1))
+    app._topics["t"].role = TreeRole.MEMBER  # as a rejoin makes a root Chord stops naming
+    orderer.accept(orderer.proposals[0])
+    assert env.take_sent() == [] and env.drop_reasons() == ["not_root_when_decided"]
+    app._topics["t"].role = TreeRole.ROOT
+    app.on_message("c", publish(2))
+    app.stop()
+    env.sent.clear()
+    orderer.accept(orderer.proposals[1])
+    assert env.sent == [] and env.traced("deliver") == []
+
+
+def test_a_new_stream_starts_at_1_while_the_orderers_positions_go_on() -> None:
+    orderer = ImmediateOrderer()
+    env = FakeEnv("a")
+    app = Scribe(env, Chord(env, create=True, config=ChordConfig()), orderer=orderer)
+    app.start()
+    env.advance(0.1)
+    app.subscribe("t")
+    env.advance(0.1)
+    app.on_message("b", Heartbeat(up=("t",)))
+    for seq in (1, 2):
+        app.on_message("c", publish(seq))
+    assert app.position("t") == 2 and orderer.position("t") == 2
+    app._new_stream("t", app._topics["t"])  # as when this node becomes the root again
+    env.sent.clear()
+    app.on_message("c", publish(3))
+    epoch = app.stream("t")
+    assert [(m.epoch, m.pos) for _, m in env.sent if isinstance(m, ScribeData)] == [(epoch, 1)]
+    assert orderer.position("t") == 3
+
+
+def publisher_of_t(**config: Any) -> tuple[Scribe, FakeEnv, str]:
+    """Node a, not on a ring yet, publishing one message on t whose root it was told is r."""
+    env = FakeEnv("a")
+    chord = Chord(env, contacts=["z"], config=ChordConfig())
+    app = Scribe(env, chord, config=ScribeConfig(**config))
+    app.start()
+    mid = app.publish("t", {"x": 1})
+    assert chord.on_root_found is not None
+    chord.on_root_found("t", "r", 1, 1)
+    assert env.take_sent()[-1] == ("r", Publish(topic="t", origin="a", seq=1, payload={"x": 1}))
+    env.rows.clear()
+    return app, env, mid
+
+
+def test_the_publisher_follows_a_redirect_at_once_and_ends_at_a_refusal() -> None:
+    app, env, mid = publisher_of_t()
+    app.on_message("r", PublishRedirect(topic="t", seq=1, to="q"))
+    assert env.take_sent() == [("q", Publish(topic="t", origin="a", seq=1, payload={"x": 1}))]
+    (row,) = env.traced("publish_redirect")
+    assert (row.msg, row.peer, info_of(row)["by"]) == (mid, "q", "r")
+    app.on_message("q", PublishRefused(topic="t", seq=1, reason="no_quorum"))
+    (row,) = env.traced("publish_refused")
+    assert (row.msg, row.peer, info_of(row)["reason"]) == (mid, "q", "no_quorum")
+    assert app.pending_publishes == 0
+    env.advance(20.0)  # no retry of a refused publish
+    assert [m for _, m in env.sent if isinstance(m, Publish)] == []
+    assert env.drop_reasons() == []
+
+
+def test_a_redirect_counts_as_a_try_so_a_redirect_loop_ends_in_publish_failed() -> None:
+    app, env, mid = publisher_of_t(publish_retries=2)
+    for to in ("q", "r"):
+        app.on_message("x", PublishRedirect(topic="t", seq=1, to=to))
+    assert [dst for dst, m in env.take_sent() if isinstance(m, Publish)] == ["q", "r"]
+    app.on_message("x", PublishRedirect(topic="t", seq=1, to="q"))
+    assert env.sent == [] and env.drop_reasons() == ["publish_failed"]
+    assert env.traced("drop")[0].msg == mid and app.pending_publishes == 0
+
+
+def test_answers_to_no_publish_of_ours_are_dropped_and_change_nothing() -> None:
+    app, env, _ = publisher_of_t()
+    before = app.snapshot()
+    for msg, reason in ((PublishRedirect(topic="t", seq=9, to="q"), "unexpected_redirect"),
+                        (PublishRefused(topic="u", seq=1, reason="no"), "unexpected_refusal")):
+        app.on_message("r", msg)
+        assert env.drop_reasons()[-1] == reason
+    assert env.sent == [] and app.snapshot() == before
+
+
+def test_answers_that_cannot_exist_are_refused_by_constructor_and_codec() -> None:
+    for cls, bad in ((PublishRedirect, dict(topic="t", seq=1, to="not an id")),
+                     (PublishRedirect, dict(topic="t", seq=0, to="q")),
+                     (PublishRefused, dict(topic="t", seq=1, reason="")),
+                     (PublishRefused, dict(topic="t", seq=1, reason="x" * 201)),
+                     (PublishRefused, dict(topic="", seq=1, reason="no"))):
+        with pytest.raises(ValueError):
+            cls(**bad)  # type: ignore[arg-type]
+        with pytest.raises(ProtocolError):
+            CODEC.from_dict({"type": cls.TYPE, **bad})
+    for good in (PublishRedirect(topic="t", seq=1, to="q"),
+                 PublishRefused(topic="t", seq=1, reason="no_quorum")):
+        assert CODEC.decode(CODEC.encode(good)) == good
+
+
+def test_scribe_refuses_an_orderer_that_is_not_one() -> None:
+    env = FakeEnv("a")
+    with pytest.raises(TypeError):
+        Scribe(env, Chord(env, create=True, config=ChordConfig()),
+               orderer=object())  # type: ignore[arg-type]

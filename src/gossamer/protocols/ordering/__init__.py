@@ -1,8 +1,10 @@
-"""ordering: delivery-order layers (FIFO, causal, per-object order).
+"""ordering: delivery-order layers (FIFO, causal, per-object order) and the ``Orderer`` part.
 
 ``fifo`` is reliable FIFO broadcast per origin. ``causal`` (causal delivery with vector clocks)
 and ``per_object`` (which concurrent write to an object wins) are seed 000's, on that seed's wire
-format (``gossamer.protocols.replica.wire``).
+format (``gossamer.protocols.replica.wire``). ``orderer``: the part a service that orders (Scribe's
+topic root, the hub) is given at construction; it accepts (at a position), redirects or refuses,
+possibly later; ``ImmediateOrderer`` is the default, ``DeferredOrderer`` the one tests drive.
 """
 
 from .causal import CausalConfig, CausalDelivery
@@ -16,11 +18,27 @@ from .fifo import (
     FifoStatus,
     FifoSync,
 )
+from .orderer import (
+    Accepted,
+    Decision,
+    DecisionFn,
+    DeferredOrderer,
+    ImmediateOrderer,
+    Orderer,
+    Proposal,
+    ProposalState,
+    Redirected,
+    Refused,
+)
 from .per_object import Verdict, WinningPaths, Write, judge
 
 __all__ = [
+    "Accepted",
     "CausalConfig",
     "CausalDelivery",
+    "Decision",
+    "DecisionFn",
+    "DeferredOrderer",
     "FifoAck",
     "FifoBroadcast",
     "FifoConfig",
@@ -29,6 +47,12 @@ __all__ = [
     "FifoNack",
     "FifoStatus",
     "FifoSync",
+    "ImmediateOrderer",
+    "Orderer",
+    "Proposal",
+    "ProposalState",
+    "Redirected",
+    "Refused",
     "Verdict",
     "WinningPaths",
     "Write",

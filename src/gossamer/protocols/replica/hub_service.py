@@ -6,6 +6,12 @@ A multicast is forwarded exactly as it was received, to every other connection i
 ``write_many`` (the runtime frames it once); everything else the hub says is encoded here. Bad
 input is dropped and traced, never fatal; the runtime closes what breaks its limits (frame
 size, invalid UTF-8, a slow reader) and the others hear the ``Left``.
+
+The hub orders per object (its relay's order is the order clients see): each data message
+passes through the ``orderer`` (keyed by the object) before the keeper stores it and the hub
+forwards it, and only once accepted; a redirect or a refusal drops it, traced (seed 000's wire
+has no answer for them: the clients' NACKs fetch what they miss). The default
+``ImmediateOrderer`` accepts at once and nothing reads its positions, so the hub skips it.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from typing import Any
 
 from ...core.conn import CloseCode, Conn
 from ...core.env import Env
-from ...core.errors import ProtocolError, StateError
+from ...core.errors import CorruptMessage, ProtocolError, StateError
 from ...core.messages import Message
 from ..dissemination.hub_relay import HubRelay, Route, dest_of
+from ..ordering.orderer import Accepted, Decision, ImmediateOrderer, Orderer, Redirected
 from .keeper import HubKeeper, KeeperConfig
-from .wire import HUB_ID, ReplicaCodec
+from .wire import HUB_ID, Data, ReplicaCodec
 
 __all__ = ["DEFAULT_KEEPER", "HUB_LAYER", "HubService"]
 
@@ -39,12 +46,17 @@ class _Peer:
 
 
 class HubService:
-    """The hub (see the module docstring). ``keeper`` None runs the seed's bare relay."""
+    """The hub (see the module docstring). ``keeper`` None runs the seed's bare relay;
+    ``orderer`` (None: an ``ImmediateOrderer``) decides each data message's place in its
+    object's order before it is stored and forwarded."""
 
     def __init__(self, env: Env, *, keeper: KeeperConfig | None = DEFAULT_KEEPER,
-                 max_connections: int = 10_000, codec: ReplicaCodec | None = None) -> None:
+                 max_connections: int = 10_000, codec: ReplicaCodec | None = None,
+                 orderer: Orderer | None = None) -> None:
         if env.node != HUB_ID:
             raise StateError(f"the hub runs as node {HUB_ID!r}, not {env.node!r}")
+        if orderer is not None and not isinstance(orderer, Orderer):
+            raise TypeError(f"orderer must be an Orderer, got {orderer!r}")
         self.env = env
         self.codec = codec if codec is not None else ReplicaCodec()
         self.relay = HubRelay(max_connections=max_connections)
@@ -52,6 +64,11 @@ class HubService:
         self.keeper = None if keeper is None else HubKeeper(env, self._from_hub, config=keeper)
         self._peers: dict[Conn, _Peer] = {}
         self.running = False
+        self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()
+        # the one the hot path calls: None when it would accept at once at positions nobody
+        # reads (the default), so a data message costs one test of this attribute
+        self._ordering: Orderer | None = (None if type(self.orderer) is ImmediateOrderer
+                                          else self.orderer)
 
     def start(self) -> None:
         self.running = True
@@ -91,6 +108,10 @@ class HubService:
         try:
             msg = self.codec.decode(frame)
             peer.client = relay.bind(conn, msg)
+            ordering = self._ordering
+            if ordering is not None and isinstance(msg, Data):
+                self._propose(ordering, conn, peer, msg, frame, before is None)
+                return
             forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
             multicast = forward is msg and dest_of(msg) is None
             routes = [] if forward is None or multicast else relay.routes(conn, forward)
@@ -116,6 +137,46 @@ class HubService:
                     dropped=peer.dropped, reason=reason)
         if self.running:
             self._forward(routes, None, b"")
+
+    # -- ordering (a non-default orderer only) -------------------------------------------------
+
+    def _propose(self, orderer: Orderer, conn: Conn, peer: _Peer, msg: Data, frame: bytes,
+                 first: bool) -> None:
+        """Hand a data message to the orderer; it is stored and forwarded once accepted."""
+        if self.keeper is not None and not msg.crc_ok:  # what the keeper would refuse
+            raise CorruptMessage(f"data {msg.id}:{msg.seq} on {msg.key!r}: wrong crc")
+        if first:
+            self._trace("join", peer, conn=conn.id, remote=conn.remote)
+        orderer.propose(
+            msg.key, msg, lambda decision: self._ordered(conn, peer, msg, frame, decision))
+
+    def _ordered(self, conn: Conn, peer: _Peer, msg: Data, frame: bytes,
+                 decision: Decision) -> None:
+        if not self.running:
+            return
+        if not isinstance(decision, Accepted):
+            peer.dropped += 1
+            if isinstance(decision, Redirected):
+                self._trace("drop", peer, size=len(frame), reason="order_redirected",
+                            msg=f"{msg.id}:{msg.seq}", key=msg.key, leader=decision.leader)
+            else:
+                self._trace("drop", peer, size=len(frame), reason="order_refused",
+                            msg=f"{msg.id}:{msg.seq}", key=msg.key,
+                            detail=decision.reason[:DETAIL_CHARS])
+            return
+        try:
+            forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
+            multicast = forward is msg  # a data message has no dest
+            routes = [] if forward is None or multicast else self.relay.routes(conn, forward)
+        except ProtocolError as exc:
+            peer.dropped += 1
+            self._trace("drop", peer, size=len(frame), reason=exc.reason,
+                        detail=str(exc)[:DETAIL_CHARS])
+            return
+        if multicast:
+            self.env.write_many(self.everyone, frame, exclude=conn)
+        else:
+            self._forward(routes, msg, frame)
 
     # -- routing -----------------------------------------------------------------------------
 

@@ -8,13 +8,19 @@ leaves it takes the next hop as its parent. Unsubscribing prunes: a node with no
 is not subscribed LEAVEs its parent.
 
 Publishing finds the topic's root (Chord ``find_root``, then cached), sends it the message and
-waits for an acknowledgement, retrying through a fresh lookup. The root runs ``order`` (the step
-a replicated owner, e.g. Multi-Paxos, replaces) which by default disseminates at once down the
-tree; only subscribed nodes deliver, each message once. While the ring settles Chord's view and
-the tree can disagree: a tree member named root passes a publish up to its parent (``hops``
-bounds a cycle); a node named root with no tree yet takes it into a stream of its own, which
-the tree fetches when it moves there; and a root Chord stops naming (it took messages while
-the tree was elsewhere) publishes them again in the tree it joins, until they come down to it.
+waits for an acknowledgement, retrying through a fresh lookup. The root hands the message to its
+``Orderer`` (given at construction; the default ``ImmediateOrderer`` accepts at once, a
+replicated topic owner such as Multi-Paxos answers once a majority decided) and acts only on its
+decision: accepted, the message is numbered at the decided position, acknowledged and sent down
+the tree; redirected, the publisher is told where to publish (``PublishRedirect``: a traced
+``publish_redirect``, then a retry there); refused, the publisher is told why
+(``PublishRefused``: a traced ``publish_refused``, and the publish ends). Nothing is
+acknowledged before the orderer accepted it. Only subscribed nodes deliver, each message once.
+While the ring settles Chord's view and the tree can disagree: a tree member named root passes a
+publish up to its parent (``hops`` bounds a cycle); a node named root with no tree yet takes it
+into a stream of its own, which the tree fetches when it moves there; and a root Chord stops
+naming (it took messages while the tree was elsewhere) publishes them again in the tree it
+joins, until they come down to it.
 
 Tree repair: tree neighbours exchange heartbeats. A child that does not hear its parent within
 ``parent_timeout`` joins again through Chord, which routes around the failed node; a parent
@@ -23,8 +29,9 @@ is inconsistent) grows without bound and is broken by a fresh join past ``max_de
 that Chord no longer names root joins the new one.
 
 Loss recovery: each root numbers the topic's messages in a stream of its own, named by a random
-``epoch`` drawn when it becomes root, at positions 1, 2, ... (the message id, origin:seq, stays
-the delivery identity). Every tree node keeps the last ``topic_log_limit`` messages by position
+``epoch`` drawn when it becomes root, at positions 1, 2, ...: its orderer's positions for the
+topic, counted from the first message the stream took (the message id, origin:seq, stays the
+delivery identity). Every tree node keeps the last ``topic_log_limit`` messages by position
 and the highest position it knows of; heartbeats carry the parent's epoch, highest position and
 the lowest position it can get (from its log, or from its own parent). A gap (a position jump,
 or a heartbeat above what we have) is NACKed to the parent after ``nack_delay``, again every
@@ -45,7 +52,7 @@ new tree. Closing that window is the replicated topic owner's job (Multi-Paxos).
 
 ``messages``, ``base`` (configuration, per-topic state), ``stream`` (the root's numbered stream,
 bounded logs, NACK repair and catch-up), ``tree`` (tree membership and heartbeats) and ``node``
-(``Scribe``: the process, subscribe/publish, the root's ``order``).
+(``Scribe``: the process, subscribe/publish, the root's hand-off to its orderer).
 """
 
 from .base import LAYER, ScribeConfig, TreeRole
@@ -54,6 +61,8 @@ from .messages import (
     Heartbeat,
     Publish,
     PublishAck,
+    PublishRedirect,
+    PublishRefused,
     ScribeData,
     ScribeLeave,
     ScribeMessage,
@@ -69,6 +78,8 @@ __all__ = [
     "Heartbeat",
     "Publish",
     "PublishAck",
+    "PublishRedirect",
+    "PublishRefused",
     "Scribe",
     "ScribeConfig",
     "ScribeData",

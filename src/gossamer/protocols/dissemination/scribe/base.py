@@ -1,5 +1,5 @@
 """Scribe's configuration, per-topic tree and stream state, and what every part of the protocol
-shares (``ScribeBase``: the node's topics, messages seen, publishes in flight, drops).
+shares (``ScribeBase``: the node's topics, messages seen, publishes in flight, its orderer, drops).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from ....core.errors import ConfigError
 from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
+from ...ordering.orderer import ImmediateOrderer, Orderer
 from .messages import MAX_NACK_SPAN, ScribeData
 
 __all__ = [
@@ -46,6 +47,7 @@ class ScribeConfig:
     max_topics: int = 4096
     max_children: int = 4096  # per topic
     max_pending: int = 4096  # publishes awaiting their ack
+    max_ordering: int = 4096  # publishes a root handed to its orderer, awaiting its decision
     seen_limit: int = 100_000  # message ids remembered to deliver and forward once
     durable: bool = True  # the next sequence number survives a crash
     loss_recovery: bool = True  # off: no log, no NACKs (a lost ScribeData is lost below)
@@ -67,7 +69,8 @@ class ScribeConfig:
                      "sync_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
-        for name in ("max_depth", "max_topics", "max_children", "max_pending", "seen_limit",
+        for name in ("max_depth", "max_topics", "max_children", "max_pending", "max_ordering",
+                     "seen_limit",
                      "topic_log_limit", "nack_retries", "nack_max_range", "nack_ranges",
                      "catch_up_requests"):
             if getattr(self, name) < 1:
@@ -118,6 +121,9 @@ class TopicState:
     asked_up: dict[int, float] = dataclasses.field(default_factory=dict)  # for children: when
     nack_rounds: int = 0  # NACK rounds since the last progress
     nack_timer: TimerHandle | None = None
+    # a root: the orderer's position just before this stream's first message (None: no message
+    # numbered in it yet); stream position = decided position - order_base
+    order_base: int | None = None
 
     @property
     def synced(self) -> bool:
@@ -133,7 +139,7 @@ class TopicState:
                 self.epoch,
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
                 self.parent_high, self.parent_low, tuple(self.asked_up.items()),
-                self.nack_rounds, self.nack_timer is not None)
+                self.nack_rounds, self.nack_timer is not None, self.order_base)
 
     def resend_low(self) -> int:
         """The lowest position we can resend, will have, or can ask our parent for (0: we
@@ -172,16 +178,23 @@ class ScribeBase:
         chord: ChordHost,
         *,
         config: ScribeConfig | None = None,
+        orderer: Orderer | None = None,
         on_deliver: DeliverFn | None = None,
     ) -> None:
+        if orderer is not None and not isinstance(orderer, Orderer):
+            raise TypeError(f"orderer must be an Orderer, got {orderer!r}")
         self.env = env
         self.chord = chord
         self.config = config if config is not None else ScribeConfig()
+        # a root hands each publish to it and takes it only once accepted (None: a fresh
+        # ImmediateOrderer, which accepts at once; its counters are this node's own)
+        self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()
         self.on_deliver = on_deliver
         self.delivered = 0
         self._topics: dict[str, TopicState] = {}
         self._seen: dict[str, None] = {}
         self._pending: dict[int, PendingPublish] = {}  # seq -> publish awaiting its ack
+        self._ordering: dict[str, None] = {}  # ids of publishes our orderer has not decided
         self._roots: dict[str, tuple[NodeId, float]] = {}  # topic -> (root, when learnt)
         self._nonce = env.rng.getrandbits(32)
         self._heartbeat_timer: TimerHandle | None = None

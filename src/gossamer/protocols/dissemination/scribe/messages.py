@@ -1,5 +1,6 @@
-"""Scribe's messages: publishes and their acknowledgements, data down a topic's tree at a position
-of the root's stream, NACKs and catch-up requests, leaves and heartbeats. Each validates itself.
+"""Scribe's messages: publishes and the root's answers (acknowledged once ordered, redirected,
+refused), data down a topic's tree at a position of the root's stream, NACKs and catch-up
+requests, leaves and heartbeats. Each validates itself.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 
 from ....core.ids import NodeId, check_node_id
 from ....core.messages import Codec, Message, TraceIds, message
+from ...ordering.orderer import check_reason
 
 __all__ = [
     "MAX_CATCH_UP_AGE",
@@ -21,6 +23,8 @@ __all__ = [
     "Heartbeat",
     "Publish",
     "PublishAck",
+    "PublishRedirect",
+    "PublishRefused",
     "ScribeData",
     "ScribeLeave",
     "ScribeMessage",
@@ -104,9 +108,9 @@ class Publish(_Published):
             raise ValueError(f"hops must be in [0, {MAX_DEPTH_WIRE}], got {self.hops}")
 
 
-@message("scribe.publish_ack", codec=CODEC)
-class PublishAck(ScribeMessage):
-    """Root -> publisher: your message is taken (ordered, disseminated)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Answer(ScribeMessage):
+    """The root's answer to the publisher of message ``seq`` on ``topic``."""
 
     topic: str
     seq: int
@@ -115,6 +119,36 @@ class PublishAck(ScribeMessage):
         check_topic(self.topic)
         if self.seq < 1:
             raise ValueError(f"seq must be >= 1, got {self.seq}")
+
+
+@message("scribe.publish_ack", codec=CODEC)
+class PublishAck(_Answer):
+    """Root -> publisher: your message is taken (the root's orderer accepted it; it is going
+    down the tree)."""
+
+
+@message("scribe.publish_redirect", codec=CODEC)
+class PublishRedirect(_Answer):
+    """Root -> publisher: my orderer says node ``to`` orders this topic (its leader); publish
+    there. Nothing was taken."""
+
+    to: str
+
+    def __post_init__(self) -> None:
+        _Answer.__post_init__(self)
+        check_node_id(self.to)
+
+
+@message("scribe.publish_refused", codec=CODEC)
+class PublishRefused(_Answer):
+    """Root -> publisher: my orderer refused your message, because ``reason``; it is not taken
+    and will not be."""
+
+    reason: str
+
+    def __post_init__(self) -> None:
+        _Answer.__post_init__(self)
+        check_reason(self.reason)
 
 
 @message("scribe.data", codec=CODEC)

@@ -1,5 +1,6 @@
-"""Scribe as a node's process: subscribe, unsubscribe and publish through the topic's root, with
-the root's ``order`` step; it builds on the tree (``tree``) and its streams (``stream``).
+"""Scribe as a node's process: subscribe, unsubscribe and publish through the topic's root, which
+takes a publish once its orderer accepted it; it builds on the tree (``tree``) and its streams
+(``stream``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from ....core.errors import StateError
 from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
+from ...ordering.orderer import Decision, Orderer, Redirected, Refused
 from .base import LAYER, DeliverFn, PendingPublish, ScribeConfig, TopicState, TreeRole
 from .messages import (
     MAX_POSITION,
     Heartbeat,
     Publish,
     PublishAck,
+    PublishRedirect,
+    PublishRefused,
     ScribeData,
     ScribeLeave,
     ScribeMessage,
@@ -37,6 +41,9 @@ class Scribe(TreeMembership):
     the messages that are not Scribe's.
 
     ``on_deliver(topic, msg_id, origin, payload)`` is called at subscribed nodes only.
+    ``orderer``: where this node, as a topic's root, orders the publishes it gets (default: a
+    fresh ``ImmediateOrderer``, which accepts each at once); a publish is numbered at the
+    position it decided, acknowledged and sent down the tree only once it accepted it.
     """
 
     def __init__(
@@ -45,9 +52,10 @@ class Scribe(TreeMembership):
         chord: ChordHost,
         *,
         config: ScribeConfig | None = None,
+        orderer: Orderer | None = None,
         on_deliver: DeliverFn | None = None,
     ) -> None:
-        super().__init__(env, chord, config=config, on_deliver=on_deliver)
+        super().__init__(env, chord, config=config, orderer=orderer, on_deliver=on_deliver)
         chord.on_forward = self._on_forward
         chord.on_deliver = self._on_route_delivered
         chord.on_root_found = self._on_root_found
@@ -68,6 +76,7 @@ class Scribe(TreeMembership):
             if pending.timer is not None:
                 self.env.cancel(pending.timer)
         self._pending.clear()
+        self._ordering.clear()  # what the orderer decides from now on is ignored
         for topic, state in self._topics.items():
             self._cancel_nack(state)
             if state.parent is not None:
@@ -91,6 +100,10 @@ class Scribe(TreeMembership):
             self._on_publish(src, msg)
         elif isinstance(msg, PublishAck):
             self._on_publish_ack(src, msg)
+        elif isinstance(msg, PublishRedirect):
+            self._on_publish_redirect(src, msg)
+        elif isinstance(msg, PublishRefused):
+            self._on_publish_refused(src, msg)
         elif isinstance(msg, ScribeLeave):
             self._on_leave(src, msg)
         elif isinstance(msg, Heartbeat):
@@ -144,28 +157,6 @@ class Scribe(TreeMembership):
         self._send_publish(pending)
         return mid
 
-    def order(self, topic: str, origin: NodeId, seq: int, payload: Any) -> None:
-        """The root's ordering step for a publish it accepted. By default: disseminate at once.
-        A replicated topic owner (Multi-Paxos) replaces this and calls ``disseminate`` once the
-        message is decided."""
-        self.disseminate(topic, origin, seq, payload)
-
-    def disseminate(self, topic: str, origin: NodeId, seq: int, payload: Any) -> None:
-        """Deliver here (if subscribed) and send down this node's tree for ``topic``, stamped with
-        the topic's next stream position."""
-        mid = message_id(origin, seq)
-        if mid in self._seen:
-            return
-        state = self._topics.get(topic)
-        if state is None or state.role is not TreeRole.ROOT:  # no tree of ours to number it in
-            self._accept(topic, mid, origin, seq, payload)
-            return
-        if not state.synced or state.high >= MAX_POSITION:
-            self._new_stream(topic, state)
-        data = ScribeData(topic=topic, origin=origin, seq=seq, payload=payload,
-                          epoch=state.epoch, pos=state.high + 1)
-        self._take(topic, state, data)
-
     # -- inspection ----------------------------------------------------------------------------
 
     def topics(self) -> list[str]:
@@ -207,11 +198,17 @@ class Scribe(TreeMembership):
         """Publishes not yet acknowledged by the topic's root (still being retried)."""
         return len(self._pending)
 
+    @property
+    def undecided_publishes(self) -> int:
+        """Publishes this node, as a topic's root, handed to its orderer and has no decision
+        for yet."""
+        return len(self._ordering)
+
     def snapshot(self) -> tuple[Any, ...]:
         """Everything a message may change, for tests that check a drop changed nothing."""
         return (tuple((t, s.view()) for t, s in self._topics.items()),
                 tuple(self._seen), tuple(self._pending), tuple(self._roots.items()),
-                self.delivered)
+                tuple(self._ordering), self.delivered)
 
     # -- publishing ----------------------------------------------------------------------------
 
@@ -233,10 +230,13 @@ class Scribe(TreeMembership):
         else:
             self.env.send(root, msg)
 
-    def _on_root_found(self, key: str, root: NodeId, hops: int, ref: int) -> None:
-        self._roots[key] = (root, self.env.now())
+    def _remember_root(self, topic: str, root: NodeId) -> None:
+        self._roots[topic] = (root, self.env.now())
         if len(self._roots) > self.config.max_topics:
             del self._roots[next(iter(self._roots))]
+
+    def _on_root_found(self, key: str, root: NodeId, hops: int, ref: int) -> None:
+        self._remember_root(key, root)
         pending = self._pending.get(ref)
         if pending is not None and pending.topic == key:
             self._to_root(pending, root)
@@ -249,6 +249,11 @@ class Scribe(TreeMembership):
         if pending is None:
             return
         self._roots.pop(pending.topic, None)
+        self._try_again(pending)
+
+    def _try_again(self, pending: PendingPublish) -> None:
+        """Send a publish again (its timer is not running), unless it used up its tries."""
+        seq = pending.seq
         if pending.tries >= self.config.publish_retries:
             del self._pending[seq]
             self.env.trace("drop", layer=LAYER, msg=message_id(self.env.node, seq),
@@ -282,22 +287,103 @@ class Scribe(TreeMembership):
         if state is None or state.role is not TreeRole.ROOT:
             self._drop(src, msg, "not_root")  # the publisher's timeout looks the root up again
             return
-        ack = PublishAck(topic=msg.topic, seq=msg.seq)
-        if msg.origin == self.env.node:
-            self._on_publish_ack(self.env.node, ack)
-        else:
-            self.env.send(msg.origin, ack)
-        if message_id(msg.origin, msg.seq) in self._seen:
-            return  # a retry of one we took
-        self.order(msg.topic, msg.origin, msg.seq, msg.payload)
+        mid = message_id(msg.origin, msg.seq)
+        if mid in self._seen:  # a retry of one we took: its ack was lost
+            self._answer(msg.origin, PublishAck(topic=topic, seq=msg.seq))
+            return
+        if mid in self._ordering:
+            self._drop(src, msg, "being_ordered")  # a retry: the orderer's decision answers it
+            return
+        if len(self._ordering) >= self.config.max_ordering:
+            self._drop(src, msg, "ordering_full")  # the publisher's timeout tries again
+            return
+        self._ordering[mid] = None
+        self.orderer.propose(topic, msg, functools.partial(self._ordered, msg))
 
-    def _on_publish_ack(self, src: NodeId, msg: PublishAck) -> None:
+    def _ordered(self, msg: Publish, decision: Decision) -> None:
+        """Our orderer decided a publish we proposed as the topic's root (now or later): only
+        if it accepted it is it numbered, acknowledged and sent down the tree."""
+        mid = message_id(msg.origin, msg.seq)
+        if mid not in self._ordering:
+            return  # we stopped since
+        del self._ordering[mid]
+        topic, origin, seq = msg.topic, msg.origin, msg.seq
+        if isinstance(decision, Redirected):
+            self._answer(origin, PublishRedirect(topic=topic, seq=seq, to=decision.leader))
+            return
+        if isinstance(decision, Refused):
+            self._answer(origin, PublishRefused(topic=topic, seq=seq, reason=decision.reason))
+            return
+        state = self._topics.get(topic)
+        if state is None or state.role is not TreeRole.ROOT:
+            # the tree moved away while it was being ordered: not taken, so not acknowledged;
+            # the publisher's timeout finds the new root
+            self._drop(origin, msg, "not_root_when_decided")
+            return
+        if mid in self._seen:
+            self._answer(origin, PublishAck(topic=topic, seq=seq))
+            return
+        if not state.synced or state.high >= MAX_POSITION:
+            self._new_stream(topic, state)
+        if state.order_base is None:  # the stream's first message: it starts at position 1
+            state.order_base = decision.position - 1
+        pos = decision.position - state.order_base
+        if not 1 <= pos <= MAX_POSITION:
+            # decided before this stream started, answered after it (an orderer that broke
+            # its order): not taken; the publisher's retry is ordered again
+            self._drop(origin, msg, "decided_before_stream")
+            return
+        self._answer(origin, PublishAck(topic=topic, seq=seq))
+        self._take(topic, state, ScribeData(topic=topic, origin=origin, seq=seq,
+                                            payload=msg.payload, epoch=state.epoch, pos=pos))
+
+    def _answer(self, publisher: NodeId,
+                answer: PublishAck | PublishRedirect | PublishRefused) -> None:
+        """The root's answer to a publisher (handled here if that is us)."""
+        if publisher != self.env.node:
+            self.env.send(publisher, answer)
+        elif isinstance(answer, PublishAck):
+            self._on_publish_ack(publisher, answer)
+        elif isinstance(answer, PublishRedirect):
+            self._on_publish_redirect(publisher, answer)
+        else:
+            self._on_publish_refused(publisher, answer)
+
+    def _answered(self, src: NodeId, msg: PublishAck | PublishRedirect | PublishRefused,
+                  unexpected: str) -> PendingPublish | None:
+        """The publish of ours that ``msg`` answers, its timer stopped (None: we have no such
+        publish; ``msg`` is dropped as ``unexpected``)."""
         pending = self._pending.get(msg.seq)
         if pending is None or pending.topic != msg.topic:
-            self._drop(src, msg, "unexpected_ack")
-            return
-        del self._pending[msg.seq]
+            self._drop(src, msg, unexpected)
+            return None
         if pending.timer is not None:
             self.env.cancel(pending.timer)
+        return pending
+
+    def _on_publish_ack(self, src: NodeId, msg: PublishAck) -> None:
+        if self._answered(src, msg, "unexpected_ack") is None:
+            return
+        del self._pending[msg.seq]
         if src != self.env.node:
-            self._roots[msg.topic] = (src, self.env.now())
+            self._remember_root(msg.topic, src)
+
+    def _on_publish_redirect(self, src: NodeId, msg: PublishRedirect) -> None:
+        """The root's orderer names another node (its leader): publish there, as a retry."""
+        pending = self._answered(src, msg, "unexpected_redirect")
+        if pending is None:
+            return
+        env = self.env
+        env.trace("publish_redirect", layer=LAYER, msg=message_id(env.node, msg.seq),
+                  origin=env.node, seq=msg.seq, key=msg.topic, peer=msg.to, by=src)
+        self._remember_root(msg.topic, msg.to)
+        self._try_again(pending)
+
+    def _on_publish_refused(self, src: NodeId, msg: PublishRefused) -> None:
+        """The root's orderer refused it: the publish ends here (it was not taken)."""
+        if self._answered(src, msg, "unexpected_refusal") is None:
+            return
+        del self._pending[msg.seq]
+        env = self.env
+        env.trace("publish_refused", layer=LAYER, msg=message_id(env.node, msg.seq),
+                  origin=env.node, seq=msg.seq, key=msg.topic, peer=src, reason=msg.reason)

@@ -50,6 +50,7 @@ class StreamRepair(ScribeBase):
         self._cancel_nack(state)
         state.epoch = epoch
         state.high = state.done = 0
+        state.order_base = None  # a root's next decided message is this stream's first
         state.got.clear()
         state.log.clear()
         state.log_at.clear()
