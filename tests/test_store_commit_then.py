@@ -322,6 +322,40 @@ def test_write_behind_many_writers_share_one_group_and_callbacks_run_in_order_on
     run(scenario)
 
 
+def test_write_behind_writers_that_wait_for_their_reply_write_again_in_one_group(
+        tmp_path: Path) -> None:
+    writers, rounds = 10, 5
+
+    async def scenario() -> None:
+        store = WriteBehindStore(tmp_path / "wb.sqlite")
+        left = {writer: rounds for writer in range(writers)}
+        answered = [0]
+        done = asyncio.Event()
+
+        def write(writer: int) -> None:
+            left[writer] -= 1
+            store.put("t", f"{writer}-{left[writer]}", b"x")
+            store.commit_then(functools.partial(replied, writer))
+
+        def replied(writer: int) -> None:
+            answered[0] += 1
+            if left[writer]:
+                write(writer)  # its next write, as a client does after its reply
+            elif answered[0] == writers * rounds:
+                done.set()
+
+        for writer in range(writers):
+            write(writer)
+        await asyncio.wait_for(done.wait(), WAIT)
+        # the first writer's group, then one group a round: the writers a group answered
+        # commit again while its callbacks run and share the next fsync
+        assert store.groups_written <= rounds + 1
+        assert len(rows(tmp_path / "wb.sqlite")) == writers * rounds
+        store.close()
+
+    run(scenario)
+
+
 def test_write_behind_closing_before_the_group_is_on_disk_never_runs_its_callbacks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "wb.sqlite"

@@ -194,17 +194,20 @@ class WriteBehindStore(Store):
     event loop goes on); while it does, the next group forms, so every ``commit_then`` meanwhile
     shares one fsync. Once a group is on disk its callbacks run on ``loop``
     (``call_soon_threadsafe``), in the order they were given, each once, through ``guard``
-    (the runtime's: a raise stops the node). ``commit()`` hands everything over too and blocks
-    until it is on disk, for a caller that cannot wait for a callback (a stop).
+    (the runtime's: a raise stops the node), and what they commit joins the next group.
+    ``commit()`` hands everything over too and blocks until it is on disk, for a caller that
+    cannot wait for a callback (a stop).
 
-    Bounds: a forming group is handed over as soon as the writer is idle, or early when it
-    holds ``max_group_writes`` rows; at most ``max_groups`` groups are handed over and not yet
-    written, and handing over one more waits for the oldest (back-pressure: it blocks the
-    loop). A failed commit is the node's error: ``on_failure(exc)`` runs on the loop (without
-    one the error is logged and raised there), no callback of that group or of a later one
-    runs, and every later call raises ``StateError``. ``close()`` writes nothing more: writes
-    and callbacks not handed over are lost, as in a crash, and a group being written finishes
-    but its callbacks never run. Use it from the loop's thread only.
+    Bounds: a forming group is handed over when no group is on its way (after the callbacks of
+    the last one ran), or early when it holds ``max_group_writes`` rows; at most
+    ``max_groups`` groups are handed over and not yet written, and handing over one more waits
+    for the oldest (back-pressure: it blocks the loop).
+
+    A failed commit is the node's error: ``on_failure(exc)`` runs on the loop (without one the
+    error is logged and raised there), no callback of that group or of a later one runs, and
+    every later call raises ``StateError``. ``close()`` writes nothing more: writes and
+    callbacks not handed over are lost, as in a crash, and a group being written finishes but
+    its callbacks never run. Use the store from the loop's thread only.
     """
 
     def __init__(self, path: str | Path = ":memory:", *,
@@ -228,6 +231,7 @@ class WriteBehindStore(Store):
         self._forming = _Group()  # committed, waiting for the writer
         self._handed: deque[_Group] = deque()  # handed over, oldest first, until it lands
         self._failure: BaseException | None = None
+        self._landing = False  # a landed group's callbacks are running
         self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="store-writer")
 
@@ -296,7 +300,8 @@ class WriteBehindStore(Store):
                 loop.call_soon(self._run, fn)
             return
         forming.callbacks.append(fn)
-        if not self._handed or len(forming.writes) >= self.max_group_writes:
+        idle = not self._handed and not self._landing  # landing: the group starts after it
+        if idle or len(forming.writes) >= self.max_group_writes:
             self._hand_over()
 
     def commit(self) -> None:
@@ -363,7 +368,9 @@ class WriteBehindStore(Store):
             loop.call_soon_threadsafe(self._landed, group)
 
     def _landed(self, group: _Group) -> None:
-        """On the loop: the oldest group is done. Start the next, then run its callbacks."""
+        """On the loop: the oldest group is done. Run its callbacks, then start the next group:
+        what formed meanwhile and what the callbacks committed (a writer that waited for this
+        group writes again at once), together."""
         if self._writer is None or self._failure is not None:
             return  # closed or failed: its callbacks never run
         handed = self._handed
@@ -375,12 +382,20 @@ class WriteBehindStore(Store):
             self._failed(exc)
             self._report(exc)
             return
-        if not handed and self._forming.writes:
-            self._hand_over()  # what formed while this one was written: its own fsync
-        for fn in group.callbacks:
-            if self._writer is None or self._failure is not None:
-                return  # a callback closed the store (the node stopped)
-            self.guard(fn)
+        self._landing = True
+        try:
+            for fn in group.callbacks:
+                if self._writer is None or self._failure is not None:
+                    return  # a callback closed the store (the node stopped)
+                self.guard(fn)
+        finally:
+            self._landing = False
+            if self._writer is not None and self._failure is None:
+                self._start_next()
+
+    def _start_next(self) -> None:
+        if not self._handed and self._forming.writes:
+            self._hand_over()
 
     def _run(self, fn: Callable[[], None]) -> None:
         if self._writer is not None and self._failure is None:
