@@ -416,6 +416,43 @@ def test_write_behind_a_failed_group_runs_no_callback_and_the_node_hears_of_it(
     run(scenario)
 
 
+def test_write_behind_writes_no_group_after_one_that_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "wb.sqlite"
+
+    async def scenario() -> None:
+        store = WriteBehindStore(path, max_group_writes=1)  # every commit_then: a group
+        failures: list[BaseException] = []
+        store.bind(asyncio.get_running_loop(), on_failure=failures.append)
+        release = threading.Event()
+        real = store.inner.apply_json
+        calls = [0]
+
+        def first_fails(puts: bytes, deletes: bytes) -> None:
+            calls[0] += 1
+            real(puts, deletes)  # in the transaction, then the commit "fails"
+            if calls[0] == 1:
+                assert release.wait(WAIT)
+                raise OSError("disk full")
+
+        monkeypatch.setattr(store.inner, "apply_json", first_fails)
+        ran: list[str] = []
+        store.put("t", "a", b"1")
+        store.commit_then(lambda: ran.append("a"))
+        store.put("t", "b", b"2")
+        store.commit_then(lambda: ran.append("b"))  # a second group, queued behind the first
+        assert store.groups_in_flight == 2
+        release.set()
+        async with asyncio.timeout(WAIT):
+            while not failures:
+                await asyncio.sleep(0.001)
+        store.close()
+        assert ran == [] and calls[0] == 1  # the second group was never written
+        assert rows(path) == []  # nor what the failed one had put in its transaction
+
+    run(scenario)
+
+
 def test_write_behind_bounds_groups_in_flight_and_writes_per_group(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "wb.sqlite"

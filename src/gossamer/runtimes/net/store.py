@@ -69,7 +69,7 @@ class SqliteStore(Store):
         if self.path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")  # each commit syncs the log: durable
-            self._db.execute("PRAGMA fullfsync=ON")  # macOS: a sync reaches the disk's platter
+            self._db.execute("PRAGMA fullfsync=ON")  # macOS: F_FULLFSYNC, through the disk's cache
         self._db.execute(_SCHEMA)
 
     def _open_db(self) -> sqlite3.Connection:
@@ -232,6 +232,7 @@ class WriteBehindStore(Store):
         self._handed: deque[_Group] = deque()  # handed over, oldest first, until it lands
         self._failure: BaseException | None = None
         self._landing = False  # a landed group's callbacks are running
+        self._writer_failed = False  # set by the writer thread: it writes nothing more
         self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="store-writer")
 
@@ -346,17 +347,30 @@ class WriteBehindStore(Store):
             group.future.add_done_callback(functools.partial(self._written, group))
 
     def _write(self, changes: Changes) -> None:
-        """On the writer thread: one transaction, one fsync."""
+        """On the writer thread: one transaction, one fsync. After a failed group nothing
+        more is written (a later group must not commit what the failed one left behind)."""
+        if self._writer_failed:
+            raise StateError(f"store {self.path}: an earlier group commit failed")
+        try:  # sqlite then holds the GIL for two statements, not for every row
+            puts: bytes | None = orjson.dumps([(table, key, _text(value)) for (table, key), value
+                                               in changes.items() if value is not None])
+            deletes = orjson.dumps([row for row, value in changes.items() if value is None])
+        except ValueError:  # a value that is not text sqlite keeps whole: row by row
+            puts = deletes = None
         with self._lock:
-            try:  # sqlite then holds the GIL for two statements, not for every row
-                puts = orjson.dumps([(table, key, _text(value)) for (table, key), value
-                                     in changes.items() if value is not None])
-                deletes = orjson.dumps([row for row, value in changes.items() if value is None])
-            except ValueError:  # a value that is not text sqlite keeps whole: row by row
-                self.inner.apply(changes)
-            else:
-                self.inner.apply_json(puts, deletes)
-            self.inner.commit()
+            try:
+                if puts is None or deletes is None:
+                    self.inner.apply(changes)
+                else:
+                    self.inner.apply_json(puts, deletes)
+                self.inner.commit()
+            except BaseException:
+                self._writer_failed = True
+                db = self.inner._open_db()
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
             self.groups_written += 1
 
     def _written(self, group: _Group, _future: Future[None]) -> None:
