@@ -193,6 +193,18 @@ def test_sim_a_crash_before_the_group_lands_loses_its_writes_and_replies() -> No
     assert [key for key, _ in store.scan("scratch")] == ["0002", "0003"]
 
 
+def test_sim_a_node_that_leaves_keeps_the_group_it_handed_over_but_never_replies() -> None:
+    sim, sink = ledger_sim()
+    record(sim, 1, grouped=True)
+    sim.leave("n1")  # a graceful stop: the disk finishes the group, the process is gone
+    sim.run(until=1.0)
+    sim.rejoin("n1")
+    sim.run(until=2.0)
+    sim.crash("n1")  # what survives a crash now is on disk
+    assert sim.store("n1").get("ledger", "0001") == b"entry"
+    assert replies(sink) == []
+
+
 class Writers:
     """Writes at random times and replies through a group commit (for the determinism test)."""
 
