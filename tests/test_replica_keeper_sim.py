@@ -335,29 +335,6 @@ def test_a_crash_loses_only_the_writes_since_the_last_group_commit() -> None:
     assert again.logged("a") == (1, 10) and again.replica.causal.vector == {"a": 10}
 
 
-def test_the_group_commit_holds_a_bounded_number_of_writes() -> None:
-    from gossamer.protocols.replica.keeper import _GroupCommitStore
-
-    inner = MemoryStore()
-    env = FakeEnv(HUB, store=inner)
-    store = _GroupCommitStore(inner, env, 0.05, max_pending=3)
-    store.put("t", "a", b"1")
-    store.put("t", "b", b"2")
-    store.delete("t", "a")
-    store.commit()  # a timer: nothing reaches the inner store yet
-    assert store.get("t", "b") == b"2" and store.get("t", "a") is None
-    assert list(inner.scan("t")) == []
-    store.put("t", "c", b"3")  # the third pending write: committed at once
-    inner.crash()
-    assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3")]
-    store.put("t", "d", b"4")
-    store.commit()
-    assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3")]
-    env.advance(1.0)  # the group commit's timer
-    inner.crash()
-    assert list(inner.scan("t")) == [("b", b"2"), ("c", b"3"), ("d", b"4")]
-
-
 def test_a_message_delivered_at_once_is_logged_as_it_came_and_reloads_the_same() -> None:
     store = MemoryStore()
     keeper, env = keeper_on(store, log_per_origin=100)
@@ -376,23 +353,3 @@ def test_a_message_delivered_at_once_is_logged_as_it_came_and_reloads_the_same()
     again, _ = keeper_on(store, log_per_origin=100)
     assert again.logged("a") == (1, 2)
     assert again._log["a"][1][1] == first and again._log["a"][2][1] == second
-
-
-def test_writes_added_just_before_a_group_commit_join_that_group() -> None:
-    from gossamer.protocols.replica.keeper import _GroupCommitStore
-
-    inner = MemoryStore()
-    store = _GroupCommitStore(inner, FakeEnv(HUB, store=inner), 0.05, max_pending=2)
-    flushes = []
-
-    def last_writes() -> None:  # more writes than max_pending: no commit in the middle
-        flushes.append(len(flushes))
-        for number in range(5):
-            store.put("t", f"late{number}", b"x")
-
-    store.before_flush = last_writes
-    store.put("t", "a", b"1")
-    store.put("t", "b", b"2")  # the second write: a group commit, once
-    assert flushes == [0]
-    inner.crash()
-    assert [key for key, _ in inner.scan("t")] == ["a", "b"] + [f"late{n}" for n in range(5)]

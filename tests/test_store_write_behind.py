@@ -1,21 +1,18 @@
 """Bulk writes to the sqlite store (``apply``, ``apply_json``) and ``WriteBehindStore``, whose
-commits are written by a thread of its own: reads see every write, a commit is durable once the
-writer is done, what was never handed over is lost on close (a crash), and a writer failure is
-raised, not swallowed."""
+commits are written by a thread of its own: reads see every write, ``commit()`` returns once the
+writer has the group on disk, what was not committed is lost on close (a crash), and a failed
+commit is raised, not swallowed. ``commit_then`` is in ``test_store_commit_then.py``."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import orjson
 import pytest
 
-from gossamer.core import StateError
+from gossamer.core import ConfigError, StateError
 from gossamer.runtimes.net import SqliteStore, WriteBehindStore
 from gossamer.runtimes.sim import MemoryStore
-
-WAIT = 20.0  # seconds: an upper bound only
 
 
 def rows(path: Path, table: str) -> list[tuple[str, bytes]]:
@@ -52,7 +49,7 @@ def test_apply_json_writes_text_values_exactly(tmp_path: Path) -> None:
     assert rows(path, "t") == sorted((key, value.encode()) for key, value in values.items())
 
 
-def test_write_behind_reads_see_writes_and_a_commit_is_durable_once_written(
+def test_write_behind_reads_see_writes_and_commit_returns_once_they_are_on_disk(
         tmp_path: Path) -> None:
     path = tmp_path / "wb.sqlite"
     store = WriteBehindStore(path)
@@ -62,27 +59,27 @@ def test_write_behind_reads_see_writes_and_a_commit_is_durable_once_written(
     assert store.get("t", "b") is None and store.get("t", "c") == b"3"
     assert list(store.scan("t")) == [("a", b"1"), ("c", b"3")]
     assert store.uncommitted
-    store.commit()
-    store.put("t", "d", b"4")  # while the group may still be being written
+    store.commit()  # blocks until the writer thread committed (and synced) the group
+    assert not store.uncommitted
+    assert rows(path, "t") == [("a", b"1"), ("c", b"3")]  # another connection sees it
+    store.put("t", "d", b"4")
     assert store.get("t", "a") == b"1" and store.get("t", "d") == b"4"
     assert list(store.scan("t")) == [("a", b"1"), ("c", b"3"), ("d", b"4")]
-    store.wait()
-    assert rows(path, "t") == [("a", b"1"), ("c", b"3")]  # "d" was not handed over
+    assert rows(path, "t") == [("a", b"1"), ("c", b"3")]  # "d" is not committed
     store.commit()
-    store.wait()
-    assert not store.uncommitted
     assert rows(path, "t") == [("a", b"1"), ("c", b"3"), ("d", b"4")]
+    assert store.groups_written == 2
     store.close()
 
 
-def test_write_behind_close_loses_what_was_not_handed_over_and_then_refuses(
+def test_write_behind_close_loses_what_was_not_committed_and_then_refuses(
         tmp_path: Path) -> None:
     path = tmp_path / "wb.sqlite"
     store = WriteBehindStore(path)
     store.put("t", "kept", b"1")
     store.commit()
     store.put("t", "lost", b"2")
-    store.close()  # waits for "kept", drops "lost": what a crash does
+    store.close()  # drops "lost": what a crash does
     assert rows(path, "t") == [("kept", b"1")]
     with pytest.raises(StateError):
         store.put("t", "x", b"3")
@@ -101,46 +98,35 @@ def test_write_behind_writes_values_that_are_not_text_row_by_row(tmp_path: Path)
     store.put("t", "bin", binary)
     store.put("t", "text", b"plain")
     store.commit()
-    store.wait()
     store.put("t", "nul", b"a\x00b")  # UTF-8, but sqlite's text functions stop at a NUL
     store.commit()
     store.close()
     assert rows(path, "t") == [("bin", binary), ("nul", b"a\x00b"), ("text", b"plain")]
 
 
-def test_write_behind_one_group_at_a_time_and_a_writer_failure_is_raised(
+def test_write_behind_a_failed_commit_is_raised_and_the_store_refuses_more(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = WriteBehindStore(tmp_path / "wb.sqlite")
-    release = threading.Event()
-    started = threading.Event()
-    real = store.inner.apply_json
-
-    def slow_apply(puts: bytes, deletes: bytes) -> None:
-        started.set()
-        assert release.wait(WAIT)
-        real(puts, deletes)
-
-    monkeypatch.setattr(store.inner, "apply_json", slow_apply)
+    path = tmp_path / "wb.sqlite"
+    store = WriteBehindStore(path)
     store.put("t", "first", b"1")
     store.commit()
-    assert started.wait(WAIT)
-    store.put("t", "second", b"2")
-    handed = threading.Thread(target=store.commit)  # waits for the first group
-    handed.start()
-    handed.join(0.05)
-    assert handed.is_alive()
-    release.set()
-    handed.join(WAIT)
-    assert not handed.is_alive()
-    store.wait()
-    assert store.get("t", "second") == b"2"
 
     def broken(puts: bytes, deletes: bytes) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(store.inner, "apply_json", broken)
-    store.put("t", "third", b"3")
-    store.commit()
+    store.put("t", "second", b"2")
     with pytest.raises(OSError, match="disk full"):
-        store.wait()
+        store.commit()
+    with pytest.raises(StateError, match="disk full"):
+        store.put("t", "third", b"3")
+    with pytest.raises(StateError):
+        store.commit()
     store.close()
+    assert rows(path, "t") == [("first", b"1")]
+
+
+def test_write_behind_bounds_are_checked() -> None:
+    for bad in ({"max_groups": 0}, {"max_group_writes": 0}, {"max_groups": 1.5}):
+        with pytest.raises(ConfigError):
+            WriteBehindStore(**bad)

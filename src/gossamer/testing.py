@@ -88,8 +88,11 @@ class FakeEnv(TracesToSink):
     time order (ties in the order they were set). ``sent``, ``written``, ``closes``, ``dialed``
     and ``promoted`` record what the protocol did, oldest first; ``rows`` holds its trace rows
     (``TraceRow``, run ``run``). ``store`` is a crash-aware ``MemoryStore`` unless one is given:
-    share it between two envs to model a restart, and ``crash()`` to lose what was not
-    committed. ``rng`` is ``random.Random(seed)``.
+    share it between two envs to model a restart (the newest env owns it), and ``crash()`` to
+    lose what was not committed. A group commit of a ``MemoryStore``
+    (``store.commit_then(fn)``) lands at the next ``run_due``/``advance``: then its writes are
+    durable and its callbacks run; a ``crash()`` before loses both. ``rng`` is
+    ``random.Random(seed)``.
     """
 
     def __init__(
@@ -119,6 +122,11 @@ class FakeEnv(TracesToSink):
         self._timer_order = itertools.count()
         self._conn_ids = itertools.count(1)
         self._closed: set[Conn] = set()
+        if isinstance(self._store, MemoryStore):
+            self._store.attach(self._next_event)
+
+    def _next_event(self, fn: Callable[[], None]) -> None:
+        self.set_timer(0.0, fn)
 
     # -- the Env contract ----------------------------------------------------------------
 

@@ -41,8 +41,14 @@ TimerHandle = object
 class Store(abc.ABC):
     """Durable key/value tables.
 
-    Reads see uncommitted writes; ``commit()`` makes them durable. A crash loses everything not
-    committed. A protocol commits before it sends a message that depends on the write.
+    Reads see uncommitted writes; ``commit()`` makes them durable: when it returns they are on
+    disk (an fsync, or what a power loss cannot undo), not only handed to the operating system.
+    A crash or power loss loses everything not committed and nothing committed. A protocol
+    commits before it sends a message that depends on the write: write, commit, then send.
+
+    ``commit_then(fn)`` is the same promise for many writers at the price of one commit (group
+    commit): the writes so far join a group with whatever else is committed meanwhile, the group
+    is made durable at once, and only then does ``fn`` send the replies that depend on them.
     """
 
     @abc.abstractmethod
@@ -63,7 +69,21 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def commit(self) -> None:
-        """Make every write so far durable."""
+        """Make every write so far durable; returns once it is on disk."""
+
+    def commit_then(self, fn: Callable[[], None]) -> None:
+        """Commit every write so far, durably, in one group with whatever else joins it, then
+        call ``fn`` (where the replies that depend on the writes are sent).
+
+        ``fn`` runs once, only after its group is on disk, and the callbacks of a store run in
+        the order they were given; a crash, a power loss or ``close()`` before the group is on
+        disk loses its writes and never runs them. ``fn`` may run before this returns (this
+        default: commit at once, then call) or later on the node's thread (a store that commits
+        on a thread of its own, the simulator's next event): the caller must be right either
+        way. A failed commit is an error the node sees, not a callback silently skipped.
+        """
+        self.commit()
+        fn()
 
     def apply(self, changes: Mapping[tuple[str, str], bytes | None]) -> None:
         """Write each ``(table, key) -> value``, deleting the row where ``value`` is None (not

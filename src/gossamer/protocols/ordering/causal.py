@@ -110,6 +110,10 @@ class _Gap:
 DeliverFn = Callable[[Data], None]
 
 
+def _nothing() -> None:
+    """A group commit's callback when no reply waits for it."""
+
+
 def msg_id(origin: str, seq: int) -> str:
     """The trace's message id of data message ``seq`` of ``origin``."""
     return f"{origin}:{seq}"
@@ -132,8 +136,9 @@ class CausalDelivery:
     ) -> None:
         """``announce_deliveries``: announce our vector after every burst of deliveries, not
         only after publishing (the hub's keeper: one announcement instead of every writer's).
-        ``group_commit``: the store is committed in groups (the keeper), so the delivered
-        counts are written by ``write_pending()`` before each group, not at every delivery.
+        ``group_commit``: the store is committed in groups (the keeper: ``commit_then``, and
+        nothing it sends waits for the group), so the delivered counts are written by
+        ``write_pending()`` before each group, not at every delivery.
         ``send``: how a message reaches the hub (default ``env.send`` to the hub's node id: a
         client's link, or the keeper inside the hub, passes its own); ``store``: default
         ``env.store``."""
@@ -233,8 +238,14 @@ class CausalDelivery:
         self._unwritten.clear()
 
     def commit_if_dirty(self) -> None:
+        """Commit what was delivered, durably, before anything that depends on it is sent.
+        With ``group_commit`` nothing sent depends on it (the keeper only relays what writers
+        committed): the deliveries join the store's next group, and no one waits for it."""
         if self._dirty:
-            self._store.commit()
+            if self.group_commit:
+                self._store.commit_then(_nothing)
+            else:
+                self._store.commit()
             self._dirty = False
 
     # -- inspection -------------------------------------------------------------------------

@@ -20,11 +20,14 @@ every client, and the keeper's ``subscribe`` (its vector, multicast after each b
 deliveries with backoff) is the one announcement that finds lost last messages for everyone.
 It catches up like a client (its own NACKs go out through the hub; clients answer its
 ``subscribe`` with what it lacks of theirs), so after a restart it asks for what it missed.
-The store is committed in groups (every ``commit_interval``), not per message: what a crash
-loses of the last interval is still in the writers' send logs and comes back through the
-NACKs above. Writes wait in memory until the group commit, which writes them in bulk (the
-keeper's hot path never waits on sqlite), and the log is stored in segments of ``SEGMENT``
-messages per row rather than a row per message.
+The store is committed in groups (every ``commit_interval``), not per message, and nothing
+the hub sends waits for a group: the keeper only ever sends what writers committed to their own
+send logs before they sent it, so what a crash of the hub loses (the last interval, and the
+group on its way to disk) comes back through the NACKs above. Writes wait in memory until the
+group, which goes to the runtime's store in one ``apply`` and one ``commit_then``: on a network
+a ``WriteBehindStore`` writes and fsyncs it on its own thread, so the keeper's hot path never
+waits on sqlite or on the disk. The log is stored in segments of ``SEGMENT`` messages per row
+rather than a row per message.
 """
 
 from __future__ import annotations
@@ -86,9 +89,14 @@ RouteFn = Callable[[Message], None]
 
 
 class _GroupCommitStore(Store):
-    """The keeper's store: writes wait in memory (reads see them) and go to the inner store in
-    one ``apply`` per group commit, one per ``interval`` (or at once past ``max_pending``);
-    ``before_flush`` adds its last writes first."""
+    """The keeper's store: writes wait in memory (reads see them) and reach the inner store as
+    a group, in one ``apply`` and one ``commit_then``, every ``interval`` (or at once past
+    ``max_pending`` writes); ``before_flush`` adds its last writes first.
+
+    ``commit_then(fn)`` joins the next group: ``fn`` runs once the inner store has it on disk.
+    ``commit()`` is durable: it sends the group now and returns once the inner store has it on
+    disk (blocking: for stops, not for the hot path).
+    """
 
     def __init__(self, inner: Store, env: Env, interval: float, *,
                  max_pending: int = MAX_PENDING_WRITES) -> None:
@@ -98,8 +106,11 @@ class _GroupCommitStore(Store):
         self._max_pending = max_pending
         self._timer: TimerHandle | None = None
         self._pending: dict[tuple[str, str], bytes | None] = {}  # None: deleted
+        self._callbacks: list[Callable[[], None]] = []  # of the next group
         self._flushing = False  # ``before_flush`` is adding its writes
         self.before_flush: Callable[[], None] | None = None
+        self.groups = 0  # groups handed to the inner store
+        self.groups_durable = 0  # of them, on disk
 
     def get(self, table: str, key: str) -> bytes | None:
         pending = self._pending
@@ -131,12 +142,17 @@ class _GroupCommitStore(Store):
             else:
                 self.put(table, key, value)
 
-    def commit(self) -> None:
+    def commit_then(self, fn: Callable[[], None]) -> None:
+        self._callbacks.append(fn)
         if self._timer is None:
             self._timer = self._env.set_timer(self._interval, self.flush)
 
+    def commit(self) -> None:
+        self.flush()
+        self.inner.commit()
+
     def flush(self) -> None:
-        """Write and commit everything now."""
+        """Hand the group to the inner store now (``commit_then``: durable later)."""
         if self._timer is not None:
             self._env.cancel(self._timer)
             self._timer = None
@@ -147,9 +163,18 @@ class _GroupCommitStore(Store):
             finally:
                 self._flushing = False
         pending, self._pending = self._pending, {}
+        callbacks, self._callbacks = self._callbacks, []
+        if not pending and not callbacks:
+            return
         if pending:
             self.inner.apply(pending)
-        self.inner.commit()
+        self.groups += 1
+        self.inner.commit_then(lambda: self._durable(callbacks))
+
+    def _durable(self, callbacks: list[Callable[[], None]]) -> None:
+        self.groups_durable += 1
+        for fn in callbacks:
+            fn()
 
 
 class HubKeeper:
@@ -193,7 +218,7 @@ class HubKeeper:
 
     def stop(self) -> None:
         self.replica.stop()
-        self.store.flush()
+        self.store.commit()  # on disk before the hub is gone
 
     # -- the log --------------------------------------------------------------------------------
 

@@ -574,6 +574,7 @@ class ReplicaClient:
             key: (Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path)
             for key, path in objects.items()})
         self.causal.install(vector)
+        self.causal.commit_if_dirty()  # durable before a vector that counts it is sent
         self.env.trace("snapshot", layer=LAYER, peer="hub", objects=len(objects),
                        vector=vector)
         for key in sorted(touched):

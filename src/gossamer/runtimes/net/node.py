@@ -32,7 +32,7 @@ from ...core.messages import Message, WireCodec
 from ...core.trace import NullSink, TraceSink, encode_info
 from .conns import Connections, NetConn
 from .peerlink import PeerLinks
-from .store import SqliteStore
+from .store import SqliteStore, WriteBehindStore
 
 __all__ = [
     "PEER_LISTENER",
@@ -386,6 +386,8 @@ class NetNode:
         if self.state is not NodeState.LISTENING:
             raise StateError(f"node {self.node_id}: start_process() in state {self.state.value}")
         loop = asyncio.get_running_loop()
+        if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
+            self.store.bind(loop, guard=self._run_committed, on_failure=self._store_failed)
         self.env = NetEnv(self, loop, loop.time() if epoch is None else epoch)
         self.state = NodeState.RUNNING
         self.running = True
@@ -570,6 +572,20 @@ class NetNode:
             self.fail(exc, "in a timer")
             return
         self.activity()
+
+    def _run_committed(self, fn: Callable[[], None]) -> None:
+        """A ``commit_then`` callback: its writes are on disk."""
+        if not self.running:
+            return
+        try:
+            fn()
+        except Exception as exc:
+            self.fail(exc, "after a commit")
+            return
+        self.activity()
+
+    def _store_failed(self, exc: BaseException) -> None:
+        self.fail(exc, "committing the store")
 
     def call(self, fn: Callable[[Process], object]) -> None:
         """Run ``fn(process)`` now (from the loop's thread); a bug in it stops the node."""

@@ -1,15 +1,21 @@
 """The network runtime's durable store: one sqlite table of (table, key) -> bytes.
 
 Reads see uncommitted writes of the same store; closing without ``commit()`` loses them, which
-is exactly what a crash does to a real node. ``WriteBehindStore`` commits on a thread of its
-own, for a process that commits in groups and can lose the last group in a crash.
+is exactly what a crash does to a real node, and a commit is on disk when it returns.
+``WriteBehindStore`` commits in groups on a thread of its own: one fsync for many writers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +24,11 @@ import orjson
 from ...core.env import Store, scan_with_pending
 from ...core.errors import ConfigError, StateError
 
-__all__ = ["SqliteStore"]
+__all__ = ["SqliteStore", "WriteBehindStore"]
+
+log = logging.getLogger("gossamer.store")
+
+Changes = dict[tuple[str, str], bytes | None]  # (table, key) -> value, None: deleted
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS kv ("
@@ -35,7 +45,16 @@ _DELETE_JSON = ("DELETE FROM kv WHERE (tbl, key) IN "
 
 
 class SqliteStore(Store):
-    """``Store`` on a sqlite file (WAL, synchronous=NORMAL), or ``":memory:"``."""
+    """``Store`` on a sqlite file in WAL mode with ``synchronous=FULL``, or ``":memory:"``.
+
+    What a commit costs and buys: in WAL mode a commit appends the transaction to the
+    write-ahead log; with ``synchronous=FULL`` sqlite then syncs the log (fsync; ``F_FULLFSYNC``
+    on macOS, where ``fullfsync`` is on) before ``COMMIT`` returns, so ``commit()`` returns
+    once the writes survive a power loss. With ``NORMAL`` (this store's setting before) the log
+    is synced only at checkpoints: a commit survives a crash of the process but may roll back
+    after a power loss or an OS crash. Either way a crash never leaves half a transaction. A
+    ``":memory:"`` store has no disk: its commits last as long as the process.
+    """
 
     def __init__(self, path: str | Path = ":memory:", *, any_thread: bool = False) -> None:
         """``any_thread``: the connection may be used from other threads than this one (one
@@ -49,7 +68,8 @@ class SqliteStore(Store):
             self.path, isolation_level=None, check_same_thread=not any_thread)
         if self.path != ":memory:":
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA synchronous=FULL")  # each commit syncs the log: durable
+            self._db.execute("PRAGMA fullfsync=ON")  # macOS: F_FULLFSYNC, through the disk's cache
         self._db.execute(_SCHEMA)
 
     def _open_db(self) -> sqlite3.Connection:
@@ -111,6 +131,7 @@ class SqliteStore(Store):
         return iter([(str(key), bytes(value)) for key, value in rows])
 
     def commit(self) -> None:
+        """Commit; on a file, returns once the log is synced (see the class docstring)."""
         db = self._open_db()
         if db.in_transaction:
             db.execute("COMMIT")
@@ -146,48 +167,111 @@ class SqliteStore(Store):
             db.close()
 
 
-class WriteBehindStore(Store):
-    """A ``SqliteStore`` written by a thread of its own.
+class _Group:
+    """Writes committed together, and the callbacks that wait for them."""
 
-    Writes wait in memory (reads see them); ``commit()`` hands them to the writer thread and
-    returns at once: they are durable when the writer has committed them (``wait()``; sqlite
-    does that work without holding the GIL, so the caller's thread goes on meanwhile). One
-    group is written at a time: a ``commit()`` while the previous group is still being written
-    waits for it, which bounds what is held to two groups. ``close()`` writes nothing more: what
-    was not handed over is lost, as in a crash. A writer failure is raised by the next call.
+    __slots__ = ("callbacks", "future", "writes")
+
+    def __init__(self) -> None:
+        self.writes: Changes = {}
+        self.callbacks: list[Callable[[], None]] = []
+        self.future: Future[None] | None = None  # set when handed to the writer
+
+    def written(self) -> bool:
+        return self.future is not None and self.future.done()
+
+
+def _call(fn: Callable[[], None]) -> None:
+    fn()
+
+
+class WriteBehindStore(Store):
+    """A ``SqliteStore`` committed in groups by a thread of its own (group commit).
+
+    Writes wait in memory (reads see them). ``commit_then(fn)`` adds what was written so far,
+    and ``fn``, to the group that is forming, and returns. The writer thread writes and commits
+    one group at a time (sqlite does the work and the fsync without holding the GIL, so the
+    event loop goes on); while it does, the next group forms, so every ``commit_then`` meanwhile
+    shares one fsync. Once a group is on disk its callbacks run on ``loop``
+    (``call_soon_threadsafe``), in the order they were given, each once, through ``guard``
+    (the runtime's: a raise stops the node), and what they commit joins the next group.
+    ``commit()`` hands everything over too and blocks until it is on disk, for a caller that
+    cannot wait for a callback (a stop).
+
+    Bounds: a forming group is handed over when no group is on its way (after the callbacks of
+    the last one ran), or early when it holds ``max_group_writes`` rows; at most
+    ``max_groups`` groups are handed over and not yet written, and handing over one more waits
+    for the oldest (back-pressure: it blocks the loop).
+
+    A failed commit is the node's error: ``on_failure(exc)`` runs on the loop (without one the
+    error is logged and raised there), no callback of that group or of a later one runs, and
+    every later call raises ``StateError``. ``close()`` writes nothing more: writes and
+    callbacks not handed over are lost, as in a crash, and a group being written finishes but
+    its callbacks never run. Use the store from the loop's thread only.
     """
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
+    def __init__(self, path: str | Path = ":memory:", *,
+                 loop: asyncio.AbstractEventLoop | None = None, max_groups: int = 4,
+                 max_group_writes: int = 65_536) -> None:
+        """``loop``: where callbacks run (default: the running loop, if any; without one
+        only ``commit()`` commits)."""
+        for name, value in (("max_groups", max_groups), ("max_group_writes", max_group_writes)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+        self.max_groups = max_groups
+        self.max_group_writes = max_group_writes
         self.inner = SqliteStore(path, any_thread=True)
         self.path = self.inner.path
+        self.loop = loop if loop is not None else _running_loop()
+        self.guard: Callable[[Callable[[], None]], None] = _call
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self.groups_written = 0  # groups committed by the writer (one fsync each)
         self._lock = threading.Lock()  # the inner store: one thread at a time
-        self._pending: dict[tuple[str, str], bytes | None] = {}  # None: deleted
-        self._writing: dict[tuple[str, str], bytes | None] = {}  # the group being written
-        self._written: Future[None] | None = None
+        self._pending: Changes = {}  # written since the last commit
+        self._forming = _Group()  # committed, waiting for the writer
+        self._handed: deque[_Group] = deque()  # handed over, oldest first, until it lands
+        self._failure: BaseException | None = None
+        self._landing = False  # a landed group's callbacks are running
+        self._writer_failed = False  # set by the writer thread: it writes nothing more
         self._writer: ThreadPoolExecutor | None = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="store-writer")
+
+    def bind(self, loop: asyncio.AbstractEventLoop, *,
+             guard: Callable[[Callable[[], None]], None] | None = None,
+             on_failure: Callable[[BaseException], None] | None = None) -> None:
+        """The runtime's hooks: the loop callbacks run on, how each one is run, and who hears
+        of a failed commit (a ``NetNode`` binds its store when its process starts)."""
+        self.loop = loop
+        if guard is not None:
+            self.guard = guard
+        self.on_failure = on_failure
+
+    # -- reads and writes ------------------------------------------------------------------
 
     def get(self, table: str, key: str) -> bytes | None:
         row = (table, key)
         if row in self._pending:
             return self._pending[row]
-        if row in self._writing:
-            return self._writing[row]
-        with self._lock:
+        if row in self._forming.writes:
+            return self._forming.writes[row]
+        for group in reversed(self._handed):
+            if row in group.writes:
+                return group.writes[row]
+        with self._lock:  # waits for a group being written: not for a hot path
             return self.inner.get(table, key)
 
     def put(self, table: str, key: str, value: bytes) -> None:
         if not isinstance(value, bytes):
             raise TypeError(f"store values are bytes, got {type(value).__name__}")
-        self._open()
+        self._usable()
         self._pending[(table, key)] = value
 
     def delete(self, table: str, key: str) -> None:
-        self._open()
+        self._usable()
         self._pending[(table, key)] = None
 
     def apply(self, changes: Mapping[tuple[str, str], bytes | None]) -> None:
-        self._open()
+        self._usable()
         for value in changes.values():
             if value is not None and value.__class__ is not bytes:
                 raise TypeError(f"store values are bytes, got {type(value).__name__}")
@@ -196,53 +280,178 @@ class WriteBehindStore(Store):
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
         with self._lock:
             rows = list(self.inner.scan(table))
-        return scan_with_pending(rows, table, self._writing, self._pending)
+        return scan_with_pending(rows, table, *(group.writes for group in self._handed),
+                                 self._forming.writes, self._pending)
+
+    # -- commits ---------------------------------------------------------------------------
+
+    def commit_then(self, fn: Callable[[], None]) -> None:
+        """``fn`` runs on the loop once every write so far is on disk (see the class)."""
+        self._usable()
+        loop = self.loop
+        if loop is None:
+            raise StateError(f"store {self.path}: commit_then needs an event loop (none was "
+                             f"running when the store was made, and none was bound)")
+        self._close_pending()
+        forming = self._forming
+        if not forming.writes:
+            if self._handed:  # the newest group holds every write so far
+                self._handed[-1].callbacks.append(fn)
+            else:  # everything is on disk already
+                loop.call_soon(self._run, fn)
+            return
+        forming.callbacks.append(fn)
+        idle = not self._handed and not self._landing  # landing: the group starts after it
+        if idle or len(forming.writes) >= self.max_group_writes:
+            self._hand_over()
 
     def commit(self) -> None:
-        """Hand every write so far to the writer thread (after the group before it)."""
-        writer = self._open()
-        if not self._pending:
-            return
-        self.wait()
-        self._writing, self._pending = self._pending, {}
-        changes = self._writing
-        try:  # the writer's sqlite work then holds the GIL for two statements, not every row
-            puts = orjson.dumps([(table, key, _text(value)) for (table, key), value
-                                 in changes.items() if value is not None])
+        """Hand every write so far to the writer and block until all is on disk (callbacks of
+        ``commit_then`` still run on the loop, after this returns)."""
+        self._usable()
+        self._close_pending()
+        if self._forming.writes:
+            self._hand_over()
+        handed = list(self._handed)
+        concurrent.futures.wait([group.future for group in handed if group.future is not None])
+        for group in handed:
+            exc = group.future.exception() if group.future is not None else None
+            if exc is not None:
+                self._failed(exc)
+                raise exc
+        if self.loop is None:
+            self._handed.clear()  # no callbacks (commit_then needs the loop): nobody lands them
+
+    def _close_pending(self) -> None:
+        pending = self._pending
+        if pending:
+            forming = self._forming.writes
+            if forming:
+                forming.update(pending)
+            else:
+                self._forming.writes = pending
+            self._pending = {}
+
+    def _hand_over(self) -> None:
+        """The forming group to the writer, once fewer than ``max_groups`` are unwritten."""
+        writer = self._usable()
+        unwritten = [group for group in self._handed if not group.written()]
+        while len(unwritten) >= self.max_groups:
+            oldest = unwritten.pop(0)
+            if oldest.future is not None:
+                concurrent.futures.wait([oldest.future])
+        group, self._forming = self._forming, _Group()
+        group.future = writer.submit(self._write, group.writes)
+        self._handed.append(group)
+        if self.loop is not None:
+            group.future.add_done_callback(functools.partial(self._written, group))
+
+    def _write(self, changes: Changes) -> None:
+        """On the writer thread: one transaction, one fsync. After a failed group nothing
+        more is written (a later group must not commit what the failed one left behind)."""
+        if self._writer_failed:
+            raise StateError(f"store {self.path}: an earlier group commit failed")
+        try:  # sqlite then holds the GIL for two statements, not for every row
+            puts: bytes | None = orjson.dumps([(table, key, _text(value)) for (table, key), value
+                                               in changes.items() if value is not None])
             deletes = orjson.dumps([row for row, value in changes.items() if value is None])
         except ValueError:  # a value that is not text sqlite keeps whole: row by row
-            self._written = writer.submit(self._write, changes)
-        else:
-            self._written = writer.submit(self._write_json, puts, deletes)
-
-    def _write(self, changes: dict[tuple[str, str], bytes | None]) -> None:
+            puts = deletes = None
         with self._lock:
-            self.inner.apply(changes)
-            self.inner.commit()
-
-    def _write_json(self, puts: bytes, deletes: bytes) -> None:
-        with self._lock:
-            self.inner.apply_json(puts, deletes)
-            self.inner.commit()
-
-    def wait(self) -> None:
-        """Block until the group handed over last is committed (raises what the writer
-        raised)."""
-        written, self._written = self._written, None
-        if written is not None:
             try:
-                written.result()
-            finally:
-                self._writing = {}
+                if puts is None or deletes is None:
+                    self.inner.apply(changes)
+                else:
+                    self.inner.apply_json(puts, deletes)
+                self.inner.commit()
+            except BaseException:
+                self._writer_failed = True
+                db = self.inner._open_db()
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
+            self.groups_written += 1
+
+    def _written(self, group: _Group, _future: Future[None]) -> None:
+        """On the writer thread: the group is done (on disk, or failed); tell the loop."""
+        loop = self.loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no one is left to reply
+            loop.call_soon_threadsafe(self._landed, group)
+
+    def _landed(self, group: _Group) -> None:
+        """On the loop: the oldest group is done. Run its callbacks, then start the next group:
+        what formed meanwhile and what the callbacks committed (a writer that waited for this
+        group writes again at once), together."""
+        if self._writer is None or self._failure is not None:
+            return  # closed or failed: its callbacks never run
+        handed = self._handed
+        if not handed or handed[0] is not group:
+            return  # commit() without a loop drained it already
+        handed.popleft()
+        exc = group.future.exception() if group.future is not None else None
+        if exc is not None:
+            self._failed(exc)
+            self._report(exc)
+            return
+        self._landing = True
+        try:
+            for fn in group.callbacks:
+                if self._writer is None or self._failure is not None:
+                    return  # a callback closed the store (the node stopped)
+                self.guard(fn)
+        finally:
+            self._landing = False
+            if self._writer is not None and self._failure is None:
+                self._start_next()
+
+    def _start_next(self) -> None:
+        if not self._handed and self._forming.writes:
+            self._hand_over()
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        if self._writer is not None and self._failure is None:
+            self.guard(fn)
+
+    def _failed(self, exc: BaseException) -> None:
+        """A commit failed: nothing of it or after it is acknowledged, and nothing more is
+        written."""
+        if self._failure is None:
+            self._failure = exc
+            log.error("store %s: a group commit failed; its writes and every later one are "
+                      "lost, no callback runs", self.path, exc_info=exc)
+        self._pending = {}
+        self._forming = _Group()
+        for group in self._handed:
+            group.callbacks = []
+
+    def _report(self, exc: BaseException) -> None:
+        if self.on_failure is not None:
+            self.on_failure(exc)
+        else:
+            raise StateError(f"store {self.path}: a group commit failed: {exc!r}") from exc
+
+    # -- state -----------------------------------------------------------------------------
 
     @property
     def uncommitted(self) -> bool:
         """True while there are writes that a crash would lose."""
-        return bool(self._pending) or self._written is not None
+        return bool(self._pending or self._forming.writes
+                    or any(not group.written() for group in self._handed))
 
-    def _open(self) -> ThreadPoolExecutor:
+    @property
+    def groups_in_flight(self) -> int:
+        """Groups handed to the writer whose callbacks have not run yet."""
+        return len(self._handed)
+
+    def _usable(self) -> ThreadPoolExecutor:
         if self._writer is None:
             raise StateError(f"store {self.path}: closed, cannot be used")
+        if self._failure is not None:
+            raise StateError(f"store {self.path}: a commit failed ({self._failure!r}), "
+                             f"nothing more is written") from self._failure
         return self._writer
 
     @property
@@ -250,16 +459,31 @@ class WriteBehindStore(Store):
         return self._writer is None
 
     def close(self) -> None:
-        """Wait for the group being written, drop what was not handed over, close."""
+        """Drop what was not handed over (a crash), finish the group being written, close;
+        no callback runs any more."""
         writer, self._writer = self._writer, None
         if writer is None:
             return
+        self._pending = {}
+        self._forming = _Group()
         try:
-            self.wait()
+            writer.shutdown(wait=True, cancel_futures=True)  # queued groups never start
+            for group in self._handed:
+                future = group.future
+                if (future is not None and not future.cancelled()
+                        and future.exception() is not None and self._failure is None):
+                    log.error("store %s: a group commit failed while closing; its writes are "
+                              "lost", self.path, exc_info=future.exception())
         finally:
-            self._pending = {}
-            writer.shutdown(wait=True)
+            self._handed.clear()
             self.inner.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _text(value: bytes) -> str:

@@ -2,7 +2,8 @@
 
 Every node runs the same protocol class as on a real network, through a ``SimEnv``. A crash
 ends the node's incarnation (its timers and in-flight deliveries are void) and drops the
-uncommitted part of its store; recovery builds a fresh process on the committed store.
+uncommitted part of its store, a group commit not yet landed included; recovery builds a fresh
+process on the committed store.
 
 With ``connection_refused`` a message that reaches a node that is down (crashed, left, or
 crashed while the message was in flight) comes back to its sender as a call of the sender
@@ -167,7 +168,22 @@ class _NodeSlot:
     def get_store(self) -> MemoryStore:
         if self.store is None:
             self.store = MemoryStore()
+            self.store.attach(self.defer)
         return self.store
+
+    def new_incarnation(self, env: SimEnv) -> None:
+        """``env`` is the node's env from now on; its store's group commits are its events."""
+        self.env = env
+        if self.store is not None:
+            self.store.attach(self.defer)
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        """The store's group commit lands as the node's next event (void if it crashes)."""
+        env = self.env
+        if env is None:
+            fn()  # no incarnation (a scenario wrote to a down node's store): at once
+        else:
+            env.set_timer(0.0, fn)
 
 
 class Simulation:
@@ -236,7 +252,7 @@ class Simulation:
     def _start(self, slot: _NodeSlot, joined: bool = False) -> None:
         slot.incarnation += 1
         env = SimEnv(self, slot, slot.incarnation)
-        slot.env = env
+        slot.new_incarnation(env)
         slot.status = NodeStatus.UP
         if joined:
             env.trace("join", layer="sim")
@@ -301,7 +317,7 @@ class Simulation:
             raise StateError(f"cannot recover node {node}: it is {slot.status.value}")
         slot.incarnation += 1
         env = SimEnv(self, slot, slot.incarnation)
-        slot.env = env
+        slot.new_incarnation(env)
         slot.status = NodeStatus.UP
         env.trace("recover", layer="sim")
         process = slot.factory(env)
