@@ -32,6 +32,7 @@ pytestmark = pytest.mark.processes
 
 NODES = 10
 WAIT = 15.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
+START_WAIT = 90.0  # a process's start (imports) on a busy machine: an upper bound only
 PROBE_WAIT = 2.0  # how long one probe round may take before the next one goes out
 TOPIC = "news"
 QUIET = "quiet"  # nobody subscribes: nothing may ever be printed for it
@@ -60,7 +61,7 @@ class NodeProcess:
         self.node = "?"
 
     def ready(self) -> NodeProcess:
-        self.node = str(self.wait(lambda e: e["event"] == "ready")["node"])
+        self.node = str(self.wait(lambda e: e["event"] == "ready", START_WAIT)["node"])
         return self
 
     def _read(self) -> None:

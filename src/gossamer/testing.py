@@ -104,12 +104,14 @@ class FakeEnv(TracesToSink):
         start: float = 0.0,
         run: str = "fake",
         tracing: bool = True,
+        incarnation: int = 1,
     ) -> None:
         self._node = check_node_id(node)
         self._now = float(start)
         self._rng = random.Random(seed)
         self._store: Store = store if store is not None else MemoryStore()
         self._tracing = tracing
+        self.incarnation = incarnation
         self.run = run
         self.sent: list[tuple[NodeId, Message]] = []
         self.rows: list[TraceRow] = []

@@ -20,6 +20,7 @@ from .messages import Message
 from .trace import TraceSink, encode_info
 
 __all__ = [
+    "INCARNATION_SPAN",
     "DurableSequence",
     "Env",
     "MessageHandler",
@@ -124,15 +125,27 @@ def put_json(store: Store, table: str, key: str, value: Any) -> None:
     store.put(table, key, orjson.dumps(value))
 
 
-class DurableSequence:
-    """A node's sequence numbers 1, 2, ...; with a ``store`` the next one is committed before
-    ``take`` returns, so a node that crashes and recovers never hands the same one out twice."""
+INCARNATION_SPAN = 1 << 31  # sequence numbers one incarnation may hand out
 
-    def __init__(self, store: Store | None, table: str) -> None:
+
+class DurableSequence:
+    """A node's sequence numbers; with a ``store`` the next one is committed before ``take``
+    returns, so a node that crashes and recovers never hands the same one out twice.
+
+    A sequence that has nothing saved (a first start, or a process restarted without its data)
+    starts at its ``incarnation``'s own range: ``(incarnation - 1) * INCARNATION_SPAN + 1``. So
+    a message id (origin, seq) carries the incarnation that made it, and a node restarted
+    without its store is never mistaken for its old self (incarnation 1: 1, 2, ...; the
+    network runtime numbers incarnations by the clock when nothing is saved, see ``NetNode``)."""
+
+    def __init__(self, store: Store | None, table: str, *, incarnation: int = 1) -> None:
+        if isinstance(incarnation, bool) or not isinstance(incarnation, int) or incarnation < 1:
+            raise ValueError(f"incarnation must be an int >= 1, got {incarnation!r}")
         self._store = store
         self._table = table
         saved = get_json(store, table, "next_seq") if store is not None else None
-        self.next = int(saved) if saved is not None else 1
+        self.next = (int(saved) if saved is not None
+                     else (incarnation - 1) * INCARNATION_SPAN + 1)
 
     def take(self) -> int:
         seq = self.next
@@ -220,6 +233,11 @@ class Env(Protocol):
     @property
     def tracing(self) -> bool:
         """False while trace rows are discarded: a hot path may skip building them."""
+
+    @property
+    def incarnation(self) -> int:
+        """This run of the node, >= 1: new at every start of its process, the same again only
+        when restored from its data (see ``DurableSequence``)."""
 
     # -- connections (``gossamer.core.conn``): for services that talk over connections --------
 

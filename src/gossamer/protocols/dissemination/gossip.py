@@ -275,7 +275,8 @@ class GossipBroadcast:
         self._recovery_timer: TimerHandle | None = None
         self._neighbor_timers: dict[NodeId, TimerHandle] = {}  # new neighbours' summaries
         self._stopped = False
-        self._sequence = DurableSequence(env.store if self.config.durable else None, _STATE)
+        self._sequence = DurableSequence(env.store if self.config.durable else None, _STATE,
+                                         incarnation=env.incarnation)
 
     # -- Process ---------------------------------------------------------------------------
 

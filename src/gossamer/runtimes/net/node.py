@@ -13,6 +13,7 @@ import enum
 import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -25,6 +26,8 @@ from ...core.env import (
     Store,
     TimerHandle,
     TracesToSink,
+    get_json,
+    put_json,
 )
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
@@ -49,6 +52,8 @@ log = logging.getLogger("gossamer.net")
 
 LAYER = "net"
 PEER_LISTENER = "peers"
+INCARNATION_TABLE = "net.node"
+INCARNATION_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
 Address = tuple[str, int]
 BackoffFactory = Callable[[], Backoff]
 Resolver = Callable[[NodeId], Address | None]
@@ -159,6 +164,10 @@ class NetEnv(TracesToSink):
     @property
     def tracing(self) -> bool:
         return self._node.tracing
+
+    @property
+    def incarnation(self) -> int:
+        return self._node.incarnation
 
     @property
     def trace_sink(self) -> TraceSink:
@@ -307,6 +316,7 @@ class NetNode:
         self.store: Store = store if store is not None else SqliteStore(":memory:")
         self.state = NodeState.NEW
         self.running = False  # state is RUNNING (read on the hot path)
+        self.incarnation = 0  # set when the process starts
         self.failure: BaseException | None = None
         self.env: NetEnv | None = None
         self.process: Process | None = None
@@ -388,19 +398,31 @@ class NetNode:
         loop = asyncio.get_running_loop()
         if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
             self.store.bind(loop, guard=self._run_committed, on_failure=self._store_failed)
+        self.incarnation = self._next_incarnation()
         self.env = NetEnv(self, loop, loop.time() if epoch is None else epoch)
         self.state = NodeState.RUNNING
         self.running = True
         addresses = {name: "{}:{}".format(*self.connections.address(name))
                      for name in self.connections.listener_names()}
         self.env.trace("join", layer=LAYER, transport=self.transport.value,
-                       listeners=addresses)
+                       listeners=addresses, incarnation=self.incarnation)
         try:
             self.process = self.factory(self.env)
             self.process.start()
         except Exception as exc:
             self.fail(exc, "while starting")
             raise NetNodeError(f"node {self.node_id} failed to start: {exc!r}") from exc
+
+    def _next_incarnation(self) -> int:
+        """One more than the last start's, kept in the store (committed before the process
+        runs); with nothing saved (a first start, or no data kept), the seconds since
+        ``INCARNATION_EPOCH``: later than any incarnation a run without its data had."""
+        saved = get_json(self.store, INCARNATION_TABLE, "incarnation")
+        incarnation = (int(saved) + 1 if saved is not None
+                       else max(2, int(time.time() - INCARNATION_EPOCH)))
+        put_json(self.store, INCARNATION_TABLE, "incarnation", incarnation)
+        self.store.commit()
+        return incarnation
 
     async def start(self, *, epoch: float | None = None) -> None:
         """``listen()`` then ``start_process()``."""

@@ -199,7 +199,8 @@ class ScribeBase:
         self._nonce = env.rng.getrandbits(32)
         self._heartbeat_timer: TimerHandle | None = None
         self._stopped = False
-        self._sequence = DurableSequence(env.store if self.config.durable else None, STATE_TABLE)
+        self._sequence = DurableSequence(env.store if self.config.durable else None, STATE_TABLE,
+                                         incarnation=env.incarnation)
 
     def _drop(self, src: NodeId, msg: Message, reason: str) -> None:
         mid, origin, key, seq = msg.trace_ids()
