@@ -5,10 +5,8 @@ conflicts, rebase, offline queue) builds on causal delivery and per-object order
 (``gossamer.protocols.ordering.causal`` and ``.per_object``); ``keeper`` (the hub's snapshot
 keeper) builds on ``objects``, and ``hub_service`` (``HubService``: the hub as a service of the
 connection contract) on the keeper and the hub relay
-(``gossamer.protocols.dissemination.hub_relay``), as does ``hubnode`` (the hub as a simulator
-process over datagrams); ``node`` (``ReplicaNode``) is a client as a process over one
-connection to the hub. ``HubService`` and ``ReplicaNode`` run unchanged in the simulator and on
-sockets.
+(``gossamer.protocols.dissemination.hub_relay``); ``node`` (``ReplicaNode``) is a client as a
+process over one connection to the hub. Both run unchanged in the simulator and on sockets.
 
 The wire format is imported at once, everything else on first use: the ordering and
 dissemination layers speak this package's wire format and this face re-exports their seed-000
@@ -40,7 +38,6 @@ if TYPE_CHECKING:
     from ..ordering.causal import CausalConfig, CausalDelivery
     from ..ordering.per_object import Verdict
     from .hub_service import HubService
-    from .hubnode import HubNode
     from .keeper import HubKeeper, KeeperConfig
     from .node import ReplicaNode
     from .objects import LinkState, ReplicaClient, ReplicaConfig
@@ -51,7 +48,6 @@ _ON_FIRST_USE = {
     "CausalDelivery": "..ordering.causal",
     "HubRelay": "..dissemination.hub_relay",
     "Route": "..dissemination.hub_relay",
-    "HubNode": ".hubnode",
     "HubService": ".hub_service",
     "HubKeeper": ".keeper",
     "KeeperConfig": ".keeper",
@@ -70,7 +66,6 @@ __all__ = [
     "Conflict",
     "Data",
     "HubKeeper",
-    "HubNode",
     "HubRelay",
     "HubService",
     "KeeperConfig",
