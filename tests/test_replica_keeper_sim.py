@@ -1,11 +1,13 @@
 """Seed 000 in the simulator, beyond the seed: offline work, the hub's snapshot keeper (joiners
 bootstrap from the hub, the hub crashes and recovers, everyone leaves), clear and stop-all.
 
-Scenarios and oracles are those of ``test_replica_sim``; each failure names its seed.
+Scenarios and oracles are those of ``test_replica_sim`` (a ``HubService`` and ``ReplicaNode``
+clients over connections); each failure names its seed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from typing import Any, cast
@@ -17,27 +19,31 @@ from gossamer.core import Env, Message, node_ids
 from gossamer.protocols.replica import (
     Data,
     HubKeeper,
-    HubNode,
+    HubService,
     KeeperConfig,
     LinkState,
     ReplicaClient,
     ReplicaCodec,
     ReplicaConfig,
+    ReplicaNode,
     Retry,
     Snapshot,
 )
 from gossamer.protocols.replica.keeper import SEGMENT
-from gossamer.runtimes.sim import LinkModel, MemoryStore, Simulation
+from gossamer.runtimes.sim import Latency, MemoryStore, Simulation
 from gossamer.testing import FakeEnv
 from test_replica_sim import (
-    FAULTY,
     HUB,
+    LATENCY,
     LAYER,
+    WIDE,
     check_all,
     client_of,
     convergence_problems,
+    cuts_made,
     make_scenario,
     missing_deliveries,
+    repairs,
     run,
     write,
 )
@@ -48,17 +54,17 @@ def _info(row: Any) -> dict[str, Any]:
 
 
 def go_offline(sim: Simulation, node: str) -> None:
-    sim.call(node, lambda p: cast(ReplicaClient, p).disconnected())
+    sim.call(node, lambda p: cast(ReplicaNode, p).go_offline())
 
 
 def reconnect(sim: Simulation, node: str) -> None:
-    sim.call(node, lambda p: cast(ReplicaClient, p).connected())
+    sim.call(node, lambda p: cast(ReplicaNode, p).reconnect())
 
 
 @pytest.mark.parametrize("seed", [11, 12])
 def test_offline_writers_sync_then_rebase_and_everyone_converges(seed: int) -> None:
-    scenario = make_scenario(clients=15, seed=seed, link=FAULTY, writes=90, keys=3,
-                             window=(0.2, 7.0))
+    scenario = make_scenario(clients=15, seed=seed, writes=90, keys=3, window=(0.2, 7.0),
+                             latency=WIDE, cuts=0.3)
     away = scenario.nodes[1:5]
     offline_writes: dict[str, int] = defaultdict(int)
     for index, node in enumerate(away):
@@ -66,8 +72,8 @@ def test_offline_writers_sync_then_rebase_and_everyone_converges(seed: int) -> N
         for number in range(3):  # writes on the keys everyone else is writing too
 
             def write(sim: Simulation, node: str = node, number: int = number) -> None:
-                sim.call(node, lambda p: cast(ReplicaClient, p).set(f"k{number % 3}",
-                                                                    {"offline": node}))
+                sim.call(node, lambda p: cast(ReplicaNode, p).client.set(
+                    f"k{number % 3}", {"offline": node}))
 
             scenario.at(2.0 + number * 0.5, write)
             offline_writes[node] += 1
@@ -91,7 +97,7 @@ def test_offline_writers_sync_then_rebase_and_everyone_converges(seed: int) -> N
 
 def test_offline_write_is_queued_visible_locally_and_survives_a_crash() -> None:
     seed = 13
-    scenario = make_scenario(clients=4, seed=seed, link=LinkModel(), writes=0, keys=1)
+    scenario = make_scenario(clients=4, seed=seed, writes=0, keys=1)
     node = scenario.nodes[1]
     scenario.at(0.5, lambda sim: client_of(sim, scenario.nodes[2]).set("k", 1))
     scenario.at(1.0, lambda sim: go_offline(sim, node))
@@ -128,11 +134,11 @@ class RecordingClient(ReplicaClient):
 def test_a_late_joiner_bootstraps_from_the_hub_not_from_its_peers(log_per_origin: int) -> None:
     seed = 14
     nodes = node_ids(7)
-    scenario = make_scenario(clients=6, seed=seed, link=LinkModel(), writes=80, keys=4,
-                             window=(0.2, 4.0))
+    scenario = make_scenario(clients=6, seed=seed, writes=80, keys=4, window=(0.2, 4.0))
     joiner = nodes[-1]
     scenario.join(8.0, joiner)
-    sim, sink = run(scenario, until=20.0, client=RecordingClient,
+    sim, sink = run(scenario, until=20.0,
+                    client=functools.partial(ReplicaNode, client_class=RecordingClient),
                     keeper=KeeperConfig(log_per_origin=log_per_origin))
     check_all(sim, sink, seed)
     got = cast(RecordingClient, client_of(sim, joiner)).received
@@ -151,13 +157,14 @@ def test_a_late_joiner_bootstraps_from_the_hub_not_from_its_peers(log_per_origin
 
 @pytest.mark.parametrize("seed", [15, 16])
 def test_the_hub_crashes_recovers_and_nothing_is_lost(seed: int) -> None:
-    scenario = make_scenario(clients=10, seed=seed, link=FAULTY, writes=80, keys=3,
-                             window=(0.2, 6.0))
+    scenario = make_scenario(clients=10, seed=seed, writes=80, keys=3, window=(0.2, 6.0),
+                             latency=WIDE, cuts=0.3)
     scenario.crash(2.0, HUB, recover_after=1.0)
     scenario.crash(4.0, HUB, recover_after=0.5)
     sim, sink = run(scenario, until=60.0)
     check_all(sim, sink, seed)
-    keeper = cast(HubNode, sim.process(HUB)).keeper
+    assert repairs(sink.rows).nacks > 0, f"seed={seed}"
+    keeper = cast(HubService, sim.process(HUB)).keeper
     assert keeper is not None
     assert keeper.replica.revisions() == client_of(sim, scenario.nodes[1]).revisions(), \
         f"seed={seed}: the hub's snapshot converged too"
@@ -169,8 +176,7 @@ def test_everyone_leaves_and_a_newcomer_gets_everything_from_the_hub(
 ) -> None:
     seed = 17
     nodes = node_ids(6)
-    scenario = make_scenario(clients=5, seed=seed, link=LinkModel(), writes=40, keys=3,
-                             window=(0.2, 3.0))
+    scenario = make_scenario(clients=5, seed=seed, writes=40, keys=3, window=(0.2, 3.0))
     for node in nodes[:5]:
         scenario.leave(6.0, node)
     scenario.join(8.0, nodes[5])
@@ -184,19 +190,18 @@ def test_everyone_leaves_and_a_newcomer_gets_everything_from_the_hub(
 
 def test_clear_deletes_everything_everywhere_and_drops_queues() -> None:
     seed = 18
-    scenario = make_scenario(clients=6, seed=seed, link=LinkModel(), writes=30, keys=3,
-                             window=(0.2, 2.0))
+    scenario = make_scenario(clients=6, seed=seed, writes=30, keys=3, window=(0.2, 2.0))
     clearer = scenario.nodes[1]
     cleared: dict[str, list[str]] = defaultdict(list)
     stopped: dict[str, list[str]] = defaultdict(list)
 
-    def factory(env: Env, **kwargs: Any) -> ReplicaClient:
-        return ReplicaClient(env, on_clear=lambda by: cleared[env.node].append(by),
-                             on_stop=lambda by: stopped[env.node].append(by), **kwargs)
+    def client(env: Env, **options: Any) -> ReplicaNode:
+        return ReplicaNode(env, on_clear=lambda by: cleared[env.node].append(by),
+                           on_stop=lambda by: stopped[env.node].append(by), **options)
 
     scenario.at(4.0, lambda sim: client_of(sim, clearer).clear_all())
     scenario.at(4.0, lambda sim: client_of(sim, clearer).stop_all())
-    sim, sink = run(scenario, until=15.0, client=factory)
+    sim, sink = run(scenario, until=15.0, client=client)
     check_all(sim, sink, seed)
     clients = scenario.nodes[1:]
     assert all(client_of(sim, n).items() == {} for n in clients), f"seed={seed}"
@@ -206,7 +211,7 @@ def test_clear_deletes_everything_everywhere_and_drops_queues() -> None:
 
 
 def test_clear_and_stop_need_the_hub() -> None:
-    scenario = make_scenario(clients=2, seed=19, link=LinkModel(), writes=0, keys=1)
+    scenario = make_scenario(clients=2, seed=19, writes=0, keys=1)
     node = scenario.nodes[1]
     errors: list[str] = []
 
@@ -225,12 +230,12 @@ def test_clear_and_stop_need_the_hub() -> None:
 def test_a_snapshot_behind_the_client_is_not_installed() -> None:
     """A client that delivered something the snapshot lacks keeps its state."""
     seed = 20
-    scenario = make_scenario(clients=3, seed=seed, link=LinkModel(), writes=10, keys=2)
+    scenario = make_scenario(clients=3, seed=seed, writes=10, keys=2)
     sim, sink = run(scenario, until=10.0,
                     config=ReplicaConfig(), keeper=KeeperConfig(log_per_origin=2))
     client = client_of(sim, scenario.nodes[1])
     before = client.revisions()
-    sim.call(scenario.nodes[1], lambda p: cast(ReplicaClient, p).on_message(
+    sim.call(scenario.nodes[1], lambda p: cast(ReplicaNode, p).client.on_message(
         HUB, Snapshot(id=HUB, dest=scenario.nodes[1], vector={}, objects={}, last=True)))
     sim.run(until=11.0)
     assert client.revisions() == before
@@ -239,11 +244,12 @@ def test_a_snapshot_behind_the_client_is_not_installed() -> None:
 
 
 def everything_at_once(clients: int, seed: int, *, writes: int, until: float,
-                       trace_messages: bool = True) -> None:
-    """10% loss, duplication and reordering; a tenth of the clients cut off by a partition that
-    heals; a twentieth crashing and restarting; a twentieth going offline and writing."""
-    scenario = make_scenario(clients=clients, seed=seed, link=FAULTY, writes=writes, keys=5,
-                             window=(0.5, 4.0))
+                       cuts: float = 0.5, latency: Latency = WIDE) -> None:
+    """Every client's connection cut ``cuts`` times a second while they write, over a wide
+    latency spread (by default); a tenth of the clients cut off by a partition that heals; a
+    twentieth crashing and restarting; a twentieth going offline and writing."""
+    scenario = make_scenario(clients=clients, seed=seed, writes=writes, keys=5,
+                             window=(0.5, 4.0), latency=latency, cuts=cuts)
     nodes = scenario.nodes[1:]
     tenth, twentieth = max(1, clients // 10), max(1, clients // 20)
     cut_off = nodes[:tenth]
@@ -256,11 +262,14 @@ def everything_at_once(clients: int, seed: int, *, writes: int, until: float,
         scenario.at(2.0 + index * 0.01, lambda sim, node=node, key=f"k{index % 5}":
                     client_of(sim, node).set(key, {"offline": node}))
         scenario.at(3.5 + index * 0.04, lambda sim, node=node: reconnect(sim, node))
-    sim, sink = run(scenario, until=until, trace_messages=trace_messages)
+    sim, sink = run(scenario, until=until)
     check_all(sim, sink, seed)
+    assert cuts_made(sink.rows) > 0, f"seed={seed}"
+    repaired = repairs(sink.rows)
+    assert repaired.nacks > 0 and repaired.delivered_after_nack > 0, f"seed={seed}: {repaired}"
     syncs = {r.node for r in named(sink.rows) if r.event == "sync" and _info(r)["queued"]}
     assert set(away) <= syncs, f"seed={seed}: every offline writer synced its queue"
-    keeper = cast(HubNode, sim.process(HUB)).keeper
+    keeper = cast(HubService, sim.process(HUB)).keeper
     assert keeper is not None
     assert keeper.replica.revisions() == client_of(sim, nodes[0]).revisions(), f"seed={seed}"
     # every detecting replica tells the loser; the hub forwards one of each
@@ -278,7 +287,9 @@ def test_fifty_clients_everything_at_once() -> None:
 
 @pytest.mark.slow
 def test_a_thousand_clients_everything_at_once() -> None:
-    everything_at_once(1000, 23, writes=40, until=40.0, trace_messages=False)
+    # fewer cuts and the usual latency: every cut is a Left to all the others, and a wide
+    # spread makes more of the writes concurrent (more conflicts, rebases and Conflicts)
+    everything_at_once(1000, 23, writes=40, until=40.0, cuts=0.05, latency=LATENCY)
 
 
 # -- the keeper's store ------------------------------------------------------------------------

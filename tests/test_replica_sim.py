@@ -1,14 +1,19 @@
 """Seed 000 clients in the simulator: causal delivery, per-object total order, conflicts, rebase.
 
-Every scenario has one ``hub`` (``HubNode``) and N ``ReplicaClient`` nodes, and every message
-crosses the seed's exact wire format (``ReplicaCodec``). The oracles below read only trace rows
-and re-derive what must hold (causal order, the winning revision of every key by the lowest-id
-rule, which writes lost), so they do not trust the protocol's own state.
+Every scenario has one ``hub`` (``HubService``, listening at ``hub:8080``) and N clients
+(``ReplicaNode``, each owning a ``ReplicaClient`` and its connection to the hub), and every
+message crosses the seed's exact wire format (``ReplicaCodec``) as one frame on a connection.
+Connections are TCP-like: their faults are cuts (what was in flight is lost; the client redials,
+resubscribes and repairs), partitions (frames held until the heal), crashes and latency.
+The oracles below read only trace rows and re-derive what must hold (causal order, the winning
+revision of every key by the lowest-id rule, which writes lost), so they do not trust the
+protocol's own state.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
 from collections import defaultdict
@@ -19,29 +24,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks import count, named
-from gossamer.core import Env, InvalidMessage, MemorySink, Message, node_ids
+from checks import assert_one_seed_one_trace, count, named
+from gossamer.core import ConfigError, Env, InvalidMessage, MemorySink, Message, node_ids
+from gossamer.core.backoff import FibonacciBackoff
 from gossamer.protocols.ordering.per_object import HISTORY_CHUNK
 from gossamer.protocols.replica import (
+    HUB_ID,
     CausalConfig,
     Conflict,
     Data,
-    HubNode,
+    HubService,
     KeeperConfig,
     LinkState,
     Nack,
     ReplicaClient,
     ReplicaCodec,
     ReplicaConfig,
+    ReplicaNode,
     Retry,
     Subscribe,
     crc_of,
 )
-from gossamer.protocols.replica.hubnode import DEFAULT_KEEPER
-from gossamer.runtimes.sim import LinkModel, MemoryStore, Scenario, Simulation, Uniform
+from gossamer.protocols.replica.hub_service import DEFAULT_KEEPER
+from gossamer.runtimes.sim import Latency, LinkModel, MemoryStore, Scenario, Simulation, Uniform
+from gossamer.runtimes.sim.connections import SimConn
+from gossamer.services.replica.experiment import HUB_ADDRESS, HUB_LISTENER
 from gossamer.testing import FakeEnv
 
-HUB = "hub"
+HUB = HUB_ID
 LAYER = "replica"
 
 # -- oracles over trace rows ---------------------------------------------------------------
@@ -211,26 +221,57 @@ def convergence_problems(
 
 # -- scenarios ------------------------------------------------------------------------------
 
-FAULTY = LinkModel(latency=Uniform(0.005, 0.05), loss=0.1, duplicate=0.1, reorder=0.1)
+LATENCY = Uniform(0.005, 0.05)
+# one connection keeps its frames in order whatever their delays; a wide spread interleaves
+# what different clients send, and what the hub sends them, in many orders
+WIDE = Uniform(0.001, 0.3)
+# the experiment's redial backoff: a cut client is back within a second
+BACKOFF_UNIT, BACKOFF_CAP = 0.05, 1.0
+# repair switched off, as the experiment's ``repair = false``: no NACKs, no re-NACKs, no
+# announcements within any run (a subscribe on (re)connecting still goes out)
+NEVER = 1e9
+NO_REPAIR = CausalConfig(nack_delay=NEVER, nack_retry=NEVER, nack_retry_cap=NEVER,
+                         announce_interval=NEVER, announce_cap=NEVER)
 
 
 def client_of(sim: Simulation, node: str) -> ReplicaClient:
-    return cast(ReplicaClient, sim.process(node))
+    return cast(ReplicaNode, sim.process(node)).client
+
+
+def cut_at_random(scenario: Scenario, *, rate: float, window: tuple[float, float],
+                  clients: Sequence[str] | None = None) -> int:
+    """Reset each client's connection to the hub at random moments of ``window``, ``rate``
+    times per virtual second on average (one Poisson process per client, drawn from the
+    scenario's seed, as the experiment's cuts are). Returns how many cuts were scheduled."""
+    faults = random.Random(f"{scenario.seed}/cuts")
+    scheduled = 0
+    for node in clients if clients is not None else scenario.nodes[1:]:
+        at = window[0] + faults.expovariate(rate)
+        while at < window[1]:
+            scenario.cut(at, node, HUB)
+            scheduled += 1
+            at += faults.expovariate(rate)
+    return scheduled
 
 
 def make_scenario(
     *,
     clients: int,
     seed: int,
-    link: LinkModel,
     writes: int,
     keys: int,
     window: tuple[float, float] = (0.2, 5.0),
     delete_rate: float = 0.1,
+    latency: Latency = LATENCY,
+    cuts: float = 0.0,
 ) -> Scenario:
-    """One hub and ``clients`` clients; ``writes`` random writes (some deletes) on ``keys`` keys,
-    each by a random client that is up, drawn from the scenario's rng."""
-    scenario = Scenario(seed=seed, nodes=[HUB, *node_ids(clients)], link=link)
+    """One hub listening at ``HUB_ADDRESS`` and ``clients`` clients; ``writes`` random writes
+    (some deletes) on ``keys`` keys, each by a random client that is up, drawn from the
+    scenario's rng; ``cuts``: resets of each client's connection per virtual second during
+    the writes (``cut_at_random``)."""
+    scenario = Scenario(seed=seed, nodes=[HUB, *node_ids(clients)],
+                        link=LinkModel(latency=latency))
+    scenario.listen(HUB, HUB_LISTENER)
     times = random.Random(f"{seed}/write-times")
     for number in range(writes):
 
@@ -241,11 +282,13 @@ def make_scenario(
             node = sim.rng.choice(up)
             key = f"k{sim.rng.randrange(keys)}"
             if sim.rng.random() < delete_rate:
-                sim.call(node, lambda p: cast(ReplicaClient, p).delete(key))
+                sim.call(node, lambda p: cast(ReplicaNode, p).client.delete(key))
             else:
-                sim.call(node, lambda p: cast(ReplicaClient, p).set(key, {"n": number}))
+                sim.call(node, lambda p: cast(ReplicaNode, p).client.set(key, {"n": number}))
 
         scenario.at(times.uniform(*window), write)
+    if cuts > 0:
+        cut_at_random(scenario, rate=cuts, window=window)
     return scenario
 
 
@@ -254,27 +297,37 @@ def run(
     *,
     until: float,
     config: ReplicaConfig | None = None,
-    wrap: Callable[[Env], Env] | None = None,
-    trace_messages: bool = True,
     keeper: KeeperConfig | None = DEFAULT_KEEPER,
-    client: Callable[..., ReplicaClient] = ReplicaClient,
+    client: Callable[..., ReplicaNode] = ReplicaNode,
 ) -> tuple[Simulation, MemorySink]:
-    """Build and run; ``keeper`` None runs the seed's bare relay."""
+    """Build and run; ``keeper`` None runs the seed's bare relay. ``client(env, hub=...,
+    backoff=..., config=...)`` builds each client process: ``ReplicaNode``, a subclass, or a
+    function adding options (``client_class``, ``on_clear``, ...)."""
     sink = MemorySink()
 
-    def factory(env: Env) -> HubNode | ReplicaClient:
+    def factory(env: Env) -> HubService | ReplicaNode:
         if env.node == HUB:
-            return HubNode(env, keeper=keeper)
-        return client(wrap(env) if wrap is not None else env, config=config)
+            return HubService(env, keeper=keeper)
+        return client(env, hub=HUB_ADDRESS, config=config,
+                      backoff=FibonacciBackoff(unit=BACKOFF_UNIT, cap=BACKOFF_CAP))
 
-    sim = scenario.build(factory, trace=sink, codec=ReplicaCodec(),
-                         trace_messages=trace_messages)
+    sim = scenario.build(factory, trace=sink, codec=ReplicaCodec())
     sim.run(until=until)
     return sim, sink
 
 
+def only_at(node: str, build: Callable[..., ReplicaNode]) -> Callable[..., ReplicaNode]:
+    """A ``client`` for ``run``: ``build`` at ``node``, a plain ``ReplicaNode`` elsewhere."""
+
+    def client(env: Env, **options: Any) -> ReplicaNode:
+        return (build if env.node == node else ReplicaNode)(env, **options)
+
+    return client
+
+
 def check_all(sim: Simulation, sink: MemorySink, seed: int) -> None:
-    """Every oracle: causal order, reliability, unique seqs, convergence, losers resolved."""
+    """Every oracle: causal order, reliability, unique seqs, convergence, losers resolved;
+    and every client is back online with nothing left to send."""
     clients = [n for n in sim.alive() if n != HUB]
     assert len(clients) == len(sim.nodes()) - 1, f"seed={seed}: a client is down at the end"
     where = f"seed={seed}"
@@ -286,35 +339,100 @@ def check_all(sim: Simulation, sink: MemorySink, seed: int) -> None:
     assert loser_problems(sink.rows) == [], where
     assert all(client_of(sim, n).holdback_size == 0 for n in clients), where
     assert sum(client_of(sim, n).stale_conflicts for n in clients) == 0, where
+    offline = [n for n in clients if client_of(sim, n).link is not LinkState.ONLINE
+               or client_of(sim, n).offline_queue]
+    assert offline == [], f"{where}: not online, or writes still queued, at the end"
+
+
+@dataclasses.dataclass(frozen=True)
+class Repairs:
+    """What the trace shows of repair."""
+
+    nacks: int  # ``nack`` rows: a gap asked for
+    renacks: int  # NACKs asking again for a message the same node NACKed before (the retry loop)
+    delivered_after_nack: int  # messages a node delivered after it had NACKed them
+    served: int  # subscribes the hub's keeper answered with a retry of what the client lacked
+
+
+def repairs(rows: Iterable[Sequence[object]]) -> Repairs:
+    asked: dict[tuple[str, str], set[int]] = defaultdict(set)
+    nacks = renacks = delivered = served = 0
+    for row in named(rows):
+        if row.layer != LAYER:
+            continue
+        if row.event == "nack":
+            nacks += 1
+            wanted = asked[(row.node, str(row.origin))]
+            span = range(int(cast(int, row.seq)), int(_info(row)["end"]) + 1)
+            renacks += any(seq in wanted for seq in span)
+            wanted.update(span)
+        elif row.event == "deliver":
+            delivered += int(cast(int, row.seq)) in asked.get((row.node, str(row.origin)), ())
+        elif row.event == "serve":
+            info = _info(row)
+            served += info["kind"] == "retry" and info["messages"] > 0
+    return Repairs(nacks, renacks, delivered, served)
+
+
+def cuts_made(rows: Iterable[Sequence[object]]) -> int:
+    """Connections the simulator reset (its ``cut`` rows)."""
+    return sum(_info(r)["connections"] for r in named(rows)
+               if r.layer == "sim" and r.event == "cut")
 
 
 # -- whole-system runs ----------------------------------------------------------------------
 
 
+def cut_scenario(clients: int, writes: int, seed: int) -> Scenario:
+    """Clients whose connections are cut half a time per second each while they write, with
+    a wide latency spread."""
+    return make_scenario(clients=clients, seed=seed, writes=writes, keys=6, window=(0.2, 8.0),
+                         latency=WIDE, cuts=0.5)
+
+
 @pytest.mark.parametrize(("clients", "writes"), [
     (20, 50), pytest.param(50, 120, marks=pytest.mark.slow)])
-def test_clients_under_loss_duplication_reordering_converge_in_causal_order(
-    clients: int, writes: int,
-) -> None:
+def test_clients_under_connection_cuts_converge_in_causal_order(clients: int,
+                                                                writes: int) -> None:
     seed = 1
-    scenario = make_scenario(clients=clients, seed=seed, link=FAULTY, writes=writes, keys=6,
-                             window=(0.2, 8.0))
-    sim, sink = run(scenario, until=45.0)
+    sim, sink = run(cut_scenario(clients, writes, seed), until=45.0)
     check_all(sim, sink, seed)
+    assert cuts_made(sink.rows) > clients, f"seed={seed}"
     assert count(sink.rows, layer=LAYER, event="conflict") > 0, f"seed={seed}"
     assert count(sink.rows, layer=LAYER, event="resolve") > 0, f"seed={seed}"
-    assert count(sink.rows, layer=LAYER, event="nack") > 0, f"seed={seed}: faults needed repair"
+    repaired = repairs(sink.rows)
+    assert repaired.nacks > 0 and repaired.delivered_after_nack > 0, f"seed={seed}: {repaired}"
+    assert repaired.renacks > 0, f"seed={seed}: the NACK retry loop ran: {repaired}"
+    assert repaired.served > 0, f"seed={seed}: reconnecting clients were served: {repaired}"
     # deletes happened and converged too
     deletes = [w for w in published_writes(sink.rows) if w.deleted]
     assert deletes, f"seed={seed}"
 
 
+def test_without_repair_the_oracles_report_what_the_cuts_lost() -> None:
+    """The run above with NACKs, re-NACKs and announcements switched off (the clients' and
+    the keeper's): what a cut lost on the way to the hub stays lost, and the oracles say so.
+    The runs above converge because of repair, not because nothing was lost."""
+    seed = 1
+    config = ReplicaConfig(causal=NO_REPAIR)
+    sim, sink = run(cut_scenario(20, 50, seed), until=45.0, config=config,
+                    keeper=KeeperConfig(replica=config))
+    assert repairs(sink.rows).nacks == 0, f"seed={seed}"
+    clients = [n for n in sim.alive() if n != HUB]
+    assert missing_deliveries(sink.rows, clients) != [], f"seed={seed}"
+    held = sum(client_of(sim, n).holdback_size for n in clients)
+    assert held > 0, f"seed={seed}: what came after a lost message waits for it for ever"
+    states = {n: (client_of(sim, n).revisions(), client_of(sim, n).items()) for n in clients}
+    assert convergence_problems(sink.rows, states) != [], f"seed={seed}: replicas diverged"
+
+
 def test_partition_heals_and_both_sides_converge() -> None:
     seed = 2
-    scenario = make_scenario(clients=12, seed=seed, link=FAULTY, writes=80, keys=4,
-                             window=(0.2, 6.0))
+    scenario = make_scenario(clients=12, seed=seed, writes=80, keys=4, window=(0.2, 6.0),
+                             latency=WIDE)
     cut_off = scenario.nodes[7:]  # these clients lose the hub for a while
     scenario.partition(1.0, [[HUB, *scenario.nodes[1:7]], cut_off], heal_at=4.0)
+    cut_at_random(scenario, rate=0.3, window=(4.0, 6.0))  # and the connections break after
     sim, sink = run(scenario, until=50.0)
     check_all(sim, sink, seed)
     rows = named(sink.rows)
@@ -323,12 +441,13 @@ def test_partition_heals_and_both_sides_converge() -> None:
     late = [r for r in rows if r.event == "deliver" and r.msg in {d.msg for d in during}
             and r.node not in cut_off]
     assert late and min(r.t for r in late) >= 4.0, f"seed={seed}: delivered only after heal"
+    assert cuts_made(sink.rows) > 0, f"seed={seed}"
 
 
 @pytest.mark.parametrize("seed", [3, 4])
 def test_clients_crash_and_recover_from_their_durable_store(seed: int) -> None:
-    scenario = make_scenario(clients=15, seed=seed, link=FAULTY, writes=100, keys=4,
-                             window=(0.2, 7.0))
+    scenario = make_scenario(clients=15, seed=seed, writes=100, keys=4, window=(0.2, 7.0),
+                             latency=WIDE, cuts=0.3)
     for index, node in enumerate(scenario.nodes[1:6]):
         scenario.crash(1.0 + index, node, recover_after=1.5)
     sim, sink = run(scenario, until=50.0)
@@ -338,35 +457,33 @@ def test_clients_crash_and_recover_from_their_durable_store(seed: int) -> None:
     after = [r for r in named(sink.rows) if r.event == "publish" and r.node in crashed
              and r.t > 2.5]
     assert after, f"seed={seed}: recovered clients wrote again (and reused no seq)"
+    assert repairs(sink.rows).nacks > 0, f"seed={seed}"
 
 
 def test_one_seed_one_trace() -> None:
-    def once() -> list[Any]:
-        scenario = make_scenario(clients=8, seed=9, link=FAULTY, writes=40, keys=3)
+    def once(seed: int) -> list[Any]:
+        scenario = make_scenario(clients=8, seed=seed, writes=40, keys=3, latency=WIDE,
+                                 cuts=0.5)
         scenario.crash(2.0, scenario.nodes[3], recover_after=1.0)
         _sim, sink = run(scenario, until=20.0)
         return sink.rows
 
-    first, second = once(), once()
-    assert len(first) > 1000
-    assert first == second, "seed=9: two runs of one seed differ"
+    rows = assert_one_seed_one_trace(once, 9)
+    assert len(rows) > 1000
+    assert cuts_made(rows) > 0 and repairs(rows).nacks > 0, "seed=9: the faults happened"
 
 
-class CorruptFirstData:
-    """An env whose client sends its first data message with a wrong CRC (a flipped bit)."""
+class CorruptFirstData(ReplicaNode):
+    """A client whose first data message leaves with a wrong CRC (a flipped bit); its send
+    log keeps the message intact, so what it resends is good."""
 
-    def __init__(self, env: Env) -> None:
-        self._env = env
-        self.corrupted = False
+    corrupted = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-    def send(self, dst: str, msg: Message) -> None:
-        if isinstance(msg, Data) and not self.corrupted:
+    def _send(self, msg: Message) -> None:
+        if isinstance(msg, Data) and self.open and not self.corrupted:
             self.corrupted = True
             msg = dataclasses.replace(msg, crc=msg.crc ^ 1)
-        self._env.send(dst, msg)
+        super()._send(msg)
 
 
 @pytest.mark.parametrize("keeper", [True, False])
@@ -374,12 +491,12 @@ def test_corrupt_message_is_dropped_nacked_and_repaired(keeper: bool) -> None:
     """With the keeper the hub refuses the corrupt frame; with the seed's bare relay every
     client drops it. Either way it is asked for again and delivered intact."""
     seed = 5
-    scenario = make_scenario(clients=5, seed=seed, link=LinkModel(), writes=0, keys=1)
+    scenario = make_scenario(clients=5, seed=seed, writes=0, keys=1)
     writer = scenario.nodes[1]
     scenario.at(0.5, lambda sim: client_of(sim, writer).set("k", {"v": 1}))
     sim, sink = run(scenario, until=10.0, keeper=DEFAULT_KEEPER if keeper else None,
-                    wrap=lambda env: cast(Env, CorruptFirstData(env)) if env.node == writer
-                    else env)
+                    client=only_at(writer, CorruptFirstData))
+    assert cast(CorruptFirstData, sim.process(writer)).corrupted
     rows = named(sink.rows)
     crc_drops = [r for r in rows if r.event == "drop" and "crc" in str(r.info)]
     droppers = {HUB} if keeper else set(scenario.nodes[2:])
@@ -392,23 +509,20 @@ def test_corrupt_message_is_dropped_nacked_and_repaired(keeper: bool) -> None:
     assert all(client_of(sim, n).get("k") == {"v": 1} for n in scenario.nodes[1:])
 
 
-class DropLastData:
-    """An env whose data messages after the ``keep``-th never reach the hub (tail loss)."""
+class DropLastData(ReplicaNode):
+    """A client whose data messages after the ``keep``-th never reach the hub (tail loss)."""
 
-    def __init__(self, env: Env, keep: int) -> None:
-        self._env = env
+    def __init__(self, env: Env, *, keep: int, **options: Any) -> None:
+        super().__init__(env, **options)
         self.keep = keep
         self.data_sent = 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-    def send(self, dst: str, msg: Message) -> None:
+    def _send(self, msg: Message) -> None:
         if isinstance(msg, Data):  # a Retry that carries it later is not a Data
             self.data_sent += 1
             if self.data_sent > self.keep:
                 return
-        self._env.send(dst, msg)
+        super()._send(msg)
 
 
 @pytest.mark.parametrize(("announce", "keeper"), [(True, False), (False, True), (False, False)])
@@ -418,7 +532,7 @@ def test_lost_last_message_is_found_by_announcements(announce: bool, keeper: boo
     announces its vector after deliveries, and the writer answers what the keeper lacks). With
     the clients' announcements pushed beyond the run and no keeper, the oracle must see the loss."""
     seed = 6
-    scenario = make_scenario(clients=4, seed=seed, link=LinkModel(), writes=0, keys=1)
+    scenario = make_scenario(clients=4, seed=seed, writes=0, keys=1)
     writer = scenario.nodes[1]
     for number, at in enumerate((0.5, 1.0, 1.5)):
         scenario.at(at, lambda sim, n=number: client_of(sim, writer).set("k", {"v": n}))
@@ -426,8 +540,8 @@ def test_lost_last_message_is_found_by_announcements(announce: bool, keeper: boo
                                                           announce_cap=100.0)
     sim, sink = run(scenario, until=15.0, config=ReplicaConfig(causal=causal),
                     keeper=DEFAULT_KEEPER if keeper else None,
-                    wrap=lambda env: cast(Env, DropLastData(env, keep=2)) if env.node == writer
-                    else env)
+                    client=only_at(writer, functools.partial(DropLastData, keep=2)))
+    assert cast(DropLastData, sim.process(writer)).data_sent == 3
     readers = scenario.nodes[2:]
     missing = missing_deliveries(sink.rows, readers)
     if announce or keeper:
@@ -440,9 +554,8 @@ def test_lost_last_message_is_found_by_announcements(announce: bool, keeper: boo
 
 def test_holdback_is_bounded_and_the_nack_loop_recovers_what_it_dropped() -> None:
     seed = 7
-    link = LinkModel(latency=Uniform(0.001, 0.2), reorder=0.5, loss=0.05)
-    scenario = make_scenario(clients=6, seed=seed, link=link, writes=150, keys=20,
-                             window=(0.2, 1.5))
+    scenario = make_scenario(clients=6, seed=seed, writes=150, keys=20, window=(0.2, 1.5),
+                             latency=WIDE, cuts=2.0)
     config = ReplicaConfig(causal=CausalConfig(holdback_limit=3))
     sim, sink = run(scenario, until=40.0, config=config)
     drops = [r for r in named(sink.rows) if r.event == "drop" and "holdback_full" in str(r.info)]
@@ -453,30 +566,39 @@ def test_holdback_is_bounded_and_the_nack_loop_recovers_what_it_dropped() -> Non
 @settings(max_examples=8, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
-    loss=st.floats(0.0, 0.3),
-    duplicate=st.floats(0.0, 0.3),
-    reorder=st.floats(0.0, 0.3),
+    cuts=st.floats(0.0, 2.0),
+    spread=st.floats(0.0, 0.3),
+    crash=st.booleans(),
+    partition=st.booleans(),
+    keeper=st.booleans(),
 )
-def test_property_any_faults_converge_in_causal_order(
-    seed: int, loss: float, duplicate: float, reorder: float
+def test_property_any_connection_faults_converge_in_causal_order(
+    seed: int, cuts: float, spread: float, crash: bool, partition: bool, keeper: bool,
 ) -> None:
-    link = LinkModel(latency=Uniform(0.001, 0.05), loss=loss, duplicate=duplicate,
-                     reorder=reorder)
-    scenario = make_scenario(clients=8, seed=seed, link=link, writes=30, keys=3)
-    sim, sink = run(scenario, until=60.0)
+    """Cuts at any rate, any latency spread, with or without a client crash, a partition
+    and the hub's keeper."""
+    scenario = make_scenario(clients=8, seed=seed, writes=30, keys=3,
+                             latency=Uniform(0.001, 0.001 + spread), cuts=cuts)
+    if crash:
+        scenario.crash(2.0, scenario.nodes[2], recover_after=1.0)
+    if partition:
+        scenario.partition(1.0, [[HUB, *scenario.nodes[1:6]], scenario.nodes[6:]],
+                           heal_at=3.0)
+    sim, sink = run(scenario, until=60.0, keeper=DEFAULT_KEEPER if keeper else None)
     check_all(sim, sink, seed)
 
 
 @pytest.mark.slow
 def test_a_thousand_clients_converge() -> None:
-    """Scale: 1,000 clients. The cost is the seed's join: every Subscribe reaches every client
-    already connected (about N**2 / 2 deliveries), so few writes and a short run."""
+    """Scale: 1,000 clients, some of their connections cut while they write. The cost is the
+    seed's join: every Subscribe the keeper cannot serve reaches every client connected, and
+    every connection that ends is a ``Left`` to all the others, so few writes and a short run."""
     seed = 8
-    link = LinkModel(latency=Uniform(0.005, 0.05), loss=0.01)
-    scenario = make_scenario(clients=1000, seed=seed, link=link, writes=15, keys=3,
-                             window=(0.5, 2.0), delete_rate=0.0)
-    sim, sink = run(scenario, until=8.0, trace_messages=False)
+    scenario = make_scenario(clients=1000, seed=seed, writes=15, keys=3, window=(0.5, 2.0),
+                             delete_rate=0.0, cuts=0.05)
+    sim, sink = run(scenario, until=8.0)
     check_all(sim, sink, seed)
+    assert cuts_made(sink.rows) > 0, f"seed={seed}"
     assert count(sink.rows, layer=LAYER, event="deliver") >= 15 * 999, f"seed={seed}"
 
 
@@ -632,20 +754,54 @@ def test_bad_peer_input_is_refused_before_any_state_changes() -> None:
     assert client.vector == {"n1": 1}
 
 
-def test_hub_node_routes_and_drops_what_the_relay_refuses() -> None:
-    sink = MemorySink()
-    sim = Simulation(seed=1, trace=sink, codec=ReplicaCodec())
-    sim.add_node(HUB, HubNode)
-    sim.add_nodes(["n1", "n2"], ReplicaClient)
-    sim.run(until=1.0)
-    sim.env("n1").send(HUB, Nack(id="n1", dest="n9", start=1, end=1))  # no such client
-    sim.env("n1").send(HUB, Nack(id="n2", dest="n2", start=1, end=1))  # speaks for another
-    sim.call("n1", lambda p: cast(ReplicaClient, p).set("k", 1))
+def test_the_hub_routes_by_connection_and_drops_what_the_relay_refuses() -> None:
+    """A connection is in the relay from its opening; its first frame binds it to the
+    client's id, under which the hub routes to it, and a cut moves the id to the client's next
+    connection. A NACK for nobody, or in another's name, is dropped and traced."""
+    scenario = make_scenario(clients=2, seed=10, writes=0, keys=1)
+    one, two = scenario.nodes[1:]
+    sim, sink = run(scenario, until=1.0)
+    hub = cast(HubService, sim.process(HUB))
+    second = cast(ReplicaNode, sim.process(two))
+    first = hub.relay.connection_of(two)
+    assert isinstance(first, SimConn) and first.node == HUB and first.peer is second.conn
+    assert hub.connections == 2 and hub.relay.id_of(first) == two
+    joins = {r.peer: _info(r)["conn"] for r in named(sink.rows)
+             if r.layer == "hub" and r.event == "join"}
+    assert joins == {one: cast(SimConn, hub.relay.connection_of(one)).id, two: first.id}
+
+    def send(msg: Message) -> None:
+        sim.call(one, lambda p: cast(ReplicaNode, p).client.send(msg))
+
+    send(Nack(id=one, dest="n9", start=1, end=1))  # no such client
+    send(Nack(id=two, dest=two, start=1, end=1))  # speaks for another
+    sim.call(one, lambda p: cast(ReplicaNode, p).client.set("k", 1))
     sim.run(until=2.0)
     drops = [r for r in named(sink.rows) if r.layer == "hub" and r.event == "drop"]
-    assert len(drops) == 2 and all(r.peer == "n1" for r in drops)
-    assert cast(HubNode, sim.process(HUB)).relay.connection_of("n2") == "n2"
-    assert client_of(sim, "n2").get("k") == 1
+    assert len(drops) == 2 and all(r.peer == one for r in drops)
+    assert client_of(sim, two).get("k") == 1
+    sim.cut(two, HUB)
+    sim.run(until=5.0)
+    again = hub.relay.connection_of(two)
+    assert isinstance(again, SimConn) and again is not first and again.peer is second.conn
+    assert hub.connections == 2 and second.connects == 2
+
+
+def test_a_node_builds_the_client_class_it_is_given_and_links_it_to_its_connection() -> None:
+    class Mine(ReplicaClient):
+        pass
+
+    env = FakeEnv("n1")
+    node = ReplicaNode(env, hub=HUB_ADDRESS, client_class=Mine, config=ReplicaConfig())
+    assert type(node.client) is Mine
+    node.start()
+    [conn] = env.dialed
+    node.opened(conn, HUB_ADDRESS)
+    [(to, frame)] = env.take_written()  # the subscribe, on the connection, not env.send
+    assert to is conn and isinstance(ReplicaCodec().decode(frame), Subscribe)
+    assert env.sent == []
+    with pytest.raises(ConfigError, match="client_class"):
+        ReplicaNode(env, hub=HUB_ADDRESS, client_class=dict)  # type: ignore[arg-type]
 
 
 def test_a_crash_recovered_client_resumes_and_never_reuses_a_sequence_number() -> None:

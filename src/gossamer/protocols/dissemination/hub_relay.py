@@ -1,5 +1,5 @@
 """Seed 000's hub relay (sans-I/O): the seed's multicast channel and its id-to-connection index,
-the routing core of the hub (``gossamer.services.replica.hub_server``, ``replica.hubnode``).
+the routing core of the hub (``gossamer.protocols.replica.hub_service``).
 
 A connection subscribes when it opens and is unsubscribed when it closes (the other clients get
 a ``Left``). A message goes to every other connection, or only to the connection registered

@@ -68,7 +68,7 @@ _KNOWN_IDS_LIMIT = 100_000  # vector ids already checked (a cache: beyond it, ch
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CausalConfig:
-    hub: NodeId = HUB_ID  # where every message goes; the hub routes it
+    hub: NodeId = HUB_ID  # where the default ``send`` (``env.send``, for unit tests) goes
     holdback_limit: int = 10_000  # early messages kept, over all origins
     send_log_limit: int = 10_000  # own messages kept (durably) to answer NACKs and Subscribes
     retry_batch: int = 256  # data messages per Retry (the wire allows up to 1,024)
@@ -139,9 +139,9 @@ class CausalDelivery:
         ``group_commit``: the store is committed in groups (the keeper: ``commit_then``, and
         nothing it sends waits for the group), so the delivered counts are written by
         ``write_pending()`` before each group, not at every delivery.
-        ``send``: how a message reaches the hub (default ``env.send`` to the hub's node id: a
-        client's link, or the keeper inside the hub, passes its own); ``store``: default
-        ``env.store``."""
+        ``send``: how a message reaches the hub: a client's connection (``ReplicaNode``) and
+        the keeper inside the hub pass their own; the default, ``env.send`` to ``config.hub``,
+        is for unit tests (``FakeEnv`` records it). ``store``: default ``env.store``."""
         self.env = env
         self.send = send if send is not None else self._to_hub
         self.announce_deliveries = announce_deliveries

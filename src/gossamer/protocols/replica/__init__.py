@@ -3,8 +3,10 @@
 ``wire`` is the seed's exact JSON wire format. ``objects`` (``ReplicaClient``: the objects,
 conflicts, rebase, offline queue) builds on causal delivery and per-object order
 (``gossamer.protocols.ordering.causal`` and ``.per_object``); ``keeper`` (the hub's snapshot
-keeper) builds on ``objects``, and ``hubnode`` (the hub as a simulator process) on the keeper
-and the hub relay (``gossamer.protocols.dissemination.hub_relay``).
+keeper) builds on ``objects``, and ``hub_service`` (``HubService``: the hub as a service of the
+connection contract) on the keeper and the hub relay
+(``gossamer.protocols.dissemination.hub_relay``); ``node`` (``ReplicaNode``) is a client as a
+process over one connection to the hub. Both run unchanged in the simulator and on sockets.
 
 The wire format is imported at once, everything else on first use: the ordering and
 dissemination layers speak this package's wire format and this face re-exports their seed-000
@@ -35,8 +37,9 @@ if TYPE_CHECKING:
     from ..dissemination.hub_relay import HubRelay, Route
     from ..ordering.causal import CausalConfig, CausalDelivery
     from ..ordering.per_object import Verdict
-    from .hubnode import HubNode
+    from .hub_service import HubService
     from .keeper import HubKeeper, KeeperConfig
+    from .node import ReplicaNode
     from .objects import LinkState, ReplicaClient, ReplicaConfig
 
 # name -> the module it comes from, imported when the name is first asked for
@@ -45,12 +48,13 @@ _ON_FIRST_USE = {
     "CausalDelivery": "..ordering.causal",
     "HubRelay": "..dissemination.hub_relay",
     "Route": "..dissemination.hub_relay",
-    "HubNode": ".hubnode",
+    "HubService": ".hub_service",
     "HubKeeper": ".keeper",
     "KeeperConfig": ".keeper",
     "LinkState": ".objects",
     "ReplicaClient": ".objects",
     "ReplicaConfig": ".objects",
+    "ReplicaNode": ".node",
     "Verdict": "..ordering.per_object",
 }
 
@@ -62,8 +66,8 @@ __all__ = [
     "Conflict",
     "Data",
     "HubKeeper",
-    "HubNode",
     "HubRelay",
+    "HubService",
     "KeeperConfig",
     "Left",
     "LinkState",
@@ -71,6 +75,7 @@ __all__ = [
     "ReplicaClient",
     "ReplicaCodec",
     "ReplicaConfig",
+    "ReplicaNode",
     "Retry",
     "Route",
     "Snapshot",

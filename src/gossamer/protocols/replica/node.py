@@ -14,7 +14,7 @@ from typing import Any
 from ...core.backoff import Backoff, FibonacciBackoff
 from ...core.conn import CloseCode, Conn, Framing
 from ...core.env import Env, TimerHandle
-from ...core.errors import ProtocolError
+from ...core.errors import ConfigError, ProtocolError
 from ...core.messages import Message
 from .objects import ReplicaClient
 from .wire import HUB_ID, ReplicaCodec
@@ -26,18 +26,23 @@ DEFAULT_MAX_FRAME = 64 * 1024
 
 
 class ReplicaNode:
-    """One client process (see the module docstring); ``client_options`` go to
-    ``ReplicaClient`` (config, rebase, on_change, ...)."""
+    """One client process (see the module docstring); ``client_options`` go to the client
+    (config, rebase, on_change, ...). ``client_class``: the client to build, ``ReplicaClient``
+    or a subclass of it; it is given ``env``, ``send`` (this link) and ``client_options``."""
 
     def __init__(self, env: Env, *, hub: str, backoff: Backoff | None = None,
                  max_frame: int = DEFAULT_MAX_FRAME, online: bool = True,
+                 client_class: type[ReplicaClient] = ReplicaClient,
                  **client_options: Any) -> None:
+        if not (isinstance(client_class, type) and issubclass(client_class, ReplicaClient)):
+            raise ConfigError(f"client_class must be ReplicaClient or a subclass, "
+                              f"got {client_class!r}")
         self.env = env
         self.hub = hub
         self.codec = ReplicaCodec(max_frame=max_frame)
         self.max_frame = max_frame
         self.backoff = backoff if backoff is not None else FibonacciBackoff()
-        self.client = ReplicaClient(env, send=self._send, **client_options)
+        self.client = client_class(env, send=self._send, **client_options)
         self.want_online = online
         self.conn: Conn | None = None
         self.open = False

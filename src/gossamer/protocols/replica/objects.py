@@ -112,7 +112,9 @@ class ReplicaConfig:
 
 
 class ReplicaClient:
-    """One client of the hub: the replicated objects, their conflicts and rebases. A Process."""
+    """One client of the hub: the replicated objects, their conflicts and rebases. It runs
+    inside a process that owns its link: ``ReplicaNode`` (a client over its connection to the
+    hub) or ``HubKeeper`` (the hub's observer)."""
 
     def __init__(
         self,
@@ -132,8 +134,8 @@ class ReplicaClient:
         """``observer``: a member that never writes and never sends ``Conflict`` and announces
         its vector after deliveries (the hub's snapshot keeper); ``on_delivered`` sees every
         data message as it is delivered. ``send``: how a message reaches the hub (a client's
-        link, ``ReplicaNode``; the keeper's route inside the hub; default ``env.send`` to the
-        hub's node id, for unit tests); ``store``: default ``env.store``."""
+        connection, ``ReplicaNode``; the keeper's route inside the hub; default ``env.send`` to
+        the hub's node id, for unit tests only); ``store``: default ``env.store``."""
         self.env = env
         self.config = config if config is not None else ReplicaConfig()
         self.me: NodeId = env.node
@@ -193,7 +195,8 @@ class ReplicaClient:
     # -- Process ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start as connected (the simulator's clients, the hub's keeper)."""
+        """Start as connected (the hub's keeper, unit tests); ``ReplicaNode`` calls
+        ``connected()`` when its connection opens instead."""
         self.connected()
 
     def stop(self) -> None:

@@ -7,7 +7,6 @@ on the loop, sqlite for storage.
 
 from .conns import Connections, NetConn
 from .host import NetHost, run_until_signalled
-from .loopenv import LoopEnv
 from .node import (
     PEER_LISTENER,
     Address,
@@ -25,7 +24,6 @@ __all__ = [
     "Address",
     "BackoffFactory",
     "Connections",
-    "LoopEnv",
     "NetConn",
     "NetEnv",
     "NetHost",
