@@ -27,7 +27,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -43,10 +43,7 @@ from ...core.conn import (
 )
 from ...core.errors import ConfigError, ProtocolError
 from .framing import StreamDecoder, frames_without, text_frame
-from .netconn import CLOSE_TIMEOUT, NetConn, State, StreamProtocol
-
-if TYPE_CHECKING:
-    from .node import NetNode
+from .netconn import CLOSE_TIMEOUT, NetConn, NodeSide, State, StreamProtocol
 
 __all__ = ["Connections", "NetConn"]
 
@@ -79,7 +76,7 @@ class Listening:
 class Connections:
     """The connections of one ``NetNode`` (see the module docstring)."""
 
-    def __init__(self, node: NetNode) -> None:
+    def __init__(self, node: NodeSide) -> None:
         self.node = node
         self._numbers = itertools.count(1)
         self._listeners: dict[str, Listening] = {}
@@ -170,7 +167,7 @@ class Connections:
                               max_frame=spec.max_frame, raw=True)
         return StreamProtocol(self, conn, listening)
 
-    def _accepted_stream(self, listening: Listening, conn: NetConn) -> None:
+    def accepted_stream(self, listening: Listening, conn: NetConn) -> None:
         transport = conn.transport
         if transport is None or transport.is_closing():
             return
@@ -320,7 +317,7 @@ class Connections:
                                             "invalid UTF-8 in a text frame")
                         continue
                 if conn.state is State.OPEN:
-                    self._received(conn, payload)
+                    self.received(conn, payload)
             elif kind is WSMsgType.BINARY:
                 self._trace_conn(conn, "drop", size=len(frame.data), reason="binary")
             elif kind is WSMsgType.ERROR:
@@ -340,7 +337,7 @@ class Connections:
             else:  # CLOSE, CLOSING, CLOSED
                 return
 
-    def _received(self, conn: NetConn, frame: bytes) -> None:
+    def received(self, conn: NetConn, frame: bytes) -> None:
         """One frame for the service (the hot path: every attribute read here counts)."""
         conn.handshook = True
         conn.frames_in += 1
@@ -362,7 +359,7 @@ class Connections:
         if node.on_activity is not None:
             node.on_activity()
 
-    def _too_large(self, conn: NetConn, detail: str) -> None:
+    def too_large(self, conn: NetConn, detail: str) -> None:
         log.warning("%s: closing %s: too_large: a frame over %d bytes", self.node.node_id,
                     conn, conn.max_frame)
         self._trace_conn(conn, "drop", reason=CloseReason.TOO_LARGE, detail=detail)
@@ -604,7 +601,7 @@ class Connections:
         elif isinstance(conn.ws, aiohttp.ClientWebSocketResponse) and not conn.ws.closed:
             self._spawn(conn.ws.close())
 
-    def _lost(self, conn: NetConn, *, reset: bool) -> None:
+    def lost(self, conn: NetConn, *, reset: bool) -> None:
         """A stream connection ended (``connection_lost``)."""
         if conn.state is State.CONNECTING:
             return  # the dial gave up; _dial reports it

@@ -10,7 +10,7 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -19,13 +19,42 @@ from ...core.conn import Framing, ListenerSpec
 from ...core.errors import FrameTooLarge
 from .framing import StreamDecoder, encoder_for
 
-if TYPE_CHECKING:
-    from .conns import Connections, Listening
-
-__all__ = ["CLOSE_TIMEOUT", "WRITE_CHUNK", "NetConn", "State", "StreamProtocol"]
+__all__ = ["CLOSE_TIMEOUT", "WRITE_CHUNK", "NetConn", "NodeSide", "State", "StreamProtocol"]
 
 CLOSE_TIMEOUT = 5.0  # seconds for a close handshake before the transport is aborted
 WRITE_CHUNK = 64 * 1024  # bytes of frames joined into one transport write (at least one frame)
+
+
+class NodeSide(Protocol):
+    """What the connection layer and the peer links need of the node they serve (a
+    ``NetNode``): kept here so that they depend on it, not on the node's module."""
+
+    node_id: str
+    running: bool
+    process: Any
+    on_activity: Callable[[], None] | None
+    max_frame: int
+    send_queue_limit: int
+
+    def fail(self, exc: BaseException, where: str) -> None: ...
+
+    def activity(self) -> None: ...
+
+    def drop(self, reason: str, **fields: Any) -> None: ...
+
+    def conn_row(self, event: str, *, peer: str | None = None, **info: Any) -> None: ...
+
+
+class _StreamOwner(Protocol):
+    """What a ``StreamProtocol`` reports to (the node's ``Connections``)."""
+
+    def accepted_stream(self, accepted: Any, conn: NetConn) -> None: ...
+
+    def received(self, conn: NetConn, frame: bytes) -> None: ...
+
+    def too_large(self, conn: NetConn, detail: str) -> None: ...
+
+    def lost(self, conn: NetConn, *, reset: bool) -> None: ...
 
 
 class State(enum.Enum):
@@ -153,8 +182,7 @@ def _never() -> bool:
 class StreamProtocol(asyncio.Protocol):
     """A TCP connection framed as JSON lines or length prefixes."""
 
-    def __init__(self, manager: Connections, conn: NetConn,
-                 accepted: Listening | None = None) -> None:
+    def __init__(self, manager: _StreamOwner, conn: NetConn, accepted: Any = None) -> None:
         self.manager = manager
         self.conn = conn
         self.accepted = accepted  # the listener it came in on (None: dialed)
@@ -170,7 +198,7 @@ class StreamProtocol(asyncio.Protocol):
         conn.paused = self.is_paused
         conn.stream = self
         if self.accepted is not None:
-            self.manager._accepted_stream(self.accepted, conn)
+            self.manager.accepted_stream(self.accepted, conn)
 
     def is_paused(self) -> bool:
         return self.paused
@@ -186,13 +214,13 @@ class StreamProtocol(asyncio.Protocol):
         try:
             frames = decoder.feed(data)
         except FrameTooLarge as exc:
-            self.manager._too_large(conn, str(exc))
+            self.manager.too_large(conn, str(exc))
             return
         manager = self.manager
         for frame in frames:
             if conn.state is not State.OPEN:
                 return
-            manager._received(conn, frame)
+            manager.received(conn, frame)
 
     def eof_received(self) -> bool:
         return False  # close our side too
@@ -216,4 +244,4 @@ class StreamProtocol(asyncio.Protocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_exception(ConnectionResetError("connection lost"))
             self._drained.exception()  # retrieved: nobody may be waiting
-        self.manager._lost(self.conn, reset=exc is not None)
+        self.manager.lost(self.conn, reset=exc is not None)

@@ -13,18 +13,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 
+from ...core.backoff import Backoff
 from ...core.conn import CloseCode, Conn, Framing
 from ...core.errors import ConfigError, DecodeError, ProtocolError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message
-from .conns import NetConn
+from .conns import Connections, NetConn
+from .netconn import NodeSide
 
-if TYPE_CHECKING:
-    from .node import NetNode
+
+class LinkNode(NodeSide, Protocol):
+    """What the peer links need of their node, beyond the connection layer's needs."""
+
+    connections: Connections
+    backoff_factory: Callable[[], Backoff]
+
+    def address_of(self, node: NodeId) -> tuple[str, int] | None: ...
+
+    def deliver(self, peer: NodeId, frame: bytes) -> None: ...
+
+    def trace_message(self, event: str, msg: Message, peer: str, size: int) -> None: ...
+
+    def unreachable(self, peer: NodeId) -> None: ...
 
 __all__ = ["PeerLinks", "hello_frame", "parse_hello"]
 
@@ -171,7 +186,7 @@ class _Inbound:
 class PeerLinks:
     """The peer listener's handler and every outbound link of one node."""
 
-    def __init__(self, node: NetNode, framing: Framing) -> None:
+    def __init__(self, node: LinkNode, framing: Framing) -> None:
         self.node = node
         self.framing = framing
         self.links: dict[NodeId, _Link] = {}

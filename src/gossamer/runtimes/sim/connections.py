@@ -16,14 +16,38 @@ import enum
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...core.conn import CloseCode, CloseReason, ConnGroup, Framing, ListenerSpec, parse_address
 from ...core.errors import ConfigError, ProtocolError, StateError
 from ...core.ids import NodeId
+from .network import Network
 
-if TYPE_CHECKING:
-    from .kernel import SimEnv, Simulation
+
+class SimEnv(Protocol):
+    """What a connection needs of the env of the node incarnation that owns it."""
+
+    node: NodeId
+    alive: bool
+    process: Any
+
+    def trace(self, event: str, *, layer: str, **fields: Any) -> None: ...
+
+
+class Simulation(Protocol):
+    """What the connections need of their ``Simulation`` (kept here, so that they depend on
+    this, not on the kernel's module)."""
+
+    now: float
+    network: Network
+
+    def schedule(self, delay: float, fn: Callable[..., object], *args: Any) -> Any: ...
+
+    def link_delay(self, src: NodeId, dst: NodeId) -> float: ...
+
+    def current_env(self, node: NodeId) -> SimEnv | None: ...
+
+    def failure(self, node: str, exc: BaseException) -> Exception: ...
 
 __all__ = ["ConnState", "SimConn", "SimConnections"]
 
@@ -223,7 +247,7 @@ class SimConnections:
 
     def _delay(self, src: NodeId, dst: NodeId) -> float:
         sim = self.sim
-        return sim.network.link(src, dst).latency.sample(sim._net_rng)
+        return sim.link_delay(src, dst)
 
     def _transmit(self, end: SimConn, kind: str, payload: Any) -> None:
         """Put one item (data, fin or rst) on the wire from ``end`` to its peer, in order."""
@@ -307,9 +331,8 @@ class SimConnections:
         if dialer.state is not ConnState.CONNECTING:
             return
         sim = self.sim
-        slot = sim._slots.get(host)
+        target = sim.current_env(host)
         spec = self.listeners.get(host, {}).get(port)
-        target = slot.env if slot is not None else None
         if target is None or spec is None or not sim.network.connected(dialer.node, host):
             sim.schedule(self._delay(host, dialer.node), self._refused, dialer)
             return
@@ -426,7 +449,7 @@ class SimConnections:
             end.env.trace("drop", layer=LAYER, peer=end.remote, reason=exc.reason,
                           error=str(exc))
         except Exception as exc:
-            raise self.sim._failure(end.node, exc) from exc
+            raise self.sim.failure(end.node, exc) from exc
 
     def _own(self, env: SimEnv, conn: object) -> SimConn | None:
         if not isinstance(conn, SimConn):

@@ -393,6 +393,19 @@ class Simulation:
             written += 1
         return written
 
+    def current_env(self, node: NodeId) -> SimEnv | None:
+        """The env of ``node``'s running incarnation (None: unknown, down or not started)."""
+        slot = self._slots.get(node)
+        return None if slot is None else slot.env
+
+    def link_delay(self, src: NodeId, dst: NodeId) -> float:
+        """One delay of the link from ``src`` to ``dst``, drawn from the network's rng."""
+        return self.network.link(src, dst).latency.sample(self._net_rng)
+
+    def failure(self, node: str, exc: BaseException) -> SimulationError:
+        """The error that stops a run when a protocol raised (it names seed, time, node)."""
+        return self._failure(node, exc)
+
     def _trace_sim(self, event: str, **info: Any) -> None:
         if self.tracing:
             self.trace_sink.append(
