@@ -41,6 +41,7 @@ from gossamer.core import (
 )
 from gossamer.core.traceio import SCHEMA, trace_path
 from gossamer.runtimes.net import NetEnv, NetNode, NetNodeError, NodeState, SqliteStore
+from gossamer.runtimes.net.linkauth import hello_frame, parse_challenge, resolve_cluster_key
 from harness_net import NetCluster, RawClient
 
 CODEC = Codec(max_frame=4096)
@@ -122,6 +123,9 @@ def make_cluster(transport: str) -> Iterator[Callable[..., NetCluster]]:
     made: list[NetCluster] = []
 
     def make(node_ids: list[str], **options: Any) -> NetCluster:
+        # raw test peers ("mallory") have no address to check their id with: these tests are
+        # about a node's own frame handling; tests/test_net_linkauth.py checks the ids
+        options.setdefault("verify_ids", False)
         cluster = NetCluster(node_ids, Echo, transport=transport, codec=CODEC, **options)
         made.append(cluster)
         return cluster
@@ -160,15 +164,23 @@ def ping_many(cluster: NetCluster, src: str, dst: str, numbers: Iterable[int]) -
     cluster.call(src, send_all)
 
 
-async def raw_connection(cluster: NetCluster, node: str, frames: list[bytes]) -> RawClient:
-    """A hand-made client: dial ``node``, send each frame as is."""
+async def raw_connection(cluster: NetCluster, node: str, frames: list[bytes], *,
+                         hello_as: str | None = "mallory") -> RawClient:
+    """A hand-made peer: dial ``node``, answer its challenge with a hello proven with the
+    cluster's (built-in loopback) key as ``hello_as`` (None: no hello), then send each frame
+    as is."""
     conn = await RawClient.open(cluster.transport, cluster.address(node))
+    challenge = await conn.recv()
+    assert challenge is not None, "the node sent no challenge"
+    if hello_as is not None:
+        await conn.send(hello_frame(LOOPBACK_KEY, hello_as, 1, parse_challenge(challenge),
+                                    "0" * 32))
     for frame in frames:
         await conn.send(frame)
     return conn
 
 
-HELLO = b'{"hello": "mallory"}'
+LOOPBACK_KEY = resolve_cluster_key(None, "127.0.0.1", environ={})
 
 
 # -- delivery ------------------------------------------------------------------------------
@@ -222,7 +234,7 @@ def test_malformed_frames_are_dropped_and_the_connection_kept(
     bad = [b"not json at all", b'{"type": "nettest.nope", "n": 1}',
            b'{"type": "nettest.ping", "n": "seven"}', b'{"type": "nettest.ping", "n": -1}',
            b'{"type": "nettest.ping", "n": 1, "extra": true}', b"[1, 2]"]
-    conn = cluster.run_async(raw_connection(cluster, "b", [HELLO, *bad, CODEC.encode(Ping(7))]))
+    conn = cluster.run_async(raw_connection(cluster, "b", [*bad, CODEC.encode(Ping(7))]))
     try:
         assert cluster.run_until(lambda: ("mallory", 7) in echo(cluster, "b").pings, WAIT)
     finally:
@@ -245,7 +257,7 @@ def test_a_bad_hello_closes_only_that_connection(
 ) -> None:
     cluster = make_cluster(["a", "b"])
     for hello in (b"garbage", b'{"hello": "no spaces allowed"}', b'{"hi": "a"}'):
-        conn = cluster.run_async(raw_connection(cluster, "b", [hello]))
+        conn = cluster.run_async(raw_connection(cluster, "b", [hello], hello_as=None))
         cluster.run_async(conn.wait_closed())  # b hangs up
         cluster.run_async(conn.close())
     assert drop_reasons(cluster, "b") == ["decode", "decode", "decode"]
@@ -257,13 +269,13 @@ def test_a_silent_client_is_cut_off_and_inbound_connections_are_bounded(
     make_cluster: Callable[..., NetCluster],
 ) -> None:
     cluster = make_cluster(["a", "b"], hello_timeout=0.1, max_inbound=2)
-    silent = cluster.run_async(raw_connection(cluster, "b", []))
+    silent = cluster.run_async(raw_connection(cluster, "b", [], hello_as=None))
     cluster.run_async(silent.wait_closed())  # no hello in time: b hangs up
     cluster.run_async(silent.close())
     assert drop_reasons(cluster, "b") == ["handshake_timeout"]
-    first = cluster.run_async(raw_connection(cluster, "b", [HELLO]))
-    second = cluster.run_async(raw_connection(cluster, "b", [HELLO]))
-    third = cluster.run_async(raw_connection(cluster, "b", []))
+    first = cluster.run_async(raw_connection(cluster, "b", []))
+    second = cluster.run_async(raw_connection(cluster, "b", []))
+    third = cluster.run_async(RawClient.open(cluster.transport, cluster.address("b")))
     try:
         cluster.run_async(third.wait_closed())
         assert drop_reasons(cluster, "b") == ["handshake_timeout", "full"]
@@ -279,7 +291,7 @@ def test_an_oversized_frame_closes_the_connection_and_the_node_keeps_working(
 ) -> None:
     cluster = make_cluster(["a", "b"])
     huge = b'{"type": "nettest.ping", "n": 1, "body": "' + b"z" * CODEC.max_frame + b'"}'
-    conn = cluster.run_async(raw_connection(cluster, "b", [HELLO, huge]))
+    conn = cluster.run_async(raw_connection(cluster, "b", [huge]))
     try:
         cluster.run_async(conn.wait_closed())  # b hangs up on us
     finally:
@@ -288,7 +300,7 @@ def test_an_oversized_frame_closes_the_connection_and_the_node_keeps_working(
     assert echo(cluster, "b").pings == []
     assert any("too_large" in r.getMessage() for r in caplog.records)
     # a fresh connection is accepted, and the node's own links still work
-    conn = cluster.run_async(raw_connection(cluster, "b", [HELLO, CODEC.encode(Ping(2))]))
+    conn = cluster.run_async(raw_connection(cluster, "b", [CODEC.encode(Ping(2))]))
     try:
         assert cluster.run_until(lambda: ("mallory", 2) in echo(cluster, "b").pings, WAIT)
     finally:
@@ -521,17 +533,22 @@ def test_sigterm_stops_a_host_cleanly_and_closes_its_trace(tmp_path: Path,
         lines = LineReader(proc)
         try:
             port = int(lines.wait_for("PORT ", WAIT).split()[1])
-            hello = b'{"hello": "tester"}'
             note = b'{"type": "sigtest.note", "text": "hi"}'
+
+            def hello(challenge: bytes) -> bytes:
+                return hello_frame(LOOPBACK_KEY, "tester", 1, parse_challenge(challenge),
+                                   "0" * 32)
+
             if transport == "tcp":
                 with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
-                    sock.sendall(hello + b"\n" + note + b"\n")
+                    challenge = sock.makefile("rb").readline().rstrip(b"\n")
+                    sock.sendall(hello(challenge) + b"\n" + note + b"\n")
                     lines.wait_for("GOT b tester hi", WAIT)
                     proc.send_signal(signal.SIGTERM)  # with our connection still open
                     assert proc.wait(timeout=WAIT) == 0, errors.read_text()
             else:
                 with ws_sync_connect(f"ws://127.0.0.1:{port}/") as ws:
-                    ws.send(hello.decode())
+                    ws.send(hello(str(ws.recv()).encode()).decode())
                     ws.send(note.decode())
                     lines.wait_for("GOT b tester hi", WAIT)
                     proc.send_signal(signal.SIGTERM)

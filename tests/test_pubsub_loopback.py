@@ -321,3 +321,41 @@ def test_automated_clients_publish_and_exit(mode: str, tmp_path: Path) -> None:
         if mode == "gossip":  # delivered locally at once (Scribe goes through the root)
             printed = {e["message"] for e in node.events if e["event"] == "deliver"}
             assert set(own) <= printed, f"{node.node} missed its own {set(own) - printed}"
+
+
+@pytest.mark.parametrize("mode", ["gossip", "scribe"])
+def test_a_publisher_restarted_without_its_data_is_not_taken_for_its_old_self(
+        mode: str, tmp_path: Path) -> None:
+    """A node killed with SIGKILL and started again on the same host:port with no data dir:
+    its new incarnation numbers its messages in a range of its own, so what it publishes now
+    is delivered, not dropped as a duplicate of what its old self published."""
+    with (tmp_path / "nodes.log").open("wb") as log:
+        first = NodeProcess(mode, None, tmp_path, log).ready()
+        nodes = [first]
+        try:
+            subscriber = NodeProcess(mode, first.node, tmp_path, log).ready()
+            publisher = NodeProcess(mode, first.node, tmp_path, log).ready()
+            nodes += [subscriber, publisher]
+            for node in nodes:
+                node.wait(lambda e: e["event"] == "joined")
+            subscriber.command(f"subscribe {TOPIC}", "subscribe")
+            _probe_until_settled([publisher], [subscriber], time.monotonic() + 30.0)
+            for n in range(3):
+                publisher.command(f"publish {TOPIC} before-{n}", "publish")
+            for n in range(3):
+                subscriber.wait_delivered(TOPIC, f"before-{n}")
+            port = publisher.node.rsplit(":", 1)[1]
+            publisher.kill()
+            again = NodeProcess(mode, first.node, tmp_path, log,
+                                extra=("--interactive", "--port", port)).ready()
+            nodes.append(again)
+            assert again.node == publisher.node  # the same node id, a new incarnation
+            again.wait(lambda e: e["event"] == "joined")
+            _probe_until_settled([again], [subscriber], time.monotonic() + 30.0)
+            for n in range(3):
+                again.command(f"publish {TOPIC} after-{n}", "publish")
+            for n in range(3):
+                subscriber.wait_delivered(TOPIC, f"after-{n}")
+        finally:
+            for node in nodes:
+                node.close()

@@ -34,6 +34,7 @@ from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec
 from ...core.trace import NullSink, TraceSink, encode_info
 from .conns import Connections, NetConn
+from .linkauth import ClusterKey, resolve_cluster_key
 from .peerlink import PeerLinks
 from .store import SqliteStore, WriteBehindStore
 
@@ -241,7 +242,12 @@ class NetNode:
         hello_timeout: float = 10.0,
         max_inbound: int = 1024,
         on_activity: Callable[[], None] | None = None,
+        cluster_key: ClusterKey | str | None = None,
+        verify_ids: bool = True,
     ) -> None:
+        """``cluster_key``: what authenticates the peer links (a ``ClusterKey`` or its text;
+        None: ``$GOSSAMER_CLUSTER_KEY``, or on 127.0.0.1 a built-in key, see ``linkauth``);
+        ``verify_ids``: check each peer's claimed id with the node it names."""
         self.node_id = check_node_id(node_id)
         if not callable(factory):
             raise ConfigError(f"factory must be callable, got {factory!r}")
@@ -251,6 +257,12 @@ class NetNode:
             self.transport = TransportKind(transport)
         except ValueError:
             raise ConfigError(f"transport must be 'tcp' or 'ws', got {transport!r}") from None
+        if isinstance(cluster_key, ClusterKey):
+            key = cluster_key
+        elif self.listen_address is not None:
+            key = resolve_cluster_key(cluster_key, self.listen_address[0])
+        else:  # no peer listener: it only dials (the key still proves it, if it does)
+            key = resolve_cluster_key(cluster_key, "127.0.0.1")
         self.listener_specs = list(listeners)
         names = [spec.name for spec in self.listener_specs]
         for spec in self.listener_specs:
@@ -322,7 +334,7 @@ class NetNode:
         self.process: Process | None = None
         self.connections = Connections(self)
         framing = Framing.WS if self.transport is TransportKind.WS else Framing.LINES
-        self.peer_links = PeerLinks(self, framing)
+        self.peer_links = PeerLinks(self, framing, key, verify_ids=verify_ids)
         self._timers: set[_Timer] = set()
         self._close_task: asyncio.Task[None] | None = None
 

@@ -75,6 +75,10 @@ def add_pubsub_parser(
     node.add_argument("--command-port", type=_port, default=None, metavar="PORT",
                       help="also take the client's commands over TCP (JSON lines) on PORT "
                            "(0: a free one, printed in the ready line)")
+    node.add_argument("--cluster-key", default=None, metavar="KEY",
+                      help="the secret every node of this overlay shares: peer links are "
+                           "refused without it (default: $GOSSAMER_CLUSTER_KEY; on 127.0.0.1 "
+                           "a built-in key is used when neither is given)")
     node.add_argument("--run", default="pubsub", help="run id written in the trace")
     node.add_argument("--seed", type=int, default=0, help="seeds the node's randomness")
     node.add_argument("--json", action="store_true", help="print JSON objects, one a line")
@@ -107,7 +111,7 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         data_dir=None if args.data_dir is None else Path(args.data_dir),
         trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
         run=args.run, seed=args.seed, chord_bits=args.chord_bits,
-        command_port=args.command_port)
+        command_port=args.command_port, cluster_key=args.cluster_key)
     auto = None
     if args.auto:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,

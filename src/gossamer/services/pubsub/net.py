@@ -146,6 +146,7 @@ class NodeOptions:
     seed: int = 0
     chord_bits: int = 256  # the seed's SHA-256 ring
     command_port: int | None = None  # the command port (commands.py) on host; 0: a free one
+    cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
 
     def __post_init__(self) -> None:
         if self.mode not in ("gossip", "scribe"):
@@ -188,7 +189,8 @@ class PubSubNetNode:
         self.net = NetNode(node_id="unbound", factory=self._build,
                            codec=codec_for(options.mode),
                            listen=(options.host, options.port), listeners=listeners,
-                           store=store, trace=sink, run=options.run, seed=options.seed)
+                           store=store, trace=sink, run=options.run, seed=options.seed,
+                           cluster_key=options.cluster_key)
         self.net.resolver = address_of
         self.net.on_failure = lambda _node, _exc: self.failed.set()
 
