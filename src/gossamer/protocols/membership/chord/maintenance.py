@@ -54,14 +54,7 @@ class HostMaintenance(HostRouting):
             self._contact_turn += 1
             contact = Peer(0, node, 0)
         vn.state = ChordState.JOINING
-        ref = self._new_ref()
-        request = Request(RequestKind.LOOKUP, vn.index, None)
-        request.purpose = LookupPurpose.JOIN
-        request.contact = contact
-        self._request(ref, request, self.config.lookup_timeout)
-        self._send(contact.node, FindSuccessor(
-            to=contact.vnode, target=format(vn.me.ident, "x"), asker=vn.me.wire(), ref=ref,
-            purpose=LookupPurpose.JOIN.value))
+        self._look_up_self(vn, contact, LookupPurpose.JOIN)
 
     def _retry_join(self, vn: VNode) -> None:
         def again() -> None:
@@ -189,14 +182,18 @@ class HostMaintenance(HostRouting):
             peer = rng.choice(known)
         else:
             return
+        self._look_up_self(vn, peer, LookupPurpose.PROBE)
+
+    def _look_up_self(self, vn: VNode, peer: Peer, purpose: LookupPurpose) -> None:
+        """Ask ``peer`` for the successor of ``vn``'s own id (to join, or to probe the ring)."""
         ref = self._new_ref()
         request = Request(RequestKind.LOOKUP, vn.index, None)
-        request.purpose = LookupPurpose.PROBE
+        request.purpose = purpose
         request.contact = peer
         self._request(ref, request, self.config.lookup_timeout)
         self._send(peer.node, FindSuccessor(
             to=peer.vnode, target=format(vn.me.ident, "x"), asker=vn.me.wire(), ref=ref,
-            purpose=LookupPurpose.PROBE.value))
+            purpose=purpose.value))
 
     # -- timeouts --------------------------------------------------------------------------
 

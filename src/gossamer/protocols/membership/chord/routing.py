@@ -227,29 +227,29 @@ class HostRouting(HostBase):
 
     # -- handlers --------------------------------------------------------------------------
 
-    def _on_route(self, src: NodeId, msg: Route) -> None:
-        vn = self._vnode_for(msg.to)
-        self._peer(msg.origin)
+    def _hop_taken(self, src: NodeId, msg: Route | FindSuccessor) -> bool:
+        """Acknowledge the hop; False (dropped) when it went over the hop limit."""
         if msg.hop_ref:
             self.env.send(src, Ack(hop_ref=msg.hop_ref))
         if msg.hops > self.config.max_hops:
             self._drop_routed(msg, "hop_limit")
-            return
+            return False
         self.last_hop = src
-        self._route_step(vn, msg, 0)
+        return True
+
+    def _on_route(self, src: NodeId, msg: Route) -> None:
+        vn = self._vnode_for(msg.to)
+        self._peer(msg.origin)
+        if self._hop_taken(src, msg):
+            self._route_step(vn, msg, 0)
 
     def _on_find(self, src: NodeId, msg: FindSuccessor) -> None:
         vn = self._vnode_for(msg.to)
         self._peer(msg.asker)
         if int(msg.target, 16) >= self._modulus:
             raise Rejected("bad_id", f"target {msg.target} has more than {self.config.bits} bits")
-        if msg.hop_ref:
-            self.env.send(src, Ack(hop_ref=msg.hop_ref))
-        if msg.hops > self.config.max_hops:
-            self._drop_routed(msg, "hop_limit")
-            return
-        self.last_hop = src
-        self._find_step(vn, msg, 0)
+        if self._hop_taken(src, msg):
+            self._find_step(vn, msg, 0)
 
     def _on_ack(self, src: NodeId, msg: Ack) -> None:
         hop = self._hops.get(msg.hop_ref)
