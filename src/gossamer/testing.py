@@ -89,7 +89,8 @@ class FakeEnv(TracesToSink):
     and ``promoted`` record what the protocol did, oldest first; ``rows`` holds its trace rows
     (``TraceRow``, run ``run``). ``store`` is a crash-aware ``MemoryStore`` unless one is given:
     share it between two envs to model a restart, and ``crash()`` to lose what was not
-    committed. ``rng`` is ``random.Random(seed)``.
+    committed. ``rng`` is ``random.Random(seed)``. A row's ``wall`` is ``wall_epoch`` + its
+    ``t``, as in the simulator.
     """
 
     def __init__(
@@ -101,9 +102,11 @@ class FakeEnv(TracesToSink):
         start: float = 0.0,
         run: str = "fake",
         tracing: bool = True,
+        wall_epoch: float = 0.0,
     ) -> None:
         self._node = check_node_id(node)
         self._now = float(start)
+        self.wall_epoch = float(wall_epoch)
         self._rng = random.Random(seed)
         self._store: Store = store if store is not None else MemoryStore()
         self._tracing = tracing
@@ -128,6 +131,10 @@ class FakeEnv(TracesToSink):
 
     def now(self) -> float:
         return self._now
+
+    def trace_wall(self) -> float:
+        """The ``wall`` of a row traced now: ``wall_epoch`` + ``now()``."""
+        return self.wall_epoch + self._now
 
     def send(self, dst: NodeId, msg: Message) -> None:
         self.sent.append((dst, msg))

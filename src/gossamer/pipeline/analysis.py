@@ -77,6 +77,9 @@ class Analysis:
     lookups_by_nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: (nodes, hops, lookups): how many lookups took each number of hops, per node count
     lookup_hops: list[tuple[int | None, int, int]] = dataclasses.field(default_factory=list)
+    #: runs with rows that have no ``wall`` (trace files older than the column): their
+    #: cross-process latency and convergence are not available
+    runs_without_wall: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -247,6 +250,7 @@ def analyze(
                      for r in histogram.collect()]
         flow_rows = [(r["run"], float(r["second"]), float(r["per_second"]))
                      for r in flow.orderBy("run", "second").collect()]
+        no_wall = [r["run"] for r in metrics.runs_without_wall(trace).orderBy("run").collect()]
         top_stored = _as_dicts(
             load.filter(F.col("stored").isNotNull())
             .orderBy(F.col("stored").desc(), "run", "node").limit(config.stored_nodes)
@@ -259,7 +263,7 @@ def analyze(
         run_dir=run_dir, out_dir=out, rows=rows, unfinished_files=unfinished,
         checks=summaries, runs=runs, latency_cdf=cdf_rows, load_histogram=hist_rows,
         throughput=flow_rows, stored_nodes=top_stored, lookups=lookup_overall,
-        lookups_by_nodes=lookup_groups, lookup_hops=hop_rows,
+        lookups_by_nodes=lookup_groups, lookup_hops=hop_rows, runs_without_wall=no_wall,
     )
 
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -125,7 +126,7 @@ class LoopEnv:
     ) -> None:
         if self.tracing:
             self._sink.append((self._run, self.now(), self._node, layer, event, msg, origin,
-                               peer, key, seq, size, encode_info(info)))
+                               peer, key, seq, size, encode_info(info), time.time()))
 
     @property
     def store(self) -> Store:
