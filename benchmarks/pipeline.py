@@ -70,6 +70,7 @@ def _chunk(first: int, count: int, nodes: int, rng: np.random.Generator) -> pa.T
             names_of(peer_of) if peer_of is not None else pa.nulls(n, pa.string()),
             pa.nulls(n, pa.string()), column(seq[which], pa.int64()),
             pa.array([size] * n, pa.int32()), pa.nulls(n, pa.string()),
+            column(t, pa.float64()),  # wall: one clock, as in a simulation
         ], schema=SCHEMA))
 
     every = np.arange(count)

@@ -9,14 +9,25 @@ import pyarrow.parquet as pq
 import pytest
 
 from gossamer.core import COLUMN_TYPES, COLUMNS, ConfigError, TraceRow
-from gossamer.core.traceio import ParquetSink, read_trace, summarize, trace_files, trace_path
+from gossamer.core.traceio import (
+    SCHEMA,
+    ParquetSink,
+    read_trace,
+    summarize,
+    trace_files,
+    trace_path,
+)
 
+W = 1_700_000_000.0
 ROWS: list[tuple[object, ...]] = [
-    ("r1", 0.0, "n000", "sim", "join", None, None, None, None, None, None, None),
-    ("r1", 0.25, "n000", "fifo", "send", "n000:1", "n000", "n001", None, 1, 42, '{"type":"x"}'),
-    ("r1", 0.5, "n001", "fifo", "recv", "n000:1", "n000", "n000", None, 1, 42, '{"type":"x"}'),
-    ("r1", 0.5, "n001", "fifo", "deliver", "n000:1", "n000", None, "topic", 2**40, None, None),
-    ("r1", 1.75, "n001", "fifo", "send", "n001:1", "n001", "n000", None, 1, 7, None),
+    ("r1", 0.0, "n000", "sim", "join", None, None, None, None, None, None, None, W),
+    ("r1", 0.25, "n000", "fifo", "send", "n000:1", "n000", "n001", None, 1, 42, '{"type":"x"}',
+     W + 0.25),
+    ("r1", 0.5, "n001", "fifo", "recv", "n000:1", "n000", "n000", None, 1, 42, '{"type":"x"}',
+     W + 0.5),
+    ("r1", 0.5, "n001", "fifo", "deliver", "n000:1", "n000", None, "topic", 2**40, None, None,
+     W + 0.5),
+    ("r1", 1.75, "n001", "fifo", "send", "n001:1", "n001", "n000", None, 1, 7, None, W + 1.75),
 ]
 
 
@@ -112,7 +123,7 @@ def test_read_trace_without_files_raises(tmp_path: Path) -> None:
 def test_read_trace_concatenates_parts_and_runs(tmp_path: Path) -> None:
     write(trace_path(tmp_path, "r1", "n000"), ROWS[:2])
     write(trace_path(tmp_path, "r1", "n001"), ROWS[2:])
-    other = [("r2", 3.0, "n009", "sim", "crash", *([None] * 7))]
+    other = [("r2", 3.0, "n009", "sim", "crash", *([None] * 7), 3.0)]
     write(trace_path(tmp_path, "r2", "sim"), other)
     assert len(trace_files(tmp_path)) == 3
     rows = [tuple(r.values()) for r in read_trace(tmp_path).to_pylist()]
@@ -122,7 +133,7 @@ def test_read_trace_concatenates_parts_and_runs(tmp_path: Path) -> None:
 def test_summarize(tmp_path: Path) -> None:
     write(trace_path(tmp_path, "r1", "sim"), ROWS)
     write(trace_path(tmp_path, "r2", "sim"), [("r2", 9.0, "n005", "sim", "crash",
-                                               *([None] * 7))])
+                                               *([None] * 7), 9.0)])
     summary = summarize(read_trace(tmp_path))
     assert summary == {
         "rows": 6,
@@ -146,3 +157,23 @@ def test_summarize_empty(tmp_path: Path) -> None:
     assert summary["rows"] == 0
     assert summary["by_event"] == []
     assert summary["t_min"] is None
+
+
+def test_a_file_without_wall_reads_with_null_wall(tmp_path: Path) -> None:
+    # a trace file written before the wall column existed
+    old_schema = pa.schema([f for f in SCHEMA if f.name != "wall"])
+    path = trace_path(tmp_path, "r0", "n000")
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([dict(zip(old_schema.names, r[:-1], strict=True))
+                                         for r in ROWS[:2]], schema=old_schema), path)
+    table = read_trace(tmp_path)
+    assert table.schema == SCHEMA
+    assert table["wall"].to_pylist() == [None, None]
+    assert table["t"].to_pylist() == [0.0, 0.25]
+
+
+def test_a_row_without_wall_is_refused(tmp_path: Path) -> None:
+    sink = ParquetSink(tmp_path / "x.parquet")
+    sink.append(ROWS[0][:-1])  # 12 values: a row builder that missed the column
+    with pytest.raises(ValueError):
+        sink.close()

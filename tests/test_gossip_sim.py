@@ -362,7 +362,7 @@ def test_duplicates_are_delivered_and_forwarded_once() -> None:
     assert sorted(dst for dst, _ in env.sent) == ["c", "d"]  # not back to the sender
     assert all(msg == data(hop=3) for _, msg in env.sent)
     assert env.traced("deliver") == [TraceRow("fake", 0.0, "a", "gossip", "deliver", msg="o:1",
-                                              origin="o", seq=1, info='{"hop":2}')]
+                                              origin="o", seq=1, info='{"hop":2}', wall=0.0)]
 
 
 def test_seen_set_and_store_are_bounded() -> None:

@@ -188,6 +188,7 @@ LOOPBACK_KEY = resolve_cluster_key(None, "127.0.0.1", environ={})
 
 def test_messages_flow_between_three_nodes(make_cluster: Callable[..., NetCluster]) -> None:
     ids = ["a", "b", "c"]
+    before = time.time()
     cluster = make_cluster(ids, seed=4)
     for n, (src, dst) in enumerate((s, d) for s in ids for d in ids if s != d):
         ping(cluster, src, dst, n)
@@ -207,6 +208,9 @@ def test_messages_flow_between_three_nodes(make_cluster: Callable[..., NetCluste
     assert one.size == len(CODEC.encode(Ping(0)))
     assert one.run == "test" and 0.0 <= one.t < WAIT
     assert {r.node for r in rows(cluster, event="join", layer="net")} == set(ids)
+    # every row, from env.trace or the runtime's message rows, carries the wall clock
+    every = rows(cluster)
+    assert all(r.wall is not None and before <= r.wall <= time.time() for r in every)
     env = cast(NetEnv, echo(cluster, "a").env)
     assert isinstance(env, Env)
     assert env.rng.random() == random.Random("4/a").random()

@@ -141,7 +141,7 @@ def test_a_run_is_done_only_when_its_trace_files_are_closed(tmp_path: Path) -> N
     assert not run_done(tmp_path, "r1")
     path = trace_path(tmp_path, "r1", "sim")
     sink = ParquetSink(path, buffer_rows=1)
-    sink.append(("r1", 0.0, "a", "fifo", "publish", "a:1", "a", None, None, 1, None, None))
+    sink.append(("r1", 0.0, "a", "fifo", "publish", "a:1", "a", None, None, 1, None, None, 0.0))
     assert path.is_file() and not is_closed_parquet(path)  # a row group, but no footer yet
     assert not run_done(tmp_path, "r1")
     sink.close()

@@ -216,3 +216,54 @@ def test_layer_messages_per_publish_counts_sends_per_layer(spark: Any) -> None:
     got = {r.sender_layer: (r.publishes, r.sent, r.per_publish)
            for r in metrics.layer_messages_per_publish(frame(spark, rows)).collect()}
     assert got == {"gossip": (2, 2, 1.0), "hyparview": (2, 1, 0.5)}
+
+
+# Three processes whose run clocks (t) started at different wall times: a at W, b 4.5 s
+# later, c 7.25 s later. a publishes at wall W + 10; b delivers 5 ms later, c 8 ms later.
+W = 1_700_000_000.0
+STARTED = {"a": W, "b": W + 4.5, "c": W + 7.25}
+
+
+def at(wall: float, node: str, event: str, **kw: Any) -> Any:
+    """A row stamped by ``node``'s process: its ``t`` counts from that process's start."""
+    return row(wall - STARTED[node], node, event, wall=wall, **kw)
+
+
+CROSS_PROCESS = [
+    at(W + 10.0, "a", "publish", msg="a:1", origin="a", seq=1),
+    # a's own delivery, 20 ms later on its run clock; its wall clock was stepped meanwhile
+    # (wall 3 s back), which a delay inside one process must not see
+    row(10.02, "a", "deliver", msg="a:1", origin="a", seq=1, wall=W + 7.0),
+    at(W + 10.005, "b", "deliver", msg="a:1", origin="a", seq=1),
+    at(W + 10.008, "c", "deliver", msg="a:1", origin="a", seq=1),
+]
+
+
+def test_latency_across_processes_is_measured_on_wall(spark: Any) -> None:
+    trace = frame(spark, CROSS_PROCESS)
+    # on t, b would seem to deliver 4.495 s before the publish and c 7.242 s before it
+    # (wall values near 1.7e9 s carry about 0.2 us of float64 rounding: atol 1 us)
+    assertDataFrameEqual(metrics.latency_samples(trace), [
+        Row(run="r1", layer="fifo", msg="a:1", node="b", latency=0.005),
+        Row(run="r1", layer="fifo", msg="a:1", node="c", latency=0.008),
+    ], atol=1e-6)
+    # the longest delay is a's own delivery, timed on a's run clock
+    assertDataFrameEqual(metrics.convergence_times(trace), [
+        Row(run="r1", layer="fifo", msg="a:1", t_publish=10.0, last_delivery=10.02,
+            deliveries=3, convergence=0.02),
+    ], atol=1e-6)
+    assert metrics.runs_without_wall(trace).count() == 0
+
+
+def test_rows_without_wall_give_no_cross_process_latency(spark: Any) -> None:
+    # r0 was written before the wall column: b's delivery has no wall, so neither its latency
+    # nor the message's convergence is known; a's own delivery (one process) still is
+    old = [row(1.0, "a", "publish", msg="a:1", origin="a", seq=1, run="r0", wall=None),
+           row(1.0, "a", "deliver", msg="a:1", origin="a", seq=1, run="r0", wall=None),
+           row(6.0, "b", "deliver", msg="a:1", origin="a", seq=1, run="r0", wall=None)]
+    trace = frame(spark, [*CROSS_PROCESS, *old])
+    assert {r.run for r in metrics.latency_samples(trace).collect()} == {"r1"}
+    times = {r.run: r.convergence for r in metrics.convergence_times(trace).collect()}
+    assert times["r0"] is None
+    assert times["r1"] == pytest.approx(0.02)
+    assertDataFrameEqual(metrics.runs_without_wall(trace), [Row(run="r0", rows=3)])

@@ -170,6 +170,30 @@ def test_ping_pong_at_virtual_times() -> None:
                                                                     (0.5, "a", "b")]
 
 
+def test_wall_is_the_run_epoch_plus_virtual_time_and_the_same_per_seed() -> None:
+    def traced(wall_epoch: float | None) -> list[TraceRow]:
+        options = {} if wall_epoch is None else {"wall_epoch": wall_epoch}
+        sim = Simulation(seed=3, link=LinkModel(latency=Uniform(0.1, 0.3)), codec=codec,
+                         **options)
+        sim.add_nodes(["a", "b"], factory(on_start=lambda n: n.env.node == "a"
+                                          and n.env.send("b", Ping(1))))
+        sim.run()
+        sim.crash("b")  # a row of the kernel itself
+        sim.trace_storage()  # and its stored rows
+        return rows(sim)
+
+    default = traced(None)
+    assert {r.event for r in default} >= {"send", "recv", "crash", "stored"}
+    assert all(r.wall == r.t for r in default)  # epoch 0: wall is t to the bit
+    epoch = 1_700_000_000.0
+    dated = traced(epoch)
+    assert dated == traced(epoch)  # same seed, same trace
+    assert [r._replace(wall=None) for r in dated] == [r._replace(wall=None) for r in default]
+    assert all(r.wall == epoch + r.t for r in dated)
+    with pytest.raises(ConfigError):
+        Simulation(seed=1, wall_epoch=float("nan"))
+
+
 def test_run_until_stops_at_until_and_resumes() -> None:
     sim = make_sim(["a"], on_start=lambda n: n.after(1.5, "x"))
     assert sim.run(until=1.0) == 0

@@ -159,7 +159,7 @@ def test_trace_rows_are_trace_rows_with_info_as_json() -> None:
     env.trace("drop", layer="gossip", peer="b", reason="bad_payload", type="gossip.data")
     env.trace("drop", layer="chord", reason="hop_limit")
     assert env.rows[0] == TraceRow("r7", 1.5, "n1", "gossip", "send", "n1:1", "n1", "b", "t",
-                                   1, 20, '{"hop":2}')
+                                   1, 20, '{"hop":2}', 1.5)
     assert env.traced("drop") == env.rows[1:]
     assert env.traced("drop", layer="chord") == env.rows[2:]
     assert env.traced(layer="gossip") == env.rows[:2]
@@ -285,3 +285,11 @@ def test_the_example_in_the_module_docstring_holds() -> None:
     assert env.take_sent() == [("b", Join())]
     env.advance(view.config.join_timeout)  # no answer: it asks again
     assert env.take_sent() == [("b", Join())]
+
+
+def test_wall_is_the_wall_epoch_plus_the_fake_clock() -> None:
+    env = FakeEnv("n1", start=2.0, wall_epoch=1_700_000_000.0)
+    env.trace("join", layer="sim")
+    env.advance(0.5)
+    env.trace("leave", layer="sim")
+    assert [(r.t, r.wall) for r in env.rows] == [(2.0, 1_700_000_002.0), (2.5, 1_700_000_002.5)]

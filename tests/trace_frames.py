@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -10,6 +11,14 @@ from pyspark.sql import Row
 
 from gossamer.core import TraceRow
 from gossamer.pipeline import VIOLATION_COLUMNS, trace_schema, with_row_order
+
+
+class _SameAsT(enum.Enum):
+    SAME_AS_T = "same as t"
+
+
+#: ``row(wall=SAME_AS_T)`` (the default): ``wall`` equals ``t``, as in a simulation
+SAME_AS_T = _SameAsT.SAME_AS_T
 
 
 def row(
@@ -26,9 +35,13 @@ def row(
     size: int | None = None,
     info: dict[str, Any] | None = None,
     run: str = "r1",
+    wall: float | _SameAsT | None = SAME_AS_T,
 ) -> TraceRow:
+    """One row; ``wall`` is ``t`` unless given (None: a row of a file without the column)."""
     encoded = orjson.dumps(info, option=orjson.OPT_SORT_KEYS).decode() if info else None
-    return TraceRow(run, float(t), node, layer, event, msg, origin, peer, key, seq, size, encoded)
+    stamped = float(t) if wall is SAME_AS_T else wall
+    return TraceRow(run, float(t), node, layer, event, msg, origin, peer, key, seq, size, encoded,
+                    stamped)
 
 
 def publish(t: float, origin: str, seq: int, **kw: Any) -> TraceRow:

@@ -92,7 +92,8 @@ class FakeEnv(TracesToSink):
     lose what was not committed. A group commit of a ``MemoryStore``
     (``store.commit_then(fn)``) lands at the next ``run_due``/``advance``: then its writes are
     durable and its callbacks run; a ``crash()`` before loses both. ``rng`` is
-    ``random.Random(seed)``.
+    ``random.Random(seed)``. A row's ``wall`` is
+    ``wall_epoch`` + its ``t``, as in the simulator.
     """
 
     def __init__(
@@ -105,9 +106,11 @@ class FakeEnv(TracesToSink):
         run: str = "fake",
         tracing: bool = True,
         incarnation: int = 1,
+        wall_epoch: float = 0.0,
     ) -> None:
         self._node = check_node_id(node)
         self._now = float(start)
+        self.wall_epoch = float(wall_epoch)
         self._rng = random.Random(seed)
         self._store: Store = store if store is not None else MemoryStore()
         self._tracing = tracing
@@ -138,6 +141,10 @@ class FakeEnv(TracesToSink):
 
     def now(self) -> float:
         return self._now
+
+    def trace_wall(self) -> float:
+        """The ``wall`` of a row traced now: ``wall_epoch`` + ``now()``."""
+        return self.wall_epoch + self._now
 
     def send(self, dst: NodeId, msg: Message) -> None:
         self.sent.append((dst, msg))

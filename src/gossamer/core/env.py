@@ -158,7 +158,9 @@ class DurableSequence:
 
 class TracesToSink:
     """``Env.trace`` for the runtimes: a row appended to ``trace_sink`` (tagged ``run_id``, at
-    ``now()``, by ``node``) while ``tracing``. An env that mixes this in provides those."""
+    ``now()`` and ``trace_wall()``, by ``node``) while ``tracing``. An env that mixes this in
+    provides those. ``trace_wall`` is the row's wall-clock time (the ``wall`` column, see
+    ``gossamer.core.trace``): the runtime's, never offered to a protocol."""
 
     __slots__ = ()
 
@@ -177,6 +179,8 @@ class TracesToSink:
 
         def now(self) -> float: ...
 
+        def trace_wall(self) -> float: ...
+
     def trace(
         self,
         event: str,
@@ -192,7 +196,8 @@ class TracesToSink:
     ) -> None:
         if self.tracing:
             self.trace_sink.append((self.run_id, self.now(), self.node, layer, event, msg,
-                                    origin, peer, key, seq, size, encode_info(info)))
+                                    origin, peer, key, seq, size, encode_info(info),
+                                    self.trace_wall()))
 
 
 @runtime_checkable

@@ -1,7 +1,16 @@
 """The trace: one flat schema shared by every runtime and the pipeline, defined here once.
 
 A row is a plain tuple in ``COLUMNS`` order (cheap to make at 10,000 nodes); ``TraceRow`` is the
-named view for readers. Sinks receive rows; the Parquet sink lives in ``gossamer.core.traceio``.
+named view for readers. Sinks receive rows; the Parquet sink lives in ``gossamer.core.traceio``,
+the segment sink of real processes in ``gossamer.core.segments``.
+
+Two clocks stamp each row. ``t`` is run time: seconds since the run (simulator) or the writing
+process (network) started, good for durations inside one process. ``wall`` is seconds since the
+Unix epoch, the one clock that rows of different processes share: on a network it is
+``time.time()`` when the row was made; in the simulator it is the run's fixed ``wall_epoch``
+(0.0 unless chosen) plus virtual time, so a simulated trace stays the same for the same seed and
+a latency measured on ``wall`` equals the one measured on ``t``. ``wall`` is last in the row
+(added after the others: older trace files lack it, and readers fill it with null).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ class TraceRow(NamedTuple):
     seq: int | None = None
     size: int | None = None
     info: str | None = None
+    wall: float | None = None
 
 
 #: column name -> Arrow/Spark type name, in row order (ARCHITECTURE.md "Trace")
@@ -53,6 +63,7 @@ COLUMN_TYPES: dict[str, str] = {
     "seq": "int64",
     "size": "int32",
     "info": "string",
+    "wall": "float64",
 }
 COLUMNS: tuple[str, ...] = tuple(COLUMN_TYPES)
 assert TraceRow._fields == COLUMNS, "TraceRow and COLUMN_TYPES must list the same columns"

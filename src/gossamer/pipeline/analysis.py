@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ..core.segments import Recovery, recover_segments
 from . import metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError
@@ -77,10 +78,35 @@ class Analysis:
     lookups_by_nodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     #: (nodes, hops, lookups): how many lookups took each number of hops, per node count
     lookup_hops: list[tuple[int | None, int, int]] = dataclasses.field(default_factory=list)
+    #: runs with rows that have no ``wall`` (trace files older than the column): their
+    #: cross-process latency and convergence are not available
+    runs_without_wall: list[str] = dataclasses.field(default_factory=list)
+    #: trace segments compacted before reading (parts whose process was killed), and parts
+    #: left out because a live process still writes them
+    recovered: list[Recovery] = dataclasses.field(default_factory=list)
 
     @property
     def failed(self) -> bool:
         return any(c.status is Status.FAIL for c in self.checks)
+
+    def recovery_notes(self) -> list[str]:
+        """One line per trace part recovered from segments, torn tail, or live part left
+        out."""
+        lines = []
+        recovered = [r for r in self.recovered if r.segments]
+        if recovered:
+            rows = sum(r.rows for r in recovered)
+            lines.append(f"recovered {rows:,} rows from the trace segments of {len(recovered)} "
+                         "parts whose process did not close them (killed?): "
+                         + ", ".join(f"{r.parquet.stem} {r.rows:,}" for r in recovered))
+        for recovery in self.recovered:
+            for path, size in recovery.torn:
+                lines.append(f"torn tail: the last {size:,} bytes of {path} were not a whole "
+                             "record and were skipped")
+            if recovery.live:
+                lines.append(f"{recovery.parquet.stem}: a live process still writes this "
+                             "part; its rows are left out (analyse again once it exits)")
+        return lines
 
 
 def read_run_params(run_dir: str | Path) -> dict[str, dict[str, Any]]:
@@ -139,6 +165,8 @@ def analyze(
         done += 1
 
     step("reading the trace")
+    # segments of processes that were killed (or never closed) become their Parquet files
+    recovered = [r for r in recover_segments(run_dir) if r.segments or r.live]
     _closed, unfinished = closed_trace_files(run_dir)
     trace = load_trace(spark, run_dir).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -247,6 +275,7 @@ def analyze(
                      for r in histogram.collect()]
         flow_rows = [(r["run"], float(r["second"]), float(r["per_second"]))
                      for r in flow.orderBy("run", "second").collect()]
+        no_wall = [r["run"] for r in metrics.runs_without_wall(trace).orderBy("run").collect()]
         top_stored = _as_dicts(
             load.filter(F.col("stored").isNotNull())
             .orderBy(F.col("stored").desc(), "run", "node").limit(config.stored_nodes)
@@ -259,7 +288,8 @@ def analyze(
         run_dir=run_dir, out_dir=out, rows=rows, unfinished_files=unfinished,
         checks=summaries, runs=runs, latency_cdf=cdf_rows, load_histogram=hist_rows,
         throughput=flow_rows, stored_nodes=top_stored, lookups=lookup_overall,
-        lookups_by_nodes=lookup_groups, lookup_hops=hop_rows,
+        lookups_by_nodes=lookup_groups, lookup_hops=hop_rows, runs_without_wall=no_wall,
+        recovered=recovered,
     )
 
 

@@ -2,6 +2,13 @@
 
 Per-event work happens here, in Spark; the per-run tables these produce are small enough for
 the driver to collect (a few rows per run), the per-message ones are written, not collected.
+
+Clocks: a node lives in one process, so two rows of one node share run time ``t``; two nodes
+may live in two processes whose ``t`` started at different moments, so a delay from a publish
+at one node to a delivery at another is measured on ``wall``, the clock every process shares
+(in a simulation ``wall`` is the run's epoch + ``t``: the same delays). A row without ``wall``
+(a trace file older than the column) gives no cross-node delay: null, left out of latency
+(``runs_without_wall`` names those runs).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ __all__ = [
     "node_load",
     "redundancy",
     "run_overview",
+    "runs_without_wall",
     "throughput",
     "topic_balance",
 ]
@@ -44,14 +52,30 @@ def _in_layers(layers: Sequence[str] | None) -> Column:
 
 
 def _publishes(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    """(run, layer, msg, t_publish, wall_publish, publisher): the first publish row of each
+    message (both clocks from that one row)."""
+    first = F.min(F.struct("t", "wall", "node"))
     return trace.filter((F.col("event") == "publish") & _in_layers(layers)).groupBy(
-        "run", "layer", "msg").agg(F.min("t").alias("t_publish"),
-                                   F.first("node").alias("publisher"))
+        "run", "layer", "msg").agg(first.alias("first")).select(
+        "run", "layer", "msg", F.col("first.t").alias("t_publish"),
+        F.col("first.wall").alias("wall_publish"), F.col("first.node").alias("publisher"))
 
 
 def _first_deliveries(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    """(run, layer, msg, node, t_deliver, wall_deliver): each node's first delivery."""
+    first = F.min(F.struct("t", "wall"))
     return trace.filter((F.col("event") == "deliver") & _in_layers(layers)).groupBy(
-        "run", "layer", "msg", "node").agg(F.min("t").alias("t_deliver"))
+        "run", "layer", "msg", "node").agg(first.alias("first")).select(
+        "run", "layer", "msg", "node", F.col("first.t").alias("t_deliver"),
+        F.col("first.wall").alias("wall_deliver"))
+
+
+def _delivery_delay() -> Column:
+    """Publish to delivery of a joined (publish, delivery) row: on ``t`` at the publisher
+    itself (one process), on ``wall`` at any other node; null without ``wall``."""
+    return F.when(F.col("node") == F.col("publisher"),
+                  F.col("t_deliver") - F.col("t_publish")).otherwise(
+        F.col("wall_deliver") - F.col("wall_publish"))
 
 
 def _percentiles(column: str, prefix: str) -> list[Column]:
@@ -63,11 +87,21 @@ def _percentiles(column: str, prefix: str) -> list[Column]:
 
 
 def latency_samples(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
-    """(run, layer, msg, node, latency): publish to first delivery at every other node."""
+    """(run, layer, msg, node, latency): publish to first delivery at every other node, on
+    ``wall`` (see the module's note on clocks); deliveries whose rows lack ``wall`` are left
+    out."""
     joined = _first_deliveries(trace, layers).join(_publishes(trace, layers),
                                                    ["run", "layer", "msg"])
     return joined.filter(F.col("node") != F.col("publisher")).select(
-        "run", "layer", "msg", "node", (F.col("t_deliver") - F.col("t_publish")).alias("latency"))
+        "run", "layer", "msg", "node", _delivery_delay().alias("latency")).filter(
+        F.col("latency").isNotNull())
+
+
+def runs_without_wall(trace: DataFrame) -> DataFrame:
+    """(run, rows): runs with rows that have no ``wall`` (trace files written before the
+    column), for which cross-node latency and convergence are not available."""
+    return trace.filter(F.col("wall").isNull()).groupBy("run").agg(
+        F.count(F.lit(1)).alias("rows"))
 
 
 def latency_summary(samples: DataFrame, *, by: Sequence[str] = ("run", "layer")) -> DataFrame:
@@ -166,12 +200,20 @@ def throughput(trace: DataFrame, *, bucket: float = 1.0) -> DataFrame:
 
 def convergence_times(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
     """(run, layer, msg, t_publish, last_delivery, deliveries, convergence): per message, the
-    last delivery anywhere minus the publish."""
-    deliveries = _first_deliveries(trace, layers).groupBy("run", "layer", "msg").agg(
-        F.max("t_deliver").alias("last_delivery"), F.count(F.lit(1)).alias("deliveries"))
-    joined = _publishes(trace, layers).join(deliveries, ["run", "layer", "msg"])
-    return joined.select("run", "layer", "msg", "t_publish", "last_delivery", "deliveries",
-                         (F.col("last_delivery") - F.col("t_publish")).alias("convergence"))
+    longest publish-to-delivery delay anywhere (each measured as in ``latency_samples``; null
+    when a delivery's delay is unknown for want of ``wall``) and ``last_delivery`` =
+    ``t_publish`` + that, on the publisher's clock."""
+    delay = _delivery_delay()
+    joined = _first_deliveries(trace, layers).join(_publishes(trace, layers),
+                                                   ["run", "layer", "msg"])
+    per_message = joined.groupBy("run", "layer", "msg", "t_publish").agg(
+        F.count(F.lit(1)).alias("deliveries"),
+        F.max(delay).alias("longest"),
+        F.count(delay).alias("measured"))
+    convergence = F.when(F.col("measured") == F.col("deliveries"), F.col("longest"))
+    return per_message.select(
+        "run", "layer", "msg", "t_publish", (F.col("t_publish") + convergence).alias(
+            "last_delivery"), "deliveries", convergence.alias("convergence"))
 
 
 def convergence_summary(times: DataFrame) -> DataFrame:

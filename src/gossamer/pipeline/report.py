@@ -245,6 +245,12 @@ def write_report(analysis: Analysis, path: str | Path | None = None) -> Path:
     if analysis.unfinished_files:
         parts.append(f"<p class='fail'>{len(analysis.unfinished_files)} unfinished trace files "
                      "(no Parquet footer) were left out.</p>")
+    for note in analysis.recovery_notes():
+        parts.append(f"<p class='fail'>{html.escape(note)}</p>")
+    if analysis.runs_without_wall:
+        runs = html.escape(", ".join(analysis.runs_without_wall))
+        parts.append(f"<p class='fail'>Cross-process latency is not available for runs {runs}: "
+                     "their trace files have no <code>wall</code> column.</p>")
     parts.append("<h2>Checks</h2><table><tr><th>check</th><th>status</th><th>violations</th>"
                  "<th>reason</th></tr>")
     for check in analysis.checks:

@@ -64,6 +64,13 @@ def metrics_table(analysis: Analysis) -> Table:
 def print_summary(analysis: Analysis, console: Console) -> None:
     console.print(checks_table(analysis))
     console.print(metrics_table(analysis))
+    for line in analysis.recovery_notes():
+        console.print(f"[yellow]{line}[/]", highlight=False)
+    if analysis.runs_without_wall:
+        console.print(f"[yellow]cross-process latency is not available for runs "
+                      f"{', '.join(analysis.runs_without_wall)}: their trace files have no "
+                      "wall column (written before it), and their run clocks (t) are not "
+                      "comparable across processes[/]")
     if analysis.unfinished_files:
         console.print(f"[yellow]{len(analysis.unfinished_files)} unfinished trace files "
                       "(no Parquet footer) were left out[/]")

@@ -19,6 +19,7 @@ from ..core.env import Env, Process
 from ..core.errors import ConfigError
 from ..core.ids import NodeId, node_ids
 from ..core.messages import Message
+from ..core.segments import SegmentSink
 from ..core.trace import TraceSink
 from ..core.traceio import ParquetSink, trace_path
 from ..protocols.ordering.fifo import CODEC as FIFO_CODEC
@@ -253,7 +254,7 @@ async def run_fifo_loopback(
     host = NetHost(
         (NetNode(node_id=node, factory=factory, transport=options.transport, run=run_id,
                  codec=FIFO_CODEC,
-                 trace=ParquetSink(trace_path(out_dir, run_id, node)),
+                 trace=SegmentSink(trace_path(out_dir, run_id, node)),
                  store=SqliteStore(stores / f"{node}-{run_id}.sqlite"),
                  loss=options.loss, seed=options.seed)
          for node in ids),

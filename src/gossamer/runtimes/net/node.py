@@ -136,6 +136,9 @@ class NetEnv(TracesToSink):
     def now(self) -> float:
         return self._loop.time() - self._epoch
 
+    def trace_wall(self) -> float:
+        return time.time()
+
     def send(self, dst: NodeId, msg: Message) -> None:
         self._node._send(dst, msg)
 
@@ -522,7 +525,7 @@ class NetNode:
             mid, origin, key, seq = msg.trace_ids()
             self.trace_sink.append(
                 (self.run, self.env.now(), self.node_id, layer_of(msg), event, mid, origin,
-                 peer, key, seq, size, encode_info({"type": msg.TYPE}))
+                 peer, key, seq, size, encode_info({"type": msg.TYPE}), time.time())
             )
 
     # -- peer messages ---------------------------------------------------------------------

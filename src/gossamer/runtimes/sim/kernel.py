@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
+import math
 import random
 from collections.abc import Callable, Iterable
 from typing import Any, cast
@@ -85,6 +86,9 @@ class SimEnv(TracesToSink):
 
     def now(self) -> float:
         return self._sim.now
+
+    def trace_wall(self) -> float:
+        return self._sim.wall_epoch + self._sim.now
 
     def send(self, dst: NodeId, msg: Message) -> None:
         self._sim._send(self, dst, msg)
@@ -199,10 +203,18 @@ class Simulation:
         codec: WireCodec | OwnCodecs | None = OWN_CODECS,
         trace_messages: bool = True,
         connection_refused: bool = False,
+        wall_epoch: float = 0.0,
     ) -> None:
         """``codec``: every message ``env.send`` carries crosses it, encoded and decoded, as
         on a network; ``OWN_CODECS`` (default): each message through its own protocol's codec
-        (``Message.CODEC``); None: messages travel as objects."""
+        (``Message.CODEC``); None: messages travel as objects.
+
+        ``wall_epoch``: the simulated wall clock at virtual time 0. Every row's ``wall`` is
+        ``wall_epoch + t``: fixed per run, so the same seed gives the same trace; with the
+        default 0.0 ``wall`` is ``t`` to the bit, so latency on either clock is the same."""
+        if not isinstance(wall_epoch, int | float) or not math.isfinite(wall_epoch):
+            raise ConfigError(f"wall_epoch must be a finite number, got {wall_epoch!r}")
+        self.wall_epoch = float(wall_epoch)
         self.seed = seed
         self.connection_refused = connection_refused
         self.run_id = run if run is not None else f"sim-{seed}"
@@ -221,6 +233,11 @@ class Simulation:
         self._net_rng = random.Random(f"{seed}/network")
         self._sim_rng = random.Random(f"{seed}/scenario")
         self.connections = SimConnections(self)
+
+    @property
+    def wall(self) -> float:
+        """The simulated wall clock now: ``wall_epoch`` + virtual time (the ``wall`` column)."""
+        return self.wall_epoch + self.now
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -388,7 +405,7 @@ class Simulation:
             items, size = (0, 0) if store is None else (store.items, store.size)
             self.trace_sink.append(
                 (self.run_id, self.now, node, STORE_LAYER, "stored", None, None, None, None,
-                 None, min(size, _INT32_MAX), encode_info({"items": items}))
+                 None, min(size, _INT32_MAX), encode_info({"items": items}), self.wall)
             )
             written += 1
         return written
@@ -410,7 +427,7 @@ class Simulation:
         if self.tracing:
             self.trace_sink.append(
                 (self.run_id, self.now, "sim", "sim", event, None, None, None, None, None, None,
-                 encode_info(info))
+                 encode_info(info), self.wall)
             )
 
     # -- events ----------------------------------------------------------------------------
@@ -449,7 +466,7 @@ class Simulation:
             mid, origin, key, seq = msg.trace_ids()
             self.trace_sink.append(
                 (self.run_id, self.now, src, layer_of(msg), "send", mid, origin, dst, key, seq,
-                 size, encode_info({"type": msg.TYPE}))
+                 size, encode_info({"type": msg.TYPE}), self.wall_epoch + self.now)
             )
         network = self.network
         if network.uniform:
@@ -486,7 +503,7 @@ class Simulation:
             mid, origin, key, seq = msg.trace_ids()
             self.trace_sink.append(
                 (self.run_id, self.now, dst, layer_of(msg), "recv", mid, origin, src, key, seq,
-                 size, encode_info({"type": msg.TYPE}))
+                 size, encode_info({"type": msg.TYPE}), self.wall_epoch + self.now)
             )
         process = env.process
         if process is not None:

@@ -19,8 +19,9 @@ from rich.console import Console
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, OperationError
+from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
-from ...core.traceio import ParquetSink, trace_path
+from ...core.traceio import trace_path
 from ...protocols.activity import ANONYMOUS
 from .client import ActivityClient
 from .server import DEFAULT_PORT, ActivityTcpServer
@@ -69,19 +70,20 @@ def add_activity_parser(
 
 def _trace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-dir", default=None,
-                        help="write the trace as Parquet to TRACE_DIR/trace/RUN/ID.parquet")
+                        help="write the trace to TRACE_DIR/trace/RUN/: segment files while "
+                             "running (they survive kill -9), ID.parquet at exit")
     parser.add_argument("--run", default="activity", help="run id written in the trace")
 
 
-def _open_trace(args: argparse.Namespace, part: str) -> tuple[ParquetSink | None, Path | None]:
+def _open_trace(args: argparse.Namespace, part: str) -> tuple[SegmentSink | None, Path | None]:
     if args.trace_dir is None:
         return None, None
     path = trace_path(args.trace_dir, args.run, part)
-    return ParquetSink(path), path
+    return SegmentSink(path), path
 
 
 def _close_trace(sink: TraceSink | None, path: Path | None, console: Console) -> None:
-    if sink is not None and isinstance(sink, ParquetSink):
+    if sink is not None and isinstance(sink, SegmentSink):
         sink.close()
         console.print(f"trace: {path} ({sink.rows_written} rows)", soft_wrap=True,
                       highlight=False)

@@ -214,7 +214,7 @@ def run_chord_sim(options: ChordRunOptions, trace_sink: TraceSink | None = None)
         owner = ring.owner(key)
         owned[owner] += 1
         tap.append((run_id, sim.now, owner, LAYER, "owner", None, None, None, key, None, None,
-                    encode_info({"how": "ring"})))
+                    encode_info({"how": "ring"}), sim.wall))
     sim.trace_storage()  # one row per host: hosts that own nothing are members too
     tap.flush()
     return ChordRunResult(

@@ -71,7 +71,8 @@ def add_pubsub_parser(
     node.add_argument("--data-dir", default=None,
                       help="directory of the node's sqlite store (default: in memory)")
     node.add_argument("--trace-dir", default=None,
-                      help="write the trace as Parquet to TRACE_DIR/trace/RUN/HOST_PORT.parquet")
+                      help="write the trace to TRACE_DIR/trace/RUN/: segment files while "
+                           "running (they survive kill -9), HOST_PORT.parquet at exit")
     node.add_argument("--command-port", type=_port, default=None, metavar="PORT",
                       help="also take the client's commands over TCP (JSON lines) on PORT "
                            "(0: a free one, printed in the ready line)")

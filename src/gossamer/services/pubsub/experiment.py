@@ -321,7 +321,8 @@ def run_pubsub_sim(
     for topic, nodes in owners.items():
         for node in nodes:
             tap.append((run_id, sim.now, node, LAYER, "owner", None, None, None, topic, None,
-                        None, encode_info({"how": "scribe" if not gossip else "ring"})))
+                        None, encode_info({"how": "scribe" if not gossip else "ring"}),
+                        sim.wall))
     sim.trace_storage()
     tap.flush()
 

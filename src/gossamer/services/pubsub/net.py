@@ -36,8 +36,9 @@ import orjson
 from ...core.conn import Framing, ListenerSpec
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
+from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
-from ...core.traceio import ParquetSink, trace_path
+from ...core.traceio import trace_path
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.hyparview import HyParView, OverlayState
 from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
@@ -175,11 +176,11 @@ class PubSubNetNode:
         if options.data_dir is not None:
             options.data_dir.mkdir(parents=True, exist_ok=True)
             store = SqliteStore(options.data_dir / STORE_FILE)
-        # the trace file is named after the node id, known once bound: ParquetSink opens its
-        # file at the first flush, so the path is set before any row is written
-        self.trace: ParquetSink | None = None
+        # the trace part is named after the node id, known once bound: until then the sink
+        # holds its rows (segments survive kill -9; a clean stop compacts them to Parquet)
+        self.trace: SegmentSink | None = None
         if options.trace_dir is not None:
-            self.trace = ParquetSink(trace_path(options.trace_dir, options.run, "unbound"))
+            self.trace = SegmentSink(None)
         sink: TraceSink | None = self.trace
         listeners = [] if options.command_port is None else [ListenerSpec(
             name=COMMANDS_LISTENER, host=options.host, port=options.command_port,

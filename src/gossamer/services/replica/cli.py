@@ -18,7 +18,8 @@ from rich.console import Console
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, GossamerError
-from ...core.traceio import ParquetSink, trace_path
+from ...core.segments import SegmentSink
+from ...core.traceio import trace_path
 from ...protocols.replica.hub_service import DEFAULT_KEEPER
 from .hub_server import DEFAULT_MAX_FRAME, HubServer
 
@@ -49,7 +50,8 @@ def add_hub_parser(
     hub.add_argument("--data-dir", default="runs/hub",
                      help="the hub's directory: the object snapshot and per-client logs live in "
                           "DATA_DIR/hub.sqlite (kept across restarts), the trace in "
-                          "DATA_DIR/trace/RUN/hub.parquet")
+                          "DATA_DIR/trace/RUN/: segment files while running (they survive "
+                          "kill -9), hub.parquet at exit")
     hub.add_argument("--no-snapshots", action="store_true",
                      help="run the seed's bare relay: no snapshot, nothing kept")
     hub.add_argument("--web-root", default=_default_web_root(),
@@ -76,7 +78,7 @@ def _cmd_hub(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     trace_file = trace_path(data_dir, args.run, TRACE_PART)
-    sink = ParquetSink(trace_file)
+    sink = SegmentSink(trace_file)  # segments while running, compacted to trace_file at exit
     try:
         server = HubServer(host=args.host, port=args.port, web_root=web_root,
                            max_frame=args.max_frame, send_queue_limit=args.send_queue_limit,
