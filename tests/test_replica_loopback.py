@@ -65,12 +65,13 @@ async def converged(replicas: list[Replica], hub: HubServer | None = None,
         pytest.fail("replicas did not converge:\n" + picture(replicas, hub))
 
 
-def test_twenty_python_clients_converge_through_a_real_hub() -> None:
+@pytest.mark.parametrize("clients", [8, pytest.param(20, marks=pytest.mark.slow)])
+def test_python_clients_converge_through_a_real_hub(clients: int) -> None:
     async def scenario() -> None:
         rng = random.Random(21)
         async with HubServer() as hub:
             replicas = [Replica(ws_url(hub), client_id=f"py{n:02d}", backoff=fast_backoff())
-                        for n in range(20)]
+                        for n in range(clients)]
             for replica in replicas:
                 await replica.start()
             try:
@@ -84,7 +85,8 @@ def test_twenty_python_clients_converge_through_a_real_hub() -> None:
                     await asyncio.sleep(0)  # let frames flow between rounds
                 await converged(replicas, hub)
                 items = replicas[0].items()
-                assert all(f"own-py{n:02d}-{r}" in items for n in range(20) for r in range(6))
+                assert all(f"own-py{n:02d}-{r}" in items for n in range(clients)
+                           for r in range(6))
                 assert all(r.items() == items for r in replicas)
             finally:
                 for replica in replicas:
