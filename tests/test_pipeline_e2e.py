@@ -10,7 +10,7 @@ import pytest
 
 from gossamer.cli.main import main
 from gossamer.cli.workloads import run_workload
-from gossamer.pipeline import load_experiment, run_experiment
+from gossamer.pipeline import load_experiment, read_run_settings, run_experiment
 
 pytestmark = pytest.mark.spark
 
@@ -95,3 +95,34 @@ def test_fifo_experiment_without_retransmission_is_reported_violating(
     recount = {r.check: r.violations
                for r in spark.read.parquet(str(again / "checks")).collect()}
     assert recount["reliability"] == checks["reliability"].violations
+
+
+REPO = Path(__file__).resolve().parents[1]
+#: one run of each workload of the quickstart, the hardest of its sweep (loss, crashes, cuts)
+QUICKSTART_RUNS = ("quickstart-loss0.2-crash0.5-s1", "quickstart-replica-cuts1.0-crash0.25-s1",
+                   "quickstart-activity-s1", "quickstart-pubsub-modescribe-s1",
+                   "quickstart-pubsub_faults-s1")
+
+
+def test_reanalysing_quickstart_output_reproduces_the_experiments_verdict(
+    spark: Any, tmp_path: Path
+) -> None:
+    quickstart = REPO / "experiments" / "quickstart.toml"
+    out = tmp_path / "quickstart"
+    only = [arg for run in QUICKSTART_RUNS for arg in ("--only", run)]
+    assert main(["experiment", str(quickstart), "--out", str(out), *only, *SPARK_ARGS]) == 0
+    verdict = {r.check: (r.status, r.reason, r.violations) for r in table(spark, out, "checks")}
+    assert verdict["reliability"][0] == verdict["fifo"][0] == "pass"
+
+    # each run keeps the settings it was judged by, and the command that makes it again
+    expected = load_experiment(quickstart).checks
+    for run in QUICKSTART_RUNS:
+        stored = read_run_settings(out)[run]
+        assert stored.checks == expected
+        assert stored.replay is not None and f"--only {run}" in stored.replay
+
+    # analysed again without any option: the same verdict, check for check
+    again = tmp_path / "again"
+    assert main(["analyze", str(out), "--out", str(again), *SPARK_ARGS]) == 0
+    assert {r.check: (r.status, r.reason, r.violations)
+            for r in spark.read.parquet(str(again / "checks")).collect()} == verdict

@@ -14,9 +14,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from pyspark.sql import SparkSession
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -29,17 +31,19 @@ from ..pipeline import (
     DEFAULT_MASTER,
     Analysis,
     AnalysisConfig,
-    CheckConfig,
     PipelineError,
     RunOutcome,
+    RunSettings,
     analyze,
     default_master,
     get_spark,
     load_experiment,
     parse_conf,
     print_summary,
+    read_run_settings,
     run_experiment,
     write_report,
+    write_run_settings,
 )
 from ..services.activity.cli import add_activity_parser
 from ..services.broadcast import (
@@ -155,7 +159,8 @@ def _cmd_trace_show(args: argparse.Namespace, console: Console) -> int:
 
 
 def _analysis_steps(spark: SparkSession, run_dir: Path, out: Path | None, config: AnalysisConfig,
-                    console: Console) -> Analysis:
+                    console: Console, *, overrides: dict[str, Any] | None = None,
+                    use_stored_settings: bool = True, allow_partial: bool = False) -> Analysis:
     with Progress(
         SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
         TextColumn("{task.completed}/{task.total} steps"), TimeElapsedColumn(),
@@ -166,32 +171,100 @@ def _analysis_steps(spark: SparkSession, run_dir: Path, out: Path | None, config
         def progress(what: str, done: int, total: int) -> None:
             bar.update(task, description=f"analysing: {what}", completed=done, total=total)
 
-        analysis = analyze(spark, run_dir, out_dir=out, config=config, progress=progress)
+        analysis = analyze(spark, run_dir, out_dir=out, config=config, progress=progress,
+                           overrides=overrides, use_stored_settings=use_stored_settings,
+                           allow_partial=allow_partial)
         bar.update(task, description="writing the report")
         write_report(analysis)
     print_summary(analysis, console)
     return analysis
 
 
+def _verdict_code(analysis: Analysis) -> int:
+    """0 every check held, 1 a guarantee was violated, 2 some check could not be run."""
+    if analysis.errored:
+        return 2
+    return 1 if analysis.failed else 0
+
+
+def _error(console: Console, message: str) -> None:
+    """One line, never wrapped (a path in it stays whole)."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def _spark_failure(exc: BaseException) -> str:
+    """The first line of what Spark (or its JVM) said, without the Java stack."""
+    text = getattr(exc, "desc", None) or str(exc)
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    return f"Spark could not run the analysis: {first[:300]} (--debug shows the traceback)"
+
+
+def _quiet(spark: SparkSession, debug: bool) -> SparkSession:
+    """Without --debug the JVM logs nothing: a failure is reported in one line instead of
+    its executors' stack traces."""
+    if not debug:
+        spark.sparkContext.setLogLevel("OFF")
+    return spark
+
+
+#: analyze options that set a check setting, and the CheckConfig field each sets
+_CHECK_FLAGS = {"layer": "layers", "total_order": "total_order_layers",
+                "per_key": "total_order_per_key", "revision_field": "revision_field",
+                "exempt_crashed_origins": "exempt_crashed_origins", "fifo_layer": "fifo_layers",
+                "session_layer": "session_layers", "causal_layer": "causal_layers",
+                "own_delivery_layer": "own_delivery_layers"}
+
+
+def _check_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The check settings given on the command line (they replace the stored ones)."""
+    given: dict[str, Any] = {}
+    for flag, field in _CHECK_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None or value is False:
+            continue
+        given[field] = tuple(v for v in value if v != "") if isinstance(value, list) else value
+    return given
+
+
+def _stored_bucket(run_dir: Path) -> float | None:
+    """The throughput bucket every run's stored settings agree on, if they do."""
+    try:
+        buckets = {s.throughput_bucket for s in read_run_settings(run_dir).values()}
+    except PipelineError:
+        return None  # analyze reports the bad file
+    return buckets.pop() if len(buckets) == 1 else None
+
+
 def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     run_dir = Path(args.run_dir)
     try:
-        checks = CheckConfig(
-            layers=tuple(args.layer) if args.layer else None,
-            total_order_layers=tuple(args.total_order or ()),
-            total_order_per_key=args.per_key, revision_field=args.revision_field,
-            exempt_crashed_origins=args.exempt_crashed_origins)
-        config = AnalysisConfig(checks=checks, throughput_bucket=args.bucket)
+        overrides = _check_overrides(args)
+        bucket = args.bucket if args.bucket is not None else _stored_bucket(run_dir) or 1.0
+        config = AnalysisConfig(throughput_bucket=bucket)
         master = args.master or default_master()
         console.print(f"[bold]gossamer analyze[/]: {run_dir / 'trace'} on Spark "
-                      f"{master or 'from spark-submit'}")
-        spark = get_spark(master, parse_conf(args.conf))
+                      f"{master or 'from spark-submit'}", soft_wrap=True)
+        spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
         analysis = _analysis_steps(spark, run_dir, Path(args.out) if args.out else None, config,
-                                   console)
+                                   console, overrides=overrides,
+                                   use_stored_settings=not args.ignore_stored_settings,
+                                   allow_partial=args.allow_partial)
     except PipelineError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        if args.debug:
+            raise
+        _error(console, str(exc))
         return 2
-    return 1 if analysis.failed else 0
+    except Exception as exc:  # the JVM failed (a file Spark could not read, memory, ...)
+        if args.debug or not _is_spark_failure(exc):
+            raise
+        _error(console, _spark_failure(exc))
+        return 2
+    return _verdict_code(analysis)
+
+
+def _is_spark_failure(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("py4j", "pyspark")
 
 
 def _print_runs(outcomes: Sequence[RunOutcome], console: Console) -> None:
@@ -209,6 +282,13 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     try:
         experiment = load_experiment(args.file)
         runs = experiment.runs()
+        if args.only:
+            known = {spec.run for spec in runs}
+            unknown = [run for run in args.only if run not in known]
+            if unknown:
+                raise PipelineError(f"{args.file} has no run {', '.join(unknown)}; its runs: "
+                                    f"{', '.join(sorted(known))}")
+            runs = [spec for spec in runs if spec.run in args.only]
         for spec in runs:
             validate_run(spec)
         master = args.master or default_master()
@@ -216,7 +296,7 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
             f"[bold]gossamer experiment[/] {experiment.name}: workload "
             f"{', '.join(f'{w} ({m})' for w, m in experiment.workloads())}, {len(runs)} runs, "
             f"Spark {master or 'from spark-submit'}, out {out}")
-        spark = get_spark(master, parse_conf(args.conf))
+        spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
         with Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(),
             TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
@@ -228,15 +308,32 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
                 progress=lambda done, total: bar.update(task, completed=done, total=total))
         _print_runs(outcomes, console)
         if all(o.status == "failed" for o in outcomes):
-            console.print("[red]error:[/] every run failed; nothing to analyse")
+            _error(console, "every run failed; nothing to analyse")
             return 1
+        # each run keeps the settings it is judged by, so `gossamer analyze OUT` agrees
+        by_run = {spec.run: spec for spec in runs}
+        for outcome in outcomes:
+            if outcome.status != "failed":
+                spec = by_run[outcome.run]
+                write_run_settings(out, spec.run, RunSettings(
+                    checks=experiment.checks, services=(spec.workload,),
+                    replay=f"gossamer experiment {args.file} --only {spec.run} "
+                           f"--out runs/replay/{spec.run}"))
         analysis = _analysis_steps(spark, out, None, AnalysisConfig(checks=experiment.checks),
                                    console)
     except PipelineError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        if args.debug:
+            raise
+        _error(console, str(exc))
+        return 2
+    except Exception as exc:
+        if args.debug or not _is_spark_failure(exc):
+            raise
+        _error(console, _spark_failure(exc))
         return 2
     failed_runs = any(o.status == "failed" for o in outcomes)
-    return 1 if analysis.failed or failed_runs else 0
+    code = _verdict_code(analysis)
+    return max(code, 1) if failed_runs and code == 0 else code
 
 
 BENCHMARKS = {"sim": "sim_kernel.py"}
@@ -341,14 +438,22 @@ def build_parser() -> argparse.ArgumentParser:
                     "failed or a check found violations.")
     experiment.add_argument("file", help="experiment file (TOML)")
     experiment.add_argument("--out", required=True, help="run directory (shared by executors)")
+    experiment.add_argument("--only", action="append", default=None, metavar="RUN",
+                            help="run only this run of the file (repeatable): how a failing "
+                                 "run is replayed")
     _spark_arguments(experiment)
     experiment.set_defaults(handler=_cmd_experiment)
 
     analyse = verbs.add_parser(
         "analyze", help="check guarantees and compute metrics over a trace with Spark",
         description="Read every trace under RUN_DIR/trace, run all checks and metrics, write "
-                    "Parquet tables and report.html under OUT and print a summary. Exits 1 "
-                    "when a check fails.")
+                    "Parquet tables and report.html under OUT and print a summary. Each run is "
+                    "judged by the settings stored with it (trace/<run>/analysis.json, written "
+                    "by gossamer experiment and the services' processes); the check options "
+                    "below replace those settings for every run. Exits 0 when every check "
+                    "held, 1 when a guarantee was violated, 2 when the input could not be "
+                    "analysed (a file missing, truncated or corrupt, or a column a check "
+                    "needs).")
     analyse.add_argument("run_dir")
     analyse.add_argument("--out", default=None, help="output directory (default RUN_DIR/analysis)")
     _spark_arguments(analyse)
@@ -358,12 +463,29 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a layer that promises total order (repeatable)")
     analyse.add_argument("--per-key", action="store_true",
                          help="total order is per key (object), not global")
-    analyse.add_argument("--revision-field", default="rev",
+    analyse.add_argument("--fifo-layer", action="append", default=None, metavar="LAYER",
+                         help="a layer that promises FIFO per origin (repeatable; default: "
+                              "every checked layer; --fifo-layer '' for none)")
+    analyse.add_argument("--session-layer", action="append", default=None, metavar="LAYER",
+                         help="a layer with sessions: a node owes what was published in its "
+                              "last session only (repeatable)")
+    analyse.add_argument("--causal-layer", action="append", default=None, metavar="LAYER",
+                         help="a layer that promises causal order (repeatable)")
+    analyse.add_argument("--own-delivery-layer", action="append", default=None,
+                         metavar="LAYER", help="a layer in which an origin delivers its own "
+                                               "messages (repeatable)")
+    analyse.add_argument("--revision-field", default=None,
                          help="info field holding an object's revision (default rev)")
     analyse.add_argument("--exempt-crashed-origins", action="store_true",
                          help="do not expect messages of publishers that are down at the end")
-    analyse.add_argument("--bucket", type=float, default=1.0,
-                         help="seconds per throughput bucket")
+    analyse.add_argument("--ignore-stored-settings", action="store_true",
+                         help="judge every run by the defaults and the options given, not by "
+                              "the settings stored with it")
+    analyse.add_argument("--bucket", type=float, default=None,
+                         help="seconds per throughput bucket (default: the stored one, or 1)")
+    analyse.add_argument("--allow-partial", action="store_true",
+                         help="analyse the readable trace files and list those left out "
+                              "(truncated, corrupt), instead of exiting 2")
     analyse.set_defaults(handler=_cmd_analyze)
     return parser
 
@@ -373,6 +495,8 @@ def _spark_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"Spark master (default {DEFAULT_MASTER}, or spark-submit's)")
     parser.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
                         help="Spark configuration (repeatable)")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, show the traceback and Spark's own logs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -383,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args, console)
     except GossamerError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(console, str(exc))
         return 2
 
 

@@ -24,6 +24,7 @@ import orjson
 __all__ = [
     "COLUMNS",
     "COLUMN_TYPES",
+    "SCHEMA_VERSION",
     "MemorySink",
     "NullSink",
     "Row",
@@ -66,6 +67,8 @@ COLUMN_TYPES: dict[str, str] = {
     "wall": "float64",
 }
 COLUMNS: tuple[str, ...] = tuple(COLUMN_TYPES)
+#: the version of ``COLUMN_TYPES``, stored with analysis settings: 1 before ``wall``, 2 with it
+SCHEMA_VERSION = 2
 assert TraceRow._fields == COLUMNS, "TraceRow and COLUMN_TYPES must list the same columns"
 
 Row = tuple[Any, ...]

@@ -1,12 +1,17 @@
 """Trace rows on disk: a buffered Parquet writer and a reader.
 
 Layout: ``RUN_DIR/trace/<run>/<part>.parquet``, one directory per run (the partition) and one
-file per node (network runtime) or per run (simulator).
+file per node (network runtime) or per run (simulator); beside them
+``RUN_DIR/trace/<run>/analysis.json``, the analysis settings the run was made for (which
+layers promise what), written by whoever makes the run and read by ``gossamer analyze``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +20,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import ConfigError
-from .trace import COLUMN_TYPES, Row, TraceSink
+from .trace import COLUMN_TYPES, SCHEMA_VERSION, Row, TraceSink
 
-__all__ = ["SCHEMA", "ParquetSink", "read_trace", "summarize", "trace_files", "trace_path"]
+__all__ = [
+    "SCHEMA",
+    "SETTINGS_FILE",
+    "ParquetSink",
+    "read_trace",
+    "settings_path",
+    "summarize",
+    "trace_files",
+    "trace_path",
+    "write_settings",
+]
+
+#: the analysis settings of a run, beside its trace files
+SETTINGS_FILE = "analysis.json"
 
 _ARROW_TYPES = {"string": pa.string(), "float64": pa.float64(), "int64": pa.int64(),
                 "int32": pa.int32()}
@@ -30,6 +48,25 @@ def trace_path(run_dir: str | Path, run: str, part: str) -> Path:
     if not run or not part:
         raise ConfigError("run and part must be non-empty")
     return Path(run_dir) / "trace" / _SAFE.sub("_", run) / f"{_SAFE.sub('_', part)}.parquet"
+
+
+def settings_path(run_dir: str | Path, run: str) -> Path:
+    """Where the analysis settings of ``run`` live: beside its trace files."""
+    return trace_path(run_dir, run, "x").with_name(SETTINGS_FILE)
+
+
+def write_settings(run_dir: str | Path, run: str, settings: Mapping[str, Any]) -> Path:
+    """Store the analysis settings a run was made for (``checks``: the check settings, see
+    ``gossamer.pipeline.CheckConfig``; ``services``; ``replay``: the command that makes the
+    run again), with the trace schema version. Written whole or not at all (several processes
+    of one run may write the same settings)."""
+    path = settings_path(run_dir, run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"run": run, "schema_version": SCHEMA_VERSION, **settings}
+    scratch = path.with_name(f".{SETTINGS_FILE}.{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(record, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    os.replace(scratch, path)
+    return path
 
 
 class ParquetSink(TraceSink):

@@ -8,10 +8,11 @@ need; everything per event stays in Spark.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,9 @@ from pyspark.sql import types as T
 from ..core.segments import Recovery, recover_segments
 from . import metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
-from .errors import PipelineError
-from .schema import closed_trace_files, load_trace
+from .errors import PipelineError, TraceInputError
+from .schema import inspect_trace_files, load_trace, unreadable_files
+from .settings import RunSettings, read_run_settings
 
 __all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params"]
 
@@ -84,10 +86,21 @@ class Analysis:
     #: trace segments compacted before reading (parts whose process was killed), and parts
     #: left out because a live process still writes them
     recovered: list[Recovery] = dataclasses.field(default_factory=list)
+    #: trace files left out (``allow_partial``) and why: (path, problem)
+    left_out: list[tuple[Path, str]] = dataclasses.field(default_factory=list)
+    #: which settings judged which runs, in words
+    settings_notes: list[str] = dataclasses.field(default_factory=list)
+    #: run -> the command that makes it again (from its stored settings)
+    replay: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
         return any(c.status is Status.FAIL for c in self.checks)
+
+    @property
+    def errored(self) -> bool:
+        """Some check could not be run on this trace (a column it needs is missing)."""
+        return any(c.status is Status.ERROR for c in self.checks)
 
     def recovery_notes(self) -> list[str]:
         """One line per trace part recovered from segments, torn tail, or live part left
@@ -142,6 +155,54 @@ def _as_dicts(frame: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in frame.collect()]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    """Runs judged by one check config: ``runs`` None means every run not in another group."""
+
+    checks: CheckConfig
+    runs: tuple[str, ...] | None
+    trace: DataFrame
+
+    def apply(self, fn: Callable[[DataFrame, CheckConfig], DataFrame]) -> DataFrame:
+        return fn(self.trace, self.checks)
+
+
+def _groups(trace: DataFrame, runs: Sequence[str], stored: Mapping[str, RunSettings],
+            default: CheckConfig) -> list[_Group]:
+    """The runs split by the check config that judges them: their stored settings', else
+    ``default``. One group needs no filter."""
+    by_config: dict[CheckConfig, list[str]] = {}
+    for run in runs:
+        by_config.setdefault(stored[run].checks if run in stored else default, []).append(run)
+    if len(by_config) <= 1:
+        config = next(iter(by_config), default)
+        return [_Group(config, None, trace)]
+    return [_Group(config, tuple(members), trace.filter(F.col("run").isin(members)))
+            for config, members in by_config.items()]
+
+
+def _union(frames: Sequence[DataFrame]) -> DataFrame:
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _merge(name: str, results: Sequence[tuple[_Group, CheckResult]]) -> tuple[Status, str]:
+    """One verdict from the verdicts of the groups: an error or a failure anywhere decides;
+    a pass anywhere beats "not applicable"."""
+    for status in (Status.ERROR, Status.FAIL, Status.PASS):
+        if any(r.status is status for _, r in results):
+            break
+    else:
+        status = Status.NOT_APPLICABLE
+    if status in (Status.FAIL, Status.PASS):
+        count = sum(r.violation_count for _, r in results)
+        return status, f"{count:,} violations" if count else "no violations"
+    reasons = []
+    for _group, result in results:
+        if result.status is status and result.reason not in reasons:
+            reasons.append(result.reason)
+    return status, "; ".join(reasons)
+
+
 def analyze(
     spark: SparkSession,
     run_dir: str | Path,
@@ -149,13 +210,23 @@ def analyze(
     out_dir: str | Path | None = None,
     config: AnalysisConfig | None = None,
     progress: Progress | None = None,
+    use_stored_settings: bool = True,
+    overrides: Mapping[str, Any] | None = None,
+    allow_partial: bool = False,
 ) -> Analysis:
-    """Run every check and metric over ``RUN_DIR/trace`` and write the tables under ``OUT``."""
+    """Run every check and metric over ``RUN_DIR/trace`` and write the tables under ``OUT``.
+
+    Each run is judged by the check settings stored beside its trace (``analysis.json``),
+    unless ``use_stored_settings`` is False; runs without stored settings by ``config``.
+    ``overrides`` (``CheckConfig`` fields) replace those fields for every run.
+    A trace file that is truncated, corrupt or not Parquet is an error (``TraceInputError``,
+    naming it), unless ``allow_partial``: then the readable files are analysed and the others
+    listed in ``Analysis.left_out``.
+    """
     config = config if config is not None else AnalysisConfig()
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "analysis"
-    checks = default_checks(config.checks)
-    steps = 4 + len(checks)
+    steps = 4 + len(default_checks(config.checks))
     done = 0
 
     def step(what: str) -> None:
@@ -165,14 +236,75 @@ def analyze(
         done += 1
 
     step("reading the trace")
+    if not run_dir.is_dir():
+        raise TraceInputError(f"{run_dir}: no such directory")
+    if not (run_dir / "trace").is_dir():
+        raise TraceInputError(f"{run_dir / 'trace'}: no such directory (a run directory holds "
+                              "its trace files under trace/<run>/)")
+    stored = read_run_settings(run_dir) if use_stored_settings else {}
+    if overrides:
+        try:
+            stored = {run: dataclasses.replace(settings, checks=dataclasses.replace(
+                settings.checks, **overrides)) for run, settings in stored.items()}
+            config = dataclasses.replace(config, checks=dataclasses.replace(config.checks,
+                                                                           **overrides))
+        except TypeError as exc:
+            raise PipelineError(f"unknown check setting: {exc}") from exc
     # segments of processes that were killed (or never closed) become their Parquet files
     recovered = [r for r in recover_segments(run_dir) if r.segments or r.live]
-    _closed, unfinished = closed_trace_files(run_dir)
-    trace = load_trace(spark, run_dir).persist(StorageLevel.MEMORY_AND_DISK)
+    files = inspect_trace_files(run_dir)
+    left_out = list(files.problems)
+    if files.problems and not allow_partial:
+        raise TraceInputError(_first_problem(files.problems))
     try:
-        rows = trace.count()
+        return _analyze(spark, run_dir, out, config, step, steps, progress, stored, files.good,
+                        files.absent_columns, recovered, left_out, overrides or {})
+    except TraceInputError:
+        raise
+    except Exception as exc:  # a file Spark could not read (corrupt pages): find it, name it
+        bad = unreadable_files(files.good)
+        if not bad:
+            raise
+        if not allow_partial:
+            raise TraceInputError(_first_problem(bad)) from exc
+        good = [f for f in files.good if f not in {path for path, _ in bad}]
+        return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
+                        files.absent_columns, recovered, left_out + bad, overrides or {})
+
+
+def _first_problem(problems: Sequence[tuple[Path, str]]) -> str:
+    path, problem = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return (f"{path}: {problem}{more}; --allow-partial analyses the readable files and lists "
+            "the rest")
+
+
+def _analyze(
+    spark: SparkSession,
+    run_dir: Path,
+    out: Path,
+    config: AnalysisConfig,
+    step: Callable[[str], None],
+    steps: int,
+    progress: Progress | None,
+    stored: Mapping[str, RunSettings],
+    files: Sequence[Path],
+    absent_columns: Mapping[str, Sequence[Path]],
+    recovered: list[Recovery],
+    left_out: list[tuple[Path, str]],
+    overrides: Mapping[str, Any],
+) -> Analysis:
+    if not files:
+        raise TraceInputError(f"no readable trace files (*.parquet) under {run_dir / 'trace'}")
+    trace = load_trace(spark, files).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        per_run = {r["run"]: int(r["count"]) for r in trace.groupBy("run").count().collect()}
+        rows = sum(per_run.values())
         if rows == 0:
-            raise PipelineError(f"the trace under {run_dir / 'trace'} has no rows")
+            raise TraceInputError(f"the trace under {run_dir / 'trace'} has no rows")
+        runs = sorted(r for r in per_run if r is not None)
+        groups = _groups(trace, runs, stored, config.checks)
+        notes = _settings_notes(runs, stored, config.checks, overrides)
         out.mkdir(parents=True, exist_ok=True)
         recorded = read_run_params(run_dir)
         run_params = spark.createDataFrame(
@@ -181,38 +313,59 @@ def analyze(
 
         violations_dir = out / "violations"
         shutil.rmtree(violations_dir, ignore_errors=True)
+        per_check: dict[str, list[tuple[_Group, CheckResult]]] = {}
+        names: list[str] = []
+        absent = [column for column in absent_columns if column != "wall"]
+        for index, group in enumerate(groups):
 
-        def materialize(name: str, violations: DataFrame) -> DataFrame:
-            with_seed = violations.join(run_params.select("run", "seed"), "run", "left")
-            return _write(with_seed.withColumn("check", F.lit(name)),
-                          violations_dir / f"check={_slug(name)}")
+            def materialize(name: str, violations: DataFrame, index: int = index) -> DataFrame:
+                with_seed = violations.join(run_params.select("run", "seed"), "run", "left")
+                return _write(with_seed.withColumn("check", F.lit(name)),
+                              violations_dir / f"check={_slug(name)}" / f"group={index}")
 
-        results = evaluate(trace, checks, materialize=materialize,
-                           on_check=lambda name: step(f"check: {name}"))
-        summaries = [_summarize(result, config.examples_per_check) for result in results]
+            results = evaluate(group.trace, default_checks(group.checks),
+                               materialize=materialize, absent_columns=absent,
+                               on_check=(lambda name: step(f"check: {name}")) if index == 0
+                               else None)
+            for result in results:
+                if result.name not in per_check:
+                    names.append(result.name)
+                per_check.setdefault(result.name, []).append((group, result))
+        summaries = []
+        for name in names:
+            status, reason = _merge(name, per_check[name])
+            found = [r.violations for _, r in per_check[name] if r.violations is not None]
+            merged = CheckResult(name, status, reason,
+                                 sum(r.violation_count for _, r in per_check[name]),
+                                 _union(found) if found else None)
+            summaries.append(_summarize(merged, config.examples_per_check))
         spark.createDataFrame(
             [(s.name, s.status.value, s.reason, s.violations) for s in summaries],
             "check string, status string, reason string, violations long",
         ).write.mode("overwrite").parquet(str(out / "checks"))
 
         step("metrics: latency, load, convergence, redundancy, lookups")
-        layers = config.checks.layers
-        samples = _write(metrics.latency_samples(trace, layers=layers), out / "latency")
+
+        def per_group(fn: Callable[[DataFrame, CheckConfig], DataFrame]) -> DataFrame:
+            return _union([group.apply(fn) for group in groups])
+
+        samples = _write(per_group(lambda t, c: metrics.latency_samples(t, layers=c.layers)),
+                         out / "latency")
         _write(metrics.latency_summary(samples), out / "latency_summary")
         cdf = _write(metrics.latency_cdf(samples, points=config.cdf_points), out / "latency_cdf")
         load = _write(metrics.node_load(trace), out / "node_load")
         histogram = metrics.load_histogram(load, bins=config.load_bins)
-        times = _write(metrics.convergence_times(trace, layers=layers), out / "convergence")
+        times = _write(per_group(lambda t, c: metrics.convergence_times(t, layers=c.layers)),
+                       out / "convergence")
         per_run_convergence = metrics.convergence_summary(times)
         ops = _write(metrics.messages_per_operation(trace), out / "messages_per_operation")
-        rmr = _write(metrics.redundancy(trace, layers=layers), out / "redundancy")
+        rmr = _write(per_group(lambda t, c: metrics.redundancy(t, layers=c.layers)),
+                     out / "redundancy")
         flow = _write(metrics.throughput(trace, bucket=config.throughput_bucket),
                       out / "throughput")
-        reliability = _write(reliability_summary(
-            trace, layers=layers,
-            exempt_crashed_origins=config.checks.exempt_crashed_origins,
-            session_layers=config.checks.session_layers), out / "reliability")
-
+        reliability = _write(per_group(lambda t, c: reliability_summary(
+            t, layers=c.layers, exempt_crashed_origins=c.exempt_crashed_origins,
+            session_layers=c.session_layers)), out / "reliability")
         lookup_samples = metrics.lookup_samples(trace)
         per_run_lookups: DataFrame | None = None
         lookup_overall: dict[str, Any] | None = None
@@ -240,7 +393,7 @@ def analyze(
             F.sum("delivered").alias("delivered"),
         ).withColumn("reliability", F.col("delivered") / F.col("expected"))
         peak = flow.groupBy("run").agg(F.max("per_second").alias("peak_throughput"))
-        stored = load.groupBy("run").agg(F.sum("stored").alias("stored_bytes"),
+        stored_bytes = load.groupBy("run").agg(F.sum("stored").alias("stored_bytes"),
                                          F.max("stored").alias("stored_max"))
         runs_table = (metrics.run_overview(trace)
                       .join(metrics.failure_fraction(trace), "run", "left")
@@ -252,7 +405,7 @@ def analyze(
                       .join(per_run_convergence.select("run", "convergence_p95",
                                                        "convergence_max"), "run", "left")
                       .join(peak, "run", "left")
-                      .join(stored, "run", "left"))
+                      .join(stored_bytes, "run", "left"))
         if per_run_lookups is not None:
             runs_table = runs_table.join(per_run_lookups, "run", "left")
         balance = _write(metrics.topic_balance(trace), out / "topic_balance")
@@ -265,7 +418,7 @@ def analyze(
                 F.col(f"`{c}`").alias(f"per_publish_{_slug(c)}")
                 for c in pivot.columns if c != "run"]), "run", "left")
         runs_table = runs_table.join(run_params, "run", "left").orderBy("run")
-        runs = _as_dicts(_write(runs_table, out / "runs").orderBy("run"))
+        run_rows = _as_dicts(_write(runs_table, out / "runs").orderBy("run"))
 
         step("collecting plot series")
         cdf_rows = [(r["run"], float(r["fraction"]), float(r["latency"]))
@@ -285,12 +438,39 @@ def analyze(
     if progress is not None:
         progress("done", steps, steps)
     return Analysis(
-        run_dir=run_dir, out_dir=out, rows=rows, unfinished_files=unfinished,
-        checks=summaries, runs=runs, latency_cdf=cdf_rows, load_histogram=hist_rows,
+        run_dir=run_dir, out_dir=out, rows=rows,
+        unfinished_files=[path for path, _ in left_out],
+        checks=summaries, runs=run_rows, latency_cdf=cdf_rows, load_histogram=hist_rows,
         throughput=flow_rows, stored_nodes=top_stored, lookups=lookup_overall,
         lookups_by_nodes=lookup_groups, lookup_hops=hop_rows, runs_without_wall=no_wall,
-        recovered=recovered,
+        recovered=recovered, left_out=left_out, settings_notes=notes,
+        replay={run: settings.replay for run, settings in stored.items()
+                if settings.replay is not None and run in per_run},
     )
+
+
+
+
+def _settings_notes(runs: Sequence[str], stored: Mapping[str, RunSettings],
+                    default: CheckConfig, overrides: Mapping[str, Any]) -> list[str]:
+    """Which settings judged which runs, in words."""
+    with_settings = [run for run in runs if run in stored]
+    without = [run for run in runs if run not in stored]
+    notes = []
+    if overrides:
+        notes.append("the command line set " + ", ".join(
+            f"{key} = {value!r}" for key, value in sorted(overrides.items())) + " for every run")
+    if with_settings:
+        configs = {stored[run].checks for run in with_settings}
+        notes.append(f"{len(with_settings)} of {len(runs)} runs judged by the settings stored "
+                     f"with them ({len(configs)} distinct)")
+    if without:
+        shown = ", ".join(without[:5]) + (f" and {len(without) - 5} more" if len(without) > 5
+                                          else "")
+        where = ("the defaults (every layer; FIFO, causal order and own delivery wherever the "
+                 "trace shows them)" if default == CheckConfig() else "the given settings")
+        notes.append(f"runs without stored settings ({shown}) judged by {where}")
+    return notes
 
 
 def _run_nodes(trace: DataFrame, run_params: DataFrame) -> DataFrame:

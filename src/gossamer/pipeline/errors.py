@@ -6,8 +6,13 @@ schema only; the command line catches it next to ``GossamerError``.
 
 from __future__ import annotations
 
-__all__ = ["PipelineError"]
+__all__ = ["PipelineError", "TraceInputError"]
 
 
 class PipelineError(Exception):
     """The pipeline cannot do what was asked (the message says why and what to change)."""
+
+
+class TraceInputError(PipelineError):
+    """The trace cannot be analysed as it is: a file missing, truncated, corrupt or not a
+    trace (the message names it and the problem, in one line)."""

@@ -225,22 +225,10 @@ def _group(
 def _check_config(file: Path, raw: Any) -> CheckConfig:
     if not isinstance(raw, dict):
         raise PipelineError(f"{file}: [analysis] must be a table")
-    fields = {f.name for f in dataclasses.fields(CheckConfig)}
-    unknown = set(raw) - fields
-    if unknown:
-        raise PipelineError(f"{file}: unknown [analysis] keys {sorted(unknown)}; "
-                            f"known: {sorted(fields)}")
-    values = dict(raw)
-    for key in ("layers", "total_order_layers", "fifo_layers"):
-        if key in values:
-            if not isinstance(values[key], list) or not all(
-                    isinstance(v, str) for v in values[key]):
-                raise PipelineError(f"{file}: analysis.{key} must be a list of layer names")
-            values[key] = tuple(values[key])
     try:
-        return CheckConfig(**values)
-    except TypeError as exc:
-        raise PipelineError(f"{file}: [analysis]: {exc}") from exc
+        return CheckConfig.from_mapping(raw)
+    except PipelineError as exc:
+        raise PipelineError(f"{file}: {exc}") from exc
 
 
 # -- running -----------------------------------------------------------------------------------

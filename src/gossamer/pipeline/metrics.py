@@ -238,8 +238,10 @@ def redundancy(trace: DataFrame, *, layers: Sequence[str] | None = None) -> Data
                                             F.max(hop).alias("last_hop")))
     per_message = published.join(delivered, ["run", "msg"]).join(receipts, ["run", "msg"],
                                                                  "left")
-    rmr = F.when(F.col("nodes") > 1, F.coalesce(F.col("receipts"), F.lit(0))
-                 / (F.col("nodes") - 1) - 1)
+    # a message delivered at several nodes with no recv row at all: the run does not trace
+    # receipts (seed 003's clients), so RMR is not applicable (null), not -1
+    rmr = F.when((F.col("nodes") > 1) & F.col("receipts").isNotNull(),
+                 F.col("receipts") / (F.col("nodes") - 1) - 1)
     return per_message.groupBy("run").agg(
         F.avg(rmr).alias("rmr"),
         F.avg("last_hop").alias("last_hop_mean"),
@@ -295,9 +297,8 @@ def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
                            & F.col("key").isNotNull())
               .select("run", "node", "key").distinct())
     per_node = owners.groupBy("run", "node").agg(F.count(F.lit(1)).alias("owned"))
-    changes = with_row_order(membership_changes(trace))
-    last_change = changes.groupBy("run", "node").agg(
-        F.max_by("event", F.struct("t", ROW)).alias("last"))
+    last_change = membership_changes(trace).groupBy("run", "node").agg(
+        F.max_by("event", F.struct("at", ROW)).alias("last"))
     down = last_change.filter(F.col("last").isin("crash", "leave")).select("run", "node")
     members = (trace.filter((F.col("layer") != "sim") & F.col("node").isNotNull())
                .select("run", "node").distinct()
@@ -337,11 +338,12 @@ def layer_messages_per_publish(trace: DataFrame, *, layer: str = "pubsub") -> Da
 
 
 def failure_fraction(trace: DataFrame) -> DataFrame:
-    """Per run: members, nodes that crashed or left at least once before the run's end, and
+    """Per run: members, nodes that crashed at least once before the run's end (a killed
+    process counts: see ``membership_changes``; a node that left cleanly did not fail), and
     their fraction."""
     members = trace.filter((F.col("layer") != "sim") | F.col("event").isin(
         list(MEMBERSHIP_EVENTS))).filter(F.col("node").isNotNull())
-    failed = (membership_changes(trace).filter(F.col("event").isin("crash", "leave"))
+    failed = (membership_changes(trace).filter(F.col("event") == "crash")
               .groupBy("run").agg(F.countDistinct("node").alias("failed_nodes")))
     return (members.groupBy("run").agg(F.countDistinct("node").alias("nodes"))
             .join(failed, "run", "left")

@@ -227,7 +227,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-_STATUS_CSS = {Status.PASS: "pass", Status.FAIL: "fail", Status.NOT_APPLICABLE: "na"}
+_STATUS_CSS = {Status.PASS: "pass", Status.FAIL: "fail", Status.NOT_APPLICABLE: "na",
+               Status.ERROR: "fail"}
 
 
 def write_report(analysis: Analysis, path: str | Path | None = None) -> Path:

@@ -6,9 +6,13 @@ column the pipeline adds: each row's position in its file, for "by t, then row o
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -18,17 +22,30 @@ from .errors import PipelineError
 __all__ = [
     "MEMBERSHIP_EVENTS",
     "ROW",
+    "RUNTIME_LAYERS",
+    "UP_EVENTS",
+    "TraceFiles",
+    "clock",
     "closed_trace_files",
+    "inspect_trace_files",
     "is_closed_parquet",
     "load_trace",
     "membership_changes",
     "trace_schema",
+    "unreadable_files",
     "with_row_order",
 ]
 
 ROW = "row"
 #: events that change whether a node is up, and so who is expected to deliver
 MEMBERSHIP_EVENTS = ("join", "leave", "crash", "recover")
+#: the layers whose membership rows are a node's process starting and stopping: the simulator
+#: (``sim``: join, leave, crash, recover) and the network runtime (``net``: join at start,
+#: leave at a clean exit; a killed process writes nothing). A protocol's own ``join``/``leave``
+#: (a topic tree's, a session's) is no membership change unless it is a session layer.
+RUNTIME_LAYERS = ("sim", "net")
+#: membership events after which a node is up
+UP_EVENTS = ("join", "recover")
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),
@@ -57,20 +74,73 @@ def with_row_order(trace: DataFrame) -> DataFrame:
     return trace.withColumn(ROW, F.monotonically_increasing_id())
 
 
-def membership_changes(trace: DataFrame) -> DataFrame:
-    """(run, node, t, row, event): join/leave/crash/recover rows up to the run's end.
+def clock() -> Column:
+    """The clock every node of a run shares: ``wall`` (a real process's ``t`` starts when the
+    process does), else ``t`` (a row of a file older than ``wall``). In a simulation ``wall``
+    is ``t`` plus a constant, so comparisons come out the same."""
+    return F.coalesce(F.col("wall"), F.col("t"))
 
-    The end of a run is its last row that is not a membership change. Later changes, like
-    the ``leave`` every node of a real deployment records when it shuts down, happen after
-    everything there was to deliver and do not make a node "down at the end".
+
+def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> DataFrame:
+    """(run, node, layer, event, at, row): the membership changes of each node, on the shared
+    clock (``at``, see ``clock``), up to the run's end.
+
+    Membership rows are those of ``RUNTIME_LAYERS`` and of ``session_layers`` (a session that
+    begins and ends, like seed 003's logins). The end of a run is its latest row that is not a
+    membership change: later changes, like the ``leave`` the last process of a real deployment
+    records when it shuts down, happen after everything there was to deliver.
+
+    A real process killed with SIGKILL records no ``crash``, so one is inferred (layer ``net``,
+    at its last row before): for a node of the network runtime that ``join``s again while up
+    (restarted), and for one whose rows stop without a ``leave`` while another node of its run
+    still leaves cleanly later (the run was stopped, and this process had died before).
     """
     trace = with_row_order(trace)
-    membership = F.col("event").isin(list(MEMBERSHIP_EVENTS))
-    ends = trace.filter(~membership).groupBy("run").agg(F.max("t").alias("run_end"))
-    changes = trace.filter(membership & F.col("node").isNotNull())
-    return (changes.join(ends, "run", "left")
-            .filter(F.col("run_end").isNull() | (F.col("t") <= F.col("run_end")))
-            .select("run", "node", "t", ROW, "event"))
+    at = clock()
+    event, layer = F.col("event"), F.col("layer")
+    membership = (event.isin(list(MEMBERSHIP_EVENTS)) & F.col("node").isNotNull()
+                  & layer.isin(*RUNTIME_LAYERS, *session_layers))
+    changes = trace.filter(membership).select(
+        "run", "node", "layer", "event", at.alias("at"), ROW)
+    active = (trace.filter(~event.isin(list(MEMBERSHIP_EVENTS)) & F.col("node").isNotNull()
+                           & (layer != "sim"))
+              .groupBy("run", "node").agg(F.max(F.struct(at.alias("at"), F.col(ROW)))
+                                          .alias("last")))
+    ends = active.groupBy("run").agg(F.max("last.at").alias("run_end"))
+
+    runtime = changes.filter(F.col("layer").isin(*RUNTIME_LAYERS))
+    in_order = Window.partitionBy("run", "node").orderBy("at", ROW)
+    # restarted: a net join while up (the previous runtime change brought the node up)
+    rejoins = (runtime.select("*", F.lag("event").over(in_order).alias("before"))
+               .filter((F.col("layer") == "net") & (F.col("event") == "join")
+                       & F.col("before").isin(*UP_EVENTS))
+               .select("run", "node", F.col("at").alias("rejoin_at"),
+                       F.col(ROW).alias("rejoin_row")))
+    node_rows = trace.filter(F.col("node").isNotNull()).select(
+        "run", "node", at.alias("at"), ROW)
+    died = (node_rows.join(F.broadcast(rejoins), ["run", "node"])
+            .filter(F.col("at") < F.col("rejoin_at"))
+            .groupBy("run", "node", "rejoin_at", "rejoin_row")
+            .agg(F.max(F.struct("at", ROW)).alias("last"))
+            .select("run", "node", F.lit("net").alias("layer"), F.lit("crash").alias("event"),
+                    F.col("last.at").alias("at"), F.col(f"last.{ROW}").alias(ROW)))
+    # stopped without leaving: the last runtime change brought a net node up, and a clean
+    # leave of its run came after its last row
+    final = runtime.groupBy("run", "node").agg(
+        F.max_by("event", F.struct("at", ROW)).alias("final"),
+        F.max(F.when(F.col("layer") == "net", 1).otherwise(0)).alias("net"))
+    leaves = runtime.filter(F.col("event") == "leave").groupBy("run").agg(
+        F.max("at").alias("last_leave"))
+    vanished = (final.filter((F.col("net") == 1) & F.col("final").isin(*UP_EVENTS))
+                .join(active, ["run", "node"]).join(leaves, "run")
+                .filter(F.col("last.at") < F.col("last_leave"))
+                .select("run", "node", F.lit("net").alias("layer"),
+                        F.lit("crash").alias("event"), F.col("last.at").alias("at"),
+                        F.col(f"last.{ROW}").alias(ROW)))
+    return (changes.unionByName(died).unionByName(vanished)
+            .join(F.broadcast(ends), "run", "left")
+            .filter(F.col("run_end").isNull() | (F.col("at") <= F.col("run_end")))
+            .drop("run_end"))
 
 
 def is_closed_parquet(path: Path) -> bool:
@@ -95,10 +165,95 @@ def closed_trace_files(run_dir: str | Path) -> tuple[list[Path], list[Path]]:
     return closed, [f for f in files if f not in set(closed)]
 
 
-def load_trace(spark: SparkSession, run_dir: str | Path) -> DataFrame:
-    """Every closed trace file under ``RUN_DIR/trace`` as one DataFrame, with ``row``."""
-    closed, _unfinished = closed_trace_files(run_dir)
+@dataclasses.dataclass(frozen=True)
+class TraceFiles:
+    """The trace files of a run directory: those that can be read, those that cannot (and
+    why), and the trace columns some readable files lack (column -> those files)."""
+
+    good: list[Path]
+    problems: list[tuple[Path, str]]
+    absent_columns: dict[str, list[Path]]
+
+
+def _file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a readable Parquet file, from its bytes and footer (cheap)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            head = handle.read(4)
+            if size >= 8:
+                handle.seek(-4, 2)
+            tail = handle.read(4) if size >= 8 else b""
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if size == 0:
+        return "empty file (0 bytes)"
+    if head != _PARQUET_MAGIC:
+        return "not a Parquet file (it does not start with PAR1)"
+    if tail != _PARQUET_MAGIC:
+        return (f"truncated: {size:,} bytes and no Parquet footer (its writer did not finish "
+                "it, or it was cut short)")
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as exc:
+        return f"corrupt Parquet footer ({_one_line(exc)})"
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
+    """Check every ``RUN_DIR/trace/<run>/*.parquet`` before Spark reads it: its footer, its
+    metadata, and which trace columns it has (``wall`` may be missing: files older than it)."""
+    root = Path(run_dir) / "trace"
+    files = sorted(root.glob("*/*.parquet")) if root.is_dir() else []
+    good: list[Path] = []
+    problems: list[tuple[Path, str]] = []
+    absent: dict[str, list[Path]] = {}
+    for path in files:
+        problem = _file_problem(path)
+        if problem is not None:
+            problems.append((path, problem))
+            continue
+        try:
+            names = set(pq.read_schema(path).names)
+        except (pa.ArrowException, OSError) as exc:
+            problems.append((path, f"corrupt Parquet schema ({_one_line(exc)})"))
+            continue
+        if not names & set(COLUMNS):
+            problems.append((path, "not a trace file: none of its columns is a trace column"))
+            continue
+        good.append(path)
+        for column in COLUMNS:
+            if column not in names:
+                absent.setdefault(column, []).append(path)
+    return TraceFiles(good, problems, absent)
+
+
+def unreadable_files(files: Sequence[Path]) -> list[tuple[Path, str]]:
+    """The files pyarrow cannot read whole (corrupt pages behind a sound footer), and why:
+    looked for only after Spark failed to read the trace."""
+    problems = []
+    for path in files:
+        try:
+            pq.read_table(path)
+        except (pa.ArrowException, OSError) as exc:
+            problems.append((path, f"corrupt Parquet data ({_one_line(exc)})"))
+    return problems
+
+
+def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> DataFrame:
+    """Trace files as one DataFrame, with ``row``: the given files, or every closed trace
+    file under ``RUN_DIR/trace``. A column a file lacks reads as null."""
+    if isinstance(source, str | Path):
+        closed, _unfinished = closed_trace_files(source)
+        where = Path(source) / "trace"
+    else:
+        closed, where = list(source), Path("the given files")
     if not closed:
-        raise PipelineError(f"no finished trace files (*.parquet) under {Path(run_dir) / 'trace'}")
+        raise PipelineError(f"no finished trace files (*.parquet) under {where}")
     frame = spark.read.schema(trace_schema()).parquet(*(str(f) for f in closed))
     return with_row_order(frame.select(*COLUMNS))

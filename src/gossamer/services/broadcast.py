@@ -21,7 +21,7 @@ from ..core.ids import NodeId, node_ids
 from ..core.messages import Message
 from ..core.segments import SegmentSink
 from ..core.trace import TraceSink
-from ..core.traceio import ParquetSink, trace_path
+from ..core.traceio import ParquetSink, trace_path, write_settings
 from ..protocols.ordering.fifo import CODEC as FIFO_CODEC
 from ..protocols.ordering.fifo import FifoBroadcast, FifoConfig
 from ..runtimes.net import NetHost, NetNode, SqliteStore
@@ -156,6 +156,7 @@ def run_fifo_sim(
     if sink is None and out_dir is not None:
         file = trace_path(out_dir, run_id, "sim")
         sink = ParquetSink(file)
+        write_settings(out_dir, run_id, ANALYSIS_SETTINGS)
 
     def factory(env: Env) -> BroadcastApp:
         return BroadcastApp(env, nodes, config)
@@ -221,6 +222,13 @@ class LoopbackOptions:
             raise ConfigError("need rate > 0, timeout > 0 and 0 <= loss < 1")
 
 
+#: what a FIFO broadcast run promises, stored beside its trace for ``gossamer analyze``:
+#: every member delivers every message (the origin too), in each origin's order
+ANALYSIS_SETTINGS: dict[str, Any] = {
+    "services": ["fifo"], "replay": None,
+    "checks": {"layers": ["fifo"], "fifo_layers": ["fifo"], "own_delivery_layers": ["fifo"]}}
+
+
 async def run_fifo_loopback(
     options: LoopbackOptions,
     *,
@@ -235,6 +243,7 @@ async def run_fifo_loopback(
     ids = node_ids(options.nodes)
     run_id = options.run or (f"fifo-{options.transport}-n{options.nodes}-m{options.messages}"
                              f"-s{options.seed}")
+    write_settings(out_dir, run_id, ANALYSIS_SETTINGS)
     stores = Path(out_dir) / "store"
     stores.mkdir(parents=True, exist_ok=True)
     apps: dict[NodeId, BroadcastApp] = {}

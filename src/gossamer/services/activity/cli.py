@@ -12,6 +12,7 @@ import secrets
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 from rich.console import Console
@@ -21,7 +22,7 @@ from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, OperationError
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
-from ...core.traceio import trace_path
+from ...core.traceio import trace_path, write_settings
 from ...protocols.activity import ANONYMOUS
 from .client import ActivityClient
 from .server import DEFAULT_PORT, ActivityTcpServer
@@ -75,10 +76,20 @@ def _trace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", default="activity", help="run id written in the trace")
 
 
+#: what an activity run promises, stored beside its trace for ``gossamer analyze``: every
+#: activity reaches the servers and the clients logged in while it was published (sessions:
+#: nothing is sent again across a logout or a lost server), in each origin's order
+ANALYSIS_SETTINGS: dict[str, Any] = {
+    "services": ["activity"], "replay": None,
+    "checks": {"layers": ["activity"], "fifo_layers": ["activity"],
+               "session_layers": ["activity"], "own_delivery_layers": []}}
+
+
 def _open_trace(args: argparse.Namespace, part: str) -> tuple[SegmentSink | None, Path | None]:
     if args.trace_dir is None:
         return None, None
     path = trace_path(args.trace_dir, args.run, part)
+    write_settings(args.trace_dir, args.run, ANALYSIS_SETTINGS)
     return SegmentSink(path), path
 
 

@@ -38,7 +38,7 @@ from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
-from ...core.traceio import trace_path
+from ...core.traceio import trace_path, write_settings
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.hyparview import HyParView, OverlayState
 from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
@@ -160,6 +160,18 @@ class NodeOptions:
             raise ConfigError(f"command_port must be in 0..65535, got {self.command_port}")
 
 
+def analysis_settings(mode: Mode) -> dict[str, Any]:
+    """What a pub/sub run promises, stored beside its trace for ``gossamer analyze``: each
+    topic's subscribers deliver its messages (layer ``pubsub``, and the dissemination layer
+    below it: gossip delivers every message to every node, Scribe a topic's to its
+    subscribers), a subscribed publisher its own; no FIFO order (a subscriber sees only its
+    topics' share of an origin's sequence)."""
+    below = "gossip" if mode == "gossip" else "scribe"
+    return {"services": ["pubsub"], "replay": None,
+            "checks": {"layers": ["pubsub", below], "fifo_layers": [],
+                       "own_delivery_layers": ["pubsub", below]}}
+
+
 class PubSubNetNode:
     """A ``PubSubNode`` on a ``NetNode``: ``await start()``, commands, ``await stop()``.
 
@@ -238,6 +250,8 @@ class PubSubNetNode:
         if self.trace is not None:
             assert self.options.trace_dir is not None
             self.trace.path = trace_path(self.options.trace_dir, self.options.run, node)
+            write_settings(self.options.trace_dir, self.options.run,
+                           analysis_settings(self.options.mode))
         self.net.start_process()
         return node
 

@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -19,7 +20,7 @@ from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, GossamerError
 from ...core.segments import SegmentSink
-from ...core.traceio import trace_path
+from ...core.traceio import trace_path, write_settings
 from ...protocols.replica.hub_service import DEFAULT_KEEPER
 from .hub_server import DEFAULT_MAX_FRAME, HubServer
 
@@ -69,6 +70,16 @@ def add_hub_parser(
     return hub
 
 
+#: what a seed-000 run promises, stored beside its trace for ``gossamer analyze``: causal
+#: delivery (so FIFO per origin), one order of the writes to each object and convergence; a
+#: writer applies its own write (it traces no delivery of it)
+ANALYSIS_SETTINGS: dict[str, Any] = {
+    "services": ["replica"], "replay": None,
+    "checks": {"layers": ["replica"], "fifo_layers": ["replica"], "causal_layers": ["replica"],
+               "total_order_layers": ["replica"], "total_order_per_key": True,
+               "own_delivery_layers": []}}
+
+
 def _cmd_hub(args: argparse.Namespace, console: Console) -> int:
     web_root = None if args.web_root is None else Path(args.web_root)
     if web_root is not None and not web_root.is_dir():
@@ -78,6 +89,7 @@ def _cmd_hub(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     trace_file = trace_path(data_dir, args.run, TRACE_PART)
+    write_settings(data_dir, args.run, ANALYSIS_SETTINGS)
     sink = SegmentSink(trace_file)  # segments while running, compacted to trace_file at exit
     try:
         server = HubServer(host=args.host, port=args.port, web_root=web_root,

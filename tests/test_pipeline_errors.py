@@ -1,0 +1,110 @@
+"""``gossamer analyze`` on input it cannot analyse: exit 2 and one line naming the file and the
+problem (no Java traceback); ``--allow-partial`` analyses the readable files and lists the rest.
+The traces are copies of a recorded real-process run (``tests/fixtures/traces/fifo``)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from gossamer.cli.main import main
+
+pytestmark = pytest.mark.spark
+
+SPARK_ARGS = ["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=1"]
+RECORDED = Path(__file__).parent / "fixtures" / "traces" / "fifo"
+
+
+def recorded_copy(tmp_path: Path) -> tuple[Path, list[Path]]:
+    run_dir = tmp_path / "run"
+    shutil.copytree(RECORDED, run_dir)
+    return run_dir, sorted((run_dir / "trace").glob("*/*.parquet"))
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+def analyse(run_dir: Path, *extra: str) -> int:
+    return main(["analyze", str(run_dir), "--out", str(run_dir / "analysis"), *extra,
+                 *SPARK_ARGS])
+
+
+def test_a_truncated_file_is_named_in_one_line_with_exit_2(spark: Any, tmp_path: Path,
+                                                          capsys: Any) -> None:
+    run_dir, files = recorded_copy(tmp_path)
+    victim = files[1]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    assert analyse(run_dir) == 2
+    output = capsys.readouterr().out
+    [line] = error_lines(output)
+    assert str(victim) in line and "truncated" in line and "--allow-partial" in line
+    assert "Traceback" not in output and "java" not in output.lower()
+
+
+def test_a_corrupt_file_is_named_in_one_line_with_exit_2(spark: Any, tmp_path: Path,
+                                                        capsys: Any) -> None:
+    run_dir, files = recorded_copy(tmp_path)
+    victim = files[0]
+    data = bytearray(victim.read_bytes())
+    # keep the magic at both ends, scramble the footer's metadata before its length
+    for i in range(len(data) - 60, len(data) - 8):
+        data[i] = 0xFF
+    victim.write_bytes(bytes(data))
+    assert analyse(run_dir) == 2
+    output = capsys.readouterr().out
+    [line] = error_lines(output)
+    assert str(victim) in line and "corrupt" in line
+    assert "Traceback" not in output and "java" not in output.lower()
+
+
+def test_a_file_that_is_no_parquet_at_all_is_named_with_exit_2(spark: Any, tmp_path: Path,
+                                                              capsys: Any) -> None:
+    run_dir, files = recorded_copy(tmp_path)
+    files[2].write_text("node,event\nn1,deliver\n")
+    assert analyse(run_dir) == 2
+    [line] = error_lines(capsys.readouterr().out)
+    assert str(files[2]) in line and "not a Parquet file" in line
+
+
+def test_a_missing_run_directory_is_an_error_with_exit_2(tmp_path: Path, capsys: Any) -> None:
+    assert main(["analyze", str(tmp_path / "nowhere"), *SPARK_ARGS]) == 2
+    [line] = error_lines(capsys.readouterr().out)
+    assert "nowhere" in line and "no such directory" in line
+
+
+def test_a_trace_without_a_column_a_check_needs_exits_2_naming_it(spark: Any, tmp_path: Path,
+                                                                  capsys: Any) -> None:
+    run_dir, files = recorded_copy(tmp_path)
+    for path in files:
+        pq.write_table(pq.read_table(path).drop_columns(["seq"]), path)
+    assert analyse(run_dir) == 2
+    output = capsys.readouterr().out
+    assert "COULD NOT ANALYSE" in output and "could not be checked: fifo" in output
+    assert "no column seq" in output
+    checks = {r.check: r.status for r in
+              spark.read.parquet(str(run_dir / "analysis" / "checks")).collect()}
+    assert checks["fifo"] == "error"
+    assert checks["reliability"] == "pass"  # what can be checked still is
+
+
+def test_allow_partial_analyses_the_readable_files_and_lists_the_rest(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    run_dir, files = recorded_copy(tmp_path)
+    victim = files[-1]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 3])
+    code = analyse(run_dir, "--allow-partial")
+    output = capsys.readouterr().out
+    assert "left out" in output and str(victim) in output and "truncated" in output
+    # the node whose file is gone delivered nothing any more: what it sent is still owed by
+    # the others, which delivered it; its own deliveries are simply absent from the verdict
+    assert code in (0, 1)
+    rows = spark.read.parquet(str(run_dir / "analysis" / "runs")).collect()
+    assert len(rows) == 1
