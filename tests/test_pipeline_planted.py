@@ -1,0 +1,281 @@
+"""The planted-fault library: traces of real loopback processes (``tests/fixtures/traces``,
+recorded by ``tests/fixtures/record_traces.py``) pass every check under the settings their
+processes stored, and each planted fault is caught by the right check at the right node and
+message.
+
+A plant picks its victim by what the trace holds (the first row that qualifies), so
+re-recording a trace keeps these tests meaningful."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gossamer.core.trace import COLUMNS
+from gossamer.pipeline import (
+    CheckConfig,
+    CheckResult,
+    Status,
+    default_checks,
+    evaluate,
+    read_run_settings,
+    trace_schema,
+)
+
+pytestmark = pytest.mark.spark
+
+TRACES = Path(__file__).parent / "fixtures" / "traces"
+RECORDED = ("fifo", "pubsub-gossip", "pubsub-scribe", "activity", "replica")
+Rows = list[dict[str, Any]]
+Plant = Callable[[Rows], tuple[Rows, set[tuple[str, str]]]]
+
+
+@functools.cache
+def _recorded(name: str) -> tuple[tuple[tuple[Any, ...], ...], CheckConfig]:
+    run_dir = TRACES / name
+    files = sorted((run_dir / "trace").glob("*/*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    settings = read_run_settings(run_dir)
+    assert len(settings) == 1, f"{name}: one run with stored settings"
+    rows = tuple(tuple(r[c] for c in COLUMNS) for r in table.to_pylist())
+    return rows, next(iter(settings.values())).checks
+
+
+def recorded(name: str) -> tuple[Rows, CheckConfig]:
+    rows, checks = _recorded(name)
+    return [dict(zip(COLUMNS, r, strict=True)) for r in rows], checks
+
+
+def judge(spark: Any, rows: Rows, checks: CheckConfig, names: list[str]) -> list[CheckResult]:
+    trace = spark.createDataFrame([tuple(r[c] for c in COLUMNS) for r in rows],
+                                  trace_schema())
+    chosen = [c for c in default_checks(checks) if c.name in names]
+    assert [c.name for c in chosen] == names
+    return evaluate(trace, chosen)
+
+
+def found(result: CheckResult) -> set[tuple[str, str]]:
+    assert result.violations is not None
+    return {(r.node, r.msg) for r in result.violations.collect()}
+
+
+# -- plants ------------------------------------------------------------------------------------
+
+
+def _shifted(row: dict[str, Any], by: float) -> dict[str, Any]:
+    """``row`` moved ``by`` seconds on both clocks."""
+    return {**row, "t": row["t"] + by, "wall": row["wall"] + by}
+
+
+def _publishers(rows: Rows) -> dict[tuple[str, str], str]:
+    return {(r["layer"], r["msg"]): r["node"] for r in rows if r["event"] == "publish"}
+
+
+def _other_deliveries(rows: Rows, layer: str) -> list[int]:
+    """Indexes of the deliveries in ``layer`` at a node other than the origin and publisher."""
+    publishers = _publishers(rows)
+    return [i for i, r in enumerate(rows)
+            if r["event"] == "deliver" and r["layer"] == layer and r["node"] != r["origin"]
+            and publishers.get((layer, r["msg"])) not in (None, r["node"])]
+
+
+def drop_delivery(layer: str) -> Plant:
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        victim = _other_deliveries(rows, layer)[0]
+        return rows[:victim] + rows[victim + 1:], {(rows[victim]["node"], rows[victim]["msg"])}
+    return plant
+
+
+def drop_own_delivery(layer: str) -> Plant:
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        victim = next(i for i, r in enumerate(rows) if r["event"] == "deliver"
+                      and r["layer"] == layer and r["node"] == r["origin"])
+        return rows[:victim] + rows[victim + 1:], {(rows[victim]["node"], rows[victim]["msg"])}
+    return plant
+
+
+def duplicate_delivery(layer: str) -> Plant:
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        victim = _other_deliveries(rows, layer)[0]
+        again = _shifted(rows[victim], 1e-4)
+        return ([*rows[:victim + 1], again, *rows[victim + 1:]],
+                {(again["node"], again["msg"])})
+    return plant
+
+
+def _consecutive(rows: Rows, layer: str) -> tuple[int, int]:
+    """Two deliveries at one node of one origin's seq s and s + 1 (node not the origin)."""
+    by_key: dict[tuple[str, str, int], int] = {}
+    for i, r in enumerate(rows):
+        if r["event"] == "deliver" and r["layer"] == layer and r["node"] != r["origin"]:
+            by_key[(r["node"], r["origin"], r["seq"])] = i
+    for (node, origin, seq), i in sorted(by_key.items()):
+        later = by_key.get((node, origin, seq + 1))
+        if later is not None:
+            return i, later
+    raise AssertionError(f"no consecutive deliveries in layer {layer}")
+
+
+def reorder_deliveries(layer: str, *, caught: str = "both") -> Plant:
+    """The node delivers an origin's seq s + 1 before s (their times swapped). FIFO finds both
+    (s + 1 is a gap, s comes after it); causal order finds s + 1 (delivered before its cause):
+    ``caught="later"``."""
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        first, second = _consecutive(rows, layer)
+        a, b = rows[first], rows[second]
+        moved = list(rows)
+        moved[first] = {**a, "t": b["t"], "wall": b["wall"]}
+        moved[second] = {**b, "t": a["t"], "wall": a["wall"]}
+        moved[first], moved[second] = moved[second], moved[first]  # row order agrees
+        later = {(b["node"], b["msg"])}
+        return moved, later if caught == "later" else later | {(a["node"], a["msg"])}
+    return plant
+
+
+def skip_delivery(layer: str) -> Plant:
+    """The node never delivers seq s but does deliver s + 1: a gap."""
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        first, second = _consecutive(rows, layer)
+        return rows[:first] + rows[first + 1:], {(rows[second]["node"], rows[second]["msg"])}
+    return plant
+
+
+def deliver_after_leaving(layer: str) -> Plant:
+    """A node delivers a message after its process left (net leave)."""
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        victim = rows[_other_deliveries(rows, layer)[0]]
+        leave = next(r for r in rows if r["node"] == victim["node"] and r["layer"] == "net"
+                     and r["event"] == "leave")
+        ghost = {**victim, "msg": f"{victim['msg']}-late", "seq": 10**9,
+                 "t": leave["t"] + 0.5, "wall": leave["wall"] + 0.5}
+        published = next(r for r in rows if r["event"] == "publish" and r["layer"] == layer
+                         and r["msg"] == victim["msg"])
+        return ([*rows, {**published, "msg": ghost["msg"], "seq": 10 ** 9}, ghost],
+                {(ghost["node"], ghost["msg"])})
+    return plant
+
+
+def deliver_unpublished(layer: str) -> Plant:
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        victim = rows[_other_deliveries(rows, layer)[0]]
+        forged = {**_shifted(victim, 1e-4), "msg": "forged:1", "seq": 10**9}
+        return [*rows, forged], {(forged["node"], "forged:1")}
+    return plant
+
+
+def deliver_to_non_subscriber(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A node subscribed to another topic only delivers a message of ``news``."""
+    subscribed: dict[str, set[str]] = {}
+    for r in rows:
+        if r["event"] == "subscribe":
+            subscribed.setdefault(r["node"], set()).add(r["key"])
+    outsider = next(node for node, topics in sorted(subscribed.items()) if "news" not in topics)
+    victim = rows[next(i for i in _other_deliveries(rows, "pubsub") if rows[i]["key"] == "news")]
+    stray = {**_shifted(victim, 1e-4), "node": outsider}
+    return [*rows, stray], {(outsider, victim["msg"])}
+
+
+def _info(row: dict[str, Any]) -> dict[str, Any]:
+    value = json.loads(row["info"] or "{}")
+    assert isinstance(value, dict)
+    return value
+
+
+def _last_held_apply(rows: Rows) -> int:
+    """A replica's (not the hub's) last apply of some key, not reverted after it."""
+    last: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(rows):
+        if r["layer"] == "replica" and r["event"] in ("apply", "revert") and r["node"] != "hub":
+            last[(r["node"], r["key"])] = i
+    return next(i for _, i in sorted(last.items()) if rows[i]["event"] == "apply")
+
+
+def diverge_object(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """One replica ends holding a revision nobody else holds."""
+    victim = _last_held_apply(rows)
+    changed = {**rows[victim], "info": json.dumps({**_info(rows[victim]), "rev": "planted"})}
+    return [*rows[:victim], changed, *rows[victim + 1:]], {(changed["node"], changed["key"])}
+
+
+def misbase_write(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A replica holds a write based on a revision other than the one it held before."""
+    victim = _last_held_apply(rows)
+    changed = {**rows[victim], "info": json.dumps({**_info(rows[victim]), "old": "planted"})}
+    return [*rows[:victim], changed, *rows[victim + 1:]], {(changed["node"], changed["msg"])}
+
+
+# -- the library -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_a_recorded_real_process_trace_passes_every_check(spark: Any, name: str) -> None:
+    rows, checks = recorded(name)
+    results = judge(spark, rows, checks, [c.name for c in default_checks(checks)])
+    verdicts = {r.name: (r.status, r.reason) for r in results}
+    assert all(status in (Status.PASS, Status.NOT_APPLICABLE) for status, _ in
+               verdicts.values()), verdicts
+    # the checks its service promises ran and held
+    promised = {"reliability", "duplicates", "validity"}
+    promised |= {"fifo"} if checks.fifo_layers else set()
+    promised |= {"own delivery"} if checks.own_delivery_layers else set()
+    promised |= {"causal"} if checks.causal_layers else set()
+    promised |= {"total order", "convergence"} if checks.total_order_layers else set()
+    assert {n for n, (s, _) in verdicts.items() if s is Status.PASS} >= promised, verdicts
+
+
+PLANTED: list[tuple[str, str, Plant, str]] = [
+    # (trace, what was planted, how, the check that must catch it)
+    ("fifo", "a dropped delivery", drop_delivery("fifo"), "reliability"),
+    ("pubsub-gossip", "a subscriber's dropped delivery", drop_delivery("pubsub"), "reliability"),
+    ("pubsub-scribe", "a dropped tree delivery", drop_delivery("scribe"), "reliability"),
+    ("activity", "a dropped delivery in a session", drop_delivery("activity"), "reliability"),
+    ("replica", "a replica's dropped delivery", drop_delivery("replica"), "reliability"),
+    ("fifo", "an origin that skips its own", drop_own_delivery("fifo"), "own delivery"),
+    ("pubsub-gossip", "a subscribed publisher that skips its own",
+     drop_own_delivery("pubsub"), "own delivery"),
+    ("pubsub-scribe", "a tree that skips the publisher", drop_own_delivery("scribe"),
+     "own delivery"),
+    ("fifo", "a duplicated delivery", duplicate_delivery("fifo"), "duplicates"),
+    ("pubsub-scribe", "a duplicated subscriber delivery", duplicate_delivery("pubsub"),
+     "duplicates"),
+    ("activity", "a duplicated activity", duplicate_delivery("activity"), "duplicates"),
+    ("replica", "a duplicated replica delivery", duplicate_delivery("replica"), "duplicates"),
+    ("fifo", "a reordered pair", reorder_deliveries("fifo"), "fifo"),
+    ("fifo", "a gap", skip_delivery("fifo"), "fifo"),
+    ("activity", "a reordered pair", reorder_deliveries("activity"), "fifo"),
+    ("replica", "a reordered pair", reorder_deliveries("replica"), "fifo"),
+    ("replica", "a delivery before its cause", reorder_deliveries("replica", caught="later"),
+     "causal"),
+    ("fifo", "a delivery after the node left", deliver_after_leaving("fifo"), "validity"),
+    ("pubsub-gossip", "a delivery to a non-subscriber", deliver_to_non_subscriber, "validity"),
+    ("activity", "a delivery of a message never published", deliver_unpublished("activity"),
+     "validity"),
+    ("replica", "a write held on the wrong base", misbase_write, "total order"),
+]
+
+
+@pytest.mark.parametrize(("name", "what", "plant", "check"), PLANTED,
+                         ids=[f"{n}: {w}" for n, w, _, _ in PLANTED])
+def test_a_planted_fault_is_caught_by_the_right_check(spark: Any, name: str, what: str,
+                                                      plant: Plant, check: str) -> None:
+    rows, checks = recorded(name)
+    planted, expected = plant(rows)
+    [result] = judge(spark, planted, checks, [check])
+    assert result.status is Status.FAIL, (what, result.reason)
+    assert found(result) == expected, what
+
+
+def test_a_diverged_object_is_caught_by_convergence(spark: Any) -> None:
+    rows, checks = recorded("replica")
+    planted, expected = diverge_object(rows)
+    [result] = judge(spark, planted, checks, ["convergence"])
+    assert result.status is Status.FAIL, result.reason
+    assert result.violations is not None
+    assert {(r.node, r.key) for r in result.violations.collect()} >= expected
