@@ -20,7 +20,7 @@ from gossamer.pipeline import (
     write_report,
     write_run_records,
 )
-from gossamer.pipeline.report import plots
+from gossamer.pipeline.report import plots, sweep_points
 from gossamer.pipeline.summary import metrics_table
 from trace_frames import row
 
@@ -105,3 +105,43 @@ def test_report_and_summary_show_topics_owned_per_node(tmp_path: Path) -> None:
     console = Console(width=200, record=True)
     console.print(metrics_table(made))
     assert "topics owned per node, p99 / mean" in console.export_text()
+
+
+def sweep_runs(count: int) -> list[dict[str, Any]]:
+    """``count`` fifo runs over a sweep of loss (4 values) and seeds; rmr not applicable."""
+    runs = []
+    for i in range(count):
+        loss, seed = (i % 4) / 10, i // 4 + 1
+        runs.append({"run": f"q-loss{loss}-s{seed}", "workload": "fifo", "seed": seed,
+                     "params": f'{{"loss": {loss}, "nodes": 5}}', "reliability": 1.0 - loss,
+                     "rmr": None})
+    return runs
+
+
+def test_report_plots_every_run_by_the_sweep_with_median_and_spread(tmp_path: Path) -> None:
+    made = analysis(tmp_path)
+    made.runs = sweep_runs(40)  # more runs than a plot once showed (12)
+    points = sweep_points(made)
+    assert [(p.axes, len(p.runs)) for p in points] == [
+        ((("loss", loss),), 10) for loss in (0.0, 0.1, 0.2, 0.3)]
+    assert sum(len(p.runs) for p in points) == 40
+    # one plot per metric the runs have (rmr: none has it, so no empty plot)
+    assert list(plots(made)) == ["fifo: reliability: delivered / owed"]
+
+
+def test_report_opens_with_the_verdict_and_links_violations_to_their_replay(
+    tmp_path: Path,
+) -> None:
+    violation = {"run": "q-loss0.3-s2", "seed": 2, "node": "n1", "msg": "n0:4", "origin": "n0",
+                 "seq": 4, "detail": "not delivered"}
+    made = analysis(tmp_path, replay={"q-loss0.3-s2": "gossamer experiment q.toml --only "
+                                                      "q-loss0.3-s2 --out runs/replay"})
+    made.runs = sweep_runs(8)
+    made.checks = [CheckSummary("reliability", Status.FAIL, "1 violations", 1, [violation]),
+                   CheckSummary("causal", Status.NOT_APPLICABLE, "no vector clocks", 0, [])]
+    text = write_report(made).read_text()
+    assert text.index("Verdict:") < text.index("<h2>Violations") < text.index("<h2>Runs")
+    assert "a guarantee was violated" in text
+    assert "gossamer experiment q.toml --only q-loss0.3-s2 --out runs/replay" in text
+    assert "href='#run-q-loss0.3-s2'" in text and "id='run-q-loss0.3-s2'" in text
+    assert "not applicable" in text and "n/a" in text  # rmr of every run

@@ -7,8 +7,10 @@ an ``Analysis`` holds, embedded as base64 so the file can be mailed or archived 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -21,13 +23,13 @@ from matplotlib.figure import Figure
 from .analysis import Analysis
 from .checks import Status
 
-__all__ = ["format_value", "plots", "write_report"]
+__all__ = ["format_value", "plots", "sweep_points", "write_report"]
 
-_MAX_SERIES = 12  # lines per plot before the legend stops being readable
+_MAX_SERIES = 12  # lines per plot of per node-count series before the legend stops being read
 
 _RUN_COLUMNS = [
-    ("run", "run"), ("seed", "seed"), ("nodes", "nodes"),
-    ("failure_fraction", "failed"), ("published", "published"),
+    ("run", "run"), ("workload", "workload"), ("seed", "seed"), ("nodes", "nodes"),
+    ("failure_fraction", "crashed"), ("published", "published"),
     ("reliability", "reliability"), ("latency_p50", "lat p50 s"),
     ("latency_p95", "lat p95 s"), ("latency_p99", "lat p99 s"), ("latency_max", "lat max s"),
     ("messages_per_operation", "msgs/op"), ("rmr", "RMR"), ("last_hop_max", "last hop"),
@@ -85,42 +87,172 @@ def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
     return figure, axes
 
 
-def _latency_cdf(analysis: Analysis) -> str | None:
-    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+# -- runs grouped by the sweep ------------------------------------------------------------------
+
+
+_MEDIAN_NOTE = "median over runs; bars: min to max"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    """One point of an experiment's sweep: its runs (one per seed)."""
+
+    workload: str
+    axes: tuple[tuple[str, Any], ...]  # the swept options and their values at this point
+    runs: tuple[str, ...]
+
+    def label(self, skip: str | None = None) -> str:
+        shown = [f"{axis}={value}" for axis, value in self.axes if axis != skip]
+        return ", ".join(shown) or "all runs"
+
+
+def sweep_points(analysis: Analysis) -> list[_Point]:
+    """The runs grouped by workload and by the options that vary between its runs (the
+    sweep); a run without a run record (a real deployment) is a point of its own."""
+    by_workload: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for run in analysis.runs:
+        params = run.get("params")
+        try:
+            options = json.loads(params) if isinstance(params, str) else {}
+        except ValueError:
+            options = {}
+        workload = run.get("workload") or (str(run["run"]) if not options else "runs")
+        by_workload[str(workload)].append((str(run["run"]), options))
+    points = []
+    for workload, runs in sorted(by_workload.items()):
+        keys = sorted({key for _, options in runs for key in options})
+        varying = [key for key in keys
+                   if len({json.dumps(options.get(key)) for _, options in runs}) > 1]
+        grouped: dict[tuple[tuple[str, Any], ...], list[str]] = defaultdict(list)
+        for name, options in runs:
+            grouped[tuple((key, options.get(key)) for key in varying)].append(name)
+        for axes, members in sorted(grouped.items(), key=lambda item: _sort_key(item[0])):
+            points.append(_Point(workload, axes, tuple(sorted(members))))
+    return points
+
+
+def _at(point: _Point, axis: str | None) -> Any:
+    """The value of ``axis`` at ``point`` (None without an axis)."""
+    return None if axis is None else dict(point.axes).get(axis)
+
+
+def _sort_key(axes: tuple[tuple[str, Any], ...]) -> tuple[Any, ...]:
+    return tuple((0, value, "") if isinstance(value, int | float) and not isinstance(value, bool)
+                 else (1, 0, str(value)) for _, value in axes)
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+#: (run column, what it shows, its unit) of the metrics plotted against the sweep
+_SWEEP_METRICS = (
+    ("reliability", "reliability: delivered / owed", "fraction"),
+    ("latency_p50", "latency p50, publish to delivery", "s"),
+    ("latency_p95", "latency p95, publish to delivery", "s"),
+    ("convergence_p95", "convergence time p95, publish to last delivery", "s"),
+    ("messages_per_operation", "messages sent per publish", "messages"),
+    ("rmr", "relative message redundancy (RMR)", "ratio"),
+    ("peak_throughput", "peak throughput", "deliveries / s"),
+)
+
+
+def _metric_against_sweep(analysis: Analysis, column: str, what: str,
+                          unit: str) -> dict[str, str]:
+    """Per workload with the metric: its median and spread (min to max over the runs of a
+    point) against the first swept option, one line per combination of the others."""
+    runs = {str(r["run"]): r for r in analysis.runs}
+    made: dict[str, str] = {}
+    by_workload: dict[str, list[_Point]] = defaultdict(list)
+    for point in sweep_points(analysis):
+        by_workload[point.workload].append(point)
+    for workload, points in by_workload.items():
+        values = {p: [float(runs[r][column]) for r in p.runs if runs[r].get(column) is not None]
+                  for p in points}
+        if not any(values.values()):
+            continue
+        axis = points[0].axes[0][0] if points[0].axes else None
+        xs_all = [_at(p, axis) for p in points]
+        numeric = axis is not None and all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in xs_all)
+        seeds = max(len(v) for v in values.values())
+        against = f" against {axis}" if axis else ""
+        figure, axes = _figure(f"{workload}: {what} ({unit}){against}\n"
+                               f"{_MEDIAN_NOTE} ({seeds} per point)",
+                               axis or "", f"{what} ({unit})")
+        series: dict[str, list[tuple[Any, list[float]]]] = defaultdict(list)
+        for point in points:
+            if values[point]:
+                series[point.label(skip=axis)].append((_at(point, axis), values[point]))
+        categories = sorted({str(x) for x in xs_all}) if not numeric else []
+        for label, entries in sorted(series.items()):
+            entries.sort(key=lambda e: e[0] if numeric else categories.index(str(e[0])))
+            xs = [e[0] if numeric else categories.index(str(e[0])) for e in entries]
+            medians = [_median(v) for _, v in entries]
+            low = [m - min(v) for m, (_, v) in zip(medians, entries, strict=True)]
+            high = [max(v) - m for m, (_, v) in zip(medians, entries, strict=True)]
+            axes.errorbar(xs, medians, yerr=[low, high], marker="o", capsize=3,
+                          label=label if len(series) > 1 else None)
+        if not numeric:
+            axes.set_xticks(range(len(categories)))
+            axes.set_xticklabels(categories or ["all runs"], rotation=20, fontsize="small")
+        if len(series) > 1:
+            axes.legend(fontsize="x-small")
+        made[f"{workload}: {what}"] = _png(figure)
+    return made
+
+
+def _latency_cdf(analysis: Analysis) -> dict[str, str]:
+    """Per workload, one latency CDF per sweep point: the median over its runs of each
+    quantile, shaded from the lowest to the highest run."""
+    by_run: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for run, fraction, latency in analysis.latency_cdf:
-        series[run].append((latency, fraction))
-    if not series:
-        return None
-    figure, axes = _figure("Latency CDF (publish to delivery)", "latency (s)",
-                           "fraction of deliveries")
-    for run in sorted(series)[:_MAX_SERIES]:
-        points = sorted(series[run])
-        axes.plot([p[0] for p in points], [p[1] for p in points], label=run)
-    if len(series) > 1:
-        axes.legend(fontsize="x-small")
-    return _png(figure)
+        by_run[run].append((fraction, latency))
+    made: dict[str, str] = {}
+    by_workload: dict[str, list[_Point]] = defaultdict(list)
+    for point in sweep_points(analysis):
+        if any(r in by_run for r in point.runs):
+            by_workload[point.workload].append(point)
+    for workload, points in by_workload.items():
+        figure, axes = _figure(f"{workload}: latency CDF, publish to delivery (s)\n"
+                               f"median over the runs of each sweep point; band: min to max",
+                               "latency (s)", "fraction of deliveries")
+        for point in points:
+            curves = [dict(by_run[r]) for r in point.runs if r in by_run]
+            fractions = sorted(set.intersection(*(set(c) for c in curves)))
+            if not fractions:
+                continue
+            medians = [_median([c[f] for c in curves]) for f in fractions]
+            lows = [min(c[f] for c in curves) for f in fractions]
+            highs = [max(c[f] for c in curves) for f in fractions]
+            (line,) = axes.plot(medians, fractions, label=point.label())
+            axes.fill_betweenx(fractions, lows, highs, alpha=0.15, color=line.get_color())
+        if len(points) > 1:
+            axes.legend(fontsize="x-small")
+        made[f"{workload}: latency CDF"] = _png(figure)
+    return made
 
 
 def _messages_against_load(analysis: Analysis) -> str | None:
-    points = [(r["offered_load"], r["messages_per_operation"], r["run"]) for r in analysis.runs
+    points = [(r["offered_load"], r["messages_per_operation"]) for r in analysis.runs
               if r.get("offered_load") is not None
               and r.get("messages_per_operation") is not None]
     if not points:
         return None
-    figure, axes = _figure("Messages against load", "offered load (publishes / s)",
-                           "messages sent per publish")
-    axes.scatter([p[0] for p in points], [p[1] for p in points])
-    if len(points) <= _MAX_SERIES:
-        for x, y, run in points:
-            axes.annotate(run, (x, y), fontsize="xx-small", alpha=0.7)
+    figure, axes = _figure(f"Messages per publish against offered load (every run, "
+                           f"{len(points)})", "offered load (publishes / s)",
+                           "messages sent per publish (messages)")
+    axes.scatter([p[0] for p in points], [p[1] for p in points], alpha=0.6)
     return _png(figure)
 
 
 def _load_distribution(analysis: Analysis) -> str | None:
     if not analysis.load_histogram:
         return None
-    figure, axes = _figure("Load across nodes (all runs)", "messages sent + received per node",
-                           "nodes")
+    figure, axes = _figure(f"Load across nodes, all {len(analysis.runs)} runs (messages)",
+                           "messages sent + received per node (messages)", "nodes (count)")
     lows = [b[0] for b in analysis.load_histogram]
     widths = [b[1] - b[0] for b in analysis.load_histogram]
     axes.bar(lows, [b[2] for b in analysis.load_histogram], width=widths, align="edge",
@@ -136,36 +268,51 @@ def _reliability_against_failures(analysis: Analysis) -> str | None:
     by_fraction: dict[float, list[float]] = defaultdict(list)
     for fraction, reliability in points:
         by_fraction[fraction].append(reliability)
-    figure, axes = _figure("Reliability against failure fraction",
-                           "fraction of nodes crashed or left", "delivered / expected")
-    axes.scatter([p[0] for p in points], [p[1] for p in points], alpha=0.5, label="runs")
     xs = sorted(by_fraction)
-    axes.plot(xs, [sum(by_fraction[x]) / len(by_fraction[x]) for x in xs], label="mean")
+    medians = [_median(by_fraction[x]) for x in xs]
+    figure, axes = _figure(f"Reliability (fraction) against the fraction of nodes crashed\n"
+                           f"{_MEDIAN_NOTE} ({len(points)} runs)",
+                           "nodes crashed (fraction)", "delivered / owed (fraction)")
+    axes.errorbar(xs, medians, yerr=[[m - min(by_fraction[x]) for m, x in zip(medians, xs,
+                                                                             strict=True)],
+                                     [max(by_fraction[x]) - m for m, x in zip(medians, xs,
+                                                                             strict=True)]],
+                  marker="o", capsize=3)
     axes.set_ylim(min(0.0, *(p[1] for p in points)) - 0.02, 1.02)
-    axes.legend(fontsize="small")
     return _png(figure)
 
 
-def _throughput(analysis: Analysis) -> str | None:
-    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+def _throughput(analysis: Analysis) -> dict[str, str]:
+    """Per workload, deliveries per second over time per sweep point (median over runs)."""
+    by_run: dict[str, dict[float, float]] = defaultdict(dict)
     for run, second, per_second in analysis.throughput:
-        series[run].append((second, per_second))
-    if not series:
-        return None
-    figure, axes = _figure("Throughput over time", "time (s)", "deliveries per second")
-    for run in sorted(series)[:_MAX_SERIES]:
-        points = sorted(series[run])
-        axes.step([p[0] for p in points], [p[1] for p in points], where="post", label=run)
-    if len(series) > 1:
-        axes.legend(fontsize="x-small")
-    return _png(figure)
+        by_run[run][second] = per_second
+    made: dict[str, str] = {}
+    by_workload: dict[str, list[_Point]] = defaultdict(list)
+    for point in sweep_points(analysis):
+        if any(r in by_run for r in point.runs):
+            by_workload[point.workload].append(point)
+    for workload, points in by_workload.items():
+        figure, axes = _figure(f"{workload}: throughput over time (deliveries / s)\n"
+                               "median over the runs of each sweep point",
+                               "run time (s)", "deliveries / s")
+        for point in points:
+            curves = [by_run[r] for r in point.runs if r in by_run]
+            seconds = sorted(set().union(*curves))
+            axes.step(seconds, [_median([c.get(s, 0.0) for c in curves]) for s in seconds],
+                      where="post", label=point.label())
+        if len(points) > 1:
+            axes.legend(fontsize="x-small")
+        made[f"{workload}: throughput over time"] = _png(figure)
+    return made
 
 
 def _lookup_hops_by_nodes(analysis: Analysis) -> str | None:
     groups = [g for g in analysis.lookups_by_nodes if g.get("nodes") is not None]
     if not groups:
         return None
-    figure, axes = _figure("Lookup hops against node count", "nodes", "hops")
+    figure, axes = _figure("Lookup hops against node count (hops)", "nodes (count)",
+                           "hops per lookup (hops)")
     xs = [g["nodes"] for g in groups]
     for key, label in (("hops_mean", "mean"), ("hops_p50", "p50"), ("hops_p99", "p99"),
                        ("hops_max", "max")):
@@ -182,7 +329,8 @@ def _lookup_hop_distribution(analysis: Analysis) -> str | None:
         series[nodes][hops] = lookups
     if not series:
         return None
-    figure, axes = _figure("Lookup hops distribution", "hops", "fraction of lookups")
+    figure, axes = _figure("Lookup hops distribution (fraction of lookups)", "hops (hops)",
+                           "fraction of lookups")
     for nodes in sorted(series, key=lambda n: (n is None, n or 0))[:_MAX_SERIES]:
         counts = series[nodes]
         total = sum(counts.values())
@@ -194,19 +342,22 @@ def _lookup_hop_distribution(analysis: Analysis) -> str | None:
 
 
 _PLOTS: Sequence[tuple[str, Callable[[Analysis], str | None]]] = (
-    ("latency CDF", _latency_cdf),
     ("reliability against failure fraction", _reliability_against_failures),
     ("messages against load", _messages_against_load),
     ("load distribution across nodes", _load_distribution),
-    ("throughput over time", _throughput),
     ("lookup hops against node count", _lookup_hops_by_nodes),
     ("lookup hops distribution", _lookup_hop_distribution),
 )
 
 
 def plots(analysis: Analysis) -> dict[str, str]:
-    """Plot title -> base64 PNG, for the plots the analysis has data for."""
-    made = {}
+    """Plot name -> base64 PNG, for the plots the analysis has data for: every metric by the
+    sweep's parameters (all runs, median and spread), then the plots over all runs."""
+    made: dict[str, str] = {}
+    for column, what, unit in _SWEEP_METRICS:
+        made.update(_metric_against_sweep(analysis, column, what, unit))
+    made.update(_latency_cdf(analysis))
+    made.update(_throughput(analysis))
     for title, draw in _PLOTS:
         image = draw(analysis)
         if image is not None:
@@ -214,16 +365,17 @@ def plots(analysis: Analysis) -> dict[str, str]:
     return made
 
 
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "<td class='na' title='not applicable to this run'>n/a</td>"
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    css = ' class="num"' if numeric else ""
+    return f"<td{css}>{html.escape(format_value(value))}</td>"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = []
-        for value in row:
-            numeric = isinstance(value, int | float) and not isinstance(value, bool)
-            css = ' class="num"' if numeric else ""
-            cells.append(f"<td{css}>{html.escape(format_value(value))}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
+    body = ["<tr>" + "".join(_cell(value) for value in row) + "</tr>" for row in rows]
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
@@ -231,44 +383,110 @@ _STATUS_CSS = {Status.PASS: "pass", Status.FAIL: "fail", Status.NOT_APPLICABLE: 
                Status.ERROR: "fail"}
 
 
+def _anchor(run: str) -> str:
+    return "run-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in run)
+
+
+def _verdict(analysis: Analysis) -> list[str]:
+    """The opening: the verdict, then one row per check (what it found, in words)."""
+    if analysis.errored:
+        word, css = "could not analyse: some check lacks what it needs", "fail"
+    elif analysis.failed:
+        word, css = "a guarantee was violated", "fail"
+    else:
+        word, css = "every applicable guarantee held", "pass"
+    parts = [f"<h2>Verdict: <span class='{css}'>{html.escape(word)}</span></h2>",
+             "<table><tr><th>check</th><th>verdict</th><th>violations</th><th>what it found"
+             "</th></tr>"]
+    for check in analysis.checks:
+        count = ("" if check.status in (Status.NOT_APPLICABLE, Status.ERROR)
+                 else f"{check.violations:,}")
+        link = (f" (<a href='#violations-{_anchor(check.name)}'>first violations</a>)"
+                if check.examples else "")
+        parts.append(
+            f"<tr><td>{html.escape(check.name)}</td>"
+            f"<td class='{_STATUS_CSS[check.status]}'>{html.escape(check.status.value)}</td>"
+            f"<td class='num'>{count}</td><td>{html.escape(check.reason)}{link}</td></tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _violations(analysis: Analysis) -> list[str]:
+    parts = []
+    known_runs = {str(r["run"]) for r in analysis.runs}
+    for check in analysis.checks:
+        if not check.examples:
+            continue
+        parts.append(f"<h3 id='violations-{_anchor(check.name)}'>{html.escape(check.name)}: "
+                     f"first {len(check.examples)} of {check.violations:,} violations</h3>")
+        rows = []
+        for example in check.examples:
+            run = str(example.get("run"))
+            link = (f"<a href='#{_anchor(run)}'>{html.escape(run)}</a>" if run in known_runs
+                    else html.escape(run))
+            replay = analysis.replay.get(run)
+            command = (f"<code>{html.escape(replay)}</code>" if replay else
+                       "<span class='na'>recorded from real processes: nothing replays it; "
+                       f"<code>gossamer analyze {html.escape(str(analysis.run_dir))}</code> "
+                       "checks it again</span>")
+            cells = "".join(_cell(example.get(c)) for c in ("seed", "node", "msg", "origin",
+                                                             "seq", "detail"))
+            rows.append(f"<tr><td>{link}</td>{cells}<td>{command}</td></tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("run", "seed", "node", "msg", "origin", "seq",
+                                                 "detail", "replay"))
+        parts.append(f"<table><tr>{head}</tr>{''.join(rows)}</table>")
+    return parts
+
+
 def write_report(analysis: Analysis, path: str | Path | None = None) -> Path:
-    """Write the HTML report (default ``OUT/report.html``) and return its path."""
+    """Write the HTML report (default ``OUT/report.html``) and return its path: the verdict
+    per check first, then each violation with its run and the command that replays it, notes
+    on the input, the plots (every run, by the sweep's parameters), the runs."""
     target = Path(path) if path is not None else analysis.out_dir / "report.html"
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         "<title>gossamer analysis</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>gossamer analysis</h1>",
+        *_verdict(analysis),
         f"<p>Trace: <code>{html.escape(str(analysis.run_dir / 'trace'))}</code>, "
         f"{analysis.rows:,} rows, {len(analysis.runs)} runs. Tables (Parquet): "
         f"<code>{html.escape(str(analysis.out_dir))}</code>.</p>",
     ]
-    if analysis.unfinished_files:
-        parts.append(f"<p class='fail'>{len(analysis.unfinished_files)} unfinished trace files "
-                     "(no Parquet footer) were left out.</p>")
+    for note in analysis.settings_notes:
+        parts.append(f"<p>Settings: {html.escape(note)}.</p>")
+    if analysis.left_out:
+        parts.append(f"<p class='fail'>{len(analysis.left_out)} trace files were left out "
+                     "(--allow-partial):</p><ul>")
+        parts += [f"<li><code>{html.escape(str(path))}</code>: {html.escape(problem)}</li>"
+                  for path, problem in analysis.left_out]
+        parts.append("</ul>")
     for note in analysis.recovery_notes():
         parts.append(f"<p class='fail'>{html.escape(note)}</p>")
     if analysis.runs_without_wall:
         runs = html.escape(", ".join(analysis.runs_without_wall))
         parts.append(f"<p class='fail'>Cross-process latency is not available for runs {runs}: "
                      "their trace files have no <code>wall</code> column.</p>")
-    parts.append("<h2>Checks</h2><table><tr><th>check</th><th>status</th><th>violations</th>"
-                 "<th>reason</th></tr>")
-    for check in analysis.checks:
-        parts.append(
-            f"<tr><td>{html.escape(check.name)}</td>"
-            f"<td class='{_STATUS_CSS[check.status]}'>{html.escape(check.status.value)}</td>"
-            f"<td class='num'>{check.violations:,}</td><td>{html.escape(check.reason)}</td></tr>")
-    parts.append("</table>")
-    for check in analysis.checks:
-        if check.examples:
-            parts.append(f"<h3>{html.escape(check.name)}: first {len(check.examples)} of "
-                         f"{check.violations:,} violations</h3>")
-            columns = ["run", "seed", "node", "msg", "origin", "seq", "detail"]
-            parts.append(_table(columns, [[e.get(c) for c in columns] for e in check.examples]))
+    if any(check.examples for check in analysis.checks):
+        parts.append("<h2>Violations</h2>")
+        parts += _violations(analysis)
+    parts.append("<h2>Plots</h2><p>Every run counts: a metric is drawn against the options an "
+                 "experiment swept, as the median over the runs of each point (one per seed) "
+                 "with bars from the lowest to the highest run. A metric a run has nothing "
+                 "for (no lookups, no receipts traced) is left out, and shown as n/a (not "
+                 "applicable) in the tables.</p><div class='plots'>")
+    for title, image in plots(analysis).items():
+        parts.append(f"<figure><img alt='{html.escape(title)}' "
+                     f"src='data:image/png;base64,{image}'><figcaption>{html.escape(title)}"
+                     "</figcaption></figure>")
+    parts.append("</div>")
     parts.append("<h2>Runs</h2>")
-    parts.append(_table([label for _, label in _RUN_COLUMNS],
-                        [[run.get(key) for key, _ in _RUN_COLUMNS] for run in analysis.runs]))
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _RUN_COLUMNS)
+    body = []
+    for run in analysis.runs:
+        cells = [_cell(run.get(key)) for key, _ in _RUN_COLUMNS]
+        body.append(f"<tr id='{_anchor(str(run.get('run')))}'>{''.join(cells)}</tr>")
+    parts.append(f"<table><tr>{head}</tr>{''.join(body)}</table>")
     parts.append("<h2>Stored per node</h2>")
     if analysis.stored_nodes:
         parts.append(f"<p>The {len(analysis.stored_nodes)} nodes whose durable store holds "
@@ -288,12 +506,7 @@ def write_report(analysis: Analysis, path: str | Path | None = None) -> Path:
         rows = [*analysis.lookups_by_nodes, overall]
         parts.append(_table([label for _, label in _LOOKUP_COLUMNS],
                             [[row.get(key) for key, _ in _LOOKUP_COLUMNS] for row in rows]))
-    parts.append("<h2>Plots</h2><div class='plots'>")
-    for title, image in plots(analysis).items():
-        parts.append(f"<figure><img alt='{html.escape(title)}' "
-                     f"src='data:image/png;base64,{image}'><figcaption>{html.escape(title)}"
-                     "</figcaption></figure>")
-    parts.append("</div></body></html>")
+    parts.append("</body></html>")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(parts), encoding="utf-8")
     analysis.report = target
