@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from gossamer.core import Conn, Env, ListenerSpec, MemorySink
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 from gossamer.services.pubsub.commands import COMMANDS_LISTENER, CommandPort, NodeProcess
@@ -127,6 +129,7 @@ def test_bad_commands_get_an_error_and_exit_closes_only_that_client() -> None:
     assert isinstance(port, NodeProcess) and len(port.port.clients) == 0
 
 
+@pytest.mark.processes
 def test_gossamer_pubsub_node_takes_commands_on_its_command_port() -> None:
     async def scenario() -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
