@@ -31,7 +31,7 @@ from gossamer.services.pubsub.net import Command, CommandError, address_of, pars
 pytestmark = pytest.mark.processes
 
 NODES = 10
-WAIT = 15.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
+WAIT = 60.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
 START_WAIT = 90.0  # a process's start (imports) on a busy machine: an upper bound only
 PROBE_WAIT = 2.0  # how long one probe round may take before the next one goes out
 TOPIC = "news"
