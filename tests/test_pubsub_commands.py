@@ -114,16 +114,31 @@ def test_commands_are_answered_and_subscribed_deliveries_stream_back() -> None:
         assert {r.node for r in rows if r.msg == published[0]["msg"]} == {"n0", "n1", "n2", "n3"}
 
 
+def test_a_publish_before_the_node_joined_is_refused() -> None:
+    from gossamer.testing import FakeEnv
+
+    env = FakeEnv("n0")
+    port = CommandPort(env, PubSubNode(env, "gossip"), joined=lambda: False)
+    conn = env.accept(listener=COMMANDS_LISTENER)
+    port.opened(conn, conn.remote)
+    port.received(conn, b"publish news too early")
+    answers = [json.loads(frame) for _, frame in env.take_written()]
+    assert answers[-1] == {"event": "error",
+                           "error": "not in the overlay yet: publish once it joined"}
+    assert not [r for r in env.rows if r.event == "publish"]
+
+
 def test_bad_commands_get_an_error_and_exit_closes_only_that_client() -> None:
     sim = overlay(3)
     me = typist(sim)
-    for line in (b"dance", b"publish", b"\xff\xfe", b"subscribe " + b"t" * 300, b"help",
-                 b"exit"):
+    for line in (b"dance", b"publish", b"\xff\xfe", b"subscribe " + b"t" * 300,
+                 b"unsubscribe never", b"help", b"exit"):
         me.type(line)
     sim.run(until=3.0)
     errors = me.events("error")
-    assert len(errors) == 4, me.answers
+    assert len(errors) == 5, me.answers
     assert "UTF-8" in errors[2]["error"] and "at most" in errors[3]["error"]
+    assert errors[4]["error"] == "not subscribed to never"
     assert me.events("help") and me.closed_reason == "peer_closed"
     port = sim.process("n0")
     assert isinstance(port, NodeProcess) and len(port.port.clients) == 0

@@ -212,7 +212,7 @@ class PubSubNetNode:
             on_message=self._delivered)
         if opts.command_port is None:
             return self.pubsub.process
-        self.port = CommandPort(env, self.pubsub, status=self.status)
+        self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined)
         return NodeProcess(self.pubsub.process, self.port)
 
     @property
@@ -300,9 +300,14 @@ class PubSubNetNode:
         self._call(lambda p: p.subscribe(topic))
 
     def unsubscribe(self, topic: str) -> None:
+        if not self.is_subscribed(topic):
+            raise CommandError(f"not subscribed to {topic}")
         self._call(lambda p: p.unsubscribe(topic))
 
     def publish(self, topic: str, message: Any) -> str:
+        if not self.joined():
+            # a publish made before the node is in the overlay would go nowhere
+            raise CommandError("not in the overlay yet: publish once 'joined' is printed")
         return str(self._call(lambda p: p.publish(topic, message)))
 
     def is_subscribed(self, topic: str) -> bool:
