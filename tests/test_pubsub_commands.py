@@ -180,3 +180,47 @@ def test_gossamer_pubsub_node_takes_commands_on_its_command_port() -> None:
                 await proc.wait()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.processes
+def test_gossamer_pubsub_client_drives_a_running_node() -> None:
+    """``gossamer pubsub client HOST:PORT`` in a process of its own: commands from its stdin
+    to the node's command port; answers and deliveries printed; a bad address is an error."""
+
+    async def scenario() -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        node = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "node", "--json",
+            "--mode", "gossip", "--command-port", "0", stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
+        assert node.stdout is not None
+        try:
+            ready = json.loads(await asyncio.wait_for(node.stdout.readline(), WAIT))
+            await asyncio.wait_for(node.stdout.readline(), WAIT)  # joined
+            client = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "client",
+                ready["commands"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env)
+            out, err = await asyncio.wait_for(client.communicate(
+                b"subscribe news\npublish news from a client\nunsubscribe other\n"), WAIT)
+            lines = out.decode().splitlines()
+            assert client.returncode == 0, err.decode()
+            assert lines[0].startswith(f"connected to {ready['node']} mode=gossip")
+            assert "ok subscribe news" in lines
+            assert any(line.startswith("ok publish news ") for line in lines)
+            assert "news: from a client" in lines
+            assert "error: not subscribed to other" in lines
+            refused = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "client",
+                "127.0.0.1:1", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env)
+            out, _ = await asyncio.wait_for(refused.communicate(), WAIT)
+            assert refused.returncode == 1 and "cannot reach the node" in out.decode()
+            node.terminate()
+            assert await asyncio.wait_for(node.wait(), WAIT) == 0
+        finally:
+            if node.returncode is None:
+                node.kill()
+                await node.wait()
+
+    asyncio.run(scenario())

@@ -35,7 +35,8 @@ from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, GossamerError
-from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
+from .client import run_client
+from .net import AutoOptions, NodeOptions, Output, address_of, parse_contact, run_node
 
 __all__ = ["add_pubsub_parser", "main"]
 
@@ -101,7 +102,27 @@ def add_pubsub_parser(
                       help="exit once nothing was delivered for this long after the last "
                            "publish")
     node.set_defaults(handler=_cmd_node)
+    client = sub.add_parser(
+        "client", help="the seed's client, in a process of its own: commands to a running "
+                       "node's command port (gossamer pubsub node --command-port PORT)")
+    client.add_argument("address", type=_address, metavar="HOST:PORT",
+                        help="where the node takes commands (its --command-port)")
+    client.add_argument("--json", action="store_true", help="print JSON objects, one a line")
+    client.set_defaults(handler=_cmd_client)
     return pubsub
+
+
+def _address(text: str) -> tuple[str, int]:
+    address = address_of(text)
+    if address is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return address
+
+
+def _cmd_client(args: argparse.Namespace, console: Console) -> int:
+    host, port = args.address
+    out = Output(sys.stdout, json=args.json)
+    return asyncio.run(run_client(host, port, out, fd=sys.stdin.fileno()))
 
 
 def _cmd_node(args: argparse.Namespace, console: Console) -> int:
