@@ -186,6 +186,14 @@ def test_ten_processes_subscribe_publish_unsubscribe(cluster: list[NodeProcess],
     subscribers, others = nodes[:6], nodes[6:]
     for node in subscribers:
         node.command(f"subscribe {TOPIC}", "subscribe")
+    status = nodes[0].command("status", "status")
+    assert status["subscriptions"] == [TOPIC]
+    if nodes[0].mode == "scribe":  # its place on the ring and in the topic's tree
+        [ring] = status["ring"]
+        assert ring["state"] == "active" and ring["successors"]
+        assert status["topics"][TOPIC]["role"] in ("root", "member")
+    else:
+        assert status["active_view"]
     # bad commands are answered, and the node carries on
     nodes[0].command("frobnicate x", "error")
     nodes[0].command("publish onlytopic", "error")

@@ -39,7 +39,9 @@ from ...core.ids import NodeId, check_node_id
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
 from ...core.traceio import trace_path
+from ...protocols.dissemination.scribe import TreeRole
 from ...protocols.membership.chord import ChordConfig, ChordHost
+from ...protocols.membership.chord.ring import Peer, VNodeView
 from ...protocols.membership.hyparview import HyParView, OverlayState
 from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
 from .commands import COMMANDS_LISTENER, CommandPort, NodeProcess
@@ -63,6 +65,19 @@ __all__ = [
 Mode = Literal["gossip", "scribe"]
 JOIN_POLL = 0.05  # seconds between looks at the overlay while waiting to be in it
 STORE_FILE = "pubsub.sqlite"
+
+
+def _ring_view(view: VNodeView) -> dict[str, Any]:
+    """One virtual node's place on the Chord ring, for ``status``."""
+
+    def peer(p: Peer | None) -> str | None:
+        return None if p is None else f"{p.node}#{p.vnode} ({p.ident:x})"
+
+    return {"id": f"{view.me.ident:x}", "state": view.state.value,
+            "predecessor": peer(view.predecessor),
+            "successors": [peer(p) for p in view.successors],
+            "fingers": sorted({f"{f.node}#{f.vnode} ({f.ident:x})" for f in view.fingers
+                               if f is not None})}
 
 
 def address_of(node: NodeId) -> Address | None:
@@ -276,6 +291,16 @@ class PubSubNetNode:
             membership = pubsub.gossip.membership
             if isinstance(membership, HyParView):
                 info["active_view"] = membership.active_view()
+        if pubsub is not None and pubsub.scribe is not None:
+            scribe = pubsub.scribe
+            chord = scribe.chord
+            if isinstance(chord, ChordHost):
+                info["ring"] = [_ring_view(view) for view in chord.views()]
+            info["topics"] = {
+                topic: {"role": role.value if (role := scribe.role(topic)) else None,
+                        "root": role is TreeRole.ROOT, "parent": scribe.parent(topic),
+                        "children": scribe.children(topic)}
+                for topic in scribe.topics()}
         return info
 
     def _call(self, fn: Callable[[PubSubNode], Any]) -> Any:
