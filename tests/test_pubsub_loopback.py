@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gossamer.services.pubsub.net import Command, CommandError, address_of, parse_command
+from harness_net import reserve_port
 
 pytestmark = pytest.mark.processes
 
@@ -367,3 +368,16 @@ def test_a_publisher_restarted_without_its_data_is_not_taken_for_its_old_self(
         finally:
             for node in nodes:
                 node.close()
+
+
+def test_a_node_whose_contact_never_answers_says_so_and_exits_1(tmp_path: Path) -> None:
+    with (tmp_path / "nodes.log").open("wb") as log:
+        node = NodeProcess("gossip", f"127.0.0.1:{reserve_port()}", tmp_path, log,
+                           extra=("--join-timeout", "1"))
+        try:
+            node.ready()
+            error = node.wait(lambda e: e["event"] == "error")
+            assert "not in the overlay after 1 s: no contact answered" in error["error"]
+            assert node.stop_code() == 1
+        finally:
+            node.close()

@@ -81,6 +81,9 @@ def add_pubsub_parser(
                       help="the secret every node of this overlay shares: peer links are "
                            "refused without it (default: $GOSSAMER_CLUSTER_KEY; on 127.0.0.1 "
                            "a built-in key is used when neither is given)")
+    node.add_argument("--join-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                      help="with --contact: not in the overlay after this long is an error "
+                           "(exit code 1)")
     node.add_argument("--run", default="pubsub", help="run id written in the trace")
     node.add_argument("--seed", type=int, default=0, help="seeds the node's randomness")
     node.add_argument("--json", action="store_true", help="print JSON objects, one a line")
@@ -133,7 +136,8 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         data_dir=None if args.data_dir is None else Path(args.data_dir),
         trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
         run=args.run, seed=args.seed, chord_bits=args.chord_bits,
-        command_port=args.command_port, cluster_key=args.cluster_key)
+        command_port=args.command_port, cluster_key=args.cluster_key,
+        join_timeout=args.join_timeout)
     auto = None
     if args.auto:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,

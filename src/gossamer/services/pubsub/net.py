@@ -162,6 +162,7 @@ class NodeOptions:
     seed: int = 0
     chord_bits: int = 256  # the seed's SHA-256 ring
     command_port: int | None = None  # the command port (commands.py) on host; 0: a free one
+    join_timeout: float = 30.0  # with contacts: not in the overlay by then is an error (exit 1)
     cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
 
     def __post_init__(self) -> None:
@@ -497,9 +498,17 @@ async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
     return published
 
 
-async def _announce_joined(node: PubSubNetNode, out: Output) -> None:
-    if await node.wait_joined():
+async def _announce_joined(node: PubSubNetNode, out: Output, timeout: float) -> bool:
+    """Print ``joined`` once in the overlay; False (and an error line) when a node that was
+    given contacts is not in the overlay within ``timeout`` seconds."""
+    if await node.wait_joined(timeout if node.options.contacts else None):
         out.info("joined", f"joined {node.node_id}", node=node.node_id)
+        return True
+    if node.running:
+        contacts = ", ".join(node.options.contacts)
+        out.error(f"not in the overlay after {timeout:g} s: no contact answered ({contacts}); "
+                  f"is a node running there, with the same --mode and cluster key?")
+    return False
 
 
 async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool = False,
@@ -520,19 +529,24 @@ async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool
         loop.add_signal_handler(sig, stop.set)
     tasks: list[asyncio.Task[Any]] = []
     background: list[asyncio.Task[Any]] = []
+    joining: asyncio.Task[bool] | None = None
     try:
         try:
             node_id = await node.start()
         except OSError as exc:
             raise ConfigError(f"cannot listen on {options.host}:{options.port}: {exc}") from exc
         out.ready(node_id, options.mode, node.command_address)
-        background.append(loop.create_task(_announce_joined(node, out)))
-        tasks = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait())]
+        joining = loop.create_task(_announce_joined(node, out, options.join_timeout))
+        tasks = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait()), joining]
         if interactive_input:
             tasks.append(loop.create_task(interactive(node, out, stdin)))
         if auto is not None:
             tasks.append(loop.create_task(automated(node, auto, out, delivered)))
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if done != {joining} or not joining.result():
+                break
+            tasks.remove(joining)  # joined: carry on until something else ends the run
     finally:
         for task in tasks + background:
             task.cancel()
@@ -544,4 +558,7 @@ async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool
         out.error(f"node failed: {node.net.failure!r}")
         return 1
     out.info("stopped", f"stopped {node.node_id}", node=node.node_id)
+    if joining is not None and joining.done() and not joining.cancelled() \
+            and not joining.result():
+        return 1  # it never joined the overlay it was pointed at
     return 0
