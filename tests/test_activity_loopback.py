@@ -119,3 +119,43 @@ def test_cli_server_and_client_processes(tmp_path: Path) -> None:
             assert await asyncio.wait_for(proc.wait(), WAIT) == 0
 
     asyncio.run(scenario())
+
+
+def test_in_process_server_with_the_wrong_secret_fails() -> None:
+    async def scenario() -> None:
+        async with server() as root:
+            bad = ActivityTcpServer(secret="other", port=0, announce_interval=0.2,
+                                    remote=root.address, hash_iterations=10)
+            async with bad:
+                await asyncio.wait_for(bad.failed.wait(), WAIT)
+                assert bad.failure is not None and "refused" in bad.failure
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.processes
+def test_cli_server_errors_are_one_line_and_exit_1() -> None:
+    """A server joining with the wrong secret, and a server whose port is taken, each print one
+    error line and exit 1 (no traceback, no retrying for ever)."""
+    async def run(*args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.cli.main", "activity", "server", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), WAIT * 3)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    async def scenario() -> None:
+        async with server() as root:
+            host, port = root.address
+            code, out, err = await run("-lp", "0", "-a", "200", "-rh", host, "-rp", str(port),
+                                       "-s", "wrong-secret")
+            assert code == 1, (out, err)
+            assert "error:" in out and "refused this network's secret" in out
+            assert "Traceback" not in err
+            code, out, err = await run("-lp", str(port), "-lh", host)
+            assert code == 1, (out, err)
+            assert f"error: cannot listen on {host}:{port}" in out
+            assert "Traceback" not in err
+
+    asyncio.run(scenario())

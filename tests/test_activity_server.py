@@ -511,3 +511,24 @@ def test_a_burst_of_logins_between_announcements_is_spread_without_bouncing() ->
     assert max(redirects) < 10 and sum(redirects) <= 80, redirects  # without: some give up
     loads = [s.load for s in net.servers.values()]
     assert sum(loads) == 40 and max(loads) - min(loads) <= 3, loads
+
+
+def test_a_server_with_the_wrong_secret_gives_up_after_join_attempts() -> None:
+    """A server pointed at a network with another secret is refused (AUTHENTICATION_FAIL) each
+    time it tries; after ``join_attempts`` refusals it stops and says why, instead of retrying
+    for ever, and the network it tried to join is unchanged."""
+    net = MemNet(seed=3)
+    net.add_server("s1")
+    failures: list[str] = []
+    bad = net.add_server("s2", parent="s1", secret="not-the-secret", join_attempts=3)
+    bad.on_failure = failures.append
+    net.run_for(30.0)
+    assert bad.failure is not None and "refused this network's secret 3 times" in bad.failure
+    assert failures == [bad.failure]
+    assert not bad.running
+    refusals = [r for r in net.sink.named() if r.node == "s2" and r.event == "auth_refused"]
+    assert len(refusals) == 3
+    assert "s2" not in net.servers["s1"].known
+    net.add_server("s3", parent="s1")  # the right secret still joins
+    net.run_for(2.0)
+    assert net.servers["s3"].parent_id == "s1"

@@ -102,6 +102,7 @@ class ServerConfig:
     remote: tuple[str, int] | None = None
     announce_interval: float = 5.0
     miss_announces: int = 3  # intervals of silence before the parent is presumed lost
+    join_attempts: int = 3  # refusals of our secret (AUTHENTICATION_FAIL) before giving up
     # a load change is announced early, at most once per this many seconds (0: only on the
     # interval), so REDIRECT decisions elsewhere are not made on loads an interval old
     load_announce_gap: float = 0.05
@@ -127,7 +128,8 @@ class ServerConfig:
             raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
         if self.max_depth is not None and self.max_depth < 1:
             raise ConfigError(f"max_depth must be >= 1, got {self.max_depth}")
-        for name in ("miss_announces", "max_buffer", "max_origins", "hash_iterations"):
+        for name in ("miss_announces", "join_attempts", "max_buffer", "max_origins",
+                     "hash_iterations"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -176,6 +178,9 @@ class ActivityServer:
                                iterations=config.hash_iterations)
         self.level = 0
         self.state = TreeState.ROOT
+        self.failure: str | None = None  # why this server gave up (a wrong secret)
+        self.on_failure: Callable[[str], None] | None = None
+        self._auth_failures = 0
         self.parent: Conn | None = None  # conn to the parent (dialing, joining or attached)
         self.parent_id: str | None = None
         self.known: dict[str, _Known] = {}
@@ -339,6 +344,8 @@ class ActivityServer:
             self._trace("redirected", peer=conn, host=msg.hostname, port=msg.port)
             self._candidates.insert(0, (msg.hostname, msg.port))
             self._close(conn, "redirected")
+        elif isinstance(msg, AuthenticationFail) and role is ConnRole.JOINING:
+            self._auth_refused(conn, msg.info)
         elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
             self._close(conn, f"parent sent {msg.TYPE}: {msg.info}")
         elif role is ConnRole.JOINING:
@@ -495,6 +502,26 @@ class ActivityServer:
             self._retry = self.env.set_timer(self.config.reconnect_delay, self._retry_join)
         else:
             self._become_root()
+
+    def _auth_refused(self, conn: Conn, info: str) -> None:
+        """The server we joined refused our secret: retried ``join_attempts`` times (it may
+        be a server of another network behind a redirect), then given up: a wrong secret is
+        the operator's mistake, not a fault to wait out."""
+        self._auth_failures += 1
+        self._trace("auth_refused", peer=conn, info=info[:200], attempt=self._auth_failures)
+        if self._auth_failures >= self.config.join_attempts and \
+                self.state is TreeState.JOINING:
+            self.failure = (f"the server at {conn.remote} refused this network's secret "
+                            f"{self._auth_failures} times: {info}")
+            self._trace("gave_up", reason="auth", attempts=self._auth_failures)
+            self.roles.pop(conn, None)
+            self.env.close(conn, CloseCode.NORMAL, "authentication failed")
+            self.parent = None
+            self.stop()
+            if self.on_failure is not None:
+                self.on_failure(self.failure)
+            return
+        self._close(conn, f"parent sent AUTHENTICATION_FAIL: {info}")
 
     def _retry_join(self) -> None:
         self._retry = None

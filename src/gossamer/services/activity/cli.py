@@ -121,13 +121,25 @@ async def _serve(server: ActivityTcpServer, console: Console) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:
+            console.print(f"[red]error:[/] cannot listen on {server.spec.host}:"
+                          f"{server.spec.port}: {exc.strerror or exc}", highlight=False)
+            return 1
         host, port = server.address
         console.print(f"activity server {server.server_id} listening on {host}:{port}",
                       highlight=False)
-        await stop.wait()
+        stopped = asyncio.create_task(stop.wait())
+        failed = asyncio.create_task(server.failed.wait())
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        failed.cancel()
     finally:
         await server.stop()
+    if server.failure is not None:
+        console.print(f"[red]error:[/] {server.failure}", highlight=False)
+        return 1
     return 0
 
 
