@@ -447,8 +447,9 @@ class ActivityServer:
             self._close(self.parent, "no announcements from the parent")
 
     def _send_announce(self) -> None:
+        parent = self.parent_id if self.state is TreeState.ATTACHED else None
         announce = ServerAnnounce(id=self.id, load=self.load, hostname=self.config.hostname,
-                                  port=self.config.port, level=self.level)
+                                  port=self.config.port, level=self.level, parent=parent)
         self._announced_load = self.load
         for conn in self.server_conns():
             self._send(conn, announce)

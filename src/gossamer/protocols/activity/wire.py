@@ -157,20 +157,26 @@ class ActivityMessage(ActivityWire):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServerAnnounce(ActivityWire):
-    """``level`` is None (absent) from a legacy server of the original course protocol."""
+    """``level`` is None (absent) from a legacy server of the original course protocol;
+    ``parent`` (the id of the server's parent, absent at the root and from legacy servers) is a
+    gossamer extension that the original protocol's servers ignore: ``activity status`` draws
+    the tree from it."""
 
     TYPE: ClassVar[str] = "SERVER_ANNOUNCE"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"level"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"level", "parent"})
     id: str
     load: int
     hostname: str
     port: int
     level: int | None = None
+    parent: str | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.id, "id")
         _check_text(self.hostname, "hostname")
         _check_port(self.port)
+        if self.parent is not None:
+            _check_text(self.parent, "parent")
         if self.load < 0:
             raise ValueError(f"load must be >= 0, got {self.load}")
         if self.level is not None and self.level < 0:

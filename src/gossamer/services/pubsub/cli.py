@@ -30,13 +30,14 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...core.argtypes import host_port
 from ...core.argtypes import non_negative_int as _non_negative_int
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, GossamerError
 from .client import run_client
-from .net import AutoOptions, NodeOptions, Output, address_of, parse_contact, run_node
+from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
 
 __all__ = ["add_pubsub_parser", "main"]
 
@@ -108,18 +109,11 @@ def add_pubsub_parser(
     client = sub.add_parser(
         "client", help="the seed's client, in a process of its own: commands to a running "
                        "node's command port (gossamer pubsub node --command-port PORT)")
-    client.add_argument("address", type=_address, metavar="HOST:PORT",
+    client.add_argument("address", type=host_port, metavar="HOST:PORT",
                         help="where the node takes commands (its --command-port)")
     client.add_argument("--json", action="store_true", help="print JSON objects, one a line")
     client.set_defaults(handler=_cmd_client)
     return pubsub
-
-
-def _address(text: str) -> tuple[str, int]:
-    address = address_of(text)
-    if address is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
-    return address
 
 
 def _cmd_client(args: argparse.Namespace, console: Console) -> int:
