@@ -208,7 +208,7 @@ def test_gossamer_pubsub_client_drives_a_running_node() -> None:
             assert lines[0].startswith(f"connected to {ready['node']} mode=gossip")
             assert "ok subscribe news" in lines
             assert any(line.startswith("ok publish news ") for line in lines)
-            assert "news: from a client" in lines
+            assert "deliver news from a client" in lines
             assert "error: not subscribed to other" in lines
             refused = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "client",

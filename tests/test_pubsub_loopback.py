@@ -10,6 +10,7 @@ Chord ring under the Scribe trees) settles in its own time on a loaded machine.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -26,7 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gossamer.services.pubsub.net import Command, CommandError, address_of, parse_command
+from gossamer.services.pubsub.net import (
+    Command,
+    CommandError,
+    Output,
+    address_of,
+    parse_command,
+)
 from harness_net import reserve_port
 
 pytestmark = pytest.mark.processes
@@ -278,13 +285,30 @@ def test_parse_command() -> None:
     assert parse_command("publish a hello  big world") == Command("publish", "a",
                                                                    "hello  big world")
     assert parse_command("EXIT") == Command("exit")
-    for bad in ("subscribe", "subscribe a b", "publish a", "status now", "jump",
+    # the message is the rest of the line: trailing spaces kept, the line break not
+    assert parse_command("  publish a  x y  \r\n") == Command("publish", "a", "x y  ")
+    assert parse_command("sub a  \n") == Command("subscribe", "a")
+    for bad in ("subscribe", "subscribe a b", "publish a", "publish a   ", "status now", "jump",
                 "publish " + "t" * 300 + " x"):
         with pytest.raises(CommandError):
             parse_command(bad)
     assert address_of("127.0.0.1:4000") == ("127.0.0.1", 4000)
     assert address_of("n001") is None
     assert address_of("127.0.0.1:0") is None
+
+
+def test_plain_output_lines_say_what_they_are() -> None:
+    """Every plain line starts with what it is, so a topic named ``error`` or a message with
+    a line break cannot pass for something else, and trailing spaces survive."""
+    out = Output(io.StringIO())
+    out.deliver("error", "disk full ")
+    out.deliver("two words", "line 1\nline 2")
+    out.deliver("t", {"k": 1})
+    out.ok("publish", "t", "hi ")
+    out.error("not subscribed to x")
+    assert out.stream.getvalue().split("\n") == [
+        "deliver error disk full ", 'deliver "two words" "line 1\\nline 2"',
+        'deliver t {"k":1}', "ok publish t hi ", "error: not subscribed to x", ""]
 
 
 @pytest.mark.parametrize("mode", ["gossip", "scribe"])

@@ -6,7 +6,7 @@ through ``--contact HOST:PORT`` (repeatable), or creates the overlay without one
 
 * ``--interactive``: reads commands from stdin, one a line -- ``subscribe TOPIC``,
   ``unsubscribe TOPIC``, ``publish TOPIC MESSAGE``, ``status``, ``help``, ``exit`` (or end of
-  input). Each delivered message is printed as ``TOPIC: MESSAGE``; commands are answered with
+  input). Each delivered message is printed as ``deliver TOPIC MESSAGE``; commands are answered with
   ``ok ...`` or ``error: ...`` (a bad command never stops the node).
 * ``--auto``: the automated client -- random subscribe/unsubscribe/publish commands on topics
   ``topic0 .. topicK-1`` until ``--publishes N`` messages went out, then it exits once nothing

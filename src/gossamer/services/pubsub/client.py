@@ -3,7 +3,7 @@ a running node's command port (``--command-port``, see ``commands.py``).
 
 It reads the seed's commands from stdin, one a line, sends each to the node and prints what
 comes back: answers (``ok publish news 127.0.0.1:4000:7``, ``error: ...``) and the deliveries
-of the node's subscribed topics (``news: hello``), or JSON objects with ``--json``. It ends
+of the node's subscribed topics (``deliver news hello``), or JSON objects with ``--json``. It ends
 at ``exit``, at the end of its input (after the answers to what it sent), or when the node
 closes the connection (exit code 1 if it never connected or the node went away).
 """

@@ -13,8 +13,9 @@ The clients (seed 001, section 6; both drive the node they run in):
 * automated: ``AutoOptions``; random subscribe/unsubscribe/publish commands until ``publishes``
   messages went out, then it waits until nothing was delivered for ``settle`` seconds.
 
-Everything the node says goes through an ``Output``: deliveries as ``TOPIC: MESSAGE`` lines (or
-JSON objects with ``--json``), answers to commands, errors (a bad command never stops the node).
+Everything the node says goes through an ``Output``: deliveries as ``deliver TOPIC MESSAGE``
+lines (or JSON objects with ``--json``), answers to commands, errors (a bad command never
+stops the node).
 """
 
 from __future__ import annotations
@@ -102,8 +103,26 @@ def parse_contact(text: str) -> NodeId:
 # -- output ----------------------------------------------------------------------------------
 
 
+def plain_topic(topic: str) -> str:
+    """A topic as one word of a plain line: as is, or a JSON string when it is empty or holds
+    whitespace or a leading quote (a topic named ``error`` is fine: lines start with a verb)."""
+    if not topic or topic.startswith('"') or any(c.isspace() or not c.isprintable()
+                                                 for c in topic):
+        return orjson.dumps(topic).decode()
+    return topic
+
+
+def plain_message(message: Any) -> str:
+    """The rest of a plain line: a text message verbatim (trailing spaces kept) unless it holds
+    a line break or other control character, then as a JSON string; anything else as JSON."""
+    if isinstance(message, str) and all(c.isprintable() or c == "\t" for c in message):
+        return message
+    return orjson.dumps(message).decode()
+
+
 class Output:
-    """Lines on a stream: ``TOPIC: MESSAGE`` per delivery and short answers, or JSON objects."""
+    """Lines on a stream, each starting with what it is: ``deliver TOPIC MESSAGE`` per
+    delivery, ``ok VERB TOPIC``, ``error: REASON``, ``ready``/``joined``...; or JSON objects."""
 
     def __init__(self, stream: IO[str] | None = None, *, json: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stdout
@@ -131,11 +150,11 @@ class Output:
                   commands=where)
 
     def deliver(self, topic: str, message: Any) -> None:
-        text = message if isinstance(message, str) else orjson.dumps(message).decode()
-        self.emit("deliver", f"{topic}: {text}", topic=topic, message=message)
+        self.emit("deliver", f"deliver {plain_topic(topic)} {plain_message(message)}",
+                  topic=topic, message=message)
 
     def ok(self, verb: str, topic: str, msg: str | None = None) -> None:
-        text = f"ok {verb} {topic}" + (f" {msg}" if msg else "")
+        text = f"ok {verb} {plain_topic(topic)}" + (f" {plain_message(msg)}" if msg else "")
         self.emit(verb, text, topic=topic, **({"msg": msg} if msg else {}))
 
     def error(self, reason: str) -> None:
