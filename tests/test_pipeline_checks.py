@@ -275,6 +275,25 @@ def test_fifo_in_session_layers_allows_a_gap_across_a_membership_change(spark: A
     assert (status, reason) == (Status.PASS, "no violations")
 
 
+def test_fifo_in_session_layers_allows_a_gap_while_the_node_is_away(spark: Any) -> None:
+    """Seed 003's workload ends every session shortly before a server crashes: what a client
+    then sends through the dying server is lost, and the others, already away, deliver its
+    next activity with a gap. Found by ``gossamer vopr activity --seed 29``."""
+    rows = [session(0.5, "b", "join"), deliver(1.0, "b", "a", 1, layer="activity"),
+            session(1.2, "b", "leave"),
+            deliver(1.3, "b", "a", 2, layer="activity"),  # away now
+            deliver(1.5, "b", "a", 4, layer="activity"),  # a gap while away: fine
+            deliver(1.6, "b", "a", 4, layer="activity"),  # a duplicate while away: planted
+            session(2.0, "b", "join"),
+            deliver(2.5, "b", "a", 5, layer="activity"),
+            deliver(3.0, "b", "a", 7, layer="activity"),  # a gap in the session: planted
+            row(4.0, "a", "send", layer="activity", peer="b")]
+    result = judge(spark, rows, fifo_check(layers=["activity"], session_layers=["activity"]))
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "b", "a:4", "a", 4, "duplicate or reordered: seq 4 after seq 4"),
+        ("r1", "b", "a:7", "a", 7, "gap: seq 7 delivered, expected 6")]))
+
+
 # -- causal order ------------------------------------------------------------------------------
 
 def cdeliver(t: float, node: str, origin: str, seq: int, vector: dict[str, int]) -> Any:
