@@ -2,7 +2,7 @@
 
 Verbs: ``sim`` (simulate a FIFO broadcast group), ``trace show`` (summarise a trace), ``bench``,
 ``experiment`` (a sweep of runs as Spark tasks, then analysis), ``analyze`` (checks, metrics,
-report over any trace).
+report over any trace), ``vopr`` (random fault schedules, judged by the same checks).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from ..services.broadcast import (
 )
 from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
+from .vopr import add_vopr_parser
 from .workloads import run_workload, validate_run
 
 __all__ = ["build_parser", "main"]
@@ -365,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     analyse.add_argument("--bucket", type=float, default=1.0,
                          help="seconds per throughput bucket")
     analyse.set_defaults(handler=_cmd_analyze)
+
+    add_vopr_parser(verbs)
     return parser
 
 

@@ -293,18 +293,26 @@ def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
 
 def _without_session_gaps(trace: DataFrame, bad: DataFrame,
                           session_layers: Sequence[str]) -> DataFrame:
-    """FIFO findings ``bad`` minus the gaps in ``session_layers`` with a membership change of
-    the node between its ``previous`` delivery from the origin (if any) and this one."""
+    """FIFO findings ``bad`` minus the gaps in ``session_layers`` that being away explains:
+    the node's membership changed between its ``previous`` delivery from the origin (if any)
+    and this one, or the node is away at this one (its last change before it took it down:
+    ``leave``, ``crash``), so what it missed may have been sent while it was away."""
     changes = membership_changes(trace).select(
-        "run", "node", F.col("t").alias("change_t"), F.col(ROW).alias("change_row"))
+        "run", "node", F.col("t").alias("change_t"), F.col(ROW).alias("change_row"),
+        F.col("event").alias("change_event"))
     gaps = bad.filter(F.col("layer").isin(list(session_layers))
                       & (F.col("seq") > F.col("highest_before")))
-    previous = F.col("previous")
-    between = ((previous.isNull() | _before(previous.getField("t"), previous.getField(ROW),
-                                            F.col("change_t"), F.col("change_row")))
-               & _before(F.col("change_t"), F.col("change_row"), F.col("t"), F.col(ROW)))
     keys = ["run", "layer", "node", "origin", "seq", "t", ROW]
-    excused = gaps.join(changes, ["run", "node"]).filter(between).select(*keys).distinct()
+    earlier = gaps.join(changes, ["run", "node"]).filter(
+        _before(F.col("change_t"), F.col("change_row"), F.col("t"), F.col(ROW)))
+    latest = earlier.groupBy(*keys, "previous").agg(F.max(F.struct(
+        "change_t", "change_row", "change_event")).alias("last"))
+    previous, last = F.col("previous"), F.col("last")
+    since_previous = previous.isNull() | _before(
+        previous.getField("t"), previous.getField(ROW), last.getField("change_t"),
+        last.getField("change_row"))
+    away = ~last.getField("change_event").isin(*_UP_EVENTS)
+    excused = latest.filter(since_previous | away).select(*keys).distinct()
     return bad.join(excused, keys, "left_anti")
 
 

@@ -58,18 +58,22 @@ def with_row_order(trace: DataFrame) -> DataFrame:
 
 
 def membership_changes(trace: DataFrame) -> DataFrame:
-    """(run, node, t, row, event): join/leave/crash/recover rows up to the run's end.
+    """(run, node, t, row, event): join/leave/crash/recover rows, the downs up to the run's end.
 
-    The end of a run is its last row that is not a membership change. Later changes, like
-    the ``leave`` every node of a real deployment records when it shuts down, happen after
-    everything there was to deliver and do not make a node "down at the end".
+    The end of a run is its last row that is not a membership change. Later ``leave`` and
+    ``crash`` rows, like the ``leave`` every node of a real deployment records when it shuts
+    down, happen after everything there was to deliver and do not make a node "down at the
+    end". Later ``join`` and ``recover`` rows still count: a node that first joins then owes
+    nothing, and a session that starts then ends the one before it (seed 003's workload marks
+    a healed tree so, maybe after every other row).
     """
     trace = with_row_order(trace)
     membership = F.col("event").isin(list(MEMBERSHIP_EVENTS))
     ends = trace.filter(~membership).groupBy("run").agg(F.max("t").alias("run_end"))
     changes = trace.filter(membership & F.col("node").isNotNull())
     return (changes.join(ends, "run", "left")
-            .filter(F.col("run_end").isNull() | (F.col("t") <= F.col("run_end")))
+            .filter(F.col("run_end").isNull() | (F.col("t") <= F.col("run_end"))
+                    | F.col("event").isin("join", "recover"))
             .select("run", "node", "t", ROW, "event"))
 
 
