@@ -75,7 +75,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gossamer.protocols.replica.wire import Data, ReplicaCodec, Subscribe, crc_of
-from gossamer.runtimes.net.framing import frames_without
 
 __all__ = ["main", "render", "run"]
 
@@ -301,6 +300,9 @@ async def bare_corked_server() -> AsyncIterator[tuple[int, Counter]]:
     one ``transport.write``; a paused transport keeps its backlog until a task has awaited
     ``drain()``. No decoding, no ordering, no storage; a connection with ``CORKED_BACKLOG``
     frames waiting is aborted (its client then fails the run)."""
+    # here, not at the top: --against serves an older hub that has no such module
+    from gossamer.runtimes.net.framing import frames_without
+
     loop = asyncio.get_running_loop()
     peers: list[tuple[_Corked, ...]] = [()]  # rebuilt on (dis)connect
     batch: list[bytes] = []

@@ -32,8 +32,10 @@ def spark() -> Any:
 # what the fast lane leaves out (markers declared in pyproject.toml)
 NOT_FAST = ("slow", "spark", "browser", "processes", "bench")
 LANES = ("all", "fast", "spark", "rest")
-# pyproject's timeout (120 s) guards against hangs; a Spark or slow test may take longer on a
-# busy machine, and a timeout inside a py4j call breaks the session for every later Spark test
+# pyproject's timeout (120 s) guards against hangs; a Spark, slow, process or benchmark test may
+# take longer on a busy machine (a timeout inside a py4j call even breaks the session for every
+# later Spark test)
+LONG = ("slow", "spark", "processes", "bench")
 LONG_TIMEOUT = 600
 
 
@@ -55,7 +57,7 @@ def in_lane(item: pytest.Item, lane: str) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep the lanes honest (a test that asks for the ``spark`` fixture must be marked
-    ``spark``, so the fast lane never starts a JVM), give Spark and slow tests
+    ``spark``, so the fast lane never starts a JVM), give the tests marked ``LONG``
     ``LONG_TIMEOUT``, and deselect what ``--lane`` leaves out."""
     lane = config.getoption("lane")
     kept: list[pytest.Item] = []
@@ -65,7 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "spark" in getattr(item, "fixturenames", ()) and not spark:
             raise pytest.UsageError(f"{item.nodeid} uses the spark fixture: mark it "
                                     "@pytest.mark.spark")
-        long = spark or item.get_closest_marker("slow") is not None
+        long = any(item.get_closest_marker(name) for name in LONG)
         if long and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(LONG_TIMEOUT))
         (kept if in_lane(item, lane) else left_out).append(item)

@@ -119,3 +119,86 @@ def test_cli_server_and_client_processes(tmp_path: Path) -> None:
             assert await asyncio.wait_for(proc.wait(), WAIT) == 0
 
     asyncio.run(scenario())
+
+
+def test_in_process_server_with_the_wrong_secret_fails() -> None:
+    async def scenario() -> None:
+        async with server() as root:
+            bad = ActivityTcpServer(secret="other", port=0, announce_interval=0.2,
+                                    remote=root.address, hash_iterations=10)
+            async with bad:
+                await asyncio.wait_for(bad.failed.wait(), WAIT)
+                assert bad.failure is not None and "refused" in bad.failure
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.processes
+def test_cli_server_errors_are_one_line_and_exit_1() -> None:
+    """A server joining with the wrong secret, and a server whose port is taken, each print one
+    error line and exit 1 (no traceback, no retrying for ever)."""
+    async def run(*args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.cli.main", "activity", "server", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), WAIT * 3)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    async def scenario() -> None:
+        async with server() as root:
+            host, port = root.address
+            code, out, err = await run("-lp", "0", "-a", "200", "-rh", host, "-rp", str(port),
+                                       "-s", "wrong-secret")
+            assert code == 1, (out, err)
+            assert "error:" in out and "refused this network's secret" in out
+            assert "Traceback" not in err
+            code, out, err = await run("-lp", str(port), "-lh", host)
+            assert code == 1, (out, err)
+            assert f"error: cannot listen on {host}:{port}" in out
+            assert "Traceback" not in err
+
+    asyncio.run(scenario())
+
+
+def test_status_probe_draws_the_tree_with_loads() -> None:
+    """``activity status``: a chain root <- a <- b with two clients on b and one on the root;
+    the probe at a sees every server with its parent and client count, and the rendered tree
+    nests b under a under the root. A wrong secret is an error, not an empty tree."""
+    from rich.console import Console
+
+    from gossamer.core.errors import OperationError
+    from gossamer.services.activity.cli import _status_tree
+    from gossamer.services.activity.status import probe
+
+    async def scenario() -> None:
+        async with server() as root, server(root) as a, server(a) as b:
+            await until(lambda: all(s.core is not None and s.core.state is TreeState.ATTACHED
+                                    for s in (a, b)), "chain attached")
+            clients = [ActivityClient(*b.address), ActivityClient(*b.address),
+                       ActivityClient(*root.address)]
+            for c in clients:
+                await c.connect()
+            ids = {s.server_id: name for s, name in ((root, "root"), (a, "a"), (b, "b"))}
+            try:
+                view = await probe(*a.address, SECRET, wait=0.7)
+                assert view.entry == a.server_id
+                seen = {ids[s.id]: (None if s.parent is None else ids[s.parent], s.level,
+                                    s.load) for s in view.servers.values()}
+                assert seen == {"root": (None, 0, 1), "a": ("root", 1, 0), "b": ("a", 2, 2)}
+                console = Console(width=200, record=True)
+                console.print(_status_tree(view))
+                lines = console.export_text().splitlines()[1:]  # after the title
+                depth = {name: next(i for i, line in enumerate(lines) if sid in line)
+                         for sid, name in ids.items()}
+                assert depth["root"] < depth["a"] < depth["b"]
+                try:
+                    await probe(*a.address, "wrong", wait=0.1)
+                    raise AssertionError("a wrong secret was accepted")
+                except OperationError as exc:
+                    assert "refused the secret" in str(exc)
+            finally:
+                for c in clients:
+                    await c.close()
+
+    asyncio.run(scenario())

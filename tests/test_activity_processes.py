@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.processes
 
-WAIT = 15.0
+WAIT = 60.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
 PROBE_WAIT = 0.5  # how long one probe activity is given before the next is sent
 CLI = (sys.executable, "-m", "gossamer.cli.main", "activity")
 LOGGED_IN = "logged in as user "

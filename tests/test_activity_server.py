@@ -156,7 +156,7 @@ def test_activity_is_processed_and_broadcast_to_other_clients() -> None:
     settle(net)
     origin = f"s1.{alice.server_conn_id()}"
     assert bob.activities == [{"verb": "post", "n": 1, "authenticated_user": "alice",
-                               "_origin": origin, "_seq": 1}]
+                               "_origin": origin, "_seq": 1, "_via": "s1/1", "_n": 1}]
     assert alice.activities == []  # "all other clients"
     rows = net.sink.named()
     publish = [r for r in rows if r.event == "publish"]
@@ -230,7 +230,7 @@ def test_authenticate_wrong_secret_and_twice() -> None:
     good.connect("s1")
     good.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
-    assert good.received == [ServerInfo(id="s1", level=0, users=[])]
+    assert good.received == [ServerInfo(id="s1", level=0, users=[], received={})]
     good.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
     assert good.last() == InvalidMessageReply(
@@ -452,10 +452,14 @@ def test_root_crash_lowest_id_becomes_root() -> None:
     assert all(len(got[c.name]) == len(clients) - 1 for c in clients)
 
 
-def test_silent_parent_is_detected_and_buffered_activities_are_resent() -> None:
+def test_silent_parent_is_detected_and_the_gap_is_resent_both_ways() -> None:
     net = tree()
     clients = {c.name: c for c in clients_everywhere(net, per_server=1)}
+    clients["s1-c0"].publish({"before": "blackhole"})
+    net.run_for(0.5)
     net.blackhole("s2", "s4")  # only the network between s2 and s4 fails: no close at all
+    # written into the dead link (lost), and sent while s4 has no parent
+    clients["s1-c0"].publish({"during": "blackhole"})
     s4 = net.servers["s4"]
     while s4.state is not TreeState.RECONNECTING:
         net.run_for(0.001)
@@ -464,13 +468,17 @@ def test_silent_parent_is_detected_and_buffered_activities_are_resent() -> None:
     clients["s4-c0"].publish({"during": "reconnect"})
     clients["s4-c0"].publish({"during": "reconnect", "n": 2})
     net.run_for(3.0)
-    assert s4.parent_id == "s3" and s4.state is TreeState.ATTACHED and not s4.buffer
-    attach = [r for r in net.sink.named() if r.node == "s4" and r.event == "attach"]
-    assert attach[-1].info is not None and '"buffered":2' in attach[-1].info
+    assert s4.parent_id == "s3" and s4.state is TreeState.ATTACHED
     got = deliveries_by_client(net)
-    origin = f"s4.{clients['s4-c0'].server_conn_id()}"
+    from_s4 = f"s4.{clients['s4-c0'].server_conn_id()}"
     for name in ("s1-c0", "s2-c0", "s3-c0"):
-        assert got[name] == [(origin, 1), (origin, 2)], name
+        assert [d for d in got[name] if d[0] == from_s4] == [(from_s4, 1), (from_s4, 2)], name
+    # what s1 sent into the blackhole reached s4's side from s3, exactly once, in order
+    from_s1 = f"s1.{clients['s1-c0'].server_conn_id()}"
+    assert [d for d in got["s4-c0"] if d[0] == from_s1] == [(from_s1, 1), (from_s1, 2)]
+    resent = [r for r in net.sink.named() if r.event == "resend" and r.info is not None]
+    assert any(r.node == "s4" and '"count":2' in r.info for r in resent), resent
+    assert any(r.node == "s3" and '"count":1' in r.info for r in resent), resent
 
 
 def test_max_depth_redirects_a_joining_server() -> None:
@@ -511,3 +519,24 @@ def test_a_burst_of_logins_between_announcements_is_spread_without_bouncing() ->
     assert max(redirects) < 10 and sum(redirects) <= 80, redirects  # without: some give up
     loads = [s.load for s in net.servers.values()]
     assert sum(loads) == 40 and max(loads) - min(loads) <= 3, loads
+
+
+def test_a_server_with_the_wrong_secret_gives_up_after_join_attempts() -> None:
+    """A server pointed at a network with another secret is refused (AUTHENTICATION_FAIL) each
+    time it tries; after ``join_attempts`` refusals it stops and says why, instead of retrying
+    for ever, and the network it tried to join is unchanged."""
+    net = MemNet(seed=3)
+    net.add_server("s1")
+    failures: list[str] = []
+    bad = net.add_server("s2", parent="s1", secret="not-the-secret", join_attempts=3)
+    bad.on_failure = failures.append
+    net.run_for(30.0)
+    assert bad.failure is not None and "refused this network's secret 3 times" in bad.failure
+    assert failures == [bad.failure]
+    assert not bad.running
+    refusals = [r for r in net.sink.named() if r.node == "s2" and r.event == "auth_refused"]
+    assert len(refusals) == 3
+    assert "s2" not in net.servers["s1"].known
+    net.add_server("s3", parent="s1")  # the right secret still joins
+    net.run_for(2.0)
+    assert net.servers["s3"].parent_id == "s1"

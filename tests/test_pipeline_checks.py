@@ -239,6 +239,33 @@ def test_reliability_in_session_layers_reports_a_miss_in_the_last_session(spark:
     assertDataFrameEqual(result.violations, violations([("r1", "b", "a:3", "a", 3, detail)]))
 
 
+def test_a_session_that_starts_after_the_last_row_still_ends_the_one_before(
+    spark: Any,
+) -> None:
+    """Seed 003's workload marks a healed tree with ``join`` rows, maybe after every other row
+    of the run: b's last session starts there, so a:2 (published while b's server was just
+    back, before the heal) is not owed. Found by ``gossamer vopr activity --seed 16``."""
+    rows = [session(0.5, "b", "join"), publish(1.0, "a", 1, layer="activity"),
+            deliver(1.1, "b", "a", 1, layer="activity"), session(1.5, "b", "leave"),
+            membership(1.6, "b", "crash"), membership(2.0, "b", "recover"),
+            publish(2.05, "a", 2, layer="activity"),
+            row(3.0, "a", "send", layer="activity", peer="c"),  # the last other row
+            session(5.0, "b", "join")]
+    result = judge(spark, rows, reliability_check(layers=["activity"],
+                                                  session_layers=["activity"]))
+    assert (result.status, result.reason) == (Status.PASS, "no violations")
+    # a node that first joins after the end owes nothing (it was never up before)
+    late = [*rows[:-1], session(5.0, "z", "join")]
+    assert reliability_violations(frame(spark, late), layers=["activity"],
+                                  session_layers=["activity"]).filter(
+        "node = 'z'").count() == 0
+    # a trailing leave still does not take a node down at the end (a shutdown): b's last
+    # session, from its recover, owes a:2
+    strict = reliability_violations(frame(spark, [*late, session(6.0, "b", "leave")]),
+                                    layers=["activity"], session_layers=["activity"])
+    assert sorted((r.node, r.msg) for r in strict.collect()) == [("b", "a:2")]
+
+
 def test_fifo_in_session_layers_allows_a_gap_across_a_membership_change(spark: Any) -> None:
     rows = [session(0.5, "b", "join"), deliver(1.1, "b", "a", 1, layer="activity"),
             session(1.2, "b", "leave"), session(2.5, "b", "join"),
@@ -254,6 +281,28 @@ def test_fifo_in_session_layers_allows_a_gap_across_a_membership_change(spark: A
     clean = rows[:5] + rows[7:]
     status, reason, _ = verdict(spark, clean, fifo_check(session_layers=["activity"]))
     assert (status, reason) == (Status.PASS, "no violations")
+
+
+def test_fifo_in_session_layers_allows_a_gap_while_the_node_is_away(spark: Any) -> None:
+    """Seed 003's workload ends every session shortly before a server crashes: what a client
+    then sends through the dying server is lost, and the others, already away, deliver its
+    next activity with a gap. Found by ``gossamer vopr activity --seed 29``."""
+    rows = [session(0.5, "b", "join"), deliver(1.0, "b", "a", 1, layer="activity"),
+            session(1.2, "b", "leave"),
+            deliver(1.3, "b", "a", 2, layer="activity"),  # away now
+            deliver(1.5, "b", "a", 4, layer="activity"),  # a gap while away: fine
+            deliver(1.6, "b", "a", 4, layer="activity"),  # a duplicate while away: planted
+            session(2.0, "b", "join"),
+            deliver(2.5, "b", "a", 5, layer="activity"),
+            deliver(3.0, "b", "a", 7, layer="activity"),  # a gap in the session: planted
+            row(4.0, "a", "send", layer="activity", peer="b")]
+    result = judge(spark, rows, fifo_check(layers=["activity"], session_layers=["activity"]))
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "b", "a:7", "a", 7, "gap: seq 7 delivered, expected 6")]))
+    duplicate = judge(spark, rows, duplicates_check(layers=["activity"]))
+    assertDataFrameEqual(duplicate.violations, violations([
+        ("r1", "b", "a:4", "a", 4, "delivered again in layer activity (delivery 2; the first "
+                                   "at t=1.500000, this one at t=1.600000)")]))
 
 
 # -- causal order ------------------------------------------------------------------------------

@@ -114,16 +114,31 @@ def test_commands_are_answered_and_subscribed_deliveries_stream_back() -> None:
         assert {r.node for r in rows if r.msg == published[0]["msg"]} == {"n0", "n1", "n2", "n3"}
 
 
+def test_a_publish_before_the_node_joined_is_refused() -> None:
+    from gossamer.testing import FakeEnv
+
+    env = FakeEnv("n0")
+    port = CommandPort(env, PubSubNode(env, "gossip"), joined=lambda: False)
+    conn = env.accept(listener=COMMANDS_LISTENER)
+    port.opened(conn, conn.remote)
+    port.received(conn, b"publish news too early")
+    answers = [json.loads(frame) for _, frame in env.take_written()]
+    assert answers[-1] == {"event": "error",
+                           "error": "not in the overlay yet: publish once it joined"}
+    assert not [r for r in env.rows if r.event == "publish"]
+
+
 def test_bad_commands_get_an_error_and_exit_closes_only_that_client() -> None:
     sim = overlay(3)
     me = typist(sim)
-    for line in (b"dance", b"publish", b"\xff\xfe", b"subscribe " + b"t" * 300, b"help",
-                 b"exit"):
+    for line in (b"dance", b"publish", b"\xff\xfe", b"subscribe " + b"t" * 300,
+                 b"unsubscribe never", b"help", b"exit"):
         me.type(line)
     sim.run(until=3.0)
     errors = me.events("error")
-    assert len(errors) == 4, me.answers
+    assert len(errors) == 5, me.answers
     assert "UTF-8" in errors[2]["error"] and "at most" in errors[3]["error"]
+    assert errors[4]["error"] == "not subscribed to never"
     assert me.events("help") and me.closed_reason == "peer_closed"
     port = sim.process("n0")
     assert isinstance(port, NodeProcess) and len(port.port.clients) == 0
@@ -163,5 +178,49 @@ def test_gossamer_pubsub_node_takes_commands_on_its_command_port() -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.processes
+def test_gossamer_pubsub_client_drives_a_running_node() -> None:
+    """``gossamer pubsub client HOST:PORT`` in a process of its own: commands from its stdin
+    to the node's command port; answers and deliveries printed; a bad address is an error."""
+
+    async def scenario() -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        node = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "node", "--json",
+            "--mode", "gossip", "--command-port", "0", stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
+        assert node.stdout is not None
+        try:
+            ready = json.loads(await asyncio.wait_for(node.stdout.readline(), WAIT))
+            await asyncio.wait_for(node.stdout.readline(), WAIT)  # joined
+            client = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "client",
+                ready["commands"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env)
+            out, err = await asyncio.wait_for(client.communicate(
+                b"subscribe news\npublish news from a client\nunsubscribe other\n"), WAIT)
+            lines = out.decode().splitlines()
+            assert client.returncode == 0, err.decode()
+            assert lines[0].startswith(f"connected to {ready['node']} mode=gossip")
+            assert "ok subscribe news" in lines
+            assert any(line.startswith("ok publish news ") for line in lines)
+            assert "deliver news from a client" in lines
+            assert "error: not subscribed to other" in lines
+            refused = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "client",
+                "127.0.0.1:1", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, env=env)
+            out, _ = await asyncio.wait_for(refused.communicate(), WAIT)
+            assert refused.returncode == 1 and "cannot reach the node" in out.decode()
+            node.terminate()
+            assert await asyncio.wait_for(node.wait(), WAIT) == 0
+        finally:
+            if node.returncode is None:
+                node.kill()
+                await node.wait()
 
     asyncio.run(scenario())

@@ -10,6 +10,7 @@ Chord ring under the Scribe trees) settles in its own time on a loaded machine.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -26,12 +27,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gossamer.services.pubsub.net import Command, CommandError, address_of, parse_command
+from gossamer.services.pubsub.net import (
+    Command,
+    CommandError,
+    Output,
+    address_of,
+    parse_command,
+)
+from harness_net import reserve_port
 
 pytestmark = pytest.mark.processes
 
 NODES = 10
-WAIT = 15.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
+WAIT = 60.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
 START_WAIT = 90.0  # a process's start (imports) on a busy machine: an upper bound only
 PROBE_WAIT = 2.0  # how long one probe round may take before the next one goes out
 TOPIC = "news"
@@ -186,6 +194,14 @@ def test_ten_processes_subscribe_publish_unsubscribe(cluster: list[NodeProcess],
     subscribers, others = nodes[:6], nodes[6:]
     for node in subscribers:
         node.command(f"subscribe {TOPIC}", "subscribe")
+    status = nodes[0].command("status", "status")
+    assert status["subscriptions"] == [TOPIC]
+    if nodes[0].mode == "scribe":  # its place on the ring and in the topic's tree
+        [ring] = status["ring"]
+        assert ring["state"] == "active" and ring["successors"]
+        assert status["topics"][TOPIC]["role"] in ("root", "member")
+    else:
+        assert status["active_view"]
     # bad commands are answered, and the node carries on
     nodes[0].command("frobnicate x", "error")
     nodes[0].command("publish onlytopic", "error")
@@ -269,13 +285,30 @@ def test_parse_command() -> None:
     assert parse_command("publish a hello  big world") == Command("publish", "a",
                                                                    "hello  big world")
     assert parse_command("EXIT") == Command("exit")
-    for bad in ("subscribe", "subscribe a b", "publish a", "status now", "jump",
+    # the message is the rest of the line: trailing spaces kept, the line break not
+    assert parse_command("  publish a  x y  \r\n") == Command("publish", "a", "x y  ")
+    assert parse_command("sub a  \n") == Command("subscribe", "a")
+    for bad in ("subscribe", "subscribe a b", "publish a", "publish a   ", "status now", "jump",
                 "publish " + "t" * 300 + " x"):
         with pytest.raises(CommandError):
             parse_command(bad)
     assert address_of("127.0.0.1:4000") == ("127.0.0.1", 4000)
     assert address_of("n001") is None
     assert address_of("127.0.0.1:0") is None
+
+
+def test_plain_output_lines_say_what_they_are() -> None:
+    """Every plain line starts with what it is, so a topic named ``error`` or a message with
+    a line break cannot pass for something else, and trailing spaces survive."""
+    out = Output(io.StringIO())
+    out.deliver("error", "disk full ")
+    out.deliver("two words", "line 1\nline 2")
+    out.deliver("t", {"k": 1})
+    out.ok("publish", "t", "hi ")
+    out.error("not subscribed to x")
+    assert out.stream.getvalue().split("\n") == [
+        "deliver error disk full ", 'deliver "two words" "line 1\\nline 2"',
+        'deliver t {"k":1}', "ok publish t hi ", "error: not subscribed to x", ""]
 
 
 @pytest.mark.parametrize("mode", ["gossip", "scribe"])
@@ -359,3 +392,16 @@ def test_a_publisher_restarted_without_its_data_is_not_taken_for_its_old_self(
         finally:
             for node in nodes:
                 node.close()
+
+
+def test_a_node_whose_contact_never_answers_says_so_and_exits_1(tmp_path: Path) -> None:
+    with (tmp_path / "nodes.log").open("wb") as log:
+        node = NodeProcess("gossip", f"127.0.0.1:{reserve_port()}", tmp_path, log,
+                           extra=("--join-timeout", "1"))
+        try:
+            node.ready()
+            error = node.wait(lambda e: e["event"] == "error")
+            assert "not in the overlay after 1 s: no contact answered" in error["error"]
+            assert node.stop_code() == 1
+        finally:
+            node.close()

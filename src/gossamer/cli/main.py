@@ -2,7 +2,7 @@
 
 Verbs: ``sim`` (simulate a FIFO broadcast group), ``trace show`` (summarise a trace), ``bench``,
 ``experiment`` (a sweep of runs as Spark tasks, then analysis), ``analyze`` (checks, metrics,
-report over any trace).
+report over any trace), ``vopr`` (random fault schedules, judged by the same checks).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from ..services.broadcast import (
 )
 from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
+from .vopr import add_vopr_parser
 from .workloads import run_workload, validate_run
 
 __all__ = ["build_parser", "main"]
@@ -487,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="analyse the readable trace files and list those left out "
                               "(truncated, corrupt), instead of exiting 2")
     analyse.set_defaults(handler=_cmd_analyze)
+
+    add_vopr_parser(verbs)
     return parser
 
 

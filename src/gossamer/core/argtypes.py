@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["non_negative_int", "port", "positive_int", "probability", "seconds"]
+__all__ = ["host_port", "non_negative_int", "port", "positive_int", "probability", "seconds"]
 
 
 def port(text: str) -> int:
@@ -14,6 +14,15 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
     return value
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` with a port in 1..65535."""
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port_text)
 
 
 def positive_int(text: str) -> int:

@@ -429,18 +429,26 @@ def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
 
 def _without_session_gaps(trace: DataFrame, bad: DataFrame,
                           session_layers: Sequence[str]) -> DataFrame:
-    """FIFO findings ``bad`` minus the gaps in ``session_layers`` with a membership change of
-    the node between its ``previous`` delivery from the origin (if any) and this one."""
+    """FIFO findings ``bad`` minus the gaps in ``session_layers`` that being away explains:
+    the node's membership changed between its ``previous`` delivery from the origin (if any)
+    and this one, or the node is away at this one (its last change before it took it down:
+    ``leave``, ``crash``), so what it missed may have been sent while it was away."""
     changes = membership_changes(trace, session_layers=session_layers).select(
-        "run", "node", F.col("at").alias("change_at"), F.col(ROW).alias("change_row"))
+        "run", "node", F.col("at").alias("change_at"), F.col(ROW).alias("change_row"),
+        F.col("event").alias("change_event"))
     gaps = bad.filter(F.col("layer").isin(list(session_layers))
                       & (F.col("seq") > F.col("highest_before")))
-    previous = F.col("previous")
-    between = ((previous.isNull() | _before(previous.getField("at"), previous.getField(ROW),
-                                            F.col("change_at"), F.col("change_row")))
-               & _before(F.col("change_at"), F.col("change_row"), F.col("at"), F.col(ROW)))
     keys = ["run", "layer", "node", "origin", "seq", "t", ROW]
-    excused = gaps.join(changes, ["run", "node"]).filter(between).select(*keys).distinct()
+    earlier = gaps.join(changes, ["run", "node"]).filter(
+        _before(F.col("change_at"), F.col("change_row"), F.col("at"), F.col(ROW)))
+    latest = earlier.groupBy(*keys, "previous").agg(F.max(F.struct(
+        "change_at", "change_row", "change_event")).alias("last"))
+    previous, last = F.col("previous"), F.col("last")
+    since_previous = previous.isNull() | _before(
+        previous.getField("at"), previous.getField(ROW), last.getField("change_at"),
+        last.getField("change_row"))
+    away = ~last.getField("change_event").isin(*UP_EVENTS)
+    excused = latest.filter(since_previous | away).select(*keys).distinct()
     return bad.join(excused, keys, "left_anti")
 
 

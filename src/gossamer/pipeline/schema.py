@@ -83,12 +83,16 @@ def clock() -> Column:
 
 def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> DataFrame:
     """(run, node, layer, event, at, row): the membership changes of each node, on the shared
-    clock (``at``, see ``clock``), up to the run's end.
+    clock (``at``, see ``clock``); its downs up to the run's end.
 
     Membership rows are those of ``RUNTIME_LAYERS`` and of ``session_layers`` (a session that
     begins and ends, like seed 003's logins). The end of a run is its latest row that is not a
-    membership change: later changes, like the ``leave`` the last process of a real deployment
-    records when it shuts down, happen after everything there was to deliver.
+    membership change: later ``leave`` and ``crash`` rows, like the ``leave`` the last process
+    of a real deployment records when it shuts down, happen after everything there was to
+    deliver and do not make a node "down at the end". Later ``join`` and ``recover`` rows
+    still count: a node that first joins then owes nothing, and a session that starts then
+    ends the one before it (seed 003's workload marks a healed tree so, maybe after every
+    other row).
 
     A real process killed with SIGKILL records no ``crash``, so one is inferred (layer ``net``,
     at its last row before): for a node of the network runtime that ``join``s again while up
@@ -139,7 +143,8 @@ def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) 
                         F.col(f"last.{ROW}").alias(ROW)))
     return (changes.unionByName(died).unionByName(vanished)
             .join(F.broadcast(ends), "run", "left")
-            .filter(F.col("run_end").isNull() | (F.col("at") <= F.col("run_end")))
+            .filter(F.col("run_end").isNull() | (F.col("at") <= F.col("run_end"))
+                    | F.col("event").isin(*UP_EVENTS))
             .drop("run_end"))
 
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -77,10 +78,15 @@ class FifoRunOptions:
     reorder: float = 0.0
     latency: str = "uniform:0.005,0.05"
     rate: float = 100.0  # broadcasts per virtual second, from round-robin origins
-    crash: float = 0.0  # fraction of nodes crashed at once in the middle of the workload
+    crash: float = 0.0  # fraction of nodes crashed at once (at crash_at)
+    crash_at: float | None = None  # virtual seconds from the start (default: mid-workload)
     recover_after: float | None = None
+    # split the group into two random halves at partition_at for partition_for seconds
+    partition: bool = False
+    partition_at: float = 0.0
+    partition_for: float = 2.0
     settle: float = 30.0  # virtual seconds after the last broadcast for repairs to finish
-    retransmit: bool = True
+    retransmit: bool = True  # false: NACKs go unanswered (broken on purpose)
     run: str | None = None
 
     def __post_init__(self) -> None:
@@ -88,7 +94,15 @@ class FifoRunOptions:
             raise ConfigError("need nodes >= 1 and messages >= 0")
         if self.rate <= 0 or self.settle < 0:
             raise ConfigError("need rate > 0 and settle >= 0")
+        if self.crash_at is not None and self.crash_at < 0:
+            raise ConfigError(f"crash_at must be >= 0, got {self.crash_at}")
+        if self.partition_at < 0 or self.partition_for <= 0:
+            raise ConfigError("need partition_at >= 0 and partition_for > 0")
         parse_latency(self.latency)
+
+    @property
+    def workload_end(self) -> float:
+        return self.messages / self.rate
 
 
 @dataclasses.dataclass
@@ -146,10 +160,17 @@ def run_fifo_sim(
                 skipped += 1
 
         scenario.at(i * interval, publish)
-    workload_end = options.messages * interval
+    workload_end = options.workload_end
     if options.crash:
-        scenario.crash_fraction(workload_end / 2, options.crash,
-                                recover_after=options.recover_after)
+        crash_at = workload_end / 2 if options.crash_at is None else options.crash_at
+        scenario.crash_fraction(crash_at, options.crash, recover_after=options.recover_after)
+    if options.partition:
+        shuffled = list(nodes)
+        random.Random(f"{options.seed}/fifo-partition").shuffle(shuffled)
+        half = len(shuffled) // 2
+        scenario.partition(options.partition_at,
+                           [sorted(shuffled[:half]), sorted(shuffled[half:])],
+                           heal_at=options.partition_at + options.partition_for)
 
     sink = trace
     file: Path | None = None

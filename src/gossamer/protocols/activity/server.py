@@ -25,6 +25,7 @@ from .users import UserTable, is_hash
 from .wire import (
     ANONYMOUS,
     DEFAULT_MAX_LINE,
+    MAX_RECEIVED,
     PROTOCOL,
     ActivityBroadcast,
     ActivityCodec,
@@ -58,11 +59,17 @@ __all__ = [
     "ServerConfig",
     "TreeState",
     "activity_ids",
+    "relay_ids",
 ]
 
 LAYER = "activity"
 ORIGIN_KEY = "_origin"  # extension fields of a processed activity: who published it and its
 SEQ_KEY = "_seq"  # per-publisher sequence number (dedup after reconnects, FIFO checks)
+# extension fields stamped by the server an activity enters: that server (and its incarnation)
+# and its own number for the activity, so that after a failure the gap can be resent
+RELAY_KEY = "_via"
+RELAY_SEQ_KEY = "_n"
+LOG_ORIGINS = 32  # origin servers whose recent activities a server keeps for resending
 FORGET_WINDOWS = 10  # known servers silent this many parent-loss windows are forgotten
 MAX_CANCELLED = 10_000  # LOCK_CANCEL ids remembered to stop a cancel from circling
 SERVER_ONLY = (ServerAnnounce, ActivityBroadcast, LockRequest, LockDenied, LockAllowed,
@@ -71,9 +78,19 @@ SERVER_ONLY = (ServerAnnounce, ActivityBroadcast, LockRequest, LockDenied, LockA
 
 def activity_ids(activity: dict[str, Any]) -> tuple[str, int] | None:
     """(origin, seq) a server of ours stamped on a processed activity, if it has them."""
-    origin, seq = activity.get(ORIGIN_KEY), activity.get(SEQ_KEY)
-    if isinstance(origin, str) and isinstance(seq, int) and not isinstance(seq, bool):
-        return origin, seq
+    return _ids(activity, ORIGIN_KEY, SEQ_KEY)
+
+
+def relay_ids(activity: dict[str, Any]) -> tuple[str, int] | None:
+    """(origin server, its number) the server the activity entered stamped on it, if any."""
+    ids = _ids(activity, RELAY_KEY, RELAY_SEQ_KEY)
+    return ids if ids is not None and ids[1] >= 1 else None
+
+
+def _ids(activity: dict[str, Any], name_key: str, number_key: str) -> tuple[str, int] | None:
+    name, number = activity.get(name_key), activity.get(number_key)
+    if isinstance(name, str) and isinstance(number, int) and not isinstance(number, bool):
+        return name, number
     return None
 
 
@@ -102,12 +119,13 @@ class ServerConfig:
     remote: tuple[str, int] | None = None
     announce_interval: float = 5.0
     miss_announces: int = 3  # intervals of silence before the parent is presumed lost
+    join_attempts: int = 3  # refusals of our secret (AUTHENTICATION_FAIL) before giving up
     # a load change is announced early, at most once per this many seconds (0: only on the
     # interval), so REDIRECT decisions elsewhere are not made on loads an interval old
     load_announce_gap: float = 0.05
     reconnect_delay: float = 1.0
     max_depth: int | None = None
-    max_buffer: int = 10_000
+    max_buffer: int = 10_000  # activities kept per origin server, resent after a failure
     max_line: int = DEFAULT_MAX_LINE
     max_origins: int = 100_000
     hash_iterations: int = 100_000
@@ -127,7 +145,8 @@ class ServerConfig:
             raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
         if self.max_depth is not None and self.max_depth < 1:
             raise ConfigError(f"max_depth must be >= 1, got {self.max_depth}")
-        for name in ("miss_announces", "max_buffer", "max_origins", "hash_iterations"):
+        for name in ("miss_announces", "join_attempts", "max_buffer", "max_origins",
+                     "hash_iterations"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -176,6 +195,9 @@ class ActivityServer:
                                iterations=config.hash_iterations)
         self.level = 0
         self.state = TreeState.ROOT
+        self.failure: str | None = None  # why this server gave up (a wrong secret)
+        self.on_failure: Callable[[str], None] | None = None
+        self._auth_failures = 0
         self.parent: Conn | None = None  # conn to the parent (dialing, joining or attached)
         self.parent_id: str | None = None
         self.known: dict[str, _Known] = {}
@@ -183,7 +205,14 @@ class ActivityServer:
         self.clients: dict[Conn, _Client] = {}
         # clients and children: where an activity goes (one write_many for all of them)
         self.fanout: ConnGroup = env.group()
-        self.buffer: deque[ActivityBroadcast] = deque()
+        # what a failure may have cut off is resent from here when the tree heals: per origin
+        # server, its last ``max_buffer`` activities (number, frame), and the last number
+        # received from each origin server (the ``received`` map of the handshake)
+        self.relay_origin = f"{self.id}/{env.incarnation}"
+        self._relay_next = 0
+        self.relay_log: OrderedDict[str, deque[tuple[int, bytes]]] = OrderedDict()
+        self.high_water: OrderedDict[str, int] = OrderedDict()
+        self._was_attached = False
         self._candidates: list[tuple[str, int]] = []
         self._failed: set[str] = set()
         self._attached_at = 0.0
@@ -239,7 +268,10 @@ class ActivityServer:
         role = self.roles.get(conn)
         if role is ConnRole.DIALING:
             self.roles[conn] = ConnRole.JOINING
-            self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL))
+            # joining again: say what this side has, the parent resends what is newer
+            received = dict(self.high_water) if self._was_attached else None
+            self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL,
+                                          received=received))
             return
         if role is not None:
             return
@@ -262,9 +294,9 @@ class ActivityServer:
         elif role is ConnRole.CLIENT:
             self._from_client(conn, msg)
         elif role is ConnRole.CHILD:
-            self._from_server(conn, msg)
+            self._from_server(conn, msg, frame)
         else:
-            self._from_parent(conn, role, msg)
+            self._from_parent(conn, role, msg, frame)
 
     def closed(self, conn: Conn, reason: str) -> None:
         if conn in self.roles:
@@ -312,11 +344,11 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a client")
 
-    def _from_server(self, conn: Conn, msg: ActivityWire) -> None:
+    def _from_server(self, conn: Conn, msg: ActivityWire, frame: bytes) -> None:
         if isinstance(msg, ServerAnnounce):
             self._announce(conn, msg)
         elif isinstance(msg, ActivityBroadcast):
-            self._broadcast(conn, msg)
+            self._broadcast(conn, msg, frame)
         elif isinstance(msg, LockRequest):
             self._lock_request(conn, msg)
         elif isinstance(msg, LockAllowed):
@@ -332,19 +364,22 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a server")
 
-    def _from_parent(self, conn: Conn, role: ConnRole, msg: ActivityWire) -> None:
+    def _from_parent(self, conn: Conn, role: ConnRole, msg: ActivityWire,
+                     frame: bytes) -> None:
         if isinstance(msg, ServerInfo):
             self._server_info(conn, msg)
         elif isinstance(msg, Redirect) and role is ConnRole.JOINING:
             self._trace("redirected", peer=conn, host=msg.hostname, port=msg.port)
             self._candidates.insert(0, (msg.hostname, msg.port))
             self._close(conn, "redirected")
+        elif isinstance(msg, AuthenticationFail) and role is ConnRole.JOINING:
+            self._auth_refused(conn, msg.info)
         elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
             self._close(conn, f"parent sent {msg.TYPE}: {msg.info}")
         elif role is ConnRole.JOINING:
             self._invalid(conn, f"{msg.TYPE} received before SERVER_INFO")
         else:
-            self._from_server(conn, msg)
+            self._from_server(conn, msg, frame)
 
     # -- servers: authentication, info, announcements ------------------------------------------
 
@@ -372,10 +407,13 @@ class ActivityServer:
             return
         self._trace("link_up", peer=conn, role="child")
         self._send(conn, self._server_info_msg())
+        if msg.received is not None:
+            self._resend(conn, msg.received)
 
     def _server_info_msg(self) -> ServerInfo:
         return ServerInfo(id=self.id, level=self.level,
-                          users=[f"{name}:{record}" for name, record in self.users.items()])
+                          users=[f"{name}:{record}" for name, record in self.users.items()],
+                          received=dict(self.high_water))
 
     def _shallower_server(self, depth: int) -> _Known | None:
         fresh = [k for k in self._fresh() if k.level is not None and k.level + 1 <= depth]
@@ -400,10 +438,17 @@ class ActivityServer:
             self.state = TreeState.ATTACHED
             self._candidates = []
             self._failed.clear()
-            self._trace("attach", peer=conn, parent=msg.id, level=self.level,
-                        buffered=len(self.buffer))
-            while self.buffer:
-                self._send(conn, self.buffer.popleft())
+            self._trace("attach", peer=conn, parent=msg.id, level=self.level)
+            theirs = msg.received or {}
+            if not self._was_attached:
+                # a first join: owed only what is sent from now on, so what the network had
+                # received before is where this server starts (no history resent later)
+                for origin, number in theirs.items():
+                    if origin not in self.high_water:
+                        self._record(origin, number)
+            self._was_attached = True
+            if msg.received is not None:
+                self._resend(conn, theirs)
         if self.level != old_level:
             for child in self._children():
                 if child not in self._legacy:  # extension: levels follow moves
@@ -440,8 +485,9 @@ class ActivityServer:
             self._close(self.parent, "no announcements from the parent")
 
     def _send_announce(self) -> None:
+        parent = self.parent_id if self.state is TreeState.ATTACHED else None
         announce = ServerAnnounce(id=self.id, load=self.load, hostname=self.config.hostname,
-                                  port=self.config.port, level=self.level)
+                                  port=self.config.port, level=self.level, parent=parent)
         self._announced_load = self.load
         for conn in self.server_conns():
             self._send(conn, announce)
@@ -496,6 +542,26 @@ class ActivityServer:
         else:
             self._become_root()
 
+    def _auth_refused(self, conn: Conn, info: str) -> None:
+        """The server we joined refused our secret: retried ``join_attempts`` times (it may
+        be a server of another network behind a redirect), then given up: a wrong secret is
+        the operator's mistake, not a fault to wait out."""
+        self._auth_failures += 1
+        self._trace("auth_refused", peer=conn, info=info[:200], attempt=self._auth_failures)
+        if self._auth_failures >= self.config.join_attempts and \
+                self.state is TreeState.JOINING:
+            self.failure = (f"the server at {conn.remote} refused this network's secret "
+                            f"{self._auth_failures} times: {info}")
+            self._trace("gave_up", reason="auth", attempts=self._auth_failures)
+            self.roles.pop(conn, None)
+            self.env.close(conn, CloseCode.NORMAL, "authentication failed")
+            self.parent = None
+            self.stop()
+            if self.on_failure is not None:
+                self.on_failure(self.failure)
+            return
+        self._close(conn, f"parent sent AUTHENTICATION_FAIL: {info}")
+
     def _retry_join(self) -> None:
         self._retry = None
         if self.running and self.state is TreeState.JOINING and self.parent is None:
@@ -505,10 +571,8 @@ class ActivityServer:
     def _become_root(self) -> None:
         self.state = TreeState.ROOT
         self.parent_id = None
-        dropped = len(self.buffer)
-        self.buffer.clear()  # no server above us: the subtree has them all already
         old_level, self.level = self.level, 0
-        self._trace("root", level=0, dropped=dropped)
+        self._trace("root", level=0)
         if old_level != 0:
             for child in self._children():
                 if child not in self._legacy:
@@ -687,11 +751,29 @@ class ActivityServer:
         activity["authenticated_user"] = client.username
         activity[ORIGIN_KEY] = origin
         activity[SEQ_KEY] = seq
+        self._relay_next += 1
+        activity[RELAY_KEY] = self.relay_origin
+        activity[RELAY_SEQ_KEY] = self._relay_next
         self.env.trace("publish", layer=LAYER, msg=f"{origin}#{seq}", origin=origin, seq=seq,
                        peer=conn.id, user=client.username)
-        self._spread(ActivityBroadcast(activity=activity), conn)
+        frame = self.codec.encode(ActivityBroadcast(activity=activity))
+        self._record(self.relay_origin, self._relay_next)
+        self._log(self.relay_origin, self._relay_next, frame)
+        self._spread(frame, conn)
 
-    def _broadcast(self, conn: Conn, msg: ActivityBroadcast) -> None:
+    def _broadcast(self, conn: Conn, msg: ActivityBroadcast, frame: bytes) -> None:
+        relay = relay_ids(msg.activity)
+        if relay is not None:
+            via, number = relay
+            last = self.high_water.get(via, 0)
+            if number <= last:
+                self._trace("drop", peer=conn, reason="duplicate", via=via, n=number)
+                return
+            if number > last + 1 and via in self.high_water:
+                # the sender no longer had them (its log is bounded): gone for this side
+                self._trace("relay_gap", peer=conn, via=via, missing=number - last - 1)
+            self._record(via, number)
+            self._log(via, number, frame)
         ids = activity_ids(msg.activity)
         if ids is not None:
             if not self._seen(*ids):
@@ -700,7 +782,39 @@ class ActivityServer:
             # a server has every activity too: it is a member the reliability check counts
             self.env.trace("deliver", layer=LAYER, msg=f"{ids[0]}#{ids[1]}", origin=ids[0],
                            seq=ids[1], peer=conn.id)
-        self._spread(msg, conn)
+        self._spread(frame, conn)
+
+    def _record(self, via: str, number: int) -> None:
+        self.high_water[via] = number
+        self.high_water.move_to_end(via)
+        while len(self.high_water) > MAX_RECEIVED:
+            self.high_water.popitem(last=False)
+
+    def _log(self, via: str, number: int, frame: bytes) -> None:
+        log = self.relay_log.get(via)
+        if log is None:
+            log = self.relay_log[via] = deque(maxlen=self.config.max_buffer)
+            while len(self.relay_log) > LOG_ORIGINS:
+                self.relay_log.popitem(last=False)
+        else:
+            self.relay_log.move_to_end(via)
+        log.append((number, frame))
+
+    def _resend(self, conn: Conn, theirs: dict[str, Any]) -> None:
+        """Send ``conn`` every logged activity newer than what its side received (the
+        ``received`` map of its handshake), oldest first per origin server: the gap a failure
+        cut into the tree, filled from this side's copies."""
+        resent = 0
+        for via, log in self.relay_log.items():
+            after = theirs.get(via, 0)
+            if log and log[0][0] > after + 1 and via in theirs:
+                self._trace("relay_gap", peer=conn, via=via, missing=log[0][0] - after - 1,
+                            resend=True)
+            for number, frame in log:
+                if number > after:
+                    self.env.write(conn, frame)
+                    resent += 1
+        self._trace("resend", peer=conn, count=resent)
 
     def _seen(self, origin: str, seq: int) -> bool:
         """Record (origin, seq); False when it (or a later one) was seen already."""
@@ -713,19 +827,15 @@ class ActivityServer:
             self._last_seq.popitem(last=False)
         return True
 
-    def _spread(self, msg: ActivityBroadcast, source: Conn) -> None:
+    def _spread(self, frame: bytes, source: Conn) -> None:
+        """To every client and child but ``source``, and to the parent once attached (while
+        there is none, the log keeps the activity for the handshake that heals the tree)."""
         if self.config.drop_broadcasts:
             return
-        frame = self.codec.encode(msg)
         self.env.write_many(self.fanout, frame, exclude=source)
-        if self.state is TreeState.ATTACHED and self.parent is not None:
-            if self.parent != source:
-                self.env.write(self.parent, frame)
-        elif self.state is not TreeState.ROOT:
-            if len(self.buffer) >= self.config.max_buffer:
-                self.buffer.popleft()
-                self._trace("drop", reason="buffer_full", limit=self.config.max_buffer)
-            self.buffer.append(msg)
+        if self.state is TreeState.ATTACHED and self.parent is not None \
+                and self.parent != source:
+            self.env.write(self.parent, frame)
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""``gossamer activity server|client``: run a seed-003 server, or talk to the network.
+"""``gossamer activity server|client|status``: run a seed-003 server, talk to the network, or
+see its tree.
 
 ``add_activity_parser(verbs)`` plugs the verb into ``gossamer.cli.main``.
 """
@@ -16,9 +17,12 @@ from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.tree import Tree
 
+from ...core.argtypes import host_port
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
+from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
@@ -26,6 +30,7 @@ from ...core.traceio import trace_path, write_settings
 from ...protocols.activity import ANONYMOUS
 from .client import ActivityClient
 from .server import DEFAULT_PORT, ActivityTcpServer
+from .status import NetworkView, ServerView, probe
 
 __all__ = ["add_activity_parser"]
 
@@ -66,7 +71,62 @@ def add_activity_parser(
                              "random)")
     _trace_options(client)
     client.set_defaults(handler=_cmd_client)
+
+    status = sub.add_parser("status", help="the network's tree: each server's address, level, "
+                                           "parent and connected clients")
+    status.add_argument("address", type=host_port, metavar="HOST:PORT",
+                        help="any server of the network")
+    status.add_argument("-s", "--secret", required=True, help="the network's server secret")
+    status.add_argument("--wait", type=_seconds, default=6.0,
+                        help="seconds to listen for announcements: a little over the "
+                             "network's announce interval (default 6, for the default 5 s)")
+    status.add_argument("--json", action="store_true", help="one JSON object per server")
+    status.set_defaults(handler=_cmd_status)
     return activity
+
+
+def _cmd_status(args: argparse.Namespace, console: Console) -> int:
+    host, port = args.address
+    try:
+        view = asyncio.run(probe(host, port, args.secret, wait=args.wait))
+    except OperationError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
+    if args.json:
+        for server in sorted(view.servers.values(), key=lambda s: s.id):
+            sys.stdout.write(orjson.dumps(
+                {"id": server.id, "hostname": server.hostname, "port": server.port,
+                 "level": server.level, "parent": server.parent,
+                 "clients": server.load}).decode() + "\n")
+        return 0
+    console.print(_status_tree(view))
+    console.print(f"{len(view.servers)} servers, "
+                  f"{sum(s.load for s in view.servers.values())} clients, {view.users} "
+                  f"registered users (seen from {view.entry})", highlight=False)
+    return 0
+
+
+def _status_tree(view: NetworkView) -> Tree:
+    tree = Tree(f"activity network (probed at {view.entry}, level {view.entry_level})")
+
+    def label(server: ServerView) -> str:
+        level = "?" if server.level is None else str(server.level)
+        return (f"{server.id}  {server.hostname}:{server.port}  level {level}  "
+                f"clients {server.load}")
+
+    def grow(branch: Tree, server: ServerView, seen: set[str]) -> None:
+        seen.add(server.id)
+        for child in view.children(server.id):
+            if child.id not in seen:
+                grow(branch.add(label(child)), child, seen)
+
+    seen: set[str] = set()
+    for root in view.children(None):
+        grow(tree.add(label(root)), root, seen)
+    for server in view.servers.values():  # in a cycle of stale parents: shown flat
+        if server.id not in seen:
+            tree.add(label(server) + f"  (parent {server.parent})")
+    return tree
 
 
 def _trace_options(parser: argparse.ArgumentParser) -> None:
@@ -132,13 +192,25 @@ async def _serve(server: ActivityTcpServer, console: Console) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:
+            console.print(f"[red]error:[/] cannot listen on {server.spec.host}:"
+                          f"{server.spec.port}: {exc.strerror or exc}", highlight=False)
+            return 1
         host, port = server.address
         console.print(f"activity server {server.server_id} listening on {host}:{port}",
                       highlight=False)
-        await stop.wait()
+        stopped = asyncio.create_task(stop.wait())
+        failed = asyncio.create_task(server.failed.wait())
+        await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        failed.cancel()
     finally:
         await server.stop()
+    if server.failure is not None:
+        console.print(f"[red]error:[/] {server.failure}", highlight=False)
+        return 1
     return 0
 
 

@@ -8,6 +8,7 @@ Users live in sqlite under ``data_dir``; the trace goes to ``trace``.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from pathlib import Path
 
@@ -26,7 +27,11 @@ LISTENER = "activity"
 
 
 class ActivityTcpServer:
-    """``await start()``, then ``address``; ``await stop()`` closes everything."""
+    """``await start()``, then ``address``; ``await stop()`` closes everything.
+
+    ``failed`` is set (and ``failure`` says why) when the server gave up joining: the network
+    it was pointed at refused its secret ``ServerConfig.join_attempts`` times.
+    """
 
     def __init__(self, *, secret: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  remote: tuple[str, int] | None = None, announce_interval: float = 5.0,
@@ -57,6 +62,12 @@ class ActivityTcpServer:
         self.hash_iterations = hash_iterations
         self.core: ActivityServer | None = None
         self._node: NetNode | None = None
+        self.failure: str | None = None  # why the server gave up (its secret refused)
+        self.failed = asyncio.Event()  # set when it gave up: the process should exit
+
+    def _gave_up(self, reason: str) -> None:
+        self.failure = reason
+        self.failed.set()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -73,6 +84,7 @@ class ActivityTcpServer:
                               max_depth=self.max_depth, max_line=self.max_line,
                               hash_iterations=self.hash_iterations)
         self.core = ActivityServer(env, config, salt=lambda: secrets.token_bytes(16))
+        self.core.on_failure = self._gave_up
         return self.core
 
     async def start(self) -> None:

@@ -6,7 +6,7 @@ through ``--contact HOST:PORT`` (repeatable), or creates the overlay without one
 
 * ``--interactive``: reads commands from stdin, one a line -- ``subscribe TOPIC``,
   ``unsubscribe TOPIC``, ``publish TOPIC MESSAGE``, ``status``, ``help``, ``exit`` (or end of
-  input). Each delivered message is printed as ``TOPIC: MESSAGE``; commands are answered with
+  input). Each delivered message is printed as ``deliver TOPIC MESSAGE``; commands are answered with
   ``ok ...`` or ``error: ...`` (a bad command never stops the node).
 * ``--auto``: the automated client -- random subscribe/unsubscribe/publish commands on topics
   ``topic0 .. topicK-1`` until ``--publishes N`` messages went out, then it exits once nothing
@@ -30,11 +30,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...core.argtypes import host_port
 from ...core.argtypes import non_negative_int as _non_negative_int
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, GossamerError
+from .client import run_client
 from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
 
 __all__ = ["add_pubsub_parser", "main"]
@@ -80,6 +82,9 @@ def add_pubsub_parser(
                       help="the secret every node of this overlay shares: peer links are "
                            "refused without it (default: $GOSSAMER_CLUSTER_KEY; on 127.0.0.1 "
                            "a built-in key is used when neither is given)")
+    node.add_argument("--join-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                      help="with --contact: not in the overlay after this long is an error "
+                           "(exit code 1)")
     node.add_argument("--run", default="pubsub", help="run id written in the trace")
     node.add_argument("--seed", type=int, default=0, help="seeds the node's randomness")
     node.add_argument("--json", action="store_true", help="print JSON objects, one a line")
@@ -101,7 +106,20 @@ def add_pubsub_parser(
                       help="exit once nothing was delivered for this long after the last "
                            "publish")
     node.set_defaults(handler=_cmd_node)
+    client = sub.add_parser(
+        "client", help="the seed's client, in a process of its own: commands to a running "
+                       "node's command port (gossamer pubsub node --command-port PORT)")
+    client.add_argument("address", type=host_port, metavar="HOST:PORT",
+                        help="where the node takes commands (its --command-port)")
+    client.add_argument("--json", action="store_true", help="print JSON objects, one a line")
+    client.set_defaults(handler=_cmd_client)
     return pubsub
+
+
+def _cmd_client(args: argparse.Namespace, console: Console) -> int:
+    host, port = args.address
+    out = Output(sys.stdout, json=args.json)
+    return asyncio.run(run_client(host, port, out, fd=sys.stdin.fileno()))
 
 
 def _cmd_node(args: argparse.Namespace, console: Console) -> int:
@@ -112,7 +130,8 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         data_dir=None if args.data_dir is None else Path(args.data_dir),
         trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
         run=args.run, seed=args.seed, chord_bits=args.chord_bits,
-        command_port=args.command_port, cluster_key=args.cluster_key)
+        command_port=args.command_port, cluster_key=args.cluster_key,
+        join_timeout=args.join_timeout)
     auto = None
     if args.auto:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,

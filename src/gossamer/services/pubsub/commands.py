@@ -34,10 +34,14 @@ class CommandPort:
     """The command port of one node (see the module docstring)."""
 
     def __init__(self, env: Env, pubsub: PubSubNode, *,
-                 status: Callable[[], dict[str, Any]] | None = None) -> None:
+                 status: Callable[[], dict[str, Any]] | None = None,
+                 joined: Callable[[], bool] | None = None) -> None:
+        """``joined``: whether the node is in the overlay (publishes are refused before);
+        None: always."""
         self.env = env
         self.pubsub = pubsub
         self.status = status if status is not None else self._status
+        self.joined = joined if joined is not None else (lambda: True)
         self.clients: ConnGroup = env.group()
 
     def _status(self) -> dict[str, Any]:
@@ -72,12 +76,16 @@ class CommandPort:
                 self._say(conn, "status", **self.status())
             elif command.verb == "publish":
                 assert command.topic is not None
+                if not self.joined():
+                    raise StateError("not in the overlay yet: publish once it joined")
                 mid = self.pubsub.publish(command.topic, command.message)
                 self._say(conn, "publish", topic=command.topic, msg=mid)
             else:
                 assert command.topic is not None
                 if command.verb == "subscribe":
                     self.pubsub.subscribe(command.topic)
+                elif not self.pubsub.is_subscribed(command.topic):
+                    raise StateError(f"not subscribed to {command.topic}")
                 else:
                     self.pubsub.unsubscribe(command.topic)
                 self._say(conn, command.verb, topic=command.topic)

@@ -7,9 +7,10 @@ first creating the ring), then subscribe to topics ``t0``, ``t1``, ... (``subscr
 nodes per topic, or each node with ``subscribe_probability``), then publish
 ``publishes_per_node`` messages each, round-robin (or ``publishes_total`` in all, from nodes
 spread over the ids), at ``rate`` per virtual second on random
-topics. Faults: message loss on every link; a fraction of the nodes crashing at once
-``crash_at`` seconds into the publishing (they stay down); a partition into two halves that
-heals after ``partition_for`` seconds. As over TCP, a message to a crashed node fails at its
+topics. Faults: message loss, duplication and reordering on every link; a fraction of the
+nodes crashing at once ``crash_at`` seconds into the publishing (they stay down; with
+``crash_publishers = false`` they publish nothing); a partition into two halves that heals
+after ``partition_for`` seconds. As over TCP, a message to a crashed node fails at its
 sender (``connection_refused``; HyParView then repairs at once), while a partition is silent.
 
 The trace's pub/sub rows (layer ``pubsub``: ``subscribe``/``unsubscribe`` with key = topic,
@@ -62,8 +63,14 @@ class PubSubRunOptions:
     rate: float = 50.0  # publishes per virtual second over the whole group
     latency: str = "uniform:0.005,0.05"
     loss: float = 0.0
+    duplicate: float = 0.0  # fraction of messages delivered twice
+    reorder: float = 0.0  # fraction of messages held back up to 0.1 s (later ones overtake)
     crash: float = 0.0  # fraction of the nodes crashed at once (they stay down)
     crash_at: float = 0.0  # seconds into the publishing
+    # false: the nodes that crash publish nothing (the others take their share). A publisher
+    # that crashes for good may take its last publishes with it (a publish is acknowledged to
+    # no one), so only what the survivors publish is a guarantee under crashes
+    crash_publishers: bool = True
     partition: bool = False  # split the nodes into two halves for a while
     partition_at: float = 0.0  # seconds into the publishing
     partition_for: float = 2.0  # then the partition heals
@@ -89,7 +96,7 @@ class PubSubRunOptions:
             raise ConfigError(f"subscribers must be in [0, nodes], got {self.subscribers}")
         if self.rate <= 0 or self.settle < 0 or self.warmup < 0 or self.subscribe_settle < 0:
             raise ConfigError("need rate > 0 and settle, warmup, subscribe_settle >= 0")
-        for name in ("loss", "crash", "subscribe_probability"):
+        for name in ("loss", "duplicate", "reorder", "crash", "subscribe_probability"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.loss >= 1:
@@ -245,7 +252,8 @@ def run_pubsub_sim(
     if hyparview_config is None and gossip:
         hyparview_config = HyParViewConfig(active_size=options.active_size)
     chord = chord_config if chord_config is not None else ChordConfig()
-    link = LinkModel(latency=parse_latency(options.latency), loss=options.loss)
+    link = LinkModel(latency=parse_latency(options.latency), loss=options.loss,
+                     duplicate=options.duplicate, reorder=options.reorder)
     ids = node_ids(options.nodes)
     scenario = Scenario(seed=options.seed, nodes=[ids[0]], link=link,
                         connection_refused=options.connection_refused)
@@ -284,20 +292,23 @@ def run_pubsub_sim(
         for node in members:
             scenario.at(options.subscribe_at,
                         functools.partial(subscribe, node=node, topic=topic))
+    faults = random.Random(f"{options.seed}/pubsub-faults")
+    pool = ids[_SCRIBE_CONTACTS:] if not gossip else ids  # keep the ring's contacts up
+    victims = sorted(faults.sample(pool, min(len(pool), round(len(ids) * options.crash))))
+    publishers = ids
+    if not options.crash_publishers:
+        publishers = [n for n in ids if n not in set(victims)] or ids
     choices = random.Random(f"{options.seed}/pubsub-publishes")
     interval = 1.0 / options.rate
     for number in range(options.publishes):
         if options.publishes_total:
-            node = ids[number * len(ids) // options.publishes % len(ids)]
+            node = publishers[number * len(publishers) // options.publishes % len(publishers)]
         else:
-            node = ids[number % len(ids)]
+            node = publishers[number % len(publishers)]
         topic = f"t{choices.randrange(options.topics)}"
         scenario.at(options.publish_start + number * interval,
                     functools.partial(publish, node=node, topic=topic, number=number))
 
-    faults = random.Random(f"{options.seed}/pubsub-faults")
-    pool = ids[_SCRIBE_CONTACTS:] if not gossip else ids  # keep the ring's contacts up
-    victims = sorted(faults.sample(pool, min(len(pool), round(len(ids) * options.crash))))
     for node in victims:
         scenario.crash(options.publish_start + options.crash_at, node)
     if options.partition:

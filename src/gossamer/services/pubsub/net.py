@@ -13,8 +13,9 @@ The clients (seed 001, section 6; both drive the node they run in):
 * automated: ``AutoOptions``; random subscribe/unsubscribe/publish commands until ``publishes``
   messages went out, then it waits until nothing was delivered for ``settle`` seconds.
 
-Everything the node says goes through an ``Output``: deliveries as ``TOPIC: MESSAGE`` lines (or
-JSON objects with ``--json``), answers to commands, errors (a bad command never stops the node).
+Everything the node says goes through an ``Output``: deliveries as ``deliver TOPIC MESSAGE``
+lines (or JSON objects with ``--json``), answers to commands, errors (a bad command never
+stops the node).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from ...core.ids import NodeId, check_node_id
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
 from ...core.traceio import trace_path, write_settings
+from ...protocols.dissemination.scribe import TreeRole
 from ...protocols.membership.chord import ChordConfig, ChordHost
+from ...protocols.membership.chord.ring import Peer, VNodeView
 from ...protocols.membership.hyparview import HyParView, OverlayState
 from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
 from .commands import COMMANDS_LISTENER, CommandPort, NodeProcess
@@ -65,6 +68,19 @@ JOIN_POLL = 0.05  # seconds between looks at the overlay while waiting to be in 
 STORE_FILE = "pubsub.sqlite"
 
 
+def _ring_view(view: VNodeView) -> dict[str, Any]:
+    """One virtual node's place on the Chord ring, for ``status``."""
+
+    def peer(p: Peer | None) -> str | None:
+        return None if p is None else f"{p.node}#{p.vnode} ({p.ident:x})"
+
+    return {"id": f"{view.me.ident:x}", "state": view.state.value,
+            "predecessor": peer(view.predecessor),
+            "successors": [peer(p) for p in view.successors],
+            "fingers": sorted({f"{f.node}#{f.vnode} ({f.ident:x})" for f in view.fingers
+                               if f is not None})}
+
+
 def address_of(node: NodeId) -> Address | None:
     """Where the node ``host:port`` listens (None for an id of another shape)."""
     host, sep, port = node.rpartition(":")
@@ -87,8 +103,26 @@ def parse_contact(text: str) -> NodeId:
 # -- output ----------------------------------------------------------------------------------
 
 
+def plain_topic(topic: str) -> str:
+    """A topic as one word of a plain line: as is, or a JSON string when it is empty or holds
+    whitespace or a leading quote (a topic named ``error`` is fine: lines start with a verb)."""
+    if not topic or topic.startswith('"') or any(c.isspace() or not c.isprintable()
+                                                 for c in topic):
+        return orjson.dumps(topic).decode()
+    return topic
+
+
+def plain_message(message: Any) -> str:
+    """The rest of a plain line: a text message verbatim (trailing spaces kept) unless it holds
+    a line break or other control character, then as a JSON string; anything else as JSON."""
+    if isinstance(message, str) and all(c.isprintable() or c == "\t" for c in message):
+        return message
+    return orjson.dumps(message).decode()
+
+
 class Output:
-    """Lines on a stream: ``TOPIC: MESSAGE`` per delivery and short answers, or JSON objects."""
+    """Lines on a stream, each starting with what it is: ``deliver TOPIC MESSAGE`` per
+    delivery, ``ok VERB TOPIC``, ``error: REASON``, ``ready``/``joined``...; or JSON objects."""
 
     def __init__(self, stream: IO[str] | None = None, *, json: bool = False) -> None:
         self.stream = stream if stream is not None else sys.stdout
@@ -116,11 +150,11 @@ class Output:
                   commands=where)
 
     def deliver(self, topic: str, message: Any) -> None:
-        text = message if isinstance(message, str) else orjson.dumps(message).decode()
-        self.emit("deliver", f"{topic}: {text}", topic=topic, message=message)
+        self.emit("deliver", f"deliver {plain_topic(topic)} {plain_message(message)}",
+                  topic=topic, message=message)
 
     def ok(self, verb: str, topic: str, msg: str | None = None) -> None:
-        text = f"ok {verb} {topic}" + (f" {msg}" if msg else "")
+        text = f"ok {verb} {plain_topic(topic)}" + (f" {plain_message(msg)}" if msg else "")
         self.emit(verb, text, topic=topic, **({"msg": msg} if msg else {}))
 
     def error(self, reason: str) -> None:
@@ -147,6 +181,7 @@ class NodeOptions:
     seed: int = 0
     chord_bits: int = 256  # the seed's SHA-256 ring
     command_port: int | None = None  # the command port (commands.py) on host; 0: a free one
+    join_timeout: float = 30.0  # with contacts: not in the overlay by then is an error (exit 1)
     cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
 
     def __post_init__(self) -> None:
@@ -224,7 +259,7 @@ class PubSubNetNode:
             on_message=self._delivered)
         if opts.command_port is None:
             return self.pubsub.process
-        self.port = CommandPort(env, self.pubsub, status=self.status)
+        self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined)
         return NodeProcess(self.pubsub.process, self.port)
 
     @property
@@ -290,6 +325,16 @@ class PubSubNetNode:
             membership = pubsub.gossip.membership
             if isinstance(membership, HyParView):
                 info["active_view"] = membership.active_view()
+        if pubsub is not None and pubsub.scribe is not None:
+            scribe = pubsub.scribe
+            chord = scribe.chord
+            if isinstance(chord, ChordHost):
+                info["ring"] = [_ring_view(view) for view in chord.views()]
+            info["topics"] = {
+                topic: {"role": role.value if (role := scribe.role(topic)) else None,
+                        "root": role is TreeRole.ROOT, "parent": scribe.parent(topic),
+                        "children": scribe.children(topic)}
+                for topic in scribe.topics()}
         return info
 
     def _call(self, fn: Callable[[PubSubNode], Any]) -> Any:
@@ -314,9 +359,14 @@ class PubSubNetNode:
         self._call(lambda p: p.subscribe(topic))
 
     def unsubscribe(self, topic: str) -> None:
+        if not self.is_subscribed(topic):
+            raise CommandError(f"not subscribed to {topic}")
         self._call(lambda p: p.unsubscribe(topic))
 
     def publish(self, topic: str, message: Any) -> str:
+        if not self.joined():
+            # a publish made before the node is in the overlay would go nowhere
+            raise CommandError("not in the overlay yet: publish once 'joined' is printed")
         return str(self._call(lambda p: p.publish(topic, message)))
 
     def is_subscribed(self, topic: str) -> bool:
@@ -481,9 +531,17 @@ async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
     return published
 
 
-async def _announce_joined(node: PubSubNetNode, out: Output) -> None:
-    if await node.wait_joined():
+async def _announce_joined(node: PubSubNetNode, out: Output, timeout: float) -> bool:
+    """Print ``joined`` once in the overlay; False (and an error line) when a node that was
+    given contacts is not in the overlay within ``timeout`` seconds."""
+    if await node.wait_joined(timeout if node.options.contacts else None):
         out.info("joined", f"joined {node.node_id}", node=node.node_id)
+        return True
+    if node.running:
+        contacts = ", ".join(node.options.contacts)
+        out.error(f"not in the overlay after {timeout:g} s: no contact answered ({contacts}); "
+                  f"is a node running there, with the same --mode and cluster key?")
+    return False
 
 
 async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool = False,
@@ -504,19 +562,24 @@ async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool
         loop.add_signal_handler(sig, stop.set)
     tasks: list[asyncio.Task[Any]] = []
     background: list[asyncio.Task[Any]] = []
+    joining: asyncio.Task[bool] | None = None
     try:
         try:
             node_id = await node.start()
         except OSError as exc:
             raise ConfigError(f"cannot listen on {options.host}:{options.port}: {exc}") from exc
         out.ready(node_id, options.mode, node.command_address)
-        background.append(loop.create_task(_announce_joined(node, out)))
-        tasks = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait())]
+        joining = loop.create_task(_announce_joined(node, out, options.join_timeout))
+        tasks = [loop.create_task(stop.wait()), loop.create_task(node.failed.wait()), joining]
         if interactive_input:
             tasks.append(loop.create_task(interactive(node, out, stdin)))
         if auto is not None:
             tasks.append(loop.create_task(automated(node, auto, out, delivered)))
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if done != {joining} or not joining.result():
+                break
+            tasks.remove(joining)  # joined: carry on until something else ends the run
     finally:
         for task in tasks + background:
             task.cancel()
@@ -528,4 +591,7 @@ async def run_node(options: NodeOptions, out: Output, *, interactive_input: bool
         out.error(f"node failed: {node.net.failure!r}")
         return 1
     out.info("stopped", f"stopped {node.node_id}", node=node.node_id)
+    if joining is not None and joining.done() and not joining.cancelled() \
+            and not joining.result():
+        return 1  # it never joined the overlay it was pointed at
     return 0

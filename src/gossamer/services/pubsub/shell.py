@@ -40,13 +40,16 @@ def _topic(word: str) -> str:
 
 
 def parse_command(line: str) -> Command | None:
-    """One interactive command; None for a blank line; ``CommandError`` if it is not one."""
-    text = line.strip()
-    if not text:
+    """One interactive command; None for a blank line; ``CommandError`` if it is not one.
+
+    Words are separated by whitespace; a published message is the rest of the line after the
+    topic, kept verbatim up to the line break (inner and trailing spaces included)."""
+    text = line.rstrip("\r\n").lstrip()
+    if not text.strip():
         return None
     if len(text) > MAX_LINE:
         raise CommandError(f"line longer than {MAX_LINE} characters")
-    parts = text.split(None, 2)
+    parts = text.split(None, 2)  # the third part keeps its trailing spaces
     verb = parts[0].lower()
     if verb in ("subscribe", "unsubscribe", "sub", "unsub"):
         if len(parts) != 2:

@@ -10,8 +10,10 @@ WebSocket connections: ``cuts`` resets per client per virtual second during the 
 was in flight is lost; the client reconnects with backoff, resubscribes and repairs); a
 fraction of the clients crashing mid-workload and recovering from their durable store; a
 fraction going offline, writing into their offline queue, and reconnecting (sync, then rebase);
-optionally the hub crashing and recovering. Everyone is back and online well before the end,
-so every replica must converge: the pipeline's convergence check judges that from the trace.
+optionally the hub crashing and recovering, and half of the clients partitioned from the hub
+for a while (their connections hold what is written until the partition heals). Everyone is
+back and online well before the end, so every replica must converge: the pipeline's
+convergence check judges that from the trace.
 
 ``repair = false`` switches off what makes the group recover from loss (NACKs, re-NACKs and
 the vector announcements): a deliberately broken setting that the analysis must report.
@@ -76,6 +78,11 @@ class ReplicaRunOptions:
     # the hub crashes mid-workload too: its keeper recovers, and delivers again what its last
     # group commit lost (the FIFO check reports those re-deliveries at "hub" as duplicates)
     hub_crash: bool = False
+    # half of the clients (seeded) cut off from the hub partition_at seconds after the first
+    # write, for partition_for seconds: their connections hold frames until the heal
+    partition: bool = False
+    partition_at: float = 0.0
+    partition_for: float = 2.0
     keeper: bool = True  # the hub keeps snapshots; false: the seed's bare relay
     log_per_origin: int = 1000  # the keeper's log per writer (beyond it: snapshots)
     repair: bool = True  # false: no NACKs, no re-NACKs, no announcements (broken on purpose)
@@ -99,6 +106,8 @@ class ReplicaRunOptions:
             raise ConfigError("log_per_origin must be >= 1")
         if self.until is not None and self.until <= 0:
             raise ConfigError("until must be > 0")
+        if self.partition_at < 0 or self.partition_for <= 0:
+            raise ConfigError("need partition_at >= 0 and partition_for > 0")
         parse_latency(self.latency)
 
     @property
@@ -115,7 +124,10 @@ class ReplicaRunOptions:
         if self.until is not None:
             return self.until
         away = max(self.recover_after, self.offline_for)
-        return self.workload_end + away + self.settle
+        last = self.workload_end + away
+        if self.partition:
+            last = max(last, _START + self.partition_at + self.partition_for)
+        return last + self.settle
 
 
 @dataclasses.dataclass
@@ -200,6 +212,11 @@ def run_replica_sim(
             while at < options.workload_end:
                 scenario.cut(at, node, HUB_ID)
                 at += faults.expovariate(options.cuts)
+    if options.partition:
+        cut_off = sorted(faults.sample(clients, max(1, len(clients) // 2)))
+        rest = [HUB_ID, *(n for n in clients if n not in set(cut_off))]
+        start = _START + options.partition_at
+        scenario.partition(start, [cut_off, rest], heal_at=start + options.partition_for)
 
     replica = ReplicaConfig(causal=_causal(options.repair))
     keeper = (KeeperConfig(replica=replica, log_per_origin=options.log_per_origin)

@@ -1,0 +1,753 @@
+"""VOPR: random fault schedules for a service's simulated workload, one seed each, every run
+judged by the same checks as ``gossamer analyze``; a failing seed replays exactly.
+
+A seed alone decides a run: ``random.Random(f"vopr/{service}/{seed}")`` draws which faults are
+on and how strong, within each service's documented ranges (``PLANS``: the ranges in which the
+service's guarantee must hold, so any violation is a bug), and the workload's own randomness
+(network, nodes, scenario) is seeded with the same seed. The pipeline knows workloads by name
+only: a schedule is the workload's options as plain values, run through ``run_experiment``
+with the caller's ``run_fn`` and then analysed once, with the ``CheckConfig`` of
+``experiments/quickstart.toml`` (``VOPR_CHECKS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from .analysis import Analysis, AnalysisConfig, analyze
+from .checks import VIOLATION_COLUMNS, CheckConfig, Status
+from .errors import PipelineError
+from .experiment import RunFunction, RunOutcome, RunSpec, Scalar, run_experiment
+from .settings import RunSettings, write_run_settings
+
+__all__ = [
+    "PLANS",
+    "SERVICES",
+    "VOPR_CHECKS",
+    "Campaign",
+    "Knob",
+    "Plan",
+    "Schedule",
+    "SeedVerdict",
+    "check_out_dir",
+    "draw_schedule",
+    "fifo_repair_time",
+    "latency_within",
+    "parse_overrides",
+    "run_campaign",
+]
+
+#: the [analysis] of experiments/quickstart.toml: which layers promise what (a test keeps the
+#: two equal); each campaign holds one service, so the other layers are simply absent
+VOPR_CHECKS = CheckConfig(
+    layers=("fifo", "replica", "activity", "pubsub"),
+    fifo_layers=("fifo", "replica", "activity"),
+    session_layers=("activity",),
+    causal_layers=("replica",),
+    total_order_layers=("replica",),
+    total_order_per_key=True,
+    own_delivery_layers=("fifo", "pubsub"),
+)
+_MARKER = "vopr.json"  # in OUT: this directory belongs to a VOPR campaign (may be cleared)
+_OWNED = ("trace", "runs", "analysis")  # what a campaign rewrites in OUT
+
+
+# -- what may be drawn -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One workload option the VOPR sets: the documented range of its values (``low`` ..
+    ``high`` inclusive, or one of ``choices``) and why the guarantee must hold across it."""
+
+    option: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[Scalar, ...] = ()
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.choices:
+            if self.low is not None or self.high is not None:
+                raise ValueError(f"knob {self.option}: a range or choices, not both")
+        elif self.low is None or self.high is None or self.low > self.high:
+            raise ValueError(f"knob {self.option}: needs low <= high, or choices")
+
+    def holds(self, value: Scalar) -> bool:
+        if self.choices:
+            return any(value == c and type(value) is type(c) for c in self.choices)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        assert self.low is not None and self.high is not None
+        return self.low <= value <= self.high
+
+    def describe(self) -> str:
+        if self.choices:
+            return " | ".join(str(c) for c in self.choices)
+        return f"{_number(self.low)} .. {_number(self.high)}"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+class _Draw:
+    """Draws one schedule's options from its seed's ``rng``, each within its knob."""
+
+    def __init__(self, rng: random.Random, knobs: Mapping[str, Knob]) -> None:
+        self.rng = rng
+        self.knobs = knobs
+        self.options: dict[str, Scalar] = {}
+
+    def _knob(self, option: str) -> Knob:
+        return self.knobs[option]
+
+    def _bounds(self, option: str) -> tuple[float, float]:
+        knob = self._knob(option)
+        assert knob.low is not None and knob.high is not None
+        return knob.low, knob.high
+
+    def uniform(self, option: str, *, low: float | None = None,
+                high: float | None = None) -> float:
+        """A value in the knob's range (narrowed by ``low``/``high``), rounded to 3 places so
+        the options read well in a table and in a replayed run."""
+        floor, ceiling = self._bounds(option)
+        low = floor if low is None else max(floor, low)
+        high = ceiling if high is None else min(ceiling, high)
+        value = min(high, max(low, round(self.rng.uniform(low, high), 3)))
+        self.options[option] = value
+        return value
+
+    def integer(self, option: str, *, high: int | None = None) -> int:
+        floor, ceiling = self._bounds(option)
+        top = int(ceiling) if high is None else min(int(ceiling), high)
+        value = self.rng.randint(int(floor), max(int(floor), top))
+        self.options[option] = value
+        return value
+
+    def maybe(self, probability: float, option: str, off: float = 0.0) -> float:
+        """With ``probability`` a value in range, else ``off`` (the fault is not drawn)."""
+        if self.rng.random() < probability:
+            return self.uniform(option)
+        self.set(option, off)
+        return off
+
+    def choice(self, option: str) -> Scalar:
+        value = self.rng.choice(self._knob(option).choices)
+        self.options[option] = value
+        return value
+
+    def flag(self, probability: float, option: str) -> bool:
+        value = self.rng.random() < probability
+        self.options[option] = value
+        return value
+
+    def set(self, option: str, value: Scalar) -> None:
+        """A derived or fixed value: still checked against its knob (a test draws many)."""
+        self.options[option] = value
+
+    def latency(self, *, slowest: float) -> str:
+        """A latency distribution: uniform, or a log-normal / exponential tail, no slower on
+        average than ``slowest`` seconds."""
+        rng = self.rng
+        kind = rng.choice(("uniform", "lognormal", "exp"))
+        if kind == "uniform":
+            low = round(rng.uniform(0.001, 0.01), 4)
+            text = f"uniform:{low:g},{round(rng.uniform(low + 0.004, slowest), 4):g}"
+        elif kind == "lognormal":
+            text = (f"lognormal:{round(rng.uniform(0.005, slowest / 2), 4):g},"
+                    f"{round(rng.uniform(0.1, 0.8), 2):g}")
+        else:
+            text = (f"exp:{round(rng.uniform(0.005, slowest / 2), 4):g},"
+                    f"{round(rng.uniform(0.0, 0.005), 4):g}")
+        self.options["latency"] = text
+        return text
+
+
+_LATENCY = Knob("latency", choices=("uniform:LO,HI", "lognormal:MEDIAN,SIGMA", "exp:MEAN,MIN"),
+                note="uniform 0.001 <= LO < HI <= the service's slowest; log-normal median and "
+                     "exponential mean up to half of it (sigma 0.1 .. 0.8, MIN <= 5 ms)")
+
+
+def latency_within(text: str, slowest: float) -> bool:
+    """Whether a drawn latency (``_Draw.latency``) is within its documented range."""
+    kind, _, args = text.partition(":")
+    try:
+        values = [float(v) for v in args.split(",")]
+    except ValueError:
+        return False
+    if kind == "uniform" and len(values) == 2:
+        return 0.001 <= values[0] < values[1] <= slowest
+    if kind == "lognormal" and len(values) == 2:
+        return 0.005 <= values[0] <= slowest / 2 and 0.1 <= values[1] <= 0.8
+    if kind == "exp" and len(values) == 2:
+        return 0.005 <= values[0] <= slowest / 2 and 0.0 <= values[1] <= 0.005
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A service's VOPR: what its guarantee is under the faults drawn, the knobs and their
+    ranges, how one schedule is drawn, and how its faults read in a table."""
+
+    service: str
+    guarantee: str
+    knobs: tuple[Knob, ...]
+    slowest: float  # the latency knob's ceiling (seconds)
+    draw: Callable[[_Draw], None]
+    faults: Callable[[Mapping[str, Scalar]], list[str]]
+
+    def knob(self, option: str) -> Knob:
+        for knob in self.knobs:
+            if knob.option == option:
+                return knob
+        raise KeyError(option)
+
+    def within(self, option: str, value: Scalar) -> bool:
+        """Whether ``value`` is in the documented range of ``option``."""
+        if option == "latency":
+            return isinstance(value, str) and latency_within(value, self.slowest)
+        try:
+            return self.knob(option).holds(value)
+        except KeyError:
+            return False
+
+
+# -- fifo --------------------------------------------------------------------------------------
+
+_FIFO_RETRY_CAP = 2.0  # FifoConfig's nack_retry_cap and status_retry_cap (seconds)
+_FIFO_SETTLE_FLOOR = 10.0
+_FALSE_ALARM = 1e-6  # the chance a run with the drawn settle is judged too early
+
+
+def fifo_repair_time(loss: float, nodes: int, messages: int) -> float:
+    """Virtual seconds that repair needs after the last fault so that, at datagram ``loss``,
+    every (message, node) pair is repaired except with chance ``_FALSE_ALARM``.
+
+    One repair attempt per pair every ``_FIFO_RETRY_CAP`` seconds at worst (NACKs and STATUS
+    retries back off to that cap), plus half a second of latency; an attempt needs a STATUS,
+    a NACK and the resent message to cross, each lost with ``loss``, so it succeeds with at
+    least (1 - loss)^3."""
+    if loss <= 0:
+        return _FIFO_SETTLE_FLOOR
+    pairs = max(1, nodes * messages)
+    success = (1.0 - loss) ** 3
+    attempts = math.ceil(math.log(_FALSE_ALARM / pairs) / math.log(1.0 - success))
+    return _FIFO_SETTLE_FLOOR + attempts * (_FIFO_RETRY_CAP + 0.5)
+
+
+_FIFO_KNOBS = (
+    Knob("nodes", 3, 12, note="small groups: every pair of nodes is a link"),
+    Knob("messages", 20, 150),
+    Knob("rate", 20.0, 100.0, note="broadcasts per virtual second, round-robin origins"),
+    _LATENCY,
+    Knob("loss", 0.0, 0.6, note="datagram loss on every link (70% of the seeds): reliability "
+                                "holds at any loss below 1 given the settle below"),
+    Knob("duplicate", 0.0, 0.3, note="half of the seeds"),
+    Knob("reorder", 0.0, 0.5, note="held back up to 0.1 s; half of the seeds"),
+    Knob("crash", 0.0, 1.0, note="fraction of the nodes crashing at once (half of the "
+                                 "seeds); each recovers: crash-recover on its committed store "
+                                 "(a power loss drops what was not committed)"),
+    Knob("crash_at", 0.0, 7.5, note="virtual seconds from the start, within the workload"),
+    Knob("recover_after", 0.1, 5.0),
+    Knob("partition", choices=(False, True), note="two random halves (40% of the seeds)"),
+    Knob("partition_at", 0.0, 7.5, note="within the workload"),
+    Knob("partition_for", 0.2, 5.0, note="then it heals"),
+    Knob("settle", _FIFO_SETTLE_FLOOR, 900.0,
+         note="derived: the last fault's end past the workload plus fifo_repair_time(loss)"),
+)
+
+
+def _draw_fifo(d: _Draw) -> None:
+    nodes = d.integer("nodes")
+    messages = d.integer("messages")
+    rate = d.uniform("rate")
+    workload = messages / rate
+    d.latency(slowest=_FIFO.slowest)
+    loss = d.maybe(0.7, "loss")
+    d.maybe(0.5, "duplicate")
+    d.maybe(0.5, "reorder")
+    ends = [workload]
+    if d.rng.random() < 0.5:
+        d.uniform("crash", low=_at_least_one(nodes))
+        at = d.uniform("crash_at", high=workload)
+        ends.append(at + d.uniform("recover_after"))
+    else:
+        d.set("crash", 0.0)
+    if d.flag(0.4, "partition"):
+        at = d.uniform("partition_at", high=workload)
+        ends.append(at + d.uniform("partition_for"))
+    d.set("settle", round(max(ends) - workload + fifo_repair_time(loss, nodes, messages), 1))
+
+
+def _fifo_faults(o: Mapping[str, Scalar]) -> list[str]:
+    out = _link_faults(o)
+    if o.get("crash"):
+        out.append(f"crash {_share(o['crash'], o['nodes'])} @{_s(o.get('crash_at'))} "
+                   f"+{_s(o.get('recover_after'))}")
+    if o.get("partition"):
+        out.append(f"partition @{_s(o.get('partition_at'))} +{_s(o.get('partition_for'))}")
+    return out
+
+
+# -- replica (seed 000) ------------------------------------------------------------------------
+
+_REPLICA_KNOBS = (
+    Knob("clients", 3, 10),
+    Knob("keys", 1, 4, note="few keys: concurrent writes conflict and rebase"),
+    Knob("writes_per_client", 3, 10),
+    Knob("rate", 5.0, 20.0),
+    Knob("delete_rate", 0.0, 0.3),
+    _LATENCY,
+    Knob("cuts", 0.0, 2.0, note="connection resets per client per second during the "
+                                "workload (60% of the seeds): the connections are TCP-like, "
+                                "so a cut, not datagram loss, is what loses data in flight"),
+    Knob("crash", 0.0, 0.5, note="fraction of the clients crashing, staggered (half of the "
+                                 "seeds); a crash drops what the store had not committed"),
+    Knob("recover_after", 0.2, 3.0, note="crashed clients (and the hub) come back"),
+    Knob("offline", 0.0, 0.5, note="fraction of the others working offline (half of the seeds)"),
+    Knob("offline_for", 0.5, 4.0),
+    Knob("hub_crash", choices=(False, True), note="the hub loses power mid-workload (a quarter "
+                                                  "of the seeds): its keeper's last group "
+                                                  "commit is lost and repaired from the "
+                                                  "clients' send logs"),
+    Knob("partition", choices=(False, True), note="half of the clients cut off from the hub "
+                                                  "(30% of the seeds): their connections "
+                                                  "hold frames until the heal"),
+    Knob("partition_at", 0.0, 20.0, note="seconds after the first write, within the workload"),
+    Knob("partition_for", 0.5, 4.0, note="then it heals"),
+    Knob("settle", 30.0, 30.0, note="fixed: everyone is back and online well before the end"),
+)
+
+
+def _draw_replica(d: _Draw) -> None:
+    clients = d.integer("clients")
+    d.integer("keys")
+    writes = clients * d.integer("writes_per_client")
+    rate = d.uniform("rate")
+    d.uniform("delete_rate")
+    d.latency(slowest=_REPLICA.slowest)
+    if d.rng.random() < 0.6:
+        d.uniform("cuts", low=0.1)
+    else:
+        d.set("cuts", 0.0)
+    if d.rng.random() < 0.5:
+        d.uniform("crash", low=_at_least_one(clients))
+    else:
+        d.set("crash", 0.0)
+    d.uniform("recover_after")
+    if d.rng.random() < 0.5:
+        d.uniform("offline", low=_at_least_one(clients))
+    else:
+        d.set("offline", 0.0)
+    d.uniform("offline_for")
+    d.flag(0.25, "hub_crash")
+    if d.flag(0.3, "partition"):
+        d.uniform("partition_at", high=writes / rate)
+        d.uniform("partition_for")
+    d.set("settle", 30.0)
+
+
+def _replica_faults(o: Mapping[str, Scalar]) -> list[str]:
+    out = []
+    if o.get("cuts"):
+        out.append(f"cuts {o['cuts']}/s")
+    if o.get("crash"):
+        out.append(f"crash {_share(o['crash'], o['clients'])} +{_s(o.get('recover_after'))}")
+    if o.get("offline"):
+        out.append(f"offline {_share(o['offline'], o['clients'])} +{_s(o.get('offline_for'))}")
+    if o.get("hub_crash"):
+        out.append(f"hub power loss +{_s(o.get('recover_after'))}")
+    if o.get("partition"):
+        out.append(f"partition {max(1, int(o['clients']) // 2)}/{o['clients']} from the hub "
+                   f"@{_s(o.get('partition_at'))} +{_s(o.get('partition_for'))}")
+    return out
+
+
+# -- pubsub (seed 001) -------------------------------------------------------------------------
+
+_PUBSUB_KNOBS = (
+    Knob("mode", choices=("gossip", "gossip-tree", "scribe")),
+    Knob("nodes", 8, 24),
+    Knob("topics", 1, 3),
+    Knob("subscribe_probability", 0.3, 1.0),
+    Knob("publishes_per_node", 2, 5),
+    Knob("rate", 10.0, 50.0),
+    _LATENCY,
+    Knob("loss", 0.0, 0.1, note="datagram loss (60% of the seeds); Scribe's repair is "
+                                "documented for 10% (README: limits)"),
+    Knob("duplicate", 0.0, 0.2, note="a third of the seeds"),
+    Knob("reorder", 0.0, 0.3, note="a third of the seeds"),
+    Knob("crash", 0.0, 0.3, note="gossip modes only: a fraction crashing at once, for good "
+                                 "(40% of their seeds). Not for Scribe: a crashed topic root "
+                                 "loses what it accepted (README: limits; replicated owners "
+                                 "are not built)"),
+    Knob("crash_at", 0.0, 12.0, note="seconds into the publishing, within it"),
+    Knob("crash_publishers", choices=(False,),
+         note="the crashing nodes publish nothing: a publish is acknowledged to no one, so "
+              "a publisher crashing for good may take its last ones with it (pubsub_scale.toml "
+              "measures that); what the survivors publish must reach every live subscriber"),
+    Knob("partition", choices=(False, True),
+         note="gossip modes only: two halves (30% of their seeds). Not for Scribe: each half "
+              "elects its own roots, and what a replaced root's stream missed is not repaired "
+              "(README: limits)"),
+    Knob("partition_at", 0.0, 12.0, note="seconds into the publishing, within it"),
+    Knob("partition_for", 0.5, 3.0, note="then it heals"),
+    Knob("warmup", 2.0, 6.0, note="fixed per mode: 6 s for Scribe's ring, as in quickstart"),
+    Knob("settle", 15.0, 15.0, note="fixed: after the last publish or fault"),
+)
+
+
+def _draw_pubsub(d: _Draw) -> None:
+    mode = d.choice("mode")
+    nodes = d.integer("nodes")
+    d.integer("topics")
+    d.uniform("subscribe_probability")
+    publishes = d.integer("publishes_per_node")
+    rate = d.uniform("rate")
+    span = publishes * nodes / rate  # seconds of publishing
+    d.latency(slowest=_PUBSUB.slowest)
+    d.maybe(0.6, "loss")
+    d.maybe(1 / 3, "duplicate")
+    d.maybe(1 / 3, "reorder")
+    gossip = mode != "scribe"
+    if gossip and d.rng.random() < 0.4:
+        d.uniform("crash", low=_at_least_one(nodes))
+        d.uniform("crash_at", high=span)
+        d.set("crash_publishers", False)
+    else:
+        d.set("crash", 0.0)
+    if gossip and d.flag(0.3, "partition"):
+        d.uniform("partition_at", high=span)
+        d.uniform("partition_for")
+    else:
+        d.set("partition", False)
+    d.set("warmup", 6.0 if mode == "scribe" else 2.0)
+    d.set("settle", 15.0)
+
+
+def _pubsub_faults(o: Mapping[str, Scalar]) -> list[str]:
+    out = [str(o.get("mode")), *_link_faults(o)]
+    if o.get("crash"):
+        out.append(f"crash-stop {_share(o['crash'], o['nodes'])} @{_s(o.get('crash_at'))}")
+    if o.get("partition"):
+        out.append(f"partition @{_s(o.get('partition_at'))} +{_s(o.get('partition_for'))}")
+    return out
+
+
+# -- activity (seed 003) -----------------------------------------------------------------------
+
+_ACTIVITY_KNOBS = (
+    Knob("servers", 2, 7, note="a binary tree, s0 the root"),
+    Knob("clients", 4, 16),
+    Knob("activities_per_client", 3, 8),
+    Knob("rate", 2.0, 10.0),
+    _LATENCY,
+    Knob("crash", 0.0, 1.0, note="fraction of the servers (never the root) crashing one after "
+                                 "another, each back after recover_after (60% of the seeds); "
+                                 "seed 003 promises delivery within a session, so sessions "
+                                 "end before and start after each crash"),
+    Knob("recover_after", 0.5, 4.0),
+    Knob("registered", 0.0, 0.5, note="clients that register a username first"),
+    Knob("settle", 5.0, 10.0),
+)
+
+
+def _draw_activity(d: _Draw) -> None:
+    servers = d.integer("servers")
+    d.integer("clients")
+    d.integer("activities_per_client")
+    d.uniform("rate")
+    d.latency(slowest=_ACTIVITY.slowest)
+    if d.rng.random() < 0.6:
+        d.uniform("crash", low=_at_least_one(servers))
+    else:
+        d.set("crash", 0.0)
+    d.uniform("recover_after")
+    d.uniform("registered")
+    d.uniform("settle")
+
+
+def _activity_faults(o: Mapping[str, Scalar]) -> list[str]:
+    if not o.get("crash"):
+        return []
+    crashing = min(int(o["servers"]) - 1, round(int(o["servers"]) * float(o["crash"])))
+    return [f"crash {crashing}/{o['servers']} servers +{_s(o.get('recover_after'))}"]
+
+
+# -- the plans ---------------------------------------------------------------------------------
+
+
+def _at_least_one(count: int) -> float:
+    """The smallest fraction of ``count`` nodes that the workloads round to one node."""
+    return round(0.5 / count + 0.001, 3)
+
+
+def _link_faults(o: Mapping[str, Scalar]) -> list[str]:
+    return [f"{name} {o[option]}" for option, name in
+            (("loss", "loss"), ("duplicate", "dup"), ("reorder", "reorder")) if o.get(option)]
+
+
+def _share(fraction: Scalar, of: Scalar) -> str:
+    """How many of ``of`` nodes a fraction picks (as the workloads round it)."""
+    return f"{round(int(of) * float(fraction))}/{of}"
+
+
+def _s(value: Scalar | None) -> str:
+    return "?" if value is None else f"{float(value):g}s"
+
+
+_FIFO = Plan(
+    "fifo",
+    "FIFO broadcast (services/broadcast.py): every node up at the end delivers every message "
+    "published while it was up, once, in order per origin, at any loss below 1 given time to "
+    "settle, under duplication, reordering, a healed partition and crash-recover of any "
+    "fraction of the nodes.",
+    _FIFO_KNOBS, 0.1, _draw_fifo, _fifo_faults)
+_REPLICA = Plan(
+    "replica",
+    "Seed 000 replicated objects (services/replica/experiment.py): causal delivery, FIFO per "
+    "writer and one final state per object at every replica and the hub's keeper, under "
+    "connection cuts, crash-recover of clients and of the hub (power loss of uncommitted "
+    "writes), clients working offline and a healed partition from the hub.",
+    _REPLICA_KNOBS, 0.1, _draw_replica, _replica_faults)
+_PUBSUB = Plan(
+    "pubsub",
+    "Seed 001 topic pub/sub (services/pubsub/experiment.py), gossip, gossip-tree or Scribe: "
+    "every node subscribed when a message was published and up at the end delivers it, under "
+    "loss up to 10%, duplication and reordering; in the gossip modes also while up to 30% of "
+    "the nodes crash for good (they publish nothing) and across a healed partition.",
+    _PUBSUB_KNOBS, 0.1, _draw_pubsub, _pubsub_faults)
+_ACTIVITY = Plan(
+    "activity",
+    "Seed 003 activity network (services/activity/experiment.py): every client gets what was "
+    "published in its session, in FIFO order per sender, while servers crash and recover.",
+    _ACTIVITY_KNOBS, 0.06, _draw_activity, _activity_faults)
+
+PLANS: Mapping[str, Plan] = {p.service: p for p in (_FIFO, _REPLICA, _PUBSUB, _ACTIVITY)}
+SERVICES = tuple(PLANS)
+
+
+# -- schedules ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """One seed's run: the workload's options, the faults they encode, the analysis settings.
+    ``overrides`` are options set by hand on top of the draw (a planted bug, a replay)."""
+
+    service: str
+    seed: int
+    options: Mapping[str, Scalar]
+    faults: tuple[str, ...]
+    checks: CheckConfig
+    overrides: Mapping[str, Scalar] = dataclasses.field(default_factory=dict)
+
+    @property
+    def run(self) -> str:
+        return f"vopr-{self.service}-s{self.seed}"
+
+    def spec(self) -> RunSpec:
+        return RunSpec(self.run, self.service, "sim", self.seed, dict(self.options))
+
+    def replay_command(self) -> str:
+        """The one command that replays this run exactly."""
+        extra = "".join(f" --override {key}={_literal(value)}"
+                        for key, value in sorted(self.overrides.items()))
+        return f"gossamer vopr {self.service} --seed {self.seed}{extra}"
+
+    def record(self) -> dict[str, Any]:
+        return {"service": self.service, "seed": self.seed, "run": self.run,
+                "options": dict(self.options), "faults": list(self.faults),
+                "overrides": dict(self.overrides), "replay": self.replay_command()}
+
+
+def _literal(value: Scalar) -> str:
+    return json.dumps(value) if isinstance(value, bool) else str(value)
+
+
+def draw_schedule(service: str, seed: int, *,
+                  overrides: Mapping[str, Scalar] | None = None) -> Schedule:
+    """The schedule of ``seed`` for ``service``: a pure function of the two (and of
+    ``overrides``, applied on top)."""
+    plan = PLANS.get(service)
+    if plan is None:
+        raise PipelineError(f"unknown service {service!r}; the VOPR knows {', '.join(SERVICES)}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise PipelineError(f"a seed is an integer >= 0, got {seed!r}")
+    draw = _Draw(random.Random(f"vopr/{service}/{seed}"), {k.option: k for k in plan.knobs})
+    plan.draw(draw)
+    options = dict(draw.options)
+    extra = dict(overrides or {})
+    for key in ("seed", "run"):
+        if key in extra:
+            raise PipelineError(f"{key!r} is set by the VOPR itself")
+    options.update(extra)
+    faults = plan.faults(options)
+    faults += [f"override {key}={_literal(value)}" for key, value in sorted(extra.items())]
+    return Schedule(service, seed, options, tuple(faults), VOPR_CHECKS, extra)
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Scalar]:
+    """``["retransmit=false", "loss=0.3"]`` into options (JSON values; anything else a
+    string)."""
+    out: dict[str, Scalar] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise PipelineError(f"--override expects KEY=VALUE, got {pair!r}")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        if not isinstance(value, str | int | float | bool):
+            raise PipelineError(f"--override {key}: a string, number or boolean, got {text!r}")
+        out[key.strip()] = value
+    return out
+
+
+# -- a campaign --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedVerdict:
+    """One seed's outcome: ``violations`` per failing check; ``error`` if the run itself
+    raised (a crash of the simulation is a finding too)."""
+
+    schedule: Schedule
+    violations: Mapping[str, int]
+    error: str = ""
+    examples: Mapping[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error) or any(self.violations.values())
+
+    @property
+    def violation_count(self) -> int:
+        return sum(self.violations.values())
+
+
+@dataclasses.dataclass
+class Campaign:
+    service: str
+    out_dir: Path
+    verdicts: list[SeedVerdict]
+    #: checks that applied to the campaign's trace (the others: not applicable, with why)
+    applied: list[str]
+    not_applicable: dict[str, str]
+    analysis: Analysis | None
+
+    @property
+    def failed(self) -> list[SeedVerdict]:
+        return [v for v in self.verdicts if v.failed]
+
+
+def check_out_dir(out: str | Path) -> None:
+    """Raise ``PipelineError`` unless ``out`` is new, empty or an earlier campaign's (a
+    campaign rewrites it)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise PipelineError(f"{out} is not a directory")
+    if out.exists() and any(out.iterdir()) and not (out / _MARKER).is_file():
+        raise PipelineError(f"{out} holds something else than a VOPR campaign (no {_MARKER}); "
+                            "give a new or empty --out")
+
+
+def _prepare(out: Path, service: str, schedules: Sequence[Schedule]) -> None:
+    """Make ``out`` this campaign's: clear what an earlier campaign left (a done run is not
+    skipped, as ``gossamer experiment`` would: the code may have changed since)."""
+    check_out_dir(out)
+    for name in _OWNED:
+        shutil.rmtree(out / name, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / _MARKER).write_text(json.dumps(
+        {"service": service, "schedules": [s.record() for s in schedules]}, indent=1,
+        sort_keys=True))
+
+
+def run_campaign(
+    spark: SparkSession,
+    schedules: Sequence[Schedule],
+    out_dir: str | Path,
+    run_fn: RunFunction,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    analysis_progress: Callable[[str, int, int], None] | None = None,
+    examples: int = 0,
+) -> Campaign:
+    """Run every schedule as one Spark task (``run_experiment``), analyse all runs at once
+    with ``VOPR_CHECKS`` (``analyze``, as ``gossamer analyze`` does), and judge each seed by
+    the violations found in its run. ``examples``: violations kept per check and seed."""
+    if not schedules:
+        raise PipelineError("no seeds to run")
+    services = {s.service for s in schedules}
+    if len(services) != 1:
+        raise PipelineError(f"one service per campaign, got {sorted(services)}")
+    service = services.pop()
+    out = Path(out_dir)
+    _prepare(out, service, schedules)
+    outcomes = run_experiment(spark, [s.spec() for s in schedules], out, run_fn,
+                              progress=progress)
+    by_run: dict[str, RunOutcome] = {o.run: o for o in outcomes}
+    for schedule in schedules:  # so `gossamer analyze OUT` judges each seed the same way
+        if by_run[schedule.run].status != "failed":
+            write_run_settings(out, schedule.run, RunSettings(
+                checks=schedule.checks, services=(service,),
+                replay=schedule.replay_command()))
+    counts: dict[str, dict[str, int]] = {}
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    analysis: Analysis | None = None
+    applied: list[str] = []
+    not_applicable: dict[str, str] = {}
+    if any(o.status != "failed" for o in outcomes):
+        analysis = analyze(spark, out, config=AnalysisConfig(checks=VOPR_CHECKS),
+                           progress=analysis_progress)
+        for check in analysis.checks:
+            if check.status is Status.NOT_APPLICABLE:
+                not_applicable[check.name] = check.reason
+            else:
+                applied.append(check.name)
+        if analysis.failed:
+            counts, found = _violations_by_run(spark, analysis.out_dir, examples)
+    verdicts = []
+    for schedule in schedules:
+        outcome = by_run[schedule.run]
+        error = outcome.detail if outcome.status == "failed" else ""
+        verdicts.append(SeedVerdict(schedule, counts.get(schedule.run, {}), error,
+                                    found.get(schedule.run, {})))
+    return Campaign(service, out, verdicts, applied, not_applicable, analysis)
+
+
+def _violations_by_run(
+    spark: SparkSession, analysis_dir: Path, examples: int
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, list[dict[str, Any]]]]]:
+    """run -> check -> violations, from the tables ``analyze`` wrote (one per failing check,
+    each row naming its check); and the first ``examples`` violations of each run and check."""
+    tables = sorted(str(p) for p in (analysis_dir / "violations").glob("check=*"))
+    if not tables:
+        raise PipelineError(f"the analysis under {analysis_dir} found violations but wrote no "
+                            "violations table")
+    frame = spark.read.parquet(*tables)
+    counts: dict[str, dict[str, int]] = {}
+    for row in frame.groupBy("run", "check").count().collect():
+        counts.setdefault(row["run"], {})[row["check"]] = int(row["count"])
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    if examples > 0:
+        order = Window.partitionBy("run", "check").orderBy("node", "origin", "seq", "msg")
+        first = (frame.withColumn("nth", F.row_number().over(order))
+                 .filter(F.col("nth") <= examples).orderBy("run", "check", "nth"))
+        for row in first.collect():
+            found.setdefault(row["run"], {}).setdefault(row["check"], []).append(
+                {key: row[key] for key in VIOLATION_COLUMNS})
+    return counts, found
