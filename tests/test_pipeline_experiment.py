@@ -153,7 +153,7 @@ def test_a_loopback_run_writes_one_closed_trace_file_per_node(tmp_path: Path) ->
     result = run_workload(spec, str(tmp_path))
     assert result["reliability"] == 1.0
     assert sorted(p.name for p in (tmp_path / "trace" / "lb-s1").iterdir()) == [
-        "n000.parquet", "n001.parquet", "n002.parquet"]
+        "analysis.json", "n000.parquet", "n001.parquet", "n002.parquet"]  # and its settings
     assert run_done(tmp_path, "lb-s1")
 
 

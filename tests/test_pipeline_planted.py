@@ -111,14 +111,15 @@ def duplicate_delivery(layer: str) -> Plant:
 
 
 def _consecutive(rows: Rows, layer: str) -> tuple[int, int]:
-    """Two deliveries at one node of one origin's seq s and s + 1 (node not the origin)."""
+    """Two deliveries at one node of one origin's seq s and s + 1 (node not the origin), after
+    its delivery of s - 1 (in a session the first delivery after joining may start anywhere)."""
     by_key: dict[tuple[str, str, int], int] = {}
     for i, r in enumerate(rows):
         if r["event"] == "deliver" and r["layer"] == layer and r["node"] != r["origin"]:
             by_key[(r["node"], r["origin"], r["seq"])] = i
     for (node, origin, seq), i in sorted(by_key.items()):
         later = by_key.get((node, origin, seq + 1))
-        if later is not None:
+        if later is not None and (node, origin, seq - 1) in by_key:
             return i, later
     raise AssertionError(f"no consecutive deliveries in layer {layer}")
 
@@ -188,18 +189,20 @@ def _info(row: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def _last_held_apply(rows: Rows) -> int:
-    """A replica's (not the hub's) last apply of some key, not reverted after it."""
+def _last_held_apply(rows: Rows, *, of_others: bool = False) -> int:
+    """A replica's (not the hub's) last apply of some key, not reverted after it (with
+    ``of_others``: of a write by another replica)."""
     last: dict[tuple[str, str], int] = {}
     for i, r in enumerate(rows):
         if r["layer"] == "replica" and r["event"] in ("apply", "revert") and r["node"] != "hub":
             last[(r["node"], r["key"])] = i
-    return next(i for _, i in sorted(last.items()) if rows[i]["event"] == "apply")
+    return next(i for _, i in sorted(last.items()) if rows[i]["event"] == "apply"
+                and not (of_others and rows[i]["origin"] == rows[i]["node"]))
 
 
 def diverge_object(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
     """One replica ends holding a revision nobody else holds."""
-    victim = _last_held_apply(rows)
+    victim = _last_held_apply(rows, of_others=True)
     changed = {**rows[victim], "info": json.dumps({**_info(rows[victim]), "rev": "planted"})}
     return [*rows[:victim], changed, *rows[victim + 1:]], {(changed["node"], changed["key"])}
 
@@ -269,7 +272,12 @@ def test_a_planted_fault_is_caught_by_the_right_check(spark: Any, name: str, wha
     planted, expected = plant(rows)
     [result] = judge(spark, planted, checks, [check])
     assert result.status is Status.FAIL, (what, result.reason)
-    assert found(result) == expected, what
+    if check == "causal":
+        # the deliveries after it at that node from that origin lack their causal past too
+        assert expected <= found(result), what
+        assert {node for node, _ in found(result)} == {node for node, _ in expected}, what
+    else:
+        assert found(result) == expected, what
 
 
 def test_a_diverged_object_is_caught_by_convergence(spark: Any) -> None:
