@@ -15,7 +15,7 @@ from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
 from ...ordering.orderer import ImmediateOrderer, Orderer
-from .messages import MAX_NACK_SPAN, ScribeData
+from .messages import MAX_NACK_SPAN, Publish, ScribeData
 
 __all__ = [
     "JOIN_TAG",
@@ -104,6 +104,9 @@ class TopicState:
     # messages we took as a root Chord no longer names, to publish in the tree we join: by id
     handover: dict[str, ScribeData] = dataclasses.field(default_factory=dict)
     handover_ticks: int = 0
+    # publishes we passed up to a parent that turned out unreachable: passed on again, once,
+    # when we are back in the tree (the publisher's timeout covers any loss after that)
+    held_up: dict[str, Publish] = dataclasses.field(default_factory=dict)
     beacon: int = 0  # the root's tick count, as last heard (a root: its own)
     beacon_at: float = 0.0  # when it last grew (or we took our parent)
     # loss recovery: positions in the root's stream
@@ -134,7 +137,8 @@ class TopicState:
         """Every field but the timer handle, for snapshots."""
         return (self.role, self.subscribed, self.parent, self.parent_heard, self.depth,
                 self.nonce, tuple(self.children.items()), self.not_root_ticks,
-                tuple(self.handover), self.handover_ticks, self.beacon, self.beacon_at,
+                tuple(self.handover), self.handover_ticks, tuple(self.held_up), self.beacon,
+                self.beacon_at,
                 tuple(self.log_at.items()), self.subscribed_at, self.synced_at, self.catch_up,
                 self.epoch,
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
@@ -166,6 +170,7 @@ class PendingPublish:
     payload: Any
     tries: int = 0
     timer: TimerHandle | None = None
+    sent_to: NodeId | None = None  # the root we sent it to last (None: a lookup is out)
 
 
 class ScribeBase:
@@ -196,6 +201,10 @@ class ScribeBase:
         self._pending: dict[int, PendingPublish] = {}  # seq -> publish awaiting its ack
         self._ordering: dict[str, None] = {}  # ids of publishes our orderer has not decided
         self._roots: dict[str, tuple[NodeId, float]] = {}  # topic -> (root, when learnt)
+        # nodes the runtime could not reach, until we hear from them again (bounded)
+        self._unreachable: dict[NodeId, None] = {}
+        # the last publishes we passed up a tree: id -> (the parent, the publish as sent)
+        self._passed_up: dict[str, tuple[NodeId, Publish]] = {}
         self._nonce = env.rng.getrandbits(32)
         self._heartbeat_timer: TimerHandle | None = None
         self._stopped = False
