@@ -22,6 +22,8 @@ __all__ = [
     "LAYER",
     "DeliverFn",
     "PendingPublish",
+    "PublishDoneFn",
+    "PublishResult",
     "ScribeBase",
     "ScribeConfig",
     "TopicState",
@@ -161,6 +163,23 @@ class TopicState:
         return low
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PublishResult:
+    """How a publish ended for its publisher: ``accepted`` by the topic's root (its orderer
+    took it, so it goes down the tree), or not, and why. ``definite``: surely not taken (a
+    refusal, or never sent); False: it may still have been (no answer came: the root may
+    have taken it and its acknowledgement was lost)."""
+
+    msg: str
+    topic: str
+    accepted: bool
+    reason: str = ""
+    definite: bool = True
+
+
+PublishDoneFn = Callable[[PublishResult], None]
+
+
 @dataclasses.dataclass(slots=True)
 class PendingPublish:
     """A publish of ours awaiting the root's acknowledgement."""
@@ -171,6 +190,7 @@ class PendingPublish:
     tries: int = 0
     timer: TimerHandle | None = None
     sent_to: NodeId | None = None  # the root we sent it to last (None: a lookup is out)
+    on_done: PublishDoneFn | None = None  # told once how it ended
 
 
 class ScribeBase:

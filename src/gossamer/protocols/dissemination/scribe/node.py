@@ -15,7 +15,16 @@ from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
 from ...ordering.orderer import Decision, Orderer, Redirected, Refused
-from .base import LAYER, DeliverFn, PendingPublish, ScribeConfig, TopicState, TreeRole
+from .base import (
+    LAYER,
+    DeliverFn,
+    PendingPublish,
+    PublishDoneFn,
+    PublishResult,
+    ScribeConfig,
+    TopicState,
+    TreeRole,
+)
 from .messages import (
     MAX_POSITION,
     Heartbeat,
@@ -72,10 +81,12 @@ class Scribe(TreeMembership):
         self._stopped = True
         if self._heartbeat_timer is not None:
             self.env.cancel(self._heartbeat_timer)
-        for pending in self._pending.values():
+        stopped, self._pending = self._pending, {}
+        for pending in stopped.values():
             if pending.timer is not None:
                 self.env.cancel(pending.timer)
-        self._pending.clear()
+            self._done(pending, False, "the node stopped before the topic's root answered",
+                       definite=False)
         self._ordering.clear()  # what the orderer decides from now on is ignored
         for topic, state in self._topics.items():
             self._cancel_nack(state)
@@ -197,8 +208,11 @@ class Scribe(TreeMembership):
         state.subscribed = False
         self._maybe_prune(topic, state)
 
-    def publish(self, topic: str, payload: Any) -> str:
-        """Send ``payload`` to every subscriber of ``topic``; returns its message id."""
+    def publish(self, topic: str, payload: Any, *, on_done: PublishDoneFn | None = None) -> str:
+        """Send ``payload`` to every subscriber of ``topic``; returns its message id.
+        ``on_done`` hears once how it ended (``PublishResult``): accepted when the topic's
+        root acknowledged it (its orderer took it), else refused or failed, with the reason;
+        it may be called before this returns (this node is the root, or nothing was sent)."""
         check_topic(topic)
         if self._stopped:
             raise StateError("publish() on a stopped scribe layer")
@@ -209,10 +223,19 @@ class Scribe(TreeMembership):
         if len(self._pending) >= self.config.max_pending:
             env.trace("drop", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic,
                       reason="pending_full")
+            if on_done is not None:
+                on_done(PublishResult(mid, topic, False, "too many publishes in flight"))
             return mid
-        pending = self._pending[seq] = PendingPublish(topic, seq, payload)
+        pending = self._pending[seq] = PendingPublish(topic, seq, payload, on_done=on_done)
         self._send_publish(pending)
         return mid
+
+    def _done(self, pending: PendingPublish, accepted: bool, reason: str = "", *,
+              definite: bool = True) -> None:
+        """``pending`` ended (it is out of ``_pending``): tell its publisher."""
+        if pending.on_done is not None:
+            pending.on_done(PublishResult(message_id(self.env.node, pending.seq),
+                                          pending.topic, accepted, reason, definite))
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -321,6 +344,8 @@ class Scribe(TreeMembership):
             self.env.trace("drop", layer=LAYER, msg=message_id(self.env.node, seq),
                            origin=self.env.node, seq=seq, key=pending.topic,
                            reason="publish_failed")
+            self._done(pending, False, f"no root acknowledged it after {pending.tries + 1} "
+                                       "tries", definite=False)
             return
         pending.tries += 1
         self._send_publish(pending)
@@ -429,11 +454,13 @@ class Scribe(TreeMembership):
         return pending
 
     def _on_publish_ack(self, src: NodeId, msg: PublishAck) -> None:
-        if self._answered(src, msg, "unexpected_ack") is None:
+        pending = self._answered(src, msg, "unexpected_ack")
+        if pending is None:
             return
         del self._pending[msg.seq]
         if src != self.env.node:
             self._remember_root(msg.topic, src)
+        self._done(pending, True)
 
     def _on_publish_redirect(self, src: NodeId, msg: PublishRedirect) -> None:
         """The root's orderer names another node (its leader): publish there, as a retry."""
@@ -448,9 +475,11 @@ class Scribe(TreeMembership):
 
     def _on_publish_refused(self, src: NodeId, msg: PublishRefused) -> None:
         """The root's orderer refused it: the publish ends here (it was not taken)."""
-        if self._answered(src, msg, "unexpected_refusal") is None:
+        pending = self._answered(src, msg, "unexpected_refusal")
+        if pending is None:
             return
         del self._pending[msg.seq]
         env = self.env
         env.trace("publish_refused", layer=LAYER, msg=message_id(env.node, msg.seq),
                   origin=env.node, seq=msg.seq, key=msg.topic, peer=src, reason=msg.reason)
+        self._done(pending, False, f"refused by the topic's root: {msg.reason}")
