@@ -504,20 +504,37 @@ async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
     topics = [f"topic{i}" for i in range(options.topics)]
     await asyncio.sleep(options.warmup)
     published = 0
+    sent: set[str] = set()  # ids of our publishes
+    ended: set[str] = set()  # ... whose end (ok or error) was printed
+    answered = asyncio.Event()
+
+    def on_done(result: PublishResult) -> None:  # on the event loop's thread
+        out.published(result)
+        ended.add(result.msg)
+        answered.set()
+
     while published < options.publishes and node.running:
         topic = rng.choice(topics)
         if rng.random() < options.publish_weight:
-            command = Command("publish", topic, f"{node.node_id}#{published}")
+            text = f"{node.node_id}#{published}"
             published += 1
+            try:
+                sent.add(node.publish(topic, text, on_done=on_done))
+            except CommandError as exc:
+                out.error(str(exc))
         elif node.is_subscribed(topic):
-            command = Command("unsubscribe", topic)
+            execute(node, Command("unsubscribe", topic), out)
         else:
-            command = Command("subscribe", topic)
-        execute(node, command, out)
+            execute(node, Command("subscribe", topic), out)
         await asyncio.sleep(rng.uniform(0, 2 * options.interval))
-    # settle: until nothing was delivered for `settle` seconds (or max_settle passed)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.max_settle
+    # every publish ended (its root accepted it, or it failed) before the client is done
+    while sent - ended and node.running and loop.time() < deadline:
+        answered.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answered.wait(), max(deadline - loop.time(), 0))
+    # settle: until nothing was delivered for `settle` seconds (or max_settle passed)
     while node.running and loop.time() < deadline:
         delivered.clear()
         try:
