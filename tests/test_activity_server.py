@@ -15,6 +15,8 @@ from gossamer.protocols.activity import (
     Authenticate,
     AuthenticationFail,
     InvalidMessageReply,
+    LockAllowed,
+    LockDenied,
     LockRequest,
     LoginFailed,
     LoginSuccess,
@@ -260,6 +262,33 @@ def test_server_info_carries_hashed_users_and_lock_protocol_by_hand() -> None:
     peer.send(b'{"command":"LOCK_CANCEL","username":"zoe","secret":"x","id":"p:2"}')
     settle(net)
     assert "zoe" not in net.servers["s1"].users and "aaron" in net.servers["s1"].users
+
+
+def test_a_reference_servers_lock_request_without_secret_is_accepted() -> None:
+    """The reference implementation's servers send LOCK_REQUEST without ``secret`` (and a
+    legacy AUTHENTICATE without ``protocol``): the name is taken here, answered LOCK_ALLOWED
+    in the same shape, and no secret logs in with it (we never learnt it)."""
+    net, client = one_server()
+    peer = MemClient(net, "ref")
+    peer.connect("s1")
+    peer.send(b'{"command":"AUTHENTICATE","secret":"' + SECRET.encode() + b'"}')
+    peer.send(b'{"command":"LOCK_REQUEST","username":"bob"}')
+    settle(net)
+    assert not peer.is_closed
+    assert peer.received[-1] == LockAllowed(username="bob")
+    assert b'"secret"' not in net.servers["s1"].codec.encode(peer.received[-1])
+    client.register("bob", "pw")
+    settle(net)
+    assert isinstance(client.last(), RegisterFailed)
+    late = MemClient(net, "late")
+    late.connect("s1")
+    late.login("bob", "!")
+    settle(net)
+    assert isinstance(late.last(), LoginFailed)
+    # a second request for the taken name is denied
+    peer.send(b'{"command":"LOCK_REQUEST","username":"bob"}')
+    settle(net)
+    assert peer.received[-1] == LockDenied(username="bob")
 
 
 # -- the tree ------------------------------------------------------------------------------
