@@ -40,6 +40,7 @@ from .linkauth import (
     verify_frame,
 )
 from .netconn import NodeSide
+from .ratelog import overload
 
 __all__ = ["LinkNode", "PeerLinks"]
 
@@ -238,13 +239,15 @@ class PeerLinks:
         link = self.links.get(dst)
         if link is None:
             if node.address_of(dst) is None:
-                log.warning("%s: %s to unknown peer %s dropped", node.node_id, msg.TYPE, dst)
+                overload.warn(f"unknown_peer {node.node_id} {dst}",
+                              "%s: %s to unknown peer %s dropped", node.node_id, msg.TYPE, dst)
                 node.drop("unknown_peer", msg=msg, peer=dst, size=len(frame))
                 return
             link = self.links[dst] = _Link(self, dst)
         if not link.send(_Outgoing(frame, msg)):
-            log.warning("%s: send queue to %s full (%d), %s dropped", node.node_id, dst,
-                        node.send_queue_limit, msg.TYPE)
+            overload.warn(f"queue_full {node.node_id} {dst}",
+                          "%s: send queue to %s full (%d), %s dropped", node.node_id, dst,
+                          node.send_queue_limit, msg.TYPE)
             node.drop("queue_full", msg=msg, peer=dst, size=len(frame))
 
     def kick(self, peer: NodeId) -> None:
@@ -254,6 +257,7 @@ class PeerLinks:
 
     def close(self) -> int:
         """Stop redialing; returns how many messages were still queued."""
+        overload.flush()
         dropped = 0
         for link in self.links.values():
             dropped += len(link.queue)
