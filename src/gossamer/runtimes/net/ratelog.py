@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
-__all__ = ["RateLimitedLog", "overload"]
+__all__ = ["RateLimitedLog"]
 
 
 class RateLimitedLog:
@@ -53,8 +53,3 @@ class RateLimitedLog:
         for key, count in self._suppressed.items():
             self.logger.warning("%d more warnings of %s were suppressed", count, key)
         self._suppressed.clear()
-
-
-# the network runtime's per-message warnings (full queues, bad frames): one line per kind, peer
-# and interval
-overload = RateLimitedLog(logging.getLogger("gossamer.net"))
