@@ -409,6 +409,10 @@ def lossy_run(seed: int, loss: float, *, count: int = 40, publishes: int = 30,
 
 @pytest.mark.parametrize("seed, loss", [
     (1, 0.2),
+    # a forwarder that joined after a message asks its parent for it on behalf of its child:
+    # four lossy hops a round, so at 20% loss 12 rounds (the old nack_retries) gave up on
+    # one in about 500 such gaps; seed 2 was one
+    (2, 0.2),
     *(pytest.param(*more, marks=pytest.mark.slow)
       for more in [(1, 0.1), (2, 0.1), (3, 0.2), (4, 0.2)]),
 ])

@@ -56,7 +56,10 @@ class ScribeConfig:
     topic_log_limit: int = 256  # messages kept per topic to resend; also the largest gap repaired
     nack_delay: float = 0.05  # a gap waits this long (reordering) before its first NACK
     nack_interval: float = 0.3  # between NACK rounds for one topic while a gap lasts
-    nack_retries: int = 12  # NACK rounds without progress before the gap is given up
+    # NACK rounds without progress before the gap is given up: a gap a forwarder fetches for
+    # its child from its own parent needs four lossy hops a round (0.41 at 20% loss), so 30
+    # rounds leave about 1e-7 of them unrepaired (12 left 2e-3)
+    nack_retries: int = 30
     nack_max_range: int = 64  # positions per NACK, sent or accepted
     nack_ranges: int = 4  # NACKs per topic and round
     catch_up_requests: int = 6  # ScribeSince sent by a new subscriber, one per tick (loss)
