@@ -15,6 +15,8 @@ from gossamer.protocols.activity import (
     Authenticate,
     AuthenticationFail,
     InvalidMessageReply,
+    LockAllowed,
+    LockDenied,
     LockRequest,
     LoginFailed,
     LoginSuccess,
@@ -262,6 +264,33 @@ def test_server_info_carries_hashed_users_and_lock_protocol_by_hand() -> None:
     assert "zoe" not in net.servers["s1"].users and "aaron" in net.servers["s1"].users
 
 
+def test_a_reference_servers_lock_request_without_secret_is_accepted() -> None:
+    """The reference implementation's servers send LOCK_REQUEST without ``secret`` (and a
+    legacy AUTHENTICATE without ``protocol``): the name is taken here, answered LOCK_ALLOWED
+    in the same shape, and no secret logs in with it (we never learnt it)."""
+    net, client = one_server()
+    peer = MemClient(net, "ref")
+    peer.connect("s1")
+    peer.send(b'{"command":"AUTHENTICATE","secret":"' + SECRET.encode() + b'"}')
+    peer.send(b'{"command":"LOCK_REQUEST","username":"bob"}')
+    settle(net)
+    assert not peer.is_closed
+    assert peer.received[-1] == LockAllowed(username="bob")
+    assert b'"secret"' not in net.servers["s1"].codec.encode(peer.received[-1])
+    client.register("bob", "pw")
+    settle(net)
+    assert isinstance(client.last(), RegisterFailed)
+    late = MemClient(net, "late")
+    late.connect("s1")
+    late.login("bob", "!")
+    settle(net)
+    assert isinstance(late.last(), LoginFailed)
+    # a second request for the taken name is denied
+    peer.send(b'{"command":"LOCK_REQUEST","username":"bob"}')
+    settle(net)
+    assert peer.received[-1] == LockDenied(username="bob")
+
+
 # -- the tree ------------------------------------------------------------------------------
 
 
@@ -479,6 +508,9 @@ def test_silent_parent_is_detected_and_the_gap_is_resent_both_ways() -> None:
     resent = [r for r in net.sink.named() if r.event == "resend" and r.info is not None]
     assert any(r.node == "s4" and '"count":2' in r.info for r in resent), resent
     assert any(r.node == "s3" and '"count":1' in r.info for r in resent), resent
+    # the parent side noticed too: a hung child would hold registrations waiting for it
+    assert any(r.node == "s2" and r.event == "child_silent" for r in net.sink.named())
+    assert not [c for c in net.servers["s2"].server_conns() if c.remote.startswith("s4:")]
 
 
 def test_max_depth_redirects_a_joining_server() -> None:

@@ -71,6 +71,9 @@ RELAY_KEY = "_via"
 RELAY_SEQ_KEY = "_n"
 LOG_ORIGINS = 32  # origin servers whose recent activities a server keeps for resending
 FORGET_WINDOWS = 10  # known servers silent this many parent-loss windows are forgotten
+# the record of a user registered through a server that did not say the secret (a reference
+# implementation's LOCK_REQUEST): the name is taken everywhere, and no secret logs in with it
+UNKNOWN_SECRET = "!"
 MAX_CANCELLED = 10_000  # LOCK_CANCEL ids remembered to stop a cancel from circling
 SERVER_ONLY = (ServerAnnounce, ActivityBroadcast, LockRequest, LockDenied, LockAllowed,
                LockCancel, ServerInfo)
@@ -124,6 +127,9 @@ class ServerConfig:
     # interval), so REDIRECT decisions elsewhere are not made on loads an interval old
     load_announce_gap: float = 0.05
     reconnect_delay: float = 1.0
+    # a parent that neither answers AUTHENTICATE nor refuses it for this long took it: a server
+    # of the original course protocol (no SERVER_INFO); None: wait for SERVER_INFO only
+    legacy_accept_after: float | None = 2.0
     max_depth: int | None = None
     max_buffer: int = 10_000  # activities kept per origin server, resent after a failure
     max_line: int = DEFAULT_MAX_LINE
@@ -141,6 +147,9 @@ class ServerConfig:
             raise ConfigError(f"announce_interval must be > 0, got {self.announce_interval}")
         if self.load_announce_gap < 0:
             raise ConfigError(f"load_announce_gap must be >= 0, got {self.load_announce_gap}")
+        if self.legacy_accept_after is not None and self.legacy_accept_after <= 0:
+            raise ConfigError(f"legacy_accept_after must be > 0 or None, got "
+                              f"{self.legacy_accept_after}")
         if self.reconnect_delay <= 0:
             raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
         if self.max_depth is not None and self.max_depth < 1:
@@ -172,7 +181,7 @@ class _Client:
 @dataclasses.dataclass(slots=True)
 class _Lock:
     username: str
-    secret: str
+    secret: str | None
     upstream: Conn | None  # the server conn that asked us; None at the registering server
     client: Conn | None  # the registering client's conn (origin server only)
     waiting: set[Conn]
@@ -216,6 +225,11 @@ class ActivityServer:
         self._candidates: list[tuple[str, int]] = []
         self._failed: set[str] = set()
         self._attached_at = 0.0
+        # when each server link (parent, children) last carried a frame: a hung link is one
+        # that stays silent (servers announce every interval)
+        self._heard: dict[Conn, float] = {}
+        self._legacy_parent = False  # attached to a server of the original course protocol
+        self._legacy_timer: TimerHandle | None = None
         self._dials = 0
         self._locks: dict[str, _Lock] = {}
         self._lock_numbers = 0
@@ -242,10 +256,10 @@ class ActivityServer:
 
     def stop(self) -> None:
         self.running = False
-        for handle in (self._tick, self._retry, self._early):
+        for handle in (self._tick, self._retry, self._early, self._legacy_timer):
             if handle is not None:
                 self.env.cancel(handle)
-        self._tick = self._retry = self._early = None
+        self._tick = self._retry = self._early = self._legacy_timer = None
         for conn in list(self.roles):
             self._close(conn, "server stopping")
 
@@ -272,6 +286,10 @@ class ActivityServer:
             received = dict(self.high_water) if self._was_attached else None
             self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL,
                                           received=received))
+            if self.config.legacy_accept_after is not None:
+                self._cancel_legacy_timer()
+                self._legacy_timer = self.env.set_timer(
+                    self.config.legacy_accept_after, lambda: self._legacy_silence(conn))
             return
         if role is not None:
             return
@@ -283,6 +301,8 @@ class ActivityServer:
         role = self.roles.get(conn)
         if role is None:
             return  # closed by us already; what was in flight is ignored
+        if conn in self._heard:
+            self._heard[conn] = self.env.now()
         try:
             msg = self.codec.decode(frame)
         except ProtocolError as exc:
@@ -376,6 +396,10 @@ class ActivityServer:
             self._auth_refused(conn, msg.info)
         elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
             self._close(conn, f"parent sent {msg.TYPE}: {msg.info}")
+        elif role is ConnRole.JOINING and isinstance(msg, SERVER_ONLY) \
+                and self.config.legacy_accept_after is not None:
+            self._legacy_accepted(conn)  # a legacy parent's traffic: it took our secret
+            self._from_server(conn, msg, frame)
         elif role is ConnRole.JOINING:
             self._invalid(conn, f"{msg.TYPE} received before SERVER_INFO")
         else:
@@ -399,6 +423,7 @@ class ActivityServer:
                 self._close(conn, "redirected: max depth")
                 return
         self.roles[conn] = ConnRole.CHILD
+        self._heard[conn] = self.env.now()
         self.env.promote(conn)  # a server: it may take the slots kept for servers
         self.fanout.add(conn)
         if msg.protocol is None:  # the original course protocol: no SERVER_INFO, no levels
@@ -423,7 +448,7 @@ class ActivityServer:
         for entry in msg.users:
             name, secret = entry.split(":", 1)
             if name not in self.users:
-                if is_hash(secret):
+                if is_hash(secret) or secret == UNKNOWN_SECRET:
                     self.users.add_record(name, secret)
                 else:
                     self.users.add(name, secret)
@@ -431,14 +456,10 @@ class ActivityServer:
         old_level = self.level
         self.level = msg.level + 1
         self.parent_id = msg.id
-        first = self.roles[conn] is ConnRole.JOINING
-        self.roles[conn] = ConnRole.PARENT
+        first = self.roles[conn] is ConnRole.JOINING or self._legacy_parent
+        self._legacy_parent = False
         if first:
-            self._attached_at = self.env.now()
-            self.state = TreeState.ATTACHED
-            self._candidates = []
-            self._failed.clear()
-            self._trace("attach", peer=conn, parent=msg.id, level=self.level)
+            self._attach(conn, msg.id)
             theirs = msg.received or {}
             if not self._was_attached:
                 # a first join: owed only what is sent from now on, so what the network had
@@ -453,6 +474,35 @@ class ActivityServer:
             for child in self._children():
                 if child not in self._legacy:  # extension: levels follow moves
                     self._send(child, self._server_info_msg())
+
+    def _attach(self, conn: Conn, parent: str | None) -> None:
+        self._cancel_legacy_timer()
+        self.roles[conn] = ConnRole.PARENT
+        self._attached_at = self._heard[conn] = self.env.now()
+        self.state = TreeState.ATTACHED
+        self._candidates = []
+        self._failed.clear()
+        self._trace("attach", peer=conn, parent=parent, level=self.level,
+                    legacy=self._legacy_parent)
+
+    def _legacy_accepted(self, conn: Conn) -> None:
+        """The parent we joined speaks the original course protocol: it never sends SERVER_INFO,
+        success is silence (or its first server message). Attached, level unknown (1 is
+        assumed), no users or high-water marks from it."""
+        if self.roles.get(conn) is not ConnRole.JOINING:
+            return
+        self._legacy_parent = True
+        if self.level == 0:
+            self.level = 1
+        self._attach(conn, None)
+        if not self._was_attached:
+            self._resend(conn, {})  # what was accepted while joining (the log holds no more)
+        self._was_attached = True
+
+    def _legacy_silence(self, conn: Conn) -> None:
+        self._legacy_timer = None
+        if self.running and conn == self.parent:
+            self._legacy_accepted(conn)
 
     def _children(self) -> list[Conn]:
         return [c for c, r in self.roles.items() if r is ConnRole.CHILD]
@@ -478,11 +528,15 @@ class ActivityServer:
         forget = horizon - FORGET_WINDOWS * window
         for server_id in [k.id for k in self.known.values() if k.seen < forget]:
             del self.known[server_id]
-        parent = self.known.get(self.parent_id or "")
         if (self.state is TreeState.ATTACHED and self.parent is not None
-                and (parent is None or parent.seen < horizon) and self._attached_at < horizon):
+                and self._heard.get(self.parent, 0.0) < horizon
+                and self._attached_at < horizon):
             self._trace("parent_silent", peer=self.parent, parent=self.parent_id)
             self._close(self.parent, "no announcements from the parent")
+        for child in [c for c in self._children() if self._heard.get(c, 0.0) < horizon]:
+            # a hung child would hold every registration waiting for its LOCK_ALLOWED
+            self._trace("child_silent", peer=child)
+            self._close(child, "no announcements from the child")
 
     def _send_announce(self) -> None:
         parent = self.parent_id if self.state is TreeState.ATTACHED else None
@@ -511,8 +565,15 @@ class ActivityServer:
         self.roles[conn] = ConnRole.DIALING
         self._trace("dial", peer=conn, host=host, port=port)
 
+    def _cancel_legacy_timer(self) -> None:
+        if self._legacy_timer is not None:
+            self.env.cancel(self._legacy_timer)
+            self._legacy_timer = None
+
     def _parent_gone(self, was_attached: bool) -> None:
         self.parent = None
+        self._legacy_parent = False
+        self._cancel_legacy_timer()
         if not self.running:
             return
         if was_attached:
@@ -639,7 +700,10 @@ class ActivityServer:
         if msg.username in self.users or lock_id in self._locks:
             self._send(conn, LockDenied(username=msg.username, secret=msg.secret, id=msg.id))
             return
-        self.users.add(msg.username, msg.secret, lock=lock_id)
+        if msg.secret is None:  # a reference server's request: the name is taken, no login
+            self.users.add_record(msg.username, UNKNOWN_SECRET, lock=lock_id)
+        else:
+            self.users.add(msg.username, msg.secret, lock=lock_id)
         self.users.commit()
         waiting = {c for c in self.server_conns() if c != conn}
         self._locks[lock_id] = _Lock(msg.username, msg.secret, conn, None, waiting)
@@ -857,6 +921,7 @@ class ActivityServer:
 
     def _forget(self, conn: Conn, reason: str) -> None:
         role = self.roles.pop(conn)
+        self._heard.pop(conn, None)
         self.fanout.discard(conn)
         if self.clients.pop(conn, None) is not None:
             self._load_changed()

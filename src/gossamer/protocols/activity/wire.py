@@ -235,16 +235,18 @@ class RegisterSuccess(ActivityWire):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Lock(ActivityWire):
-    """The four LOCK_* messages: the same fields, told apart by ``command``."""
+    """The four LOCK_* messages: the same fields, told apart by ``command``. ``secret`` may be
+    absent: the reference implementation's servers send LOCK_REQUEST without it."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id", "secret"})
     username: str
-    secret: str
+    secret: str | None = None
     id: str | None = None  # extension: the registration this lock belongs to
 
     def __post_init__(self) -> None:
         _check_text(self.username, "username")
-        _check_text(self.secret, "secret", empty=True)
+        if self.secret is not None:
+            _check_text(self.secret, "secret", empty=True)
         if self.id is not None:
             _check_text(self.id, "id")
 
