@@ -200,13 +200,6 @@ def _last_held_apply(rows: Rows, *, of_others: bool = False) -> int:
                 and not (of_others and rows[i]["origin"] == rows[i]["node"]))
 
 
-def diverge_object(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
-    """One replica ends holding a revision nobody else holds."""
-    victim = _last_held_apply(rows, of_others=True)
-    changed = {**rows[victim], "info": json.dumps({**_info(rows[victim]), "rev": "planted"})}
-    return [*rows[:victim], changed, *rows[victim + 1:]], {(changed["node"], changed["key"])}
-
-
 def misbase_write(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
     """A replica holds a write based on a revision other than the one it held before."""
     victim = _last_held_apply(rows)
@@ -279,11 +272,3 @@ def test_a_planted_fault_is_caught_by_the_right_check(spark: Any, name: str, wha
     else:
         assert found(result) == expected, what
 
-
-def test_a_diverged_object_is_caught_by_convergence(spark: Any) -> None:
-    rows, checks = recorded("replica")
-    planted, expected = diverge_object(rows)
-    [result] = judge(spark, planted, checks, ["convergence"])
-    assert result.status is Status.FAIL, result.reason
-    assert result.violations is not None
-    assert {(r.node, r.key) for r in result.violations.collect()} >= expected
