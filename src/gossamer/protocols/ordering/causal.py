@@ -136,9 +136,10 @@ class CausalDelivery:
     ) -> None:
         """``announce_deliveries``: announce our vector after every burst of deliveries, not
         only after publishing (the hub's keeper: one announcement instead of every writer's).
-        ``group_commit``: the store is committed in groups (the keeper: ``commit_then``, and
-        nothing it sends waits for the group), so the delivered counts are written by
-        ``write_pending()`` before each group, not at every delivery.
+        ``group_commit``: the store is committed in groups (the keeper: ``commit_then``; what
+        it sends waits for the group), so the delivered counts are written by
+        ``write_pending()`` before each group, not at every delivery, and a ``deliver`` row is
+        traced once its group is on disk.
         ``send``: how a message reaches the hub: a client's connection (``ReplicaNode``) and
         the keeper inside the hub pass their own; the default, ``env.send`` to ``config.hub``,
         is for unit tests (``FakeEnv`` records it). ``store``: default ``env.store``."""
@@ -147,6 +148,7 @@ class CausalDelivery:
         self.announce_deliveries = announce_deliveries
         self.group_commit = group_commit
         self._unwritten: set[str] = set()  # origins whose delivered count awaits the group
+        self._untraced: list[Data] = []  # delivered, their ``deliver`` rows await the group
         self.config = config if config is not None else CausalConfig()
         self.on_deliver = on_deliver
         self.me: NodeId = env.node
@@ -239,14 +241,26 @@ class CausalDelivery:
 
     def commit_if_dirty(self) -> None:
         """Commit what was delivered, durably, before anything that depends on it is sent.
-        With ``group_commit`` nothing sent depends on it (the keeper only relays what writers
-        committed): the deliveries join the store's next group, and no one waits for it."""
+        With ``group_commit`` the deliveries join the store's next group, whose callbacks run
+        once it is on disk: their ``deliver`` rows first (a power loss before it forgets them,
+        and they are delivered again), then what the caller sends after this returns (the hub
+        relays through ``commit_then`` too)."""
         if self._dirty:
             if self.group_commit:
-                self._store.commit_then(_nothing)
+                delivered, self._untraced = self._untraced, []
+                self._store.commit_then(
+                    (lambda: self._trace_all(delivered)) if delivered else _nothing)
             else:
                 self._store.commit()
             self._dirty = False
+
+    def _trace_delivered(self, msg: Data) -> None:
+        self.env.trace("deliver", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
+                       key=msg.key, seq=msg.seq, vector=msg.vector)
+
+    def _trace_all(self, delivered: list[Data]) -> None:
+        for msg in delivered:
+            self._trace_delivered(msg)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -495,8 +509,10 @@ class CausalDelivery:
             self._store.put(_VECTOR, origin, str(seq).encode())
         self._dirty = True
         if self.env.tracing:
-            self.env.trace("deliver", layer=LAYER, msg=msg_id(origin, seq), origin=origin,
-                           key=msg.key, seq=seq, vector=msg.vector)
+            if self.group_commit:  # a delivery is one once it is on disk (commit_if_dirty)
+                self._untraced.append(msg)
+            else:
+                self._trace_delivered(msg)
         if self.on_deliver is not None:
             self.on_deliver(msg)
         if self.announce_deliveries and (self._announce_timer is None

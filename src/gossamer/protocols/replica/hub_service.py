@@ -7,6 +7,11 @@ A multicast is forwarded exactly as it was received, to every other connection i
 input is dropped and traced, never fatal; the runtime closes what breaks its limits (frame
 size, invalid UTF-8, a slow reader) and the others hear the ``Left``.
 
+With a keeper, nothing leaves the hub before the keeper's store has on disk what it depends
+on (``_when_durable``): a data message is relayed once the keeper's delivery of it is
+committed, and every frame after it waits its turn, so a power loss never makes the hub forget
+what it relayed or relay it again.
+
 The hub orders per object (its relay's order is the order clients see): each data message
 passes through the ``orderer`` (keyed by the object) before the keeper stores it and the hub
 forwards it, and only once accepted; a redirect or a refusal drops it, traced (seed 000's wire
@@ -16,6 +21,7 @@ has no answer for them: the clients' NACKs fetch what they miss). The default
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...core.conn import CloseCode, Conn
@@ -123,9 +129,9 @@ class HubService:
         if before is None:
             self._trace("join", peer, conn=conn.id, remote=conn.remote)
         if multicast:
-            self.env.write_many(self.everyone, frame, exclude=conn)
-        else:
-            self._forward(routes, msg, frame)
+            self._when_durable(lambda: self.env.write_many(self.everyone, frame, exclude=conn))
+        elif routes:
+            self._when_durable(lambda: self._forward(routes, msg, frame))
 
     def closed(self, conn: Conn, reason: str) -> None:
         peer = self._peers.pop(conn, None)
@@ -135,8 +141,8 @@ class HubService:
         routes = self.relay.disconnect(conn)
         self._trace("leave", peer, conn=conn.id, frames_in=peer.frames_in,
                     dropped=peer.dropped, reason=reason)
-        if self.running:
-            self._forward(routes, None, b"")
+        if self.running and routes:
+            self._when_durable(lambda: self._forward(routes, None, b""))
 
     # -- ordering (a non-default orderer only) -------------------------------------------------
 
@@ -174,15 +180,31 @@ class HubService:
                         detail=str(exc)[:DETAIL_CHARS])
             return
         if multicast:
-            self.env.write_many(self.everyone, frame, exclude=conn)
-        else:
-            self._forward(routes, msg, frame)
+            self._when_durable(lambda: self.env.write_many(self.everyone, frame, exclude=conn))
+        elif routes:
+            self._when_durable(lambda: self._forward(routes, msg, frame))
 
     # -- routing -----------------------------------------------------------------------------
 
+    def _when_durable(self, send: Callable[[], None]) -> None:
+        """``send`` now if the keeper's store has nothing on its way to disk, else once the
+        group that holds every write so far is on disk (then in the order given): nothing
+        leaves the hub before what it depends on is committed, and frames keep their order."""
+        keeper = self.keeper
+        if keeper is None or keeper.store.idle:
+            send()
+        else:
+            keeper.store.commit_then(lambda: self._send_if_running(send))
+
+    def _send_if_running(self, send: Callable[[], None]) -> None:
+        if self.running:
+            send()
+
     def _from_hub(self, msg: Message) -> None:
         if self.running:
-            self._forward(self.relay.from_hub(msg), None, b"")
+            routes = self.relay.from_hub(msg)
+            if routes:
+                self._when_durable(lambda: self._forward(routes, None, b""))
 
     def _forward(self, routes: list[Route], original: Message | None, received: bytes) -> None:
         """Each route's message to its connection: ``original`` as ``received`` (the frame it

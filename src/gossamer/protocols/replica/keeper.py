@@ -20,10 +20,13 @@ every client, and the keeper's ``subscribe`` (its vector, multicast after each b
 deliveries with backoff) is the one announcement that finds lost last messages for everyone.
 It catches up like a client (its own NACKs go out through the hub; clients answer its
 ``subscribe`` with what it lacks of theirs), so after a restart it asks for what it missed.
-The store is committed in groups (every ``commit_interval``), not per message, and nothing
-the hub sends waits for a group: the keeper only ever sends what writers committed to their own
-send logs before they sent it, so what a crash of the hub loses (the last interval, and the
-group on its way to disk) comes back through the NACKs above. Writes wait in memory until the
+The store is committed in groups, and nothing the hub sends leaves before the group that
+holds what it depends on is on disk (``HubService`` sends through ``commit_then``): a data
+message is relayed once the keeper's delivery of it is durable, a retry, snapshot or vector
+once what it tells is. So a power loss of the hub (its last group lost on its way to disk)
+forgets only what nobody but its writer has seen, and the writer's announcements and the
+keeper's NACKs bring it back; the hub never delivers or relays a message twice, and a write
+it relayed survives even if its writer never comes back. Writes wait in memory until the
 group, which goes to the runtime's store in one ``apply`` and one ``commit_then``: on a network
 a ``WriteBehindStore`` writes and fsyncs it on its own thread, so the keeper's hot path never
 waits on sqlite or on the disk. The log is stored in segments of ``SEGMENT`` messages per row
@@ -70,7 +73,10 @@ class KeeperConfig:
     replica: ReplicaConfig = dataclasses.field(default_factory=ReplicaConfig)
     log_per_origin: int = 1000  # latest data messages kept per origin
     part_bytes: int = 32 * 1024  # encoded bytes per retry or snapshot frame (under max_frame)
-    commit_interval: float = 0.05  # seconds between group commits of the keeper's store
+    # how long a group of the keeper's store forms before it is handed to the runtime's store
+    # (0: at the end of the step); every reply of the hub waits for its group on disk, so this
+    # is added to the hub's latency, and the runtime's store groups what arrives while it writes
+    commit_interval: float = 0.0
     conflict_memory: int = 4096  # conflicts recently forwarded, to drop the same one again
 
     def __post_init__(self) -> None:
@@ -78,8 +84,8 @@ class KeeperConfig:
             raise ConfigError("log_per_origin must be >= 1")
         if self.part_bytes < 1024:
             raise ConfigError("part_bytes must be >= 1024")
-        if self.commit_interval <= 0:
-            raise ConfigError("commit_interval must be > 0")
+        if self.commit_interval < 0:
+            raise ConfigError("commit_interval must be >= 0")
         if self.conflict_memory < 0:
             raise ConfigError("conflict_memory must be >= 0")
 
@@ -146,6 +152,13 @@ class _GroupCommitStore(Store):
         self._callbacks.append(fn)
         if self._timer is None:
             self._timer = self._env.set_timer(self._interval, self.flush)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waits to be written or is on its way to disk: what the hub sends now
+        overtakes no reply that waits for a group."""
+        return (not self._pending and not self._callbacks
+                and self.groups_durable == self.groups)
 
     def commit(self) -> None:
         self.flush()
@@ -324,7 +337,13 @@ class HubKeeper:
                 replica.on_message(msg.id, msg)
             finally:
                 self._received = None
-            return msg
+            # relayed only as the keeper's delivery of it (and once that is on disk: the hub
+            # sends through the store's ``commit_then``), so the hub never relays what a power
+            # loss could make it forget; one held back here is relayed by no one: the keeper's
+            # announcement of it (after its delivery) has the others NACK it, served from the log
+            log = self._log.get(msg.id)
+            entry = None if log is None else log.get(msg.seq)
+            return msg if entry is not None and entry[1] is msg else None
         if isinstance(msg, Retry):
             for part in msg.retry:
                 self._check_crc(part)
