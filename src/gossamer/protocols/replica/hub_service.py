@@ -67,7 +67,9 @@ class HubService:
         self.codec = codec if codec is not None else ReplicaCodec()
         self.relay = HubRelay(max_connections=max_connections)
         self.everyone = env.group()  # the relay's connections, for the multicast fan-out
-        self.keeper = None if keeper is None else HubKeeper(env, self._from_hub, config=keeper)
+        self.keeper = None if keeper is None else HubKeeper(
+            env, self._from_hub, config=keeper,
+            connected=lambda client: self.relay.connection_of(client) is not None)
         self._peers: dict[Conn, _Peer] = {}
         self.running = False
         self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()

@@ -78,6 +78,10 @@ class KeeperConfig:
     # is added to the hub's latency, and the runtime's store groups what arrives while it writes
     commit_interval: float = 0.0
     conflict_memory: int = 4096  # conflicts recently forwarded, to drop the same one again
+    # a NACK the log cannot serve is answered with a snapshot, at most once per this many
+    # seconds per client (the client re-NACKs with backoff meanwhile)
+    snapshot_interval: float = 1.0
+    snapshot_memory: int = 100_000  # clients whose last snapshot time is kept
 
     def __post_init__(self) -> None:
         if self.log_per_origin < 1:
@@ -88,6 +92,8 @@ class KeeperConfig:
             raise ConfigError("commit_interval must be >= 0")
         if self.conflict_memory < 0:
             raise ConfigError("conflict_memory must be >= 0")
+        if self.snapshot_interval < 0 or self.snapshot_memory < 1:
+            raise ConfigError("snapshot_interval must be >= 0 and snapshot_memory >= 1")
 
 
 RouteFn = Callable[[Message], None]
@@ -193,12 +199,17 @@ class _GroupCommitStore(Store):
 class HubKeeper:
     """Observes what the hub relays; answers subscribes and NACKs it can serve."""
 
-    def __init__(self, env: Env, route: RouteFn, *, config: KeeperConfig | None = None) -> None:
+    def __init__(self, env: Env, route: RouteFn, *, config: KeeperConfig | None = None,
+                 connected: Callable[[str], bool] | None = None) -> None:
+        """``connected(client)``: whether ``client`` has a connection to the hub now (the
+        hub's relay; default: every client), to NACK only an origin that can answer."""
         if env.node != HUB_ID:
             raise ConfigError(f"the keeper speaks as {HUB_ID!r}, its env is {env.node!r}")
         self.config = config if config is not None else KeeperConfig()
         self.env = env
         self._route = route
+        self._connected: Callable[[str], bool] = (connected if connected is not None
+                                                  else lambda client: True)
         self._codec = ReplicaCodec()
         self.store = _GroupCommitStore(env.store, env, self.config.commit_interval)
         # origin -> seq -> (delivery index, message, encoded size); contiguous seqs per origin
@@ -223,6 +234,7 @@ class HubKeeper:
         # finds the conflict on its own when the winner's write reaches it: footnote 10)
         self._conflicts: dict[tuple[str, str, int], None] = {}
         self.snapshots = 0
+        self._snapshot_at: dict[str, float] = {}  # client -> when it was last sent a snapshot
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -365,7 +377,13 @@ class HubKeeper:
                 self._send_retries(msg.id, [self._log[msg.dest][seq]
                                             for seq in range(msg.start, msg.end + 1)])
                 return None
-            return msg
+            delivered = replica.causal.delivered(msg.dest)
+            if delivered < msg.start or (msg.end > delivered and self._connected(msg.dest)):
+                return msg  # the origin has what the keeper has not had (if it is there)
+            # what the log no longer holds, from an origin that is gone or not: the snapshot
+            # answers (it holds every delivered write), never a NACK after a departed client
+            self._snapshot_for(msg.id, reason="nack")
+            return None
         if isinstance(msg, Conflict):
             return None if msg.dest == HUB_ID else self._first_conflict(msg)
         if isinstance(msg, Snapshot):
@@ -395,7 +413,10 @@ class HubKeeper:
         theirs = msg.vector
         lacking = {origin: (theirs.get(origin, 0) + 1, high) for origin, high in have.items()
                    if high > theirs.get(origin, 0)}
-        covered = all(count <= have.get(origin, 0) for origin, count in theirs.items())
+        # the subscriber's own writes the keeper lacks do not stop a snapshot: the keeper NACKs
+        # them (it just learned of them), and the subscriber applies them again on top of it
+        covered = all(count <= have.get(origin, 0) for origin, count in theirs.items()
+                      if origin != msg.id)
         self.served_subscribes += 1
         if all(self._has(origin, start, end) for origin, (start, end) in lacking.items()):
             parts = [self._log[origin][seq] for origin, (start, end) in lacking.items()
@@ -404,6 +425,7 @@ class HubKeeper:
             kind = "retry"
         elif covered:
             self._send_snapshot(msg.id, have)
+            self._snapshot_at[msg.id] = self.env.now()
             kind = "snapshot"
         else:
             # the subscriber has messages we lack and we lack what it misses: the peers serve
@@ -413,6 +435,22 @@ class HubKeeper:
         self.env.trace("serve", layer=LAYER, peer=msg.id, kind=kind,
                        messages=sum(end - start + 1 for start, end in lacking.values()))
         return None
+
+    def _snapshot_for(self, dest: str, *, reason: str) -> None:
+        """A snapshot to ``dest``, at most one per ``snapshot_interval`` (the asker repeats
+        its NACKs with backoff while its gap lasts)."""
+        now = self.env.now()
+        last = self._snapshot_at.get(dest)
+        if last is not None and now - last < self.config.snapshot_interval:
+            self.env.trace("serve", layer=LAYER, peer=dest, kind="snapshot_later",
+                           reason=reason)
+            return
+        if len(self._snapshot_at) >= self.config.snapshot_memory:
+            del self._snapshot_at[next(iter(self._snapshot_at))]
+        self._snapshot_at.pop(dest, None)
+        self._snapshot_at[dest] = now
+        self._send_snapshot(dest, self.replica.causal.vector)
+        self.env.trace("serve", layer=LAYER, peer=dest, kind="snapshot", reason=reason)
 
     def _send_retries(self, dest: str, parts: list[tuple[int, Data, int]]) -> None:
         """Retries from the hub to ``dest``, in delivery order, each under ``part_bytes``;

@@ -262,7 +262,7 @@ class ReplicaClient:
                 raise InvalidMessage(f"replica client got {msg.TYPE}")
         self._after_delivery()
         if (self.link is LinkState.SYNCING and self.causal.heard
-                and self.causal.caught_up):
+                and self.causal.caught_up and self._snapshot_vector is None):
             self._sync_done(timed_out=False)
 
     # -- the application's face -------------------------------------------------------------
@@ -567,7 +567,16 @@ class ReplicaClient:
     def _install(self, vector: dict[str, int], objects: dict[str, tuple[Any, ...]]) -> None:
         """Replace the objects by a snapshot's, if it holds everything delivered here."""
         mine = self.causal.vector
-        behind = {o: c for o, c in mine.items() if c > vector.get(o, 0)}
+        behind = {o: c for o, c in mine.items() if c > vector.get(o, 0) and o != self.me}
+        # own writes the hub had not delivered when it made the snapshot (made while it was on
+        # its way, or lost with a crash): applied again on top of it, as the hub will apply
+        # them once it has them; each was made on a state the snapshot covers
+        own = [self.causal.sent_message(seq)
+               for seq in range(vector.get(self.me, 0) + 1, mine.get(self.me, 0) + 1)]
+        if not behind and any(
+                msg is None or any(c > vector.get(o, 0) for o, c in msg.vector.items()
+                                   if o != self.me) for msg in own):
+            behind = {self.me: mine.get(self.me, 0)}  # not all of them can be applied again
         if behind:
             self.env.trace("drop", layer=LAYER, peer="hub", reason="snapshot_behind",
                            behind=behind)
@@ -576,10 +585,14 @@ class ReplicaClient:
         self._paths.replace({
             key: (Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path)
             for key, path in objects.items()})
+        for msg in own:
+            assert msg is not None  # checked above
+            touched.add(msg.key)
+            self._apply(msg)
         self.causal.install(vector)
         self.causal.commit_if_dirty()  # durable before a vector that counts it is sent
         self.env.trace("snapshot", layer=LAYER, peer="hub", objects=len(objects),
-                       vector=vector)
+                       vector=vector, own_again=len(own))
         for key in sorted(touched):
             self._changed(key)
 
