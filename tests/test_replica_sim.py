@@ -46,6 +46,7 @@ from gossamer.protocols.replica import (
     crc_of,
 )
 from gossamer.protocols.replica.hub_service import DEFAULT_KEEPER
+from gossamer.protocols.replica.node import DEFAULT_MAX_FRAME
 from gossamer.runtimes.sim import Latency, LinkModel, MemoryStore, Scenario, Simulation, Uniform
 from gossamer.runtimes.sim.connections import SimConn
 from gossamer.services.replica.experiment import HUB_ADDRESS, HUB_LISTENER
@@ -722,6 +723,23 @@ def test_subscribe_and_nack_are_answered_from_the_send_log() -> None:
     assert retry.dest == "n3" and [d.seq for d in retry.retry] == [1, 2]
     client.on_message(HUB, Subscribe(id="n4", vector={"n1": 3}))
     assert take(env, Retry) == []
+
+
+def test_a_resend_of_many_large_writes_fits_the_link_frame_limit() -> None:
+    """A subscribe (or NACK) asking for hundreds of a client's large writes is answered in
+    retries that each fit the default frame limit (64 KiB): one retry of 256 writes would not,
+    and the codec's refusal stopped the client."""
+    env = FakeEnv("n1")
+    client = ReplicaClient(env)
+    start_online(client)
+    for number in range(300):
+        client.set(f"k{number}", {"v": number, "pad": "x" * 200})
+    env.sent.clear()
+    client.on_message(HUB, Subscribe(id="n2", vector={}))
+    retries = take(env, Retry)
+    codec = ReplicaCodec(max_frame=DEFAULT_MAX_FRAME)
+    assert all(len(codec.encode(r)) <= DEFAULT_MAX_FRAME for r in retries)
+    assert [d.seq for r in retries for d in r.retry] == list(range(1, 301))
 
 
 def test_a_corrupt_data_message_is_dropped_without_changing_state() -> None:

@@ -63,6 +63,7 @@ __all__ = ["LAYER", "CausalConfig", "CausalDelivery"]
 
 LAYER = "replica"
 _VECTOR, _LOG, _META = "replica.vector", "replica.log", "replica.meta"
+_RETRY_OVERHEAD = 256  # bytes of a Retry frame besides its data messages
 _KNOWN_IDS_LIMIT = 100_000  # vector ids already checked (a cache: beyond it, check each time)
 
 
@@ -72,6 +73,9 @@ class CausalConfig:
     holdback_limit: int = 10_000  # early messages kept, over all origins
     send_log_limit: int = 10_000  # own messages kept (durably) to answer NACKs and Subscribes
     retry_batch: int = 256  # data messages per Retry (the wire allows up to 1,024)
+    # encoded bytes of the data messages of one Retry: under the link's frame limit (64 KiB by
+    # default), so a resend of many large writes never makes a frame the codec refuses
+    retry_bytes: int = 32 * 1024
     max_nack_ranges: int = 8  # missing ranges NACKed per origin at once
     nack_delay: float = 0.05  # wait this long for reordered messages before NACKing a gap
     nack_retry: float = 0.25  # first re-NACK interval while a gap persists; doubles
@@ -90,6 +94,8 @@ class CausalConfig:
         for name in ("holdback_limit", "send_log_limit", "max_nack_ranges"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
+        if self.retry_bytes < 1024:
+            raise ConfigError("retry_bytes must be >= 1024")
         if not 1 <= self.retry_batch <= MAX_RETRY_BATCH:
             raise ConfigError(f"retry_batch must be in 1..{MAX_RETRY_BATCH}")
 
@@ -433,14 +439,20 @@ class CausalDelivery:
                            reason="evicted", first_kept=self._log_first)
             start = self._log_first
         batch: list[Data] = []
+        size = _RETRY_OVERHEAD
         for seq in range(start, end + 1):
             data = self._send_log.get(seq)
             if data is None:
                 continue
+            length = len(orjson.dumps(self._codec.to_dict(data))) + 1
+            if batch and size + length > self.config.retry_bytes:
+                self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
+                batch, size = [], _RETRY_OVERHEAD
             batch.append(data)
+            size += length
             if len(batch) == self.config.retry_batch:
                 self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
-                batch = []
+                batch, size = [], _RETRY_OVERHEAD
         if batch:
             self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
 

@@ -69,7 +69,8 @@ class HubService:
         self.everyone = env.group()  # the relay's connections, for the multicast fan-out
         self.keeper = None if keeper is None else HubKeeper(
             env, self._from_hub, config=keeper,
-            connected=lambda client: self.relay.connection_of(client) is not None)
+            connected=lambda client: self.relay.connection_of(client) is not None,
+            tell=self._tell)
         self._peers: dict[Conn, _Peer] = {}
         self.running = False
         self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()
@@ -201,6 +202,13 @@ class HubService:
     def _send_if_running(self, send: Callable[[], None]) -> None:
         if self.running:
             send()
+
+    def _tell(self, client: str, msg: Message) -> None:
+        """``msg`` from the hub to ``client`` alone (if connected)."""
+        conn = self.relay.connection_of(client)
+        if self.running and conn is not None:
+            frame = self.codec.encode(msg)
+            self._when_durable(lambda: self.env.write(conn, frame))  # type: ignore[arg-type]
 
     def _from_hub(self, msg: Message) -> None:
         if self.running:

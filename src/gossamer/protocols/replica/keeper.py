@@ -7,6 +7,8 @@ With them the hub answers what would otherwise go to every peer:
 
 - a client's ``subscribe``: a ``retry`` from ``hub`` with what the subscriber lacks, in the
   order the keeper delivered it (always sent, possibly empty: the subscriber knows it was heard),
+  then the keeper's vector to the subscriber alone (a ``subscribe`` from ``hub``: everything the
+  hub had accepted when it answered, which a client's ``synced()`` waits for),
   or a ``snapshot`` when the log no longer reaches back far enough and the subscriber has seen
   nothing the keeper has not. Served, it goes no further: the keeper learns the gaps it reveals
   (and NACKs them), and the others learn everything it could tell them from the keeper's own
@@ -200,9 +202,13 @@ class HubKeeper:
     """Observes what the hub relays; answers subscribes and NACKs it can serve."""
 
     def __init__(self, env: Env, route: RouteFn, *, config: KeeperConfig | None = None,
-                 connected: Callable[[str], bool] | None = None) -> None:
+                 connected: Callable[[str], bool] | None = None,
+                 tell: Callable[[str, Message], None] | None = None) -> None:
         """``connected(client)``: whether ``client`` has a connection to the hub now (the
-        hub's relay; default: every client), to NACK only an origin that can answer."""
+        hub's relay; default: every client), to NACK only an origin that can answer.
+        ``tell(client, msg)``: send ``msg`` to ``client`` alone (the answer to its subscribe
+        ends with the keeper's vector, a ``subscribe`` from the hub: what the hub had accepted
+        then; default: not sent)."""
         if env.node != HUB_ID:
             raise ConfigError(f"the keeper speaks as {HUB_ID!r}, its env is {env.node!r}")
         self.config = config if config is not None else KeeperConfig()
@@ -210,6 +216,8 @@ class HubKeeper:
         self._route = route
         self._connected: Callable[[str], bool] = (connected if connected is not None
                                                   else lambda client: True)
+        self._tell: Callable[[str, Message], None] = (tell if tell is not None
+                                                      else lambda client, msg: None)
         self._codec = ReplicaCodec()
         self.store = _GroupCommitStore(env.store, env, self.config.commit_interval)
         # origin -> seq -> (delivery index, message, encoded size); contiguous seqs per origin
@@ -431,9 +439,11 @@ class HubKeeper:
             # the subscriber has messages we lack and we lack what it misses: the peers serve
             self._send_retries(msg.id, [])
             self.env.trace("serve", layer=LAYER, peer=msg.id, kind="forward")
+            self._tell(msg.id, Subscribe(id=HUB_ID, vector=have))
             return msg
         self.env.trace("serve", layer=LAYER, peer=msg.id, kind=kind,
                        messages=sum(end - start + 1 for start, end in lacking.values()))
+        self._tell(msg.id, Subscribe(id=HUB_ID, vector=have))
         return None
 
     def _snapshot_for(self, dest: str, *, reason: str) -> None:

@@ -36,6 +36,7 @@ from ...core.messages import Message
 from ..ordering.causal import LAYER, CausalConfig, CausalDelivery, msg_id
 from ..ordering.per_object import Verdict, WinningPaths, Write
 from .wire import (
+    HUB_ID,
     Clear,
     Conflict,
     Data,
@@ -160,6 +161,8 @@ class ReplicaClient:
         self._snapshot_vector: dict[str, int] | None = None  # a snapshot being received
         self._snapshot_parts: dict[str, tuple[Any, ...]] = {}
         self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
+        self.hub_vector: dict[str, int] = {}  # the hub's vector as it last told it
+        self.hub_vectors = 0  # how many times it told it
         self._store = store if store is not None else env.store
         self._resolved: dict[int, int | None] = {}  # own lost seq -> rebased seq (None: gave up)
         self._rebased_from: dict[int, int] = {}  # rebased seq -> the lost seq it carries on
@@ -243,6 +246,9 @@ class ReplicaClient:
                            type=msg.TYPE)
             return
         if isinstance(msg, Data | Retry | Nack | Subscribe):
+            if isinstance(msg, Subscribe) and msg.id == HUB_ID:
+                self.hub_vector = dict(msg.vector)  # what the hub had accepted (its keeper)
+                self.hub_vectors += 1
             self.causal.on_message(msg)  # deliveries land in _apply, then are committed
         else:
             self.causal.note_heard()
@@ -264,6 +270,19 @@ class ReplicaClient:
         if (self.link is LinkState.SYNCING and self.causal.heard
                 and self.causal.caught_up and self._snapshot_vector is None):
             self._sync_done(timed_out=False)
+
+    def ask_hub(self) -> None:
+        """Send our vector to the hub (a ``subscribe``): its keeper answers with what we lack
+        and then with its own vector (``hub_vectors`` counts up). Online only."""
+        if self.link is LinkState.OFFLINE:
+            raise StateError("asking the hub needs a connection: this client is offline")
+        self.send(Subscribe(id=self.me, vector=self.causal.vector))
+
+    def has_all_the_hub_told(self) -> bool:
+        """Everything the hub's last vector counts (but our own writes) is applied here."""
+        vector = self.causal.vector
+        return all(vector.get(origin, 0) >= count for origin, count in self.hub_vector.items()
+                   if origin != self.me)
 
     # -- the application's face -------------------------------------------------------------
 
