@@ -23,3 +23,16 @@ def test_activity_benchmark_quick_reports_every_figure() -> None:
     assert all(row["deliveries"] == 99 * row["activities"] for row in figures["throughput"])
     assert len(figures["spread"]["loads"]) == 7
     assert "vs 1 server" in out.stdout
+
+
+def test_activity_load_benchmark_runs_and_reports_server_cpu(tmp_path: Path) -> None:
+    script = SCRIPT.parent / "activity_load.py"
+    out = tmp_path / "load.json"
+    subprocess.run([sys.executable, str(script), "--seconds", "1", "--warmup", "0.5",
+                    "--rounds", "1", "--json", str(out)], check=True, capture_output=True,
+                   text=True, timeout=180)
+    report = json.loads(out.read_text())
+    (run,) = report["runs"]["this"]
+    assert run["deliveries"] > 0 and run["server_cpu_s"] >= 0
+    assert run["server_cpu_us_per_delivery"] == pytest.approx(
+        1e6 * run["server_cpu_s"] / run["deliveries"])

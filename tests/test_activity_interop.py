@@ -151,3 +151,106 @@ def test_legacy_child_joins_and_its_clients_get_our_broadcasts() -> None:
             await root.stop()
 
     asyncio.run(scenario())
+
+
+class ReferenceParent:
+    """A parent of the original course protocol: AUTHENTICATE is taken in silence (no
+    SERVER_INFO), activities and announcements are relayed, nothing else is known."""
+
+    def __init__(self) -> None:
+        self.authentications: list[dict[str, Any]] = []
+        self.servers: list[asyncio.StreamWriter] = []
+        self.clients: list[asyncio.StreamWriter] = []
+        self.invalid: list[str] = []
+        self.listener: asyncio.Server | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.port = 0
+
+    async def start(self) -> None:
+        self.listener = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+        self.port = self.listener.sockets[0].getsockname()[1]
+        self.tasks.append(asyncio.get_running_loop().create_task(self._announce()))
+
+    async def _announce(self) -> None:
+        # the original announces every interval; ours run at 0.2 s here, so as often as that
+        while True:
+            for server in self.servers:
+                LegacyServer._write(server, {"command": "SERVER_ANNOUNCE", "id": "ref-root",
+                                             "load": len(self.clients),
+                                             "hostname": "127.0.0.1", "port": self.port})
+            await asyncio.sleep(0.1)  # the fake's own announce period, not a test wait
+
+    def _relay(self, msg: dict[str, Any], source: asyncio.StreamWriter) -> None:
+        for writer in (*self.servers, *self.clients):
+            if writer is not source:
+                LegacyServer._write(writer, msg)
+
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            msg = orjson.loads(line)
+            command = msg.get("command")
+            if command == "AUTHENTICATE" and msg.get("secret") == SECRET:
+                self.authentications.append(msg)
+                self.servers.append(writer)
+            elif command == "LOGIN" and msg.get("username") == "anonymous":
+                self.clients.append(writer)
+                LegacyServer._write(writer, {"command": "LOGIN_SUCCESS",
+                                             "info": "logged in as user anonymous"})
+            elif command == "ACTIVITY_MESSAGE":
+                activity = {**msg["activity"], "authenticated_user": msg["username"]}
+                self._relay({"command": "ACTIVITY_BROADCAST", "activity": activity}, writer)
+            elif command in ("ACTIVITY_BROADCAST", "SERVER_ANNOUNCE") and writer in self.servers:
+                self._relay(msg, writer)
+            elif command in KNOWN:
+                continue
+            else:
+                self.invalid.append(str(command))
+                LegacyServer._write(writer, {"command": "INVALID_MESSAGE",
+                                             "info": f"unknown command {command}"})
+                break
+        for group in (self.servers, self.clients):
+            if writer in group:
+                group.remove(writer)
+        writer.close()
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for writer in (*self.servers, *self.clients):
+            writer.close()
+        if self.listener is not None:
+            self.listener.close()
+            await self.listener.wait_closed()
+
+
+def test_our_server_joins_a_reference_parent_that_never_sends_server_info() -> None:
+    """Issue 18: as a child of a reference server, ours used to wait for SERVER_INFO and
+    reconnect every 2 s. Silence after AUTHENTICATE (or the parent's first server message) is
+    the original protocol's acceptance: attached once, activities flow both ways."""
+    async def scenario() -> None:
+        parent = ReferenceParent()
+        await parent.start()
+        ours = ActivityTcpServer(secret=SECRET, port=0, announce_interval=0.2,
+                                 remote=("127.0.0.1", parent.port), hash_iterations=10)
+        await ours.start()
+        try:
+            await until(lambda: ours.core is not None and ours.core.state.value == "attached")
+            async with ActivityClient("127.0.0.1", parent.port) as theirs, \
+                    ActivityClient(*ours.address) as mine:
+                await until(lambda: len(parent.clients) == 1)
+                await mine.send({"n": 1})
+                assert (await theirs.receive(WAIT))["n"] == 1
+                await theirs.send({"from": "reference"})
+                assert (await mine.receive(WAIT))["from"] == "reference"
+                await mine.send({"n": 2})
+                assert (await theirs.receive(WAIT))["n"] == 2
+            assert len(parent.authentications) == 1, parent.authentications  # no reconnects
+            assert parent.invalid == []
+            assert ours.core is not None and ours.core.state.value == "attached"
+        finally:
+            await ours.stop()
+            await parent.stop()
+
+    asyncio.run(scenario())

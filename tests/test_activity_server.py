@@ -15,6 +15,8 @@ from gossamer.protocols.activity import (
     Authenticate,
     AuthenticationFail,
     InvalidMessageReply,
+    LockAllowed,
+    LockDenied,
     LockRequest,
     LoginFailed,
     LoginSuccess,
@@ -156,7 +158,7 @@ def test_activity_is_processed_and_broadcast_to_other_clients() -> None:
     settle(net)
     origin = f"s1.{alice.server_conn_id()}"
     assert bob.activities == [{"verb": "post", "n": 1, "authenticated_user": "alice",
-                               "_origin": origin, "_seq": 1}]
+                               "_origin": origin, "_seq": 1, "_via": "s1/1", "_n": 1}]
     assert alice.activities == []  # "all other clients"
     rows = net.sink.named()
     publish = [r for r in rows if r.event == "publish"]
@@ -230,7 +232,7 @@ def test_authenticate_wrong_secret_and_twice() -> None:
     good.connect("s1")
     good.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
-    assert good.received == [ServerInfo(id="s1", level=0, users=[])]
+    assert good.received == [ServerInfo(id="s1", level=0, users=[], received={})]
     good.send(Authenticate(secret=SECRET, protocol=PROTOCOL))
     settle(net)
     assert good.last() == InvalidMessageReply(
@@ -260,6 +262,33 @@ def test_server_info_carries_hashed_users_and_lock_protocol_by_hand() -> None:
     peer.send(b'{"command":"LOCK_CANCEL","username":"zoe","secret":"x","id":"p:2"}')
     settle(net)
     assert "zoe" not in net.servers["s1"].users and "aaron" in net.servers["s1"].users
+
+
+def test_a_reference_servers_lock_request_without_secret_is_accepted() -> None:
+    """The reference implementation's servers send LOCK_REQUEST without ``secret`` (and a
+    legacy AUTHENTICATE without ``protocol``): the name is taken here, answered LOCK_ALLOWED
+    in the same shape, and no secret logs in with it (we never learnt it)."""
+    net, client = one_server()
+    peer = MemClient(net, "ref")
+    peer.connect("s1")
+    peer.send(b'{"command":"AUTHENTICATE","secret":"' + SECRET.encode() + b'"}')
+    peer.send(b'{"command":"LOCK_REQUEST","username":"bob"}')
+    settle(net)
+    assert not peer.is_closed
+    assert peer.received[-1] == LockAllowed(username="bob")
+    assert b'"secret"' not in net.servers["s1"].codec.encode(peer.received[-1])
+    client.register("bob", "pw")
+    settle(net)
+    assert isinstance(client.last(), RegisterFailed)
+    late = MemClient(net, "late")
+    late.connect("s1")
+    late.login("bob", "!")
+    settle(net)
+    assert isinstance(late.last(), LoginFailed)
+    # a second request for the taken name is denied
+    peer.send(b'{"command":"LOCK_REQUEST","username":"bob"}')
+    settle(net)
+    assert peer.received[-1] == LockDenied(username="bob")
 
 
 # -- the tree ------------------------------------------------------------------------------
@@ -452,10 +481,14 @@ def test_root_crash_lowest_id_becomes_root() -> None:
     assert all(len(got[c.name]) == len(clients) - 1 for c in clients)
 
 
-def test_silent_parent_is_detected_and_buffered_activities_are_resent() -> None:
+def test_silent_parent_is_detected_and_the_gap_is_resent_both_ways() -> None:
     net = tree()
     clients = {c.name: c for c in clients_everywhere(net, per_server=1)}
+    clients["s1-c0"].publish({"before": "blackhole"})
+    net.run_for(0.5)
     net.blackhole("s2", "s4")  # only the network between s2 and s4 fails: no close at all
+    # written into the dead link (lost), and sent while s4 has no parent
+    clients["s1-c0"].publish({"during": "blackhole"})
     s4 = net.servers["s4"]
     while s4.state is not TreeState.RECONNECTING:
         net.run_for(0.001)
@@ -464,13 +497,17 @@ def test_silent_parent_is_detected_and_buffered_activities_are_resent() -> None:
     clients["s4-c0"].publish({"during": "reconnect"})
     clients["s4-c0"].publish({"during": "reconnect", "n": 2})
     net.run_for(3.0)
-    assert s4.parent_id == "s3" and s4.state is TreeState.ATTACHED and not s4.buffer
-    attach = [r for r in net.sink.named() if r.node == "s4" and r.event == "attach"]
-    assert attach[-1].info is not None and '"buffered":2' in attach[-1].info
+    assert s4.parent_id == "s3" and s4.state is TreeState.ATTACHED
     got = deliveries_by_client(net)
-    origin = f"s4.{clients['s4-c0'].server_conn_id()}"
+    from_s4 = f"s4.{clients['s4-c0'].server_conn_id()}"
     for name in ("s1-c0", "s2-c0", "s3-c0"):
-        assert got[name] == [(origin, 1), (origin, 2)], name
+        assert [d for d in got[name] if d[0] == from_s4] == [(from_s4, 1), (from_s4, 2)], name
+    # what s1 sent into the blackhole reached s4's side from s3, exactly once, in order
+    from_s1 = f"s1.{clients['s1-c0'].server_conn_id()}"
+    assert [d for d in got["s4-c0"] if d[0] == from_s1] == [(from_s1, 1), (from_s1, 2)]
+    resent = [r for r in net.sink.named() if r.event == "resend" and r.info is not None]
+    assert any(r.node == "s4" and '"count":2' in r.info for r in resent), resent
+    assert any(r.node == "s3" and '"count":1' in r.info for r in resent), resent
 
 
 def test_max_depth_redirects_a_joining_server() -> None:

@@ -25,6 +25,7 @@ from .users import UserTable, is_hash
 from .wire import (
     ANONYMOUS,
     DEFAULT_MAX_LINE,
+    MAX_RECEIVED,
     PROTOCOL,
     ActivityBroadcast,
     ActivityCodec,
@@ -58,12 +59,21 @@ __all__ = [
     "ServerConfig",
     "TreeState",
     "activity_ids",
+    "relay_ids",
 ]
 
 LAYER = "activity"
 ORIGIN_KEY = "_origin"  # extension fields of a processed activity: who published it and its
 SEQ_KEY = "_seq"  # per-publisher sequence number (dedup after reconnects, FIFO checks)
+# extension fields stamped by the server an activity enters: that server (and its incarnation)
+# and its own number for the activity, so that after a failure the gap can be resent
+RELAY_KEY = "_via"
+RELAY_SEQ_KEY = "_n"
+LOG_ORIGINS = 32  # origin servers whose recent activities a server keeps for resending
 FORGET_WINDOWS = 10  # known servers silent this many parent-loss windows are forgotten
+# the record of a user registered through a server that did not say the secret (a reference
+# implementation's LOCK_REQUEST): the name is taken everywhere, and no secret logs in with it
+UNKNOWN_SECRET = "!"
 MAX_CANCELLED = 10_000  # LOCK_CANCEL ids remembered to stop a cancel from circling
 SERVER_ONLY = (ServerAnnounce, ActivityBroadcast, LockRequest, LockDenied, LockAllowed,
                LockCancel, ServerInfo)
@@ -71,9 +81,19 @@ SERVER_ONLY = (ServerAnnounce, ActivityBroadcast, LockRequest, LockDenied, LockA
 
 def activity_ids(activity: dict[str, Any]) -> tuple[str, int] | None:
     """(origin, seq) a server of ours stamped on a processed activity, if it has them."""
-    origin, seq = activity.get(ORIGIN_KEY), activity.get(SEQ_KEY)
-    if isinstance(origin, str) and isinstance(seq, int) and not isinstance(seq, bool):
-        return origin, seq
+    return _ids(activity, ORIGIN_KEY, SEQ_KEY)
+
+
+def relay_ids(activity: dict[str, Any]) -> tuple[str, int] | None:
+    """(origin server, its number) the server the activity entered stamped on it, if any."""
+    ids = _ids(activity, RELAY_KEY, RELAY_SEQ_KEY)
+    return ids if ids is not None and ids[1] >= 1 else None
+
+
+def _ids(activity: dict[str, Any], name_key: str, number_key: str) -> tuple[str, int] | None:
+    name, number = activity.get(name_key), activity.get(number_key)
+    if isinstance(name, str) and isinstance(number, int) and not isinstance(number, bool):
+        return name, number
     return None
 
 
@@ -107,8 +127,11 @@ class ServerConfig:
     # interval), so REDIRECT decisions elsewhere are not made on loads an interval old
     load_announce_gap: float = 0.05
     reconnect_delay: float = 1.0
+    # a parent that neither answers AUTHENTICATE nor refuses it for this long took it: a server
+    # of the original course protocol (no SERVER_INFO); None: wait for SERVER_INFO only
+    legacy_accept_after: float | None = 2.0
     max_depth: int | None = None
-    max_buffer: int = 10_000
+    max_buffer: int = 10_000  # activities kept per origin server, resent after a failure
     max_line: int = DEFAULT_MAX_LINE
     max_origins: int = 100_000
     hash_iterations: int = 100_000
@@ -124,6 +147,9 @@ class ServerConfig:
             raise ConfigError(f"announce_interval must be > 0, got {self.announce_interval}")
         if self.load_announce_gap < 0:
             raise ConfigError(f"load_announce_gap must be >= 0, got {self.load_announce_gap}")
+        if self.legacy_accept_after is not None and self.legacy_accept_after <= 0:
+            raise ConfigError(f"legacy_accept_after must be > 0 or None, got "
+                              f"{self.legacy_accept_after}")
         if self.reconnect_delay <= 0:
             raise ConfigError(f"reconnect_delay must be > 0, got {self.reconnect_delay}")
         if self.max_depth is not None and self.max_depth < 1:
@@ -155,7 +181,7 @@ class _Client:
 @dataclasses.dataclass(slots=True)
 class _Lock:
     username: str
-    secret: str
+    secret: str | None
     upstream: Conn | None  # the server conn that asked us; None at the registering server
     client: Conn | None  # the registering client's conn (origin server only)
     waiting: set[Conn]
@@ -188,10 +214,20 @@ class ActivityServer:
         self.clients: dict[Conn, _Client] = {}
         # clients and children: where an activity goes (one write_many for all of them)
         self.fanout: ConnGroup = env.group()
-        self.buffer: deque[ActivityBroadcast] = deque()
+        # what a failure may have cut off is resent from here when the tree heals: per origin
+        # server, its last ``max_buffer`` activities (number, frame), and the last number
+        # received from each origin server (the ``received`` map of the handshake)
+        self.relay_origin = f"{self.id}/{env.incarnation}"
+        self._relay_next = 0
+        self.relay_log: OrderedDict[str, deque[tuple[int, bytes]]] = OrderedDict()
+        self.high_water: OrderedDict[str, int] = OrderedDict()
+        self._was_attached = False
         self._candidates: list[tuple[str, int]] = []
         self._failed: set[str] = set()
         self._attached_at = 0.0
+        self._parent_heard = 0.0  # when the parent link last carried a frame
+        self._legacy_parent = False  # attached to a server of the original course protocol
+        self._legacy_timer: TimerHandle | None = None
         self._dials = 0
         self._locks: dict[str, _Lock] = {}
         self._lock_numbers = 0
@@ -218,10 +254,10 @@ class ActivityServer:
 
     def stop(self) -> None:
         self.running = False
-        for handle in (self._tick, self._retry, self._early):
+        for handle in (self._tick, self._retry, self._early, self._legacy_timer):
             if handle is not None:
                 self.env.cancel(handle)
-        self._tick = self._retry = self._early = None
+        self._tick = self._retry = self._early = self._legacy_timer = None
         for conn in list(self.roles):
             self._close(conn, "server stopping")
 
@@ -244,7 +280,14 @@ class ActivityServer:
         role = self.roles.get(conn)
         if role is ConnRole.DIALING:
             self.roles[conn] = ConnRole.JOINING
-            self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL))
+            # joining again: say what this side has, the parent resends what is newer
+            received = dict(self.high_water) if self._was_attached else None
+            self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL,
+                                          received=received))
+            if self.config.legacy_accept_after is not None:
+                self._cancel_legacy_timer()
+                self._legacy_timer = self.env.set_timer(
+                    self.config.legacy_accept_after, lambda: self._legacy_silence(conn))
             return
         if role is not None:
             return
@@ -256,6 +299,8 @@ class ActivityServer:
         role = self.roles.get(conn)
         if role is None:
             return  # closed by us already; what was in flight is ignored
+        if conn == self.parent:
+            self._parent_heard = self.env.now()  # a hung link is one that stays silent
         try:
             msg = self.codec.decode(frame)
         except ProtocolError as exc:
@@ -267,9 +312,9 @@ class ActivityServer:
         elif role is ConnRole.CLIENT:
             self._from_client(conn, msg)
         elif role is ConnRole.CHILD:
-            self._from_server(conn, msg)
+            self._from_server(conn, msg, frame)
         else:
-            self._from_parent(conn, role, msg)
+            self._from_parent(conn, role, msg, frame)
 
     def closed(self, conn: Conn, reason: str) -> None:
         if conn in self.roles:
@@ -317,11 +362,11 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a client")
 
-    def _from_server(self, conn: Conn, msg: ActivityWire) -> None:
+    def _from_server(self, conn: Conn, msg: ActivityWire, frame: bytes) -> None:
         if isinstance(msg, ServerAnnounce):
             self._announce(conn, msg)
         elif isinstance(msg, ActivityBroadcast):
-            self._broadcast(conn, msg)
+            self._broadcast(conn, msg, frame)
         elif isinstance(msg, LockRequest):
             self._lock_request(conn, msg)
         elif isinstance(msg, LockAllowed):
@@ -337,7 +382,8 @@ class ActivityServer:
         else:
             self._invalid(conn, f"unexpected {msg.TYPE} from a server")
 
-    def _from_parent(self, conn: Conn, role: ConnRole, msg: ActivityWire) -> None:
+    def _from_parent(self, conn: Conn, role: ConnRole, msg: ActivityWire,
+                     frame: bytes) -> None:
         if isinstance(msg, ServerInfo):
             self._server_info(conn, msg)
         elif isinstance(msg, Redirect) and role is ConnRole.JOINING:
@@ -348,10 +394,14 @@ class ActivityServer:
             self._auth_refused(conn, msg.info)
         elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
             self._close(conn, f"parent sent {msg.TYPE}: {msg.info}")
+        elif role is ConnRole.JOINING and isinstance(msg, SERVER_ONLY) \
+                and self.config.legacy_accept_after is not None:
+            self._legacy_accepted(conn)  # a legacy parent's traffic: it took our secret
+            self._from_server(conn, msg, frame)
         elif role is ConnRole.JOINING:
             self._invalid(conn, f"{msg.TYPE} received before SERVER_INFO")
         else:
-            self._from_server(conn, msg)
+            self._from_server(conn, msg, frame)
 
     # -- servers: authentication, info, announcements ------------------------------------------
 
@@ -379,10 +429,13 @@ class ActivityServer:
             return
         self._trace("link_up", peer=conn, role="child")
         self._send(conn, self._server_info_msg())
+        if msg.received is not None:
+            self._resend(conn, msg.received)
 
     def _server_info_msg(self) -> ServerInfo:
         return ServerInfo(id=self.id, level=self.level,
-                          users=[f"{name}:{record}" for name, record in self.users.items()])
+                          users=[f"{name}:{record}" for name, record in self.users.items()],
+                          received=dict(self.high_water))
 
     def _shallower_server(self, depth: int) -> _Known | None:
         fresh = [k for k in self._fresh() if k.level is not None and k.level + 1 <= depth]
@@ -392,7 +445,7 @@ class ActivityServer:
         for entry in msg.users:
             name, secret = entry.split(":", 1)
             if name not in self.users:
-                if is_hash(secret):
+                if is_hash(secret) or secret == UNKNOWN_SECRET:
                     self.users.add_record(name, secret)
                 else:
                     self.users.add(name, secret)
@@ -400,21 +453,53 @@ class ActivityServer:
         old_level = self.level
         self.level = msg.level + 1
         self.parent_id = msg.id
-        first = self.roles[conn] is ConnRole.JOINING
-        self.roles[conn] = ConnRole.PARENT
+        first = self.roles[conn] is ConnRole.JOINING or self._legacy_parent
+        self._legacy_parent = False
         if first:
-            self._attached_at = self.env.now()
-            self.state = TreeState.ATTACHED
-            self._candidates = []
-            self._failed.clear()
-            self._trace("attach", peer=conn, parent=msg.id, level=self.level,
-                        buffered=len(self.buffer))
-            while self.buffer:
-                self._send(conn, self.buffer.popleft())
+            self._attach(conn, msg.id)
+            theirs = msg.received or {}
+            if not self._was_attached:
+                # a first join: owed only what is sent from now on, so what the network had
+                # received before is where this server starts (no history resent later)
+                for origin, number in theirs.items():
+                    if origin not in self.high_water:
+                        self._record(origin, number)
+            self._was_attached = True
+            if msg.received is not None:
+                self._resend(conn, theirs)
         if self.level != old_level:
             for child in self._children():
                 if child not in self._legacy:  # extension: levels follow moves
                     self._send(child, self._server_info_msg())
+
+    def _attach(self, conn: Conn, parent: str | None) -> None:
+        self._cancel_legacy_timer()
+        self.roles[conn] = ConnRole.PARENT
+        self._attached_at = self._parent_heard = self.env.now()
+        self.state = TreeState.ATTACHED
+        self._candidates = []
+        self._failed.clear()
+        self._trace("attach", peer=conn, parent=parent, level=self.level,
+                    legacy=self._legacy_parent)
+
+    def _legacy_accepted(self, conn: Conn) -> None:
+        """The parent we joined speaks the original course protocol: it never sends SERVER_INFO,
+        success is silence (or its first server message). Attached, level unknown (1 is
+        assumed), no users or high-water marks from it."""
+        if self.roles.get(conn) is not ConnRole.JOINING:
+            return
+        self._legacy_parent = True
+        if self.level == 0:
+            self.level = 1
+        self._attach(conn, None)
+        if not self._was_attached:
+            self._resend(conn, {})  # what was accepted while joining (the log holds no more)
+        self._was_attached = True
+
+    def _legacy_silence(self, conn: Conn) -> None:
+        self._legacy_timer = None
+        if self.running and conn == self.parent:
+            self._legacy_accepted(conn)
 
     def _children(self) -> list[Conn]:
         return [c for c, r in self.roles.items() if r is ConnRole.CHILD]
@@ -440,9 +525,8 @@ class ActivityServer:
         forget = horizon - FORGET_WINDOWS * window
         for server_id in [k.id for k in self.known.values() if k.seen < forget]:
             del self.known[server_id]
-        parent = self.known.get(self.parent_id or "")
         if (self.state is TreeState.ATTACHED and self.parent is not None
-                and (parent is None or parent.seen < horizon) and self._attached_at < horizon):
+                and self._parent_heard < horizon and self._attached_at < horizon):
             self._trace("parent_silent", peer=self.parent, parent=self.parent_id)
             self._close(self.parent, "no announcements from the parent")
 
@@ -473,8 +557,15 @@ class ActivityServer:
         self.roles[conn] = ConnRole.DIALING
         self._trace("dial", peer=conn, host=host, port=port)
 
+    def _cancel_legacy_timer(self) -> None:
+        if self._legacy_timer is not None:
+            self.env.cancel(self._legacy_timer)
+            self._legacy_timer = None
+
     def _parent_gone(self, was_attached: bool) -> None:
         self.parent = None
+        self._legacy_parent = False
+        self._cancel_legacy_timer()
         if not self.running:
             return
         if was_attached:
@@ -533,10 +624,8 @@ class ActivityServer:
     def _become_root(self) -> None:
         self.state = TreeState.ROOT
         self.parent_id = None
-        dropped = len(self.buffer)
-        self.buffer.clear()  # no server above us: the subtree has them all already
         old_level, self.level = self.level, 0
-        self._trace("root", level=0, dropped=dropped)
+        self._trace("root", level=0)
         if old_level != 0:
             for child in self._children():
                 if child not in self._legacy:
@@ -603,7 +692,10 @@ class ActivityServer:
         if msg.username in self.users or lock_id in self._locks:
             self._send(conn, LockDenied(username=msg.username, secret=msg.secret, id=msg.id))
             return
-        self.users.add(msg.username, msg.secret, lock=lock_id)
+        if msg.secret is None:  # a reference server's request: the name is taken, no login
+            self.users.add_record(msg.username, UNKNOWN_SECRET, lock=lock_id)
+        else:
+            self.users.add(msg.username, msg.secret, lock=lock_id)
         self.users.commit()
         waiting = {c for c in self.server_conns() if c != conn}
         self._locks[lock_id] = _Lock(msg.username, msg.secret, conn, None, waiting)
@@ -715,11 +807,29 @@ class ActivityServer:
         activity["authenticated_user"] = client.username
         activity[ORIGIN_KEY] = origin
         activity[SEQ_KEY] = seq
+        self._relay_next += 1
+        activity[RELAY_KEY] = self.relay_origin
+        activity[RELAY_SEQ_KEY] = self._relay_next
         self.env.trace("publish", layer=LAYER, msg=f"{origin}#{seq}", origin=origin, seq=seq,
                        peer=conn.id, user=client.username)
-        self._spread(ActivityBroadcast(activity=activity), conn)
+        frame = self.codec.encode(ActivityBroadcast(activity=activity))
+        self._record(self.relay_origin, self._relay_next)
+        self._log(self.relay_origin, self._relay_next, frame)
+        self._spread(frame, conn)
 
-    def _broadcast(self, conn: Conn, msg: ActivityBroadcast) -> None:
+    def _broadcast(self, conn: Conn, msg: ActivityBroadcast, frame: bytes) -> None:
+        relay = relay_ids(msg.activity)
+        if relay is not None:
+            via, number = relay
+            last = self.high_water.get(via, 0)
+            if number <= last:
+                self._trace("drop", peer=conn, reason="duplicate", via=via, n=number)
+                return
+            if number > last + 1 and via in self.high_water:
+                # the sender no longer had them (its log is bounded): gone for this side
+                self._trace("relay_gap", peer=conn, via=via, missing=number - last - 1)
+            self._record(via, number)
+            self._log(via, number, frame)
         ids = activity_ids(msg.activity)
         if ids is not None:
             if not self._seen(*ids):
@@ -728,7 +838,39 @@ class ActivityServer:
             # a server has every activity too: it is a member the reliability check counts
             self.env.trace("deliver", layer=LAYER, msg=f"{ids[0]}#{ids[1]}", origin=ids[0],
                            seq=ids[1], peer=conn.id)
-        self._spread(msg, conn)
+        self._spread(frame, conn)
+
+    def _record(self, via: str, number: int) -> None:
+        self.high_water[via] = number
+        self.high_water.move_to_end(via)
+        while len(self.high_water) > MAX_RECEIVED:
+            self.high_water.popitem(last=False)
+
+    def _log(self, via: str, number: int, frame: bytes) -> None:
+        log = self.relay_log.get(via)
+        if log is None:
+            log = self.relay_log[via] = deque(maxlen=self.config.max_buffer)
+            while len(self.relay_log) > LOG_ORIGINS:
+                self.relay_log.popitem(last=False)
+        else:
+            self.relay_log.move_to_end(via)
+        log.append((number, frame))
+
+    def _resend(self, conn: Conn, theirs: dict[str, Any]) -> None:
+        """Send ``conn`` every logged activity newer than what its side received (the
+        ``received`` map of its handshake), oldest first per origin server: the gap a failure
+        cut into the tree, filled from this side's copies."""
+        resent = 0
+        for via, log in self.relay_log.items():
+            after = theirs.get(via, 0)
+            if log and log[0][0] > after + 1 and via in theirs:
+                self._trace("relay_gap", peer=conn, via=via, missing=log[0][0] - after - 1,
+                            resend=True)
+            for number, frame in log:
+                if number > after:
+                    self.env.write(conn, frame)
+                    resent += 1
+        self._trace("resend", peer=conn, count=resent)
 
     def _seen(self, origin: str, seq: int) -> bool:
         """Record (origin, seq); False when it (or a later one) was seen already."""
@@ -741,19 +883,15 @@ class ActivityServer:
             self._last_seq.popitem(last=False)
         return True
 
-    def _spread(self, msg: ActivityBroadcast, source: Conn) -> None:
+    def _spread(self, frame: bytes, source: Conn) -> None:
+        """To every client and child but ``source``, and to the parent once attached (while
+        there is none, the log keeps the activity for the handshake that heals the tree)."""
         if self.config.drop_broadcasts:
             return
-        frame = self.codec.encode(msg)
         self.env.write_many(self.fanout, frame, exclude=source)
-        if self.state is TreeState.ATTACHED and self.parent is not None:
-            if self.parent != source:
-                self.env.write(self.parent, frame)
-        elif self.state is not TreeState.ROOT:
-            if len(self.buffer) >= self.config.max_buffer:
-                self.buffer.popleft()
-                self._trace("drop", reason="buffer_full", limit=self.config.max_buffer)
-            self.buffer.append(msg)
+        if self.state is TreeState.ATTACHED and self.parent is not None \
+                and self.parent != source:
+            self.env.write(self.parent, frame)
 
     # -- output ---------------------------------------------------------------------------------
 

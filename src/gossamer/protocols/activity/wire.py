@@ -19,6 +19,7 @@ from ...core.messages import Message
 __all__ = [
     "ANONYMOUS",
     "DEFAULT_MAX_LINE",
+    "MAX_RECEIVED",
     "PROTOCOL",
     "ActivityBroadcast",
     "ActivityCodec",
@@ -67,6 +68,19 @@ def _check_text(value: str, what: str, *, empty: bool = False) -> None:
         raise ValueError(f"{what} is longer than {MAX_NAME} characters")
 
 
+MAX_RECEIVED = 1024  # origin servers in a ``received`` map
+
+
+def _check_received(received: dict[str, Any]) -> None:
+    """A ``received`` map: origin server -> the last activity number received from it."""
+    if len(received) > MAX_RECEIVED:
+        raise ValueError(f"received lists more than {MAX_RECEIVED} origin servers")
+    for origin, number in received.items():
+        _check_text(origin, "received origin")
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise ValueError(f"received[{origin[:40]!r}] must be an integer >= 0")
+
+
 def _check_port(port: int) -> None:
     if not 0 < port <= 65535:
         raise ValueError(f"port must be in 1..65535, got {port}")
@@ -78,12 +92,17 @@ class Authenticate(ActivityWire):
     the original course protocol, which gets no SERVER_INFO (it would not understand it)."""
 
     TYPE: ClassVar[str] = "AUTHENTICATE"
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"protocol"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"protocol", "received"})
     secret: str
     protocol: str | None = None
+    # extension: a server joining again after losing its parent lists, per origin server, the
+    # last activity its side of the tree received; the parent resends what is newer
+    received: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.secret, "secret")
+        if self.received is not None:
+            _check_received(self.received)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -216,16 +235,18 @@ class RegisterSuccess(ActivityWire):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Lock(ActivityWire):
-    """The four LOCK_* messages: the same fields, told apart by ``command``."""
+    """The four LOCK_* messages: the same fields, told apart by ``command``. ``secret`` may be
+    absent: the reference implementation's servers send LOCK_REQUEST without it."""
 
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id"})
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"id", "secret"})
     username: str
-    secret: str
+    secret: str | None = None
     id: str | None = None  # extension: the registration this lock belongs to
 
     def __post_init__(self) -> None:
         _check_text(self.username, "username")
-        _check_text(self.secret, "secret", empty=True)
+        if self.secret is not None:
+            _check_text(self.secret, "secret", empty=True)
         if self.id is not None:
             _check_text(self.id, "id")
 
@@ -255,12 +276,18 @@ class ServerInfo(ActivityWire):
     """``users`` lists ``"name:secret"``; our servers send the salted hash as the secret."""
 
     TYPE: ClassVar[str] = "SERVER_INFO"
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset({"received"})
     id: str
     level: int
     users: list[str]
+    # per origin server, the last activity this side of the tree received: the joining child
+    # sends what is newer (see ``Authenticate.received``)
+    received: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _check_text(self.id, "id")
+        if self.received is not None:
+            _check_received(self.received)
         if self.level < 0:
             raise ValueError(f"level must be >= 0, got {self.level}")
         for entry in self.users:
@@ -283,6 +310,7 @@ _KINDS: dict[str, tuple[type[Any], str]] = {
     "int": (int, "an integer"),
     "int | None": (int, "an integer"),
     "dict[str, Any]": (dict, "a JSON object"),
+    "dict[str, Any] | None": (dict, "a JSON object"),
     "list[str]": (list, "an array of strings"),
 }
 

@@ -36,6 +36,7 @@ from ...core.trace import NullSink, TraceSink, encode_info
 from .conns import Connections, NetConn
 from .linkauth import ClusterKey, resolve_cluster_key
 from .peerlink import PeerLinks
+from .ratelog import RateLimitedLog
 from .store import SqliteStore, WriteBehindStore
 
 __all__ = [
@@ -332,6 +333,7 @@ class NetNode:
         self.state = NodeState.NEW
         self.running = False  # state is RUNNING (read on the hot path)
         self.incarnation = 0  # set when the process starts
+        self.overload = RateLimitedLog(log)  # per-message warnings: once per 5 s, with counts
         self.failure: BaseException | None = None
         self.env: NetEnv | None = None
         self.process: Process | None = None
@@ -555,16 +557,18 @@ class NetNode:
         try:
             msg = self.codec.decode(frame)
         except ProtocolError as exc:
-            log.warning("%s: dropped a frame from %s: %s: %s", self.node_id, peer, exc.reason,
-                        exc)
+            self.overload.warn(f"bad_frame {self.node_id} {peer} {exc.reason}",
+                          "%s: dropped a frame from %s: %s: %s", self.node_id, peer,
+                          exc.reason, exc)
             self.drop(exc.reason, peer=peer, size=len(frame), error=str(exc))
             return
         self.trace_message("recv", msg, peer, len(frame))
         try:
             cast(MessageHandler, self.process).on_message(peer, msg)
         except ProtocolError as exc:
-            log.warning("%s: dropped %s from %s: %s: %s", self.node_id, msg.TYPE, peer,
-                        exc.reason, exc)
+            self.overload.warn(f"refused {self.node_id} {peer} {exc.reason}",
+                          "%s: dropped %s from %s: %s: %s", self.node_id, msg.TYPE, peer,
+                          exc.reason, exc)
             self.drop(exc.reason, msg=msg, peer=peer, size=len(frame), error=str(exc))
             return
         except Exception as exc:

@@ -40,6 +40,7 @@ from .linkauth import (
     verify_frame,
 )
 from .netconn import NodeSide
+from .ratelog import RateLimitedLog
 
 __all__ = ["LinkNode", "PeerLinks"]
 
@@ -55,6 +56,7 @@ class LinkNode(NodeSide, Protocol):
     backoff_factory: Callable[[], Backoff]
     incarnation: int
     hello_timeout: float
+    overload: RateLimitedLog  # per-message warnings, once per interval with counts
 
     def address_of(self, node: NodeId) -> tuple[str, int] | None: ...
 
@@ -238,13 +240,15 @@ class PeerLinks:
         link = self.links.get(dst)
         if link is None:
             if node.address_of(dst) is None:
-                log.warning("%s: %s to unknown peer %s dropped", node.node_id, msg.TYPE, dst)
+                node.overload.warn(f"unknown_peer {node.node_id} {dst}",
+                              "%s: %s to unknown peer %s dropped", node.node_id, msg.TYPE, dst)
                 node.drop("unknown_peer", msg=msg, peer=dst, size=len(frame))
                 return
             link = self.links[dst] = _Link(self, dst)
         if not link.send(_Outgoing(frame, msg)):
-            log.warning("%s: send queue to %s full (%d), %s dropped", node.node_id, dst,
-                        node.send_queue_limit, msg.TYPE)
+            node.overload.warn(f"queue_full {node.node_id} {dst}",
+                          "%s: send queue to %s full (%d), %s dropped", node.node_id, dst,
+                          node.send_queue_limit, msg.TYPE)
             node.drop("queue_full", msg=msg, peer=dst, size=len(frame))
 
     def kick(self, peer: NodeId) -> None:
@@ -254,6 +258,7 @@ class PeerLinks:
 
     def close(self) -> int:
         """Stop redialing; returns how many messages were still queued."""
+        self.node.overload.flush()
         dropped = 0
         for link in self.links.values():
             dropped += len(link.queue)
