@@ -344,6 +344,10 @@ class CausalDelivery:
         self.send(msg)
         self._arm_announce(reset=True)
 
+    def sent_messages(self) -> list[Data]:
+        """Own data messages still in the send log, oldest first."""
+        return [self._send_log[seq] for seq in sorted(self._send_log)]
+
     def sent_message(self, seq: int) -> Data | None:
         """Own data message ``seq`` if it is still in the send log."""
         return self._send_log.get(seq)

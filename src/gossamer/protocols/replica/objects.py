@@ -194,6 +194,13 @@ class ReplicaClient:
             self._offline[number] = (str(object_key), content, bool(deleted), base)
             self._offline_latest[str(object_key)] = number
             self._offline_next = max(self._offline_next, number + 1)
+        # key -> the seq of this client's latest intent for it (a write the application made,
+        # not a rebase of an older one): a lost write is rebased only while it carries that
+        # intent (docs/replica-wire.md, "intent order"); rebuilt from the durable send log
+        self._latest_intent: dict[str, int] = {}
+        for sent in self.causal.sent_messages():
+            if sent.seq not in self._rebased_from:
+                self._latest_intent[sent.key] = sent.seq
 
     # -- Process ----------------------------------------------------------------------------
 
@@ -389,6 +396,7 @@ class ReplicaClient:
         msg = self.causal.make_data(key=key, old_value=old, value=revision, data=content,
                                     deleted=deleted)
         self._paths.push(key, history, Write.of(msg))
+        self._latest_intent[key] = msg.seq
         self.causal.send_data(msg)  # commits the write with its sequence number
         self._changed(key)
         return revision
@@ -684,12 +692,28 @@ class ReplicaClient:
             self._resolve(key, write)
         self._arm_rebase()
 
+    def intent_of(self, seq: int) -> int:
+        """The seq of the write the application made that own write ``seq`` carries on (itself
+        unless it is a rebase)."""
+        while seq in self._rebased_from:
+            seq = self._rebased_from[seq]
+        return seq
+
     def _resolve(self, key: str, write: Write) -> None:
-        """Rebase one own lost write on the current state of its object, exactly once."""
+        """Rebase one own lost write on the current state of its object, exactly once; given
+        up if this client has made a newer write to the object since (its newer intent)."""
         if write.seq in self._resolved:
             return
         current = self.replicated(key)
         new_seq: int | None = None
+        intent = self.intent_of(write.seq)
+        newer = self._latest_intent.get(key, 0)
+        if newer > intent:
+            self._mark_resolved(write.seq, None)
+            self._store.commit()
+            self.env.trace("resolve", layer=LAYER, origin=self.me, key=key, seq=None,
+                           original=write.seq, new=None, rebased=False, superseded_by=newer)
+            return
         if write.deleted:
             if current is not None:  # the intent was "gone": delete what is there now
                 new_seq = self._rebased_write(key, write.seq, None, deleted=True)
