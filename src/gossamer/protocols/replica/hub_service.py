@@ -121,6 +121,12 @@ class HubService:
             if ordering is not None and isinstance(msg, Data):
                 self._propose(ordering, conn, peer, msg, frame, before is None)
                 return
+            if self.keeper is not None and isinstance(msg, Data):
+                delivered = self.keeper.handle_data(msg, frame)
+                if before is None:
+                    self._trace("join", peer, conn=conn.id, remote=conn.remote)
+                self._relay(delivered, conn, msg, frame)
+                return
             forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
             multicast = forward is msg and dest_of(msg) is None
             routes = [] if forward is None or multicast else relay.routes(conn, forward)
@@ -173,21 +179,37 @@ class HubService:
                             msg=f"{msg.id}:{msg.seq}", key=msg.key,
                             detail=decision.reason[:DETAIL_CHARS])
             return
+        if self.keeper is None:  # the bare relay: as received, to everyone else
+            self.env.write_many(self.everyone, frame, exclude=conn)
+            return
         try:
-            forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
-            multicast = forward is msg  # a data message has no dest
-            routes = [] if forward is None or multicast else self.relay.routes(conn, forward)
+            delivered = self.keeper.handle_data(msg, frame)
         except ProtocolError as exc:
             peer.dropped += 1
             self._trace("drop", peer, size=len(frame), reason=exc.reason,
                         detail=str(exc)[:DETAIL_CHARS])
             return
-        if multicast:
-            self._when_durable(lambda: self.env.write_many(self.everyone, frame, exclude=conn))
-        elif routes:
-            self._when_durable(lambda: self._forward(routes, msg, frame))
+        self._relay(delivered, conn, msg, frame)
 
     # -- routing -----------------------------------------------------------------------------
+
+    def _relay(self, delivered: list[Data], conn: Conn, msg: Data, frame: bytes) -> None:
+        """Multicast what the keeper just delivered, once it is durable: ``msg`` as received
+        (not back to ``conn``), held ones it released encoded here (not to their origin)."""
+        if not delivered:
+            return
+        sends: list[tuple[bytes, Any]] = []  # frame, the connection it does not go to
+        for data in delivered:
+            if data is msg:
+                sends.append((frame, conn))
+            else:
+                sends.append((self.codec.encode(data), self.relay.connection_of(data.id)))
+
+        def send() -> None:
+            for encoded, exclude in sends:
+                self.env.write_many(self.everyone, encoded, exclude=exclude)
+
+        self._when_durable(send)
 
     def _when_durable(self, send: Callable[[], None]) -> None:
         """``send`` now if the keeper's store has nothing on its way to disk, else once the

@@ -228,6 +228,7 @@ class HubKeeper:
         self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
         self._dirty: set[str] = set()  # origins whose open segment changed since the flush
         self._received: tuple[Data, bytes | None] | None = None  # the message being handled
+        self._delivered_now: list[Data] | None = None  # delivered while handling a Data
         self.replica = ReplicaClient(env, config=self.config.replica, observer=True,
                                      on_delivered=self._delivered, send=route,
                                      store=self.store)
@@ -281,6 +282,8 @@ class HubKeeper:
     def _delivered(self, data: Data) -> None:
         origin, seq = data.id, data.seq
         self._index += 1
+        if self._delivered_now is not None:
+            self._delivered_now.append(data)
         received = self._received
         if received is not None and received[0] is data and received[1] is not None:
             body = received[1]  # as it came: decoded from it, so it decodes to ``data`` again
@@ -351,19 +354,7 @@ class HubKeeper:
         at once (instead of encoding it again)."""
         replica = self.replica
         if isinstance(msg, Data):
-            self._check_crc(msg)
-            self._received = (msg, payload)
-            try:
-                replica.on_message(msg.id, msg)
-            finally:
-                self._received = None
-            # relayed only as the keeper's delivery of it (and once that is on disk: the hub
-            # sends through the store's ``commit_then``), so the hub never relays what a power
-            # loss could make it forget; one held back here is relayed by no one: the keeper's
-            # announcement of it (after its delivery) has the others NACK it, served from the log
-            log = self._log.get(msg.id)
-            entry = None if log is None else log.get(msg.seq)
-            return msg if entry is not None and entry[1] is msg else None
+            return msg if msg in self.handle_data(msg, payload) else None
         if isinstance(msg, Retry):
             for part in msg.retry:
                 self._check_crc(part)
@@ -399,6 +390,23 @@ class HubKeeper:
         if isinstance(msg, Clear | StopAll):
             return msg
         raise InvalidMessage(f"the hub does not relay {msg.TYPE} from clients")
+
+    def handle_data(self, msg: Data, payload: bytes | None = None) -> list[Data]:
+        """Observe a data message a client multicast; returns what the hub should relay: the
+        messages the keeper delivered because of it, in delivery order (``msg`` unless it was
+        held back or a duplicate, and the held ones it released). A message is relayed only as
+        the keeper's delivery of it, and once that is on disk (the hub sends through the
+        store's ``commit_then``): the hub never relays what a power loss could make it forget,
+        nor a message twice. A wrong checksum raises ``CorruptMessage``."""
+        self._check_crc(msg)
+        self._received = (msg, payload)
+        self._delivered_now = []
+        try:
+            self.replica.on_message(msg.id, msg)
+            return self._delivered_now
+        finally:
+            self._received = None
+            self._delivered_now = None
 
     def _first_conflict(self, msg: Conflict) -> Conflict | None:
         seen = (msg.dest, msg.object, msg.loser_time)
