@@ -508,6 +508,9 @@ def test_silent_parent_is_detected_and_the_gap_is_resent_both_ways() -> None:
     resent = [r for r in net.sink.named() if r.event == "resend" and r.info is not None]
     assert any(r.node == "s4" and '"count":2' in r.info for r in resent), resent
     assert any(r.node == "s3" and '"count":1' in r.info for r in resent), resent
+    # the parent side noticed too: a hung child would hold registrations waiting for it
+    assert any(r.node == "s2" and r.event == "child_silent" for r in net.sink.named())
+    assert not [c for c in net.servers["s2"].server_conns() if c.remote.startswith("s4:")]
 
 
 def test_max_depth_redirects_a_joining_server() -> None:

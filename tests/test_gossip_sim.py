@@ -599,3 +599,59 @@ def test_config_is_checked_at_once() -> None:
         GossipConfig(seen_limit=0)
     with pytest.raises(ConfigError):
         GossipConfig(max_pull_ids=5000)
+
+
+@pytest.mark.parametrize(("scope", "key"), [("origin", "a"), ("shared", "")])
+def test_tree_an_origin_whose_links_are_all_lazy_pushes_its_own_message_on_every_link(
+        scope: str, key: str) -> None:
+    """Duplicates pruned every link of the tree at this node: its own message goes out as a
+    payload on every link (not only as IHAVEs, which leave it here until a GRAFT comes back),
+    and the links are eager again. A message it relays still goes by IHAVE."""
+    app, env, _ = tree_node(scope, ihave_interval=0.0)
+    for peer in ("b", "c", "d"):
+        app.on_message(peer, Prune(origin=key))
+    assert app.eager_peers("a") == []
+    env.take_sent()
+    app.broadcast({"x": 1})
+    pushed = sorted((dst, m) for dst, m in env.take_sent() if isinstance(m, GossipData))
+    assert pushed == [(p, GossipData(origin="a", seq=1, hop=1, payload={"x": 1}))
+                      for p in ("b", "c", "d")]
+    assert app.eager_peers("a") == ["b", "c", "d"]
+    if scope == "shared":
+        for peer in ("c", "d"):
+            app.on_message(peer, Prune(origin=key))
+        app.on_message("b", data(hop=1))
+        assert sorted((dst, type(m).__name__) for dst, m in env.take_sent()) == [
+            ("c", "IHave"), ("d", "IHave")]
+
+
+# Schedules of gossamer vopr pubsub (seeds 16, 27 and 35 of an earlier plan) in which
+# publishers crash for good within a second of publishing: the messages of a publisher whose
+# shared-tree links were all lazy went out as IHAVEs only, and it crashed before the GRAFTs
+# came back, so no one else ever had them
+CRASHING_PUBLISHERS = {
+    16: dict(nodes=19, topics=3, subscribe_probability=0.876, publishes_per_node=5,
+             rate=23.582, latency="exp:0.0327,0.0047", loss=0.065, crash=0.225,
+             crash_at=3.012),
+    27: dict(nodes=19, topics=3, subscribe_probability=0.969, publishes_per_node=4,
+             rate=45.482, latency="uniform:0.0012,0.0681", loss=0.018, crash=0.153,
+             crash_at=1.363),
+    35: dict(nodes=12, topics=2, subscribe_probability=0.586, publishes_per_node=4,
+             rate=23.252, latency="lognormal:0.0115,0.64", duplicate=0.027, reorder=0.138,
+             crash=0.176, crash_at=0.871),
+}
+
+
+@pytest.mark.parametrize("seed", sorted(CRASHING_PUBLISHERS))
+def test_gossip_tree_messages_of_publishers_that_crash_soon_after_reach_everyone(
+        seed: int) -> None:
+    options = PubSubRunOptions(mode="gossip-tree", crash_publishers=True, settle=15.0,
+                               seed=seed, **CRASHING_PUBLISHERS[seed])  # type: ignore[arg-type]
+    sink = MemorySink()
+    result = run_pubsub_sim(options, sink)
+    assert result.crashed and result.expected > 0, f"seed={seed}"
+    live = [n for n in node_ids(options.nodes) if n not in set(result.crashed)]
+    assert result.reliability == 1.0, (
+        f"seed={seed}: {result.expected - result.delivered} of {result.expected} (message, "
+        f"live subscriber) pairs missing: "
+        f"{missing_deliveries(sink.rows, live, layer='gossip')[:10]}")

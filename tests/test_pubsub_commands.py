@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from gossamer.core import Conn, Env, ListenerSpec, MemorySink
+from gossamer.protocols.ordering import DeferredOrderer
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 from gossamer.services.pubsub.commands import COMMANDS_LISTENER, CommandPort, NodeProcess
 from gossamer.services.pubsub.node import PubSubNode
+from gossamer.testing import FakeEnv
 
 PORT = 5000
 WAIT = 30.0
@@ -115,8 +117,6 @@ def test_commands_are_answered_and_subscribed_deliveries_stream_back() -> None:
 
 
 def test_a_publish_before_the_node_joined_is_refused() -> None:
-    from gossamer.testing import FakeEnv
-
     env = FakeEnv("n0")
     port = CommandPort(env, PubSubNode(env, "gossip"), joined=lambda: False)
     conn = env.accept(listener=COMMANDS_LISTENER)
@@ -224,3 +224,58 @@ def test_gossamer_pubsub_client_drives_a_running_node() -> None:
                 await node.wait()
 
     asyncio.run(scenario())
+
+
+def lone_scribe_port() -> tuple[FakeEnv, CommandPort, DeferredOrderer, Conn]:
+    """Node n0 alone on a Chord ring (the root of every topic), whose root orders with a
+    ``DeferredOrderer`` the test drives; one client connected to its command port."""
+    env = FakeEnv("n0")
+    orderer = DeferredOrderer()
+    pubsub = PubSubNode(env, "scribe", create=True, orderer=orderer)
+    pubsub.process.start()
+    env.advance(0.1)
+    port = CommandPort(env, pubsub)
+    conn = env.accept(listener=COMMANDS_LISTENER)
+    port.opened(conn, conn.remote)
+    env.take_written()
+    return env, port, orderer, conn
+
+
+def answers(env: FakeEnv) -> list[dict[str, Any]]:
+    return [json.loads(frame) for _, frame in env.take_written()]
+
+
+def test_a_publish_is_answered_ok_only_once_the_topics_root_accepted_it() -> None:
+    env, port, orderer, conn = lone_scribe_port()
+    port.received(conn, b"publish news first")
+    port.received(conn, b"publish news second")
+    env.advance(0.5)
+    assert answers(env) == [], "answered before the root's orderer decided"
+    first, second = orderer.pending("news")
+    orderer.accept(first)
+    env.advance(0.01)
+    assert answers(env) == [{"event": "publish", "topic": "news", "msg": "n0:1"}]
+    orderer.refuse(second, "no_quorum")
+    env.advance(0.01)
+    (refusal,) = answers(env)
+    assert refusal["event"] == "error" and refusal["msg"] == "n0:2"
+    assert refusal["definite"] is True and "no_quorum" in refusal["error"]
+
+
+def test_a_publish_no_root_answered_is_an_error_that_may_still_have_happened() -> None:
+    env, port, orderer, conn = lone_scribe_port()
+    port.received(conn, b"publish news lost")
+    env.advance(60.0)  # every retry ends in the orderer's hands, undecided
+    assert orderer.pending("news"), "the publish never reached the root"
+    (failure,) = answers(env)
+    assert failure["event"] == "error" and failure["msg"] == "n0:1"
+    assert failure["definite"] is False, "a timeout is not a rejection"
+
+
+def test_a_client_gone_before_the_root_decided_is_not_written_to() -> None:
+    env, port, orderer, conn = lone_scribe_port()
+    port.received(conn, b"publish news bye")
+    port.closed(conn, "peer_closed")
+    orderer.accept_all()
+    env.advance(0.01)
+    assert answers(env) == []

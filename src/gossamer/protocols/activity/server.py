@@ -225,7 +225,9 @@ class ActivityServer:
         self._candidates: list[tuple[str, int]] = []
         self._failed: set[str] = set()
         self._attached_at = 0.0
-        self._parent_heard = 0.0  # when the parent link last carried a frame
+        # when each server link (parent, children) last carried a frame: a hung link is one
+        # that stays silent (servers announce every interval)
+        self._heard: dict[Conn, float] = {}
         self._legacy_parent = False  # attached to a server of the original course protocol
         self._legacy_timer: TimerHandle | None = None
         self._dials = 0
@@ -299,8 +301,8 @@ class ActivityServer:
         role = self.roles.get(conn)
         if role is None:
             return  # closed by us already; what was in flight is ignored
-        if conn == self.parent:
-            self._parent_heard = self.env.now()  # a hung link is one that stays silent
+        if conn in self._heard:
+            self._heard[conn] = self.env.now()
         try:
             msg = self.codec.decode(frame)
         except ProtocolError as exc:
@@ -421,6 +423,7 @@ class ActivityServer:
                 self._close(conn, "redirected: max depth")
                 return
         self.roles[conn] = ConnRole.CHILD
+        self._heard[conn] = self.env.now()
         self.env.promote(conn)  # a server: it may take the slots kept for servers
         self.fanout.add(conn)
         if msg.protocol is None:  # the original course protocol: no SERVER_INFO, no levels
@@ -475,7 +478,7 @@ class ActivityServer:
     def _attach(self, conn: Conn, parent: str | None) -> None:
         self._cancel_legacy_timer()
         self.roles[conn] = ConnRole.PARENT
-        self._attached_at = self._parent_heard = self.env.now()
+        self._attached_at = self._heard[conn] = self.env.now()
         self.state = TreeState.ATTACHED
         self._candidates = []
         self._failed.clear()
@@ -526,9 +529,14 @@ class ActivityServer:
         for server_id in [k.id for k in self.known.values() if k.seen < forget]:
             del self.known[server_id]
         if (self.state is TreeState.ATTACHED and self.parent is not None
-                and self._parent_heard < horizon and self._attached_at < horizon):
+                and self._heard.get(self.parent, 0.0) < horizon
+                and self._attached_at < horizon):
             self._trace("parent_silent", peer=self.parent, parent=self.parent_id)
             self._close(self.parent, "no announcements from the parent")
+        for child in [c for c in self._children() if self._heard.get(c, 0.0) < horizon]:
+            # a hung child would hold every registration waiting for its LOCK_ALLOWED
+            self._trace("child_silent", peer=child)
+            self._close(child, "no announcements from the child")
 
     def _send_announce(self) -> None:
         parent = self.parent_id if self.state is TreeState.ATTACHED else None
@@ -913,6 +921,7 @@ class ActivityServer:
 
     def _forget(self, conn: Conn, reason: str) -> None:
         role = self.roles.pop(conn)
+        self._heard.pop(conn, None)
         self.fanout.discard(conn)
         if self.clients.pop(conn, None) is not None:
             self._load_changed()

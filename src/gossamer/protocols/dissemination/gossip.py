@@ -370,6 +370,16 @@ class GossipBroadcast:
                     send(node, data)
             return
         lazy = self._lazy_links(origin)
+        if hop == 0 and lazy is not None and all(
+                node in lazy for node in self.membership.active_view()):
+            # our own message, and every link of its tree is lazy (duplicates pruned them
+            # all): IHAVEs alone would leave it only here until a GRAFT comes back
+            # (``graft_timeout``), lost if we crash meanwhile. Push it on every link and make
+            # them eager again; the duplicates it causes prune the redundant ones
+            key = self._tree_key(origin)
+            for node in self.membership.active_view():
+                self._set_eager(node, key)
+            lazy = self._lazy_links(origin)
         for node in self.membership.active_view():
             if node in (exclude, origin):
                 continue

@@ -3,7 +3,9 @@
 Any number of clients connect to the node's ``commands`` listener and send one command a line,
 as on the node's stdin (``subscribe T``, ``unsubscribe T``, ``publish T MESSAGE``, ``status``,
 ``help``, ``exit``); each gets one JSON object a line back: the answer to each command
-(``{"event": "publish", "topic": ..., "msg": ...}`` or ``{"event": "error", "error": ...}``)
+(``{"event": "publish", "topic": ..., "msg": ...}`` or ``{"event": "error", "error": ...}``;
+a publish is answered once it ended: ``publish`` only when the topic's root accepted it, else
+an error with its ``msg`` and ``definite``: false when it may still have been taken)
 and every delivery of the node's subscribed topics (``{"event": "deliver", "topic": ...,
 "message": ...}``). ``NodeProcess`` is what the runtime drives on such a node: the protocol
 stack's process, with the command port beside it.
@@ -11,6 +13,7 @@ stack's process, with the command port beside it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -21,6 +24,7 @@ from ...core.env import Env, MessageHandler, Process
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
+from ...protocols.dissemination.scribe import PublishResult
 from .node import PubSubNode
 from .shell import HELP, CommandError, parse_command
 
@@ -78,8 +82,8 @@ class CommandPort:
                 assert command.topic is not None
                 if not self.joined():
                     raise StateError("not in the overlay yet: publish once it joined")
-                mid = self.pubsub.publish(command.topic, command.message)
-                self._say(conn, "publish", topic=command.topic, msg=mid)
+                self.pubsub.publish(command.topic, command.message,
+                                    on_done=functools.partial(self._published, conn))
             else:
                 assert command.topic is not None
                 if command.verb == "subscribe":
@@ -91,6 +95,16 @@ class CommandPort:
                 self._say(conn, command.verb, topic=command.topic)
         except (ConfigError, StateError, ValueError) as exc:  # the request, not a bug
             self._say(conn, "error", error=str(exc))
+
+    def _published(self, conn: Conn, result: PublishResult) -> None:
+        """Answer a publish once it ended: ``ok`` only when the topic's root accepted it."""
+        if conn not in self.clients:
+            return  # the client left meanwhile
+        if result.accepted:
+            self._say(conn, "publish", topic=result.topic, msg=result.msg)
+        else:
+            self._say(conn, "error", error=f"publish {result.msg} on {result.topic}: "
+                      f"{result.reason}", msg=result.msg, definite=result.definite)
 
     def closed(self, conn: Conn, reason: str) -> None:
         self.clients.discard(conn)

@@ -40,7 +40,7 @@ from ...core.ids import NodeId, check_node_id
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
 from ...core.traceio import trace_path
-from ...protocols.dissemination.scribe import TreeRole
+from ...protocols.dissemination.scribe import PublishResult, TreeRole
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.chord.ring import Peer, VNodeView
 from ...protocols.membership.hyparview import HyParView, OverlayState
@@ -159,6 +159,16 @@ class Output:
 
     def error(self, reason: str) -> None:
         self.emit("error", f"error: {reason}", error=reason)
+
+    def published(self, result: PublishResult) -> None:
+        """How a publish ended: ``ok publish TOPIC MSG`` once the topic's root accepted it,
+        else an error naming it (``definite`` false: it may still have been taken)."""
+        if result.accepted:
+            self.ok("publish", result.topic, result.msg)
+            return
+        reason = f"publish {result.msg} on {plain_topic(result.topic)}: {result.reason}"
+        self.emit("error", f"error: {reason}", error=reason, msg=result.msg,
+                  definite=result.definite)
 
     def info(self, event: str, text: str, **fields: Any) -> None:
         self.emit(event, text, **fields)
@@ -349,11 +359,14 @@ class PubSubNetNode:
             raise CommandError(f"not subscribed to {topic}")
         self._call(lambda p: p.unsubscribe(topic))
 
-    def publish(self, topic: str, message: Any) -> str:
+    def publish(self, topic: str, message: Any, *,
+                on_done: Callable[[PublishResult], None] | None = None) -> str:
+        """Publish; ``on_done`` hears (on the event loop's thread) how it ended: accepted
+        once the topic's root acknowledged it (see ``PubSubNode.publish``)."""
         if not self.joined():
             # a publish made before the node is in the overlay would go nowhere
             raise CommandError("not in the overlay yet: publish once 'joined' is printed")
-        return str(self._call(lambda p: p.publish(topic, message)))
+        return str(self._call(lambda p: p.publish(topic, message, on_done=on_done)))
 
     def is_subscribed(self, topic: str) -> bool:
         return self.pubsub is not None and self.pubsub.is_subscribed(topic)
@@ -406,8 +419,7 @@ def execute(node: PubSubNetNode, command: Command, out: Output) -> None:
             out.ok("unsubscribe", command.topic)
         elif command.verb == "publish":
             assert command.topic is not None
-            mid = node.publish(command.topic, command.message)
-            out.ok("publish", command.topic, mid)
+            node.publish(command.topic, command.message, on_done=out.published)
         elif command.verb == "status":
             status = node.status()
             out.info("status", "status " + orjson.dumps(status).decode(), **status)
@@ -492,20 +504,37 @@ async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
     topics = [f"topic{i}" for i in range(options.topics)]
     await asyncio.sleep(options.warmup)
     published = 0
+    sent: set[str] = set()  # ids of our publishes
+    ended: set[str] = set()  # ... whose end (ok or error) was printed
+    answered = asyncio.Event()
+
+    def on_done(result: PublishResult) -> None:  # on the event loop's thread
+        out.published(result)
+        ended.add(result.msg)
+        answered.set()
+
     while published < options.publishes and node.running:
         topic = rng.choice(topics)
         if rng.random() < options.publish_weight:
-            command = Command("publish", topic, f"{node.node_id}#{published}")
+            text = f"{node.node_id}#{published}"
             published += 1
+            try:
+                sent.add(node.publish(topic, text, on_done=on_done))
+            except CommandError as exc:
+                out.error(str(exc))
         elif node.is_subscribed(topic):
-            command = Command("unsubscribe", topic)
+            execute(node, Command("unsubscribe", topic), out)
         else:
-            command = Command("subscribe", topic)
-        execute(node, command, out)
+            execute(node, Command("subscribe", topic), out)
         await asyncio.sleep(rng.uniform(0, 2 * options.interval))
-    # settle: until nothing was delivered for `settle` seconds (or max_settle passed)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.max_settle
+    # every publish ended (its root accepted it, or it failed) before the client is done
+    while sent - ended and node.running and loop.time() < deadline:
+        answered.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(answered.wait(), max(deadline - loop.time(), 0))
+    # settle: until nothing was delivered for `settle` seconds (or max_settle passed)
     while node.running and loop.time() < deadline:
         delivered.clear()
         try:

@@ -22,12 +22,20 @@ from ...core.ids import NodeId
 from ...core.messages import Codec
 from ...protocols.dissemination import gossip as gossip_layer
 from ...protocols.dissemination.gossip import GossipBroadcast, GossipConfig, parse_message_id
-from ...protocols.dissemination.scribe import MAX_TOPIC, Scribe, ScribeConfig, check_topic
+from ...protocols.dissemination.scribe import (
+    MAX_TOPIC,
+    PublishDoneFn,
+    PublishResult,
+    Scribe,
+    ScribeConfig,
+    check_topic,
+)
 from ...protocols.dissemination.scribe import messages as scribe_messages
 from ...protocols.membership import hyparview as hyparview_layer
 from ...protocols.membership.chord import Chord, ChordConfig, ChordHost
 from ...protocols.membership.chord import messages as chord_messages
 from ...protocols.membership.hyparview import HyParView, HyParViewConfig
+from ...protocols.ordering.orderer import Orderer
 
 __all__ = ["LAYER", "MessageFn", "PubSubNode", "codec_for"]
 
@@ -52,8 +60,9 @@ class PubSubNode:
     """subscribe / unsubscribe / publish over the dissemination layer ``mode`` names.
 
     ``contacts`` are the overlay's entry points; in scribe mode ``create`` makes this node the
-    ring's first member. A prebuilt overlay (``HyParView`` for gossip, a ``ChordHost`` for scribe)
-    may be passed as ``overlay`` instead.
+    ring's first member; ``orderer`` orders the publishes this node takes as a topic's root
+    (scribe; default: accepted at once). A prebuilt overlay (``HyParView`` for gossip, a
+    ``ChordHost`` for scribe) may be passed as ``overlay`` instead.
     """
 
     def __init__(
@@ -68,6 +77,7 @@ class PubSubNode:
         gossip_config: GossipConfig | None = None,
         chord_config: ChordConfig | None = None,
         scribe_config: ScribeConfig | None = None,
+        orderer: Orderer | None = None,
         max_topics: int = 4096,
         on_message: MessageFn | None = None,
     ) -> None:
@@ -94,7 +104,7 @@ class PubSubNode:
                 raise ConfigError("scribe mode runs over a Chord ring")
             chord = overlay if overlay is not None else Chord(
                 env, contacts=contacts, create=create, config=chord_config)
-            self._scribe = Scribe(env, chord, config=scribe_config,
+            self._scribe = Scribe(env, chord, config=scribe_config, orderer=orderer,
                                   on_deliver=self._scribe_delivered)
 
     @property
@@ -141,9 +151,12 @@ class PubSubNode:
         if self._scribe is not None:
             self._scribe.unsubscribe(topic)
 
-    def publish(self, topic: str, message: Any) -> str:
+    def publish(self, topic: str, message: Any, *, on_done: PublishDoneFn | None = None) -> str:
         """Send ``message`` to every subscriber of ``topic`` (this node too, if subscribed);
-        returns the message id."""
+        returns the message id. ``on_done`` hears once how it ended: over Scribe, accepted
+        once the topic's root acknowledged it (its orderer took it), else refused or failed
+        (``PublishResult``); over gossip, which has no root, accepted once it is sent. It
+        may be called before this returns."""
         check_topic(topic)
         env = self.env
         # the layer below may deliver here before it returns: trace the publish first
@@ -152,12 +165,14 @@ class PubSubNode:
             mid = f"{env.node}:{seq}"
             env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
             sent = self._gossip.broadcast({TOPIC_KEY: topic, BODY_KEY: message})
+            if sent == mid and on_done is not None:
+                on_done(PublishResult(mid, topic, True))
         else:
             assert self._scribe is not None
             seq = self._scribe.next_seq
             mid = f"{env.node}:{seq}"
             env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
-            sent = self._scribe.publish(topic, message)
+            sent = self._scribe.publish(topic, message, on_done=on_done)
         if sent != mid:
             raise StateError(f"the layer below named the message {sent}, not {mid}")
         return mid

@@ -55,7 +55,7 @@ bounded logs, NACK repair and catch-up), ``tree`` (tree membership and heartbeat
 (``Scribe``: the process, subscribe/publish, the root's hand-off to its orderer).
 """
 
-from .base import LAYER, ScribeConfig, TreeRole
+from .base import LAYER, PublishDoneFn, PublishResult, ScribeConfig, TreeRole
 from .messages import (
     MAX_TOPIC,
     Heartbeat,
@@ -78,8 +78,10 @@ __all__ = [
     "Heartbeat",
     "Publish",
     "PublishAck",
+    "PublishDoneFn",
     "PublishRedirect",
     "PublishRefused",
+    "PublishResult",
     "Scribe",
     "ScribeConfig",
     "ScribeData",

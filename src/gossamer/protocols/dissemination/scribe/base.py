@@ -15,13 +15,15 @@ from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
 from ...ordering.orderer import ImmediateOrderer, Orderer
-from .messages import MAX_NACK_SPAN, ScribeData
+from .messages import MAX_NACK_SPAN, Publish, ScribeData
 
 __all__ = [
     "JOIN_TAG",
     "LAYER",
     "DeliverFn",
     "PendingPublish",
+    "PublishDoneFn",
+    "PublishResult",
     "ScribeBase",
     "ScribeConfig",
     "TopicState",
@@ -54,7 +56,10 @@ class ScribeConfig:
     topic_log_limit: int = 256  # messages kept per topic to resend; also the largest gap repaired
     nack_delay: float = 0.05  # a gap waits this long (reordering) before its first NACK
     nack_interval: float = 0.3  # between NACK rounds for one topic while a gap lasts
-    nack_retries: int = 12  # NACK rounds without progress before the gap is given up
+    # NACK rounds without progress before the gap is given up: a gap a forwarder fetches for
+    # its child from its own parent needs four lossy hops a round (0.41 at 20% loss), so 30
+    # rounds leave about 1e-7 of them unrepaired (12 left 2e-3)
+    nack_retries: int = 30
     nack_max_range: int = 64  # positions per NACK, sent or accepted
     nack_ranges: int = 4  # NACKs per topic and round
     catch_up_requests: int = 6  # ScribeSince sent by a new subscriber, one per tick (loss)
@@ -104,6 +109,9 @@ class TopicState:
     # messages we took as a root Chord no longer names, to publish in the tree we join: by id
     handover: dict[str, ScribeData] = dataclasses.field(default_factory=dict)
     handover_ticks: int = 0
+    # publishes we passed up to a parent that turned out unreachable: passed on again, once,
+    # when we are back in the tree (the publisher's timeout covers any loss after that)
+    held_up: dict[str, Publish] = dataclasses.field(default_factory=dict)
     beacon: int = 0  # the root's tick count, as last heard (a root: its own)
     beacon_at: float = 0.0  # when it last grew (or we took our parent)
     # loss recovery: positions in the root's stream
@@ -134,7 +142,8 @@ class TopicState:
         """Every field but the timer handle, for snapshots."""
         return (self.role, self.subscribed, self.parent, self.parent_heard, self.depth,
                 self.nonce, tuple(self.children.items()), self.not_root_ticks,
-                tuple(self.handover), self.handover_ticks, self.beacon, self.beacon_at,
+                tuple(self.handover), self.handover_ticks, tuple(self.held_up), self.beacon,
+                self.beacon_at,
                 tuple(self.log_at.items()), self.subscribed_at, self.synced_at, self.catch_up,
                 self.epoch,
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
@@ -157,6 +166,23 @@ class TopicState:
         return low
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class PublishResult:
+    """How a publish ended for its publisher: ``accepted`` by the topic's root (its orderer
+    took it, so it goes down the tree), or not, and why. ``definite``: surely not taken (a
+    refusal, or never sent); False: it may still have been (no answer came: the root may
+    have taken it and its acknowledgement was lost)."""
+
+    msg: str
+    topic: str
+    accepted: bool
+    reason: str = ""
+    definite: bool = True
+
+
+PublishDoneFn = Callable[[PublishResult], None]
+
+
 @dataclasses.dataclass(slots=True)
 class PendingPublish:
     """A publish of ours awaiting the root's acknowledgement."""
@@ -166,6 +192,8 @@ class PendingPublish:
     payload: Any
     tries: int = 0
     timer: TimerHandle | None = None
+    sent_to: NodeId | None = None  # the root we sent it to last (None: a lookup is out)
+    on_done: PublishDoneFn | None = None  # told once how it ended
 
 
 class ScribeBase:
@@ -196,6 +224,10 @@ class ScribeBase:
         self._pending: dict[int, PendingPublish] = {}  # seq -> publish awaiting its ack
         self._ordering: dict[str, None] = {}  # ids of publishes our orderer has not decided
         self._roots: dict[str, tuple[NodeId, float]] = {}  # topic -> (root, when learnt)
+        # nodes the runtime could not reach, until we hear from them again (bounded)
+        self._unreachable: dict[NodeId, None] = {}
+        # the last publishes we passed up a tree: id -> (the parent, the publish as sent)
+        self._passed_up: dict[str, tuple[NodeId, Publish]] = {}
         self._nonce = env.rng.getrandbits(32)
         self._heartbeat_timer: TimerHandle | None = None
         self._stopped = False

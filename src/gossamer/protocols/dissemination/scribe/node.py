@@ -15,7 +15,16 @@ from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
 from ...ordering.orderer import Decision, Orderer, Redirected, Refused
-from .base import LAYER, DeliverFn, PendingPublish, ScribeConfig, TopicState, TreeRole
+from .base import (
+    LAYER,
+    DeliverFn,
+    PendingPublish,
+    PublishDoneFn,
+    PublishResult,
+    ScribeConfig,
+    TopicState,
+    TreeRole,
+)
 from .messages import (
     MAX_POSITION,
     Heartbeat,
@@ -72,10 +81,12 @@ class Scribe(TreeMembership):
         self._stopped = True
         if self._heartbeat_timer is not None:
             self.env.cancel(self._heartbeat_timer)
-        for pending in self._pending.values():
+        stopped, self._pending = self._pending, {}
+        for pending in stopped.values():
             if pending.timer is not None:
                 self.env.cancel(pending.timer)
-        self._pending.clear()
+            self._done(pending, False, "the node stopped before the topic's root answered",
+                       definite=False)
         self._ordering.clear()  # what the orderer decides from now on is ignored
         for topic, state in self._topics.items():
             self._cancel_nack(state)
@@ -84,7 +95,64 @@ class Scribe(TreeMembership):
         self._topics.clear()
         self.chord.stop()
 
+    def on_unreachable(self, node: NodeId) -> None:
+        """The runtime could not deliver to ``node`` (refused or reset: it is down). Chord
+        routes around it at once; a publish sent to it as a root is looked up afresh now,
+        and no publish goes to it until we hear from it again; a tree whose parent it was is
+        joined again now, without waiting for the parent timeout."""
+        if self._stopped or node == self.env.node:
+            return
+        self.chord.peer_down(node)
+        unreachable = self._unreachable
+        unreachable.pop(node, None)
+        unreachable[node] = None
+        if len(unreachable) > self.config.max_topics:
+            del unreachable[next(iter(unreachable))]
+        for topic in [t for t, (root, _) in self._roots.items() if root == node]:
+            del self._roots[topic]
+        for pending in list(self._pending.values()):
+            if pending.sent_to == node:
+                # not a try: it never reached a root, and it is sent to this node no more
+                if pending.timer is not None:
+                    self.env.cancel(pending.timer)
+                self._send_publish(pending)
+        lost = [mid for mid, (parent, _) in self._passed_up.items() if parent == node]
+        for mid in lost:
+            _, publish = self._passed_up.pop(mid)
+            state = self._topics.get(publish.topic)
+            if state is not None:
+                state.held_up[mid] = publish
+                while len(state.held_up) > self.config.topic_log_limit:
+                    del state.held_up[next(iter(state.held_up))]
+        for topic, state in list(self._topics.items()):
+            if state.role is TreeRole.MEMBER and state.parent == node:
+                state.parent = None  # no LEAVE to the dead
+                self._rejoin(topic, state, "parent_unreachable")
+            elif node in state.children:
+                del state.children[node]
+                self.env.trace("drop_child", layer=LAYER, key=topic, peer=node)
+                self._maybe_prune(topic, state)
+
+    def _tick(self) -> None:
+        super()._tick()
+        for state in list(self._topics.values()):
+            if state.held_up and (state.role is TreeRole.ROOT or state.parent is not None):
+                self._pass_held_up(state)
+
+    def _pass_held_up(self, state: TopicState) -> None:
+        """Back in the tree: what our unreachable parent never got goes up (or is taken, if
+        we are the root now), once."""
+        held, state.held_up = state.held_up, {}
+        for publish in held.values():
+            self._on_publish(self.env.node, publish)
+
+    def _known_down(self, node: NodeId) -> bool:
+        """Whether a link or Chord already told us that ``node`` is down."""
+        return node in self._unreachable or self.chord.suspects(node)
+
     def on_message(self, src: NodeId, msg: Message) -> None:
+        if self._unreachable:
+            self._unreachable.pop(src, None)  # it is up again
         if not isinstance(msg, ScribeMessage):
             self.chord.on_message(src, msg)
             return
@@ -140,8 +208,11 @@ class Scribe(TreeMembership):
         state.subscribed = False
         self._maybe_prune(topic, state)
 
-    def publish(self, topic: str, payload: Any) -> str:
-        """Send ``payload`` to every subscriber of ``topic``; returns its message id."""
+    def publish(self, topic: str, payload: Any, *, on_done: PublishDoneFn | None = None) -> str:
+        """Send ``payload`` to every subscriber of ``topic``; returns its message id.
+        ``on_done`` hears once how it ended (``PublishResult``): accepted when the topic's
+        root acknowledged it (its orderer took it), else refused or failed, with the reason;
+        it may be called before this returns (this node is the root, or nothing was sent)."""
         check_topic(topic)
         if self._stopped:
             raise StateError("publish() on a stopped scribe layer")
@@ -152,10 +223,19 @@ class Scribe(TreeMembership):
         if len(self._pending) >= self.config.max_pending:
             env.trace("drop", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic,
                       reason="pending_full")
+            if on_done is not None:
+                on_done(PublishResult(mid, topic, False, "too many publishes in flight"))
             return mid
-        pending = self._pending[seq] = PendingPublish(topic, seq, payload)
+        pending = self._pending[seq] = PendingPublish(topic, seq, payload, on_done=on_done)
         self._send_publish(pending)
         return mid
+
+    def _done(self, pending: PendingPublish, accepted: bool, reason: str = "", *,
+              definite: bool = True) -> None:
+        """``pending`` ended (it is out of ``_pending``): tell its publisher."""
+        if pending.on_done is not None:
+            pending.on_done(PublishResult(message_id(self.env.node, pending.seq),
+                                          pending.topic, accepted, reason, definite))
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -216,7 +296,11 @@ class Scribe(TreeMembership):
         env = self.env
         pending.timer = env.set_timer(self.config.publish_timeout,
                                       functools.partial(self._publish_timed_out, pending.seq))
+        pending.sent_to = None
         cached = self._roots.get(pending.topic)
+        if cached is not None and self._known_down(cached[0]):
+            del self._roots[pending.topic]  # a dead root: look the live one up at once
+            cached = None
         if cached is not None and env.now() - cached[1] <= self.config.root_cache_ttl:
             self._to_root(pending, cached[0])
         elif not self.chord.find_root(pending.topic, pending.seq):
@@ -228,6 +312,7 @@ class Scribe(TreeMembership):
         if root == self.env.node:
             self._on_publish(root, msg)
         else:
+            pending.sent_to = root
             self.env.send(root, msg)
 
     def _remember_root(self, topic: str, root: NodeId) -> None:
@@ -259,6 +344,8 @@ class Scribe(TreeMembership):
             self.env.trace("drop", layer=LAYER, msg=message_id(self.env.node, seq),
                            origin=self.env.node, seq=seq, key=pending.topic,
                            reason="publish_failed")
+            self._done(pending, False, f"no root acknowledged it after {pending.tries + 1} "
+                                       "tries", definite=False)
             return
         pending.tries += 1
         self._send_publish(pending)
@@ -282,7 +369,12 @@ class Scribe(TreeMembership):
             if msg.hops >= self.config.max_depth:
                 self._drop(src, msg, "publish_loop")  # a cycle: the publisher retries later
                 return
-            self.env.send(state.parent, dataclasses.replace(msg, hops=msg.hops + 1))
+            up = dataclasses.replace(msg, hops=msg.hops + 1)
+            passed = self._passed_up
+            passed[message_id(msg.origin, msg.seq)] = (state.parent, up)
+            if len(passed) > self.config.max_pending:
+                del passed[next(iter(passed))]
+            self.env.send(state.parent, up)
             return
         if state is None or state.role is not TreeRole.ROOT:
             self._drop(src, msg, "not_root")  # the publisher's timeout looks the root up again
@@ -362,11 +454,13 @@ class Scribe(TreeMembership):
         return pending
 
     def _on_publish_ack(self, src: NodeId, msg: PublishAck) -> None:
-        if self._answered(src, msg, "unexpected_ack") is None:
+        pending = self._answered(src, msg, "unexpected_ack")
+        if pending is None:
             return
         del self._pending[msg.seq]
         if src != self.env.node:
             self._remember_root(msg.topic, src)
+        self._done(pending, True)
 
     def _on_publish_redirect(self, src: NodeId, msg: PublishRedirect) -> None:
         """The root's orderer names another node (its leader): publish there, as a retry."""
@@ -381,9 +475,11 @@ class Scribe(TreeMembership):
 
     def _on_publish_refused(self, src: NodeId, msg: PublishRefused) -> None:
         """The root's orderer refused it: the publish ends here (it was not taken)."""
-        if self._answered(src, msg, "unexpected_refusal") is None:
+        pending = self._answered(src, msg, "unexpected_refusal")
+        if pending is None:
             return
         del self._pending[msg.seq]
         env = self.env
         env.trace("publish_refused", layer=LAYER, msg=message_id(env.node, msg.seq),
                   origin=env.node, seq=msg.seq, key=msg.topic, peer=src, reason=msg.reason)
+        self._done(pending, False, f"refused by the topic's root: {msg.reason}")

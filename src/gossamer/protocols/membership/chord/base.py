@@ -182,6 +182,11 @@ class HostBase:
         except Rejected as exc:
             self._drop(src, msg, exc.reason, str(exc) if str(exc) != exc.reason else None)
 
+    def suspects(self, node: NodeId) -> bool:
+        """Whether ``node`` missed its deadlines (or was unreachable) and was evicted from our
+        tables, and has not answered since."""
+        return node in self._departed
+
     @property
     def joined(self) -> bool:
         """True once at least one virtual node is on the ring."""

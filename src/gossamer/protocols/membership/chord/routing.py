@@ -45,6 +45,21 @@ class HostRouting(HostBase):
         self._send_find_root(ref_, request)
         return True
 
+    def peer_down(self, node: NodeId) -> None:
+        """The runtime could not deliver to ``node`` (refused or reset): suspect it at once
+        rather than after its missed deadlines, and route what waits on its hop
+        acknowledgement around it now. A node that is alive after all comes back through
+        stabilization and the probes of departed peers."""
+        if node == self.env.node:
+            return
+        self._misses.pop(node, None)
+        self._suspect(node)
+        for hop_ref in [ref for ref, hop in self._hops.items() if hop.next_hop.node == node]:
+            hop = self._hops[hop_ref]
+            if hop.timer is not None:
+                self.env.cancel(hop.timer)
+            self._hop_timed_out(hop_ref)
+
     def root_of(self, key: str) -> Peer | None:
         """The local virtual node that is the root of ``key`` in its own view, if any."""
         k = chord_id(key, self.config.bits)
