@@ -25,6 +25,7 @@ from gossamer.protocols.ordering import (
 from gossamer.protocols.replica import HUB_ID, Data, ReplicaCodec, Subscribe, crc_of
 from gossamer.protocols.replica.hub_service import DEFAULT_KEEPER, HubService
 from gossamer.protocols.replica.keeper import KeeperConfig
+from gossamer.runtimes.sim import MemoryStore
 from gossamer.testing import FakeConn, FakeEnv, info_of
 
 # -- the decisions -------------------------------------------------------------------------------
@@ -187,6 +188,7 @@ def hub_with(orderer: Orderer | None, *, keeper: KeeperConfig | None = DEFAULT_K
     for conn, client in zip(conns, "abc", strict=True):
         hub.opened(conn, conn.remote)
         hub.received(conn, CODEC.encode(Subscribe(id=client, vector={})))
+    env.run_due()  # the keeper's group commit lands: its answers go out
     env.written.clear()
     env.rows.clear()
     return hub, env, conns
@@ -204,10 +206,16 @@ def test_the_hub_stores_and_forwards_a_data_message_only_once_accepted() -> None
     assert [(p.key, p.item) for p in orderer.pending()] == [
         ("k", first), ("j", other_key), ("k", second)]  # keyed by object
     orderer.accept(orderer.proposals[1])
-    assert env.take_written() == [(b, frames[1]), (c, frames[1])]  # as received, not to a
+    env.run_due()
+    # accepted, but the hub relays what its keeper delivered (durably), and a:2 waits for a:1
+    assert env.written == []
     orderer.accept(orderer.proposals[0])
+    assert env.written == []  # delivered, not yet durable: not sent
     orderer.accept(orderer.proposals[2])
-    assert env.take_written() == [(b, frames[0]), (c, frames[0]), (b, frames[2]), (c, frames[2])]
+    env.run_due()
+    # in delivery order, as received, never back to a
+    assert env.take_written() == [(b, frames[0]), (c, frames[0]), (b, frames[1]), (c, frames[1]),
+                                  (b, frames[2]), (c, frames[2])]
     assert hub.keeper.logged("a") == (1, 3)
 
 
@@ -230,7 +238,9 @@ def test_only_data_is_ordered_and_a_corrupt_one_is_refused_before_it() -> None:
     orderer = DeferredOrderer()
     hub, env, (a, _b, _c) = hub_with(orderer)
     hub.received(a, CODEC.encode(Subscribe(id="a", vector={})))
-    assert [conn for conn, _ in env.take_written()] == [a]  # answered at once (an empty retry)
+    env.run_due()
+    # answered at once: an empty retry, then the hub's vector
+    assert [conn for conn, _ in env.take_written()] == [a, a]
     hub.received(a, CODEC.encode(data("a", 1, crc=12345)))
     assert orderer.proposals == []
     assert env.drop_reasons() == ["crc"]
@@ -258,13 +268,29 @@ def test_without_a_keeper_an_accepted_data_message_is_relayed_as_received() -> N
 
 
 @pytest.mark.parametrize("orderer", [None, ImmediateOrderer()])
-def test_the_default_orderer_is_skipped_and_data_is_forwarded_at_once(
+def test_the_default_orderer_is_skipped_and_data_is_forwarded_once_durable(
         orderer: Orderer | None) -> None:
     hub, env, (a, b, c) = hub_with(orderer)
     assert isinstance(hub.orderer, ImmediateOrderer) and hub._ordering is None
     frame = CODEC.encode(data("a", 1))
     hub.received(a, frame)
+    assert env.written == []  # the keeper's delivery of it is on its way to disk
+    env.run_due()
     assert env.take_written() == [(b, frame), (c, frame)]
+
+
+def test_a_power_loss_before_the_group_commit_relays_nothing() -> None:
+    """What the hub received but had not committed is never relayed: a power loss then makes
+    it forget only what nobody else saw (its writer resends it)."""
+    hub, env, (a, _b, _c) = hub_with(None)
+    assert hub.keeper is not None
+    hub.received(a, CODEC.encode(data("a", 1)))
+    hub.keeper.store.flush()  # the group is on its way to disk
+    assert isinstance(env.store, MemoryStore)
+    env.store.crash()  # and lost with the power
+    env.run_due()
+    assert env.written == []
+    assert not any(r.event == "deliver" for r in env.rows)  # not delivered either
 
 
 def test_the_hub_refuses_an_orderer_that_is_not_one() -> None:

@@ -30,10 +30,11 @@ from gossamer.protocols.replica import (
     Snapshot,
 )
 from gossamer.protocols.replica.keeper import SEGMENT
-from gossamer.runtimes.sim import Latency, MemoryStore, Simulation
+from gossamer.runtimes.sim import Latency, LinkModel, MemoryStore, Scenario, Simulation
 from gossamer.testing import FakeEnv
 from test_replica_sim import (
     HUB,
+    HUB_LISTENER,
     LATENCY,
     LAYER,
     WIDE,
@@ -364,3 +365,39 @@ def test_a_message_delivered_at_once_is_logged_as_it_came_and_reloads_the_same()
     again, _ = keeper_on(store, log_per_origin=100)
     assert again.logged("a") == (1, 2)
     assert again._log["a"][1][1] == first and again._log["a"][2][1] == second
+
+
+def set_at(scenario: Any, at: float, node: str, key: str, content: Any) -> None:
+    scenario.at(at, lambda sim: sim.call(
+        node, lambda p: cast(ReplicaNode, p).client.set(key, content)))
+
+
+@pytest.mark.parametrize("seed", [41, 42])
+def test_a_restarted_client_gets_a_departed_origins_past_from_the_snapshot(seed: int) -> None:
+    """A client crashes right after a write the hub never got (so its vector is ahead of the
+    hub's), an origin writes past the hub's log meanwhile and leaves for good, another client
+    keeps writing. Restarted on its store, the client still gets the departed origin's past
+    (the hub answers with its snapshot what it cannot serve from its log), and its NACKs are
+    not sent after the departed client again and again."""
+    old, writer, restarted = node_ids(3)
+    scenario = Scenario(seed=seed, nodes=[HUB, old, writer, restarted],
+                        link=LinkModel(latency=LATENCY))
+    scenario.listen(HUB, HUB_LISTENER)
+    for number in range(30):
+        at = 0.2 + number * 0.02 if number < 10 else 1.5 + number * 0.02
+        set_at(scenario, at, old, f"old{number}", {"n": number})
+    set_at(scenario, 1.0, restarted, "mine", "lost on the way")
+    scenario.crash(1.0001, restarted, recover_after=3.0)
+    scenario.leave(2.5, old)
+    for number in range(80):
+        set_at(scenario, 3.0 + number * 0.05, writer, f"w{number % 4}", {"n": number})
+    sim, sink = run(scenario, until=30.0, keeper=KeeperConfig(log_per_origin=5))
+    mine = client_of(sim, restarted)
+    got = sorted(k for k in mine.items() if k.startswith("old"))
+    assert len(got) == 30, f"seed={seed}: the restarted client holds {len(got)} of the 30"
+    assert mine.items() == client_of(sim, writer).items(), f"seed={seed}"
+    unserved = [r for r in named(sink.rows) if r.node == HUB and r.event == "drop"
+                and "is connected" in _info(r).get("detail", "")]
+    assert len(unserved) <= 1, f"seed={seed}: {len(unserved)} NACKs sent after {old}"
+    syncs = [_info(r) for r in named(sink.rows) if r.node == restarted and r.event == "sync"]
+    assert not any(s["timed_out"] for s in syncs), f"seed={seed}: synced only by timeout"

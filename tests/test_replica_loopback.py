@@ -243,3 +243,46 @@ def test_a_corrupt_or_forged_message_is_refused_and_changes_nothing() -> None:
                 await honest.close()
 
     run(scenario)
+
+
+def test_synced_means_every_write_the_hub_had_accepted_is_applied_here() -> None:
+    """``synced()`` called once the hub has accepted a burst of another client's writes
+    returns only once every one of them is applied here, not merely when nothing is known to
+    be missing (the relayed writes may still be on their way)."""
+
+    async def scenario() -> None:
+        async with HubServer() as hub:
+            writer = Replica(ws_url(hub), client_id="w", backoff=fast_backoff())
+            reader = Replica(ws_url(hub), client_id="r", backoff=fast_backoff())
+            replicas = [writer, reader]
+            keeper = hub.keeper
+            assert keeper is not None
+            accepted = asyncio.Event()
+            delivered = keeper.replica.causal.on_deliver
+            assert delivered is not None
+
+            def watch(msg: Data) -> None:  # the keeper's delivery: the hub accepted it
+                delivered(msg)
+                if msg.id == "w" and msg.seq % 100 == 0:
+                    accepted.set()
+
+            keeper.replica.causal.on_deliver = watch
+            try:
+                for replica in replicas:
+                    await replica.start()
+                    await replica.synced(WAIT)
+                for round_ in range(3):
+                    for n in range(100):
+                        writer.set(f"k{n}", round_)
+                    # the hub has accepted (delivered) them all: from here, synced() owes them
+                    await asyncio.wait_for(accepted.wait(), WAIT)
+                    accepted.clear()
+                    await reader.synced(WAIT)
+                    stale = sorted(k for k, v in reader.items().items() if v != round_)
+                    assert stale == [], f"round {round_}: synced() without {len(stale)} " \
+                                        f"accepted writes\n{picture(replicas, hub)}"
+            finally:
+                for replica in replicas:
+                    await replica.close()
+
+    run(scenario)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gossamer.core import ConfigError, MemorySink
+from gossamer.pipeline.vopr import draw_schedule
 from gossamer.services.replica.experiment import ReplicaRunOptions, run_replica_sim
 
 FAULTS: dict[str, Any] = {"clients": 8, "keys": 3, "writes_per_client": 6, "rate": 10.0,
@@ -69,3 +70,35 @@ def test_until_ends_the_run_and_options_are_checked() -> None:
         ReplicaRunOptions(latency="fast")
     with pytest.raises(ConfigError, match="cuts"):
         ReplicaRunOptions(cuts=-1.0)
+
+
+def redeliveries(rows: list[Any]) -> list[str]:
+    """Each node delivers each origin's messages in increasing seq order, each once (a
+    snapshot may skip some): a row that is not above every earlier one from that origin."""
+    highest: dict[tuple[str, str], int] = {}
+    found = []
+    for row in rows:
+        if row.event != "deliver" or row.layer != "replica":
+            continue
+        at = (row.node, row.origin)
+        if row.seq <= highest.get(at, 0):
+            found.append(f"t={row.t:.4f} {row.node} delivered {row.msg} after seq "
+                         f"{highest[at]}")
+        highest[at] = max(highest.get(at, 0), row.seq)
+    return found
+
+
+# the seeds of `gossamer vopr replica --seeds 60` whose hub delivered a message twice: it
+# relayed and traced deliveries before its group commit, lost the group to its power loss
+# and delivered them again once repaired
+HUB_REDELIVERED = (20, 29, 46, 47, 49, 57)
+
+
+@pytest.mark.parametrize("seed", HUB_REDELIVERED)
+def test_a_hub_power_loss_never_makes_it_deliver_or_relay_twice(seed: int) -> None:
+    options = draw_schedule("replica", seed).options
+    assert options["hub_crash"], f"seed={seed}"
+    result, rows = simulate(**{**options, "run": f"vopr-replica-s{seed}"}, seed=seed)
+    assert any(r.node == "hub" and r.event == "recover" for r in rows), f"seed={seed}"
+    assert redeliveries(rows) == [], f"seed={seed} (gossamer vopr replica --seed {seed})"
+    assert result.converged, f"seed={seed}"

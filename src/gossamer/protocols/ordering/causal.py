@@ -63,6 +63,7 @@ __all__ = ["LAYER", "CausalConfig", "CausalDelivery"]
 
 LAYER = "replica"
 _VECTOR, _LOG, _META = "replica.vector", "replica.log", "replica.meta"
+_RETRY_OVERHEAD = 256  # bytes of a Retry frame besides its data messages
 _KNOWN_IDS_LIMIT = 100_000  # vector ids already checked (a cache: beyond it, check each time)
 
 
@@ -72,6 +73,9 @@ class CausalConfig:
     holdback_limit: int = 10_000  # early messages kept, over all origins
     send_log_limit: int = 10_000  # own messages kept (durably) to answer NACKs and Subscribes
     retry_batch: int = 256  # data messages per Retry (the wire allows up to 1,024)
+    # encoded bytes of the data messages of one Retry: under the link's frame limit (64 KiB by
+    # default), so a resend of many large writes never makes a frame the codec refuses
+    retry_bytes: int = 32 * 1024
     max_nack_ranges: int = 8  # missing ranges NACKed per origin at once
     nack_delay: float = 0.05  # wait this long for reordered messages before NACKing a gap
     nack_retry: float = 0.25  # first re-NACK interval while a gap persists; doubles
@@ -90,6 +94,8 @@ class CausalConfig:
         for name in ("holdback_limit", "send_log_limit", "max_nack_ranges"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
+        if self.retry_bytes < 1024:
+            raise ConfigError("retry_bytes must be >= 1024")
         if not 1 <= self.retry_batch <= MAX_RETRY_BATCH:
             raise ConfigError(f"retry_batch must be in 1..{MAX_RETRY_BATCH}")
 
@@ -136,9 +142,10 @@ class CausalDelivery:
     ) -> None:
         """``announce_deliveries``: announce our vector after every burst of deliveries, not
         only after publishing (the hub's keeper: one announcement instead of every writer's).
-        ``group_commit``: the store is committed in groups (the keeper: ``commit_then``, and
-        nothing it sends waits for the group), so the delivered counts are written by
-        ``write_pending()`` before each group, not at every delivery.
+        ``group_commit``: the store is committed in groups (the keeper: ``commit_then``; what
+        it sends waits for the group), so the delivered counts are written by
+        ``write_pending()`` before each group, not at every delivery, and a ``deliver`` row is
+        traced once its group is on disk.
         ``send``: how a message reaches the hub: a client's connection (``ReplicaNode``) and
         the keeper inside the hub pass their own; the default, ``env.send`` to ``config.hub``,
         is for unit tests (``FakeEnv`` records it). ``store``: default ``env.store``."""
@@ -147,6 +154,7 @@ class CausalDelivery:
         self.announce_deliveries = announce_deliveries
         self.group_commit = group_commit
         self._unwritten: set[str] = set()  # origins whose delivered count awaits the group
+        self._untraced: list[Data] = []  # delivered, their ``deliver`` rows await the group
         self.config = config if config is not None else CausalConfig()
         self.on_deliver = on_deliver
         self.me: NodeId = env.node
@@ -239,14 +247,26 @@ class CausalDelivery:
 
     def commit_if_dirty(self) -> None:
         """Commit what was delivered, durably, before anything that depends on it is sent.
-        With ``group_commit`` nothing sent depends on it (the keeper only relays what writers
-        committed): the deliveries join the store's next group, and no one waits for it."""
+        With ``group_commit`` the deliveries join the store's next group, whose callbacks run
+        once it is on disk: their ``deliver`` rows first (a power loss before it forgets them,
+        and they are delivered again), then what the caller sends after this returns (the hub
+        relays through ``commit_then`` too)."""
         if self._dirty:
             if self.group_commit:
-                self._store.commit_then(_nothing)
+                delivered, self._untraced = self._untraced, []
+                self._store.commit_then(
+                    (lambda: self._trace_all(delivered)) if delivered else _nothing)
             else:
                 self._store.commit()
             self._dirty = False
+
+    def _trace_delivered(self, msg: Data) -> None:
+        self.env.trace("deliver", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
+                       key=msg.key, seq=msg.seq, vector=msg.vector)
+
+    def _trace_all(self, delivered: list[Data]) -> None:
+        for msg in delivered:
+            self._trace_delivered(msg)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -323,6 +343,10 @@ class CausalDelivery:
                   deleted=msg.deleted)
         self.send(msg)
         self._arm_announce(reset=True)
+
+    def sent_messages(self) -> list[Data]:
+        """Own data messages still in the send log, oldest first."""
+        return [self._send_log[seq] for seq in sorted(self._send_log)]
 
     def sent_message(self, seq: int) -> Data | None:
         """Own data message ``seq`` if it is still in the send log."""
@@ -419,14 +443,20 @@ class CausalDelivery:
                            reason="evicted", first_kept=self._log_first)
             start = self._log_first
         batch: list[Data] = []
+        size = _RETRY_OVERHEAD
         for seq in range(start, end + 1):
             data = self._send_log.get(seq)
             if data is None:
                 continue
+            length = len(orjson.dumps(self._codec.to_dict(data))) + 1
+            if batch and size + length > self.config.retry_bytes:
+                self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
+                batch, size = [], _RETRY_OVERHEAD
             batch.append(data)
+            size += length
             if len(batch) == self.config.retry_batch:
                 self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
-                batch = []
+                batch, size = [], _RETRY_OVERHEAD
         if batch:
             self.send(Retry(id=self.me, dest=dest, retry=tuple(batch)))
 
@@ -495,8 +525,10 @@ class CausalDelivery:
             self._store.put(_VECTOR, origin, str(seq).encode())
         self._dirty = True
         if self.env.tracing:
-            self.env.trace("deliver", layer=LAYER, msg=msg_id(origin, seq), origin=origin,
-                           key=msg.key, seq=seq, vector=msg.vector)
+            if self.group_commit:  # a delivery is one once it is on disk (commit_if_dirty)
+                self._untraced.append(msg)
+            else:
+                self._trace_delivered(msg)
         if self.on_deliver is not None:
             self.on_deliver(msg)
         if self.announce_deliveries and (self._announce_timer is None

@@ -7,6 +7,11 @@ A multicast is forwarded exactly as it was received, to every other connection i
 input is dropped and traced, never fatal; the runtime closes what breaks its limits (frame
 size, invalid UTF-8, a slow reader) and the others hear the ``Left``.
 
+With a keeper, nothing leaves the hub before the keeper's store has on disk what it depends
+on (``_when_durable``): a data message is relayed once the keeper's delivery of it is
+committed, and every frame after it waits its turn, so a power loss never makes the hub forget
+what it relayed or relay it again.
+
 The hub orders per object (its relay's order is the order clients see): each data message
 passes through the ``orderer`` (keyed by the object) before the keeper stores it and the hub
 forwards it, and only once accepted; a redirect or a refusal drops it, traced (seed 000's wire
@@ -16,6 +21,7 @@ has no answer for them: the clients' NACKs fetch what they miss). The default
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...core.conn import CloseCode, Conn
@@ -61,7 +67,10 @@ class HubService:
         self.codec = codec if codec is not None else ReplicaCodec()
         self.relay = HubRelay(max_connections=max_connections)
         self.everyone = env.group()  # the relay's connections, for the multicast fan-out
-        self.keeper = None if keeper is None else HubKeeper(env, self._from_hub, config=keeper)
+        self.keeper = None if keeper is None else HubKeeper(
+            env, self._from_hub, config=keeper,
+            connected=lambda client: self.relay.connection_of(client) is not None,
+            tell=self._tell)
         self._peers: dict[Conn, _Peer] = {}
         self.running = False
         self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()
@@ -112,6 +121,12 @@ class HubService:
             if ordering is not None and isinstance(msg, Data):
                 self._propose(ordering, conn, peer, msg, frame, before is None)
                 return
+            if self.keeper is not None and isinstance(msg, Data):
+                delivered = self.keeper.handle_data(msg, frame)
+                if before is None:
+                    self._trace("join", peer, conn=conn.id, remote=conn.remote)
+                self._relay(delivered, conn, msg, frame)
+                return
             forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
             multicast = forward is msg and dest_of(msg) is None
             routes = [] if forward is None or multicast else relay.routes(conn, forward)
@@ -123,9 +138,9 @@ class HubService:
         if before is None:
             self._trace("join", peer, conn=conn.id, remote=conn.remote)
         if multicast:
-            self.env.write_many(self.everyone, frame, exclude=conn)
-        else:
-            self._forward(routes, msg, frame)
+            self._when_durable(lambda: self.env.write_many(self.everyone, frame, exclude=conn))
+        elif routes:
+            self._when_durable(lambda: self._forward(routes, msg, frame))
 
     def closed(self, conn: Conn, reason: str) -> None:
         peer = self._peers.pop(conn, None)
@@ -135,8 +150,8 @@ class HubService:
         routes = self.relay.disconnect(conn)
         self._trace("leave", peer, conn=conn.id, frames_in=peer.frames_in,
                     dropped=peer.dropped, reason=reason)
-        if self.running:
-            self._forward(routes, None, b"")
+        if self.running and routes:
+            self._when_durable(lambda: self._forward(routes, None, b""))
 
     # -- ordering (a non-default orderer only) -------------------------------------------------
 
@@ -164,25 +179,64 @@ class HubService:
                             msg=f"{msg.id}:{msg.seq}", key=msg.key,
                             detail=decision.reason[:DETAIL_CHARS])
             return
+        if self.keeper is None:  # the bare relay: as received, to everyone else
+            self.env.write_many(self.everyone, frame, exclude=conn)
+            return
         try:
-            forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
-            multicast = forward is msg  # a data message has no dest
-            routes = [] if forward is None or multicast else self.relay.routes(conn, forward)
+            delivered = self.keeper.handle_data(msg, frame)
         except ProtocolError as exc:
             peer.dropped += 1
             self._trace("drop", peer, size=len(frame), reason=exc.reason,
                         detail=str(exc)[:DETAIL_CHARS])
             return
-        if multicast:
-            self.env.write_many(self.everyone, frame, exclude=conn)
-        else:
-            self._forward(routes, msg, frame)
+        self._relay(delivered, conn, msg, frame)
 
     # -- routing -----------------------------------------------------------------------------
 
+    def _relay(self, delivered: list[Data], conn: Conn, msg: Data, frame: bytes) -> None:
+        """Multicast what the keeper just delivered, once it is durable: ``msg`` as received
+        (not back to ``conn``), held ones it released encoded here (not to their origin)."""
+        if not delivered:
+            return
+        sends: list[tuple[bytes, Any]] = []  # frame, the connection it does not go to
+        for data in delivered:
+            if data is msg:
+                sends.append((frame, conn))
+            else:
+                sends.append((self.codec.encode(data), self.relay.connection_of(data.id)))
+
+        def send() -> None:
+            for encoded, exclude in sends:
+                self.env.write_many(self.everyone, encoded, exclude=exclude)
+
+        self._when_durable(send)
+
+    def _when_durable(self, send: Callable[[], None]) -> None:
+        """``send`` now if the keeper's store has nothing on its way to disk, else once the
+        group that holds every write so far is on disk (then in the order given): nothing
+        leaves the hub before what it depends on is committed, and frames keep their order."""
+        keeper = self.keeper
+        if keeper is None or keeper.store.idle:
+            send()
+        else:
+            keeper.store.commit_then(lambda: self._send_if_running(send))
+
+    def _send_if_running(self, send: Callable[[], None]) -> None:
+        if self.running:
+            send()
+
+    def _tell(self, client: str, msg: Message) -> None:
+        """``msg`` from the hub to ``client`` alone (if connected)."""
+        conn = self.relay.connection_of(client)
+        if self.running and conn is not None:
+            frame = self.codec.encode(msg)
+            self._when_durable(lambda: self.env.write(conn, frame))  # type: ignore[arg-type]
+
     def _from_hub(self, msg: Message) -> None:
         if self.running:
-            self._forward(self.relay.from_hub(msg), None, b"")
+            routes = self.relay.from_hub(msg)
+            if routes:
+                self._when_durable(lambda: self._forward(routes, None, b""))
 
     def _forward(self, routes: list[Route], original: Message | None, received: bytes) -> None:
         """Each route's message to its connection: ``original`` as ``received`` (the frame it

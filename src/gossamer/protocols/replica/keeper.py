@@ -7,6 +7,8 @@ With them the hub answers what would otherwise go to every peer:
 
 - a client's ``subscribe``: a ``retry`` from ``hub`` with what the subscriber lacks, in the
   order the keeper delivered it (always sent, possibly empty: the subscriber knows it was heard),
+  then the keeper's vector to the subscriber alone (a ``subscribe`` from ``hub``: everything the
+  hub had accepted when it answered, which a client's ``synced()`` waits for),
   or a ``snapshot`` when the log no longer reaches back far enough and the subscriber has seen
   nothing the keeper has not. Served, it goes no further: the keeper learns the gaps it reveals
   (and NACKs them), and the others learn everything it could tell them from the keeper's own
@@ -20,10 +22,13 @@ every client, and the keeper's ``subscribe`` (its vector, multicast after each b
 deliveries with backoff) is the one announcement that finds lost last messages for everyone.
 It catches up like a client (its own NACKs go out through the hub; clients answer its
 ``subscribe`` with what it lacks of theirs), so after a restart it asks for what it missed.
-The store is committed in groups (every ``commit_interval``), not per message, and nothing
-the hub sends waits for a group: the keeper only ever sends what writers committed to their own
-send logs before they sent it, so what a crash of the hub loses (the last interval, and the
-group on its way to disk) comes back through the NACKs above. Writes wait in memory until the
+The store is committed in groups, and nothing the hub sends leaves before the group that
+holds what it depends on is on disk (``HubService`` sends through ``commit_then``): a data
+message is relayed once the keeper's delivery of it is durable, a retry, snapshot or vector
+once what it tells is. So a power loss of the hub (its last group lost on its way to disk)
+forgets only what nobody but its writer has seen, and the writer's announcements and the
+keeper's NACKs bring it back; the hub never delivers or relays a message twice, and a write
+it relayed survives even if its writer never comes back. Writes wait in memory until the
 group, which goes to the runtime's store in one ``apply`` and one ``commit_then``: on a network
 a ``WriteBehindStore`` writes and fsyncs it on its own thread, so the keeper's hot path never
 waits on sqlite or on the disk. The log is stored in segments of ``SEGMENT`` messages per row
@@ -70,18 +75,27 @@ class KeeperConfig:
     replica: ReplicaConfig = dataclasses.field(default_factory=ReplicaConfig)
     log_per_origin: int = 1000  # latest data messages kept per origin
     part_bytes: int = 32 * 1024  # encoded bytes per retry or snapshot frame (under max_frame)
-    commit_interval: float = 0.05  # seconds between group commits of the keeper's store
+    # how long a group of the keeper's store forms before it is handed to the runtime's store
+    # (0: at the end of the step); every reply of the hub waits for its group on disk, so this
+    # is added to the hub's latency, and the runtime's store groups what arrives while it writes
+    commit_interval: float = 0.0
     conflict_memory: int = 4096  # conflicts recently forwarded, to drop the same one again
+    # a NACK the log cannot serve is answered with a snapshot, at most once per this many
+    # seconds per client (the client re-NACKs with backoff meanwhile)
+    snapshot_interval: float = 1.0
+    snapshot_memory: int = 100_000  # clients whose last snapshot time is kept
 
     def __post_init__(self) -> None:
         if self.log_per_origin < 1:
             raise ConfigError("log_per_origin must be >= 1")
         if self.part_bytes < 1024:
             raise ConfigError("part_bytes must be >= 1024")
-        if self.commit_interval <= 0:
-            raise ConfigError("commit_interval must be > 0")
+        if self.commit_interval < 0:
+            raise ConfigError("commit_interval must be >= 0")
         if self.conflict_memory < 0:
             raise ConfigError("conflict_memory must be >= 0")
+        if self.snapshot_interval < 0 or self.snapshot_memory < 1:
+            raise ConfigError("snapshot_interval must be >= 0 and snapshot_memory >= 1")
 
 
 RouteFn = Callable[[Message], None]
@@ -147,6 +161,13 @@ class _GroupCommitStore(Store):
         if self._timer is None:
             self._timer = self._env.set_timer(self._interval, self.flush)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waits to be written or is on its way to disk: what the hub sends now
+        overtakes no reply that waits for a group."""
+        return (not self._pending and not self._callbacks
+                and self.groups_durable == self.groups)
+
     def commit(self) -> None:
         self.flush()
         self.inner.commit()
@@ -180,12 +201,23 @@ class _GroupCommitStore(Store):
 class HubKeeper:
     """Observes what the hub relays; answers subscribes and NACKs it can serve."""
 
-    def __init__(self, env: Env, route: RouteFn, *, config: KeeperConfig | None = None) -> None:
+    def __init__(self, env: Env, route: RouteFn, *, config: KeeperConfig | None = None,
+                 connected: Callable[[str], bool] | None = None,
+                 tell: Callable[[str, Message], None] | None = None) -> None:
+        """``connected(client)``: whether ``client`` has a connection to the hub now (the
+        hub's relay; default: every client), to NACK only an origin that can answer.
+        ``tell(client, msg)``: send ``msg`` to ``client`` alone (the answer to its subscribe
+        ends with the keeper's vector, a ``subscribe`` from the hub: what the hub had accepted
+        then; default: not sent)."""
         if env.node != HUB_ID:
             raise ConfigError(f"the keeper speaks as {HUB_ID!r}, its env is {env.node!r}")
         self.config = config if config is not None else KeeperConfig()
         self.env = env
         self._route = route
+        self._connected: Callable[[str], bool] = (connected if connected is not None
+                                                  else lambda client: True)
+        self._tell: Callable[[str, Message], None] = (tell if tell is not None
+                                                      else lambda client, msg: None)
         self._codec = ReplicaCodec()
         self.store = _GroupCommitStore(env.store, env, self.config.commit_interval)
         # origin -> seq -> (delivery index, message, encoded size); contiguous seqs per origin
@@ -196,6 +228,7 @@ class HubKeeper:
         self._open: dict[str, tuple[int, list[tuple[int, bytes]]]] = {}
         self._dirty: set[str] = set()  # origins whose open segment changed since the flush
         self._received: tuple[Data, bytes | None] | None = None  # the message being handled
+        self._delivered_now: list[Data] | None = None  # delivered while handling a Data
         self.replica = ReplicaClient(env, config=self.config.replica, observer=True,
                                      on_delivered=self._delivered, send=route,
                                      store=self.store)
@@ -210,6 +243,7 @@ class HubKeeper:
         # finds the conflict on its own when the winner's write reaches it: footnote 10)
         self._conflicts: dict[tuple[str, str, int], None] = {}
         self.snapshots = 0
+        self._snapshot_at: dict[str, float] = {}  # client -> when it was last sent a snapshot
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -248,6 +282,8 @@ class HubKeeper:
     def _delivered(self, data: Data) -> None:
         origin, seq = data.id, data.seq
         self._index += 1
+        if self._delivered_now is not None:
+            self._delivered_now.append(data)
         received = self._received
         if received is not None and received[0] is data and received[1] is not None:
             body = received[1]  # as it came: decoded from it, so it decodes to ``data`` again
@@ -318,13 +354,7 @@ class HubKeeper:
         at once (instead of encoding it again)."""
         replica = self.replica
         if isinstance(msg, Data):
-            self._check_crc(msg)
-            self._received = (msg, payload)
-            try:
-                replica.on_message(msg.id, msg)
-            finally:
-                self._received = None
-            return msg
+            return msg if msg in self.handle_data(msg, payload) else None
         if isinstance(msg, Retry):
             for part in msg.retry:
                 self._check_crc(part)
@@ -346,7 +376,13 @@ class HubKeeper:
                 self._send_retries(msg.id, [self._log[msg.dest][seq]
                                             for seq in range(msg.start, msg.end + 1)])
                 return None
-            return msg
+            delivered = replica.causal.delivered(msg.dest)
+            if delivered < msg.start or (msg.end > delivered and self._connected(msg.dest)):
+                return msg  # the origin has what the keeper has not had (if it is there)
+            # what the log no longer holds, from an origin that is gone or not: the snapshot
+            # answers (it holds every delivered write), never a NACK after a departed client
+            self._snapshot_for(msg.id, reason="nack")
+            return None
         if isinstance(msg, Conflict):
             return None if msg.dest == HUB_ID else self._first_conflict(msg)
         if isinstance(msg, Snapshot):
@@ -354,6 +390,23 @@ class HubKeeper:
         if isinstance(msg, Clear | StopAll):
             return msg
         raise InvalidMessage(f"the hub does not relay {msg.TYPE} from clients")
+
+    def handle_data(self, msg: Data, payload: bytes | None = None) -> list[Data]:
+        """Observe a data message a client multicast; returns what the hub should relay: the
+        messages the keeper delivered because of it, in delivery order (``msg`` unless it was
+        held back or a duplicate, and the held ones it released). A message is relayed only as
+        the keeper's delivery of it, and once that is on disk (the hub sends through the
+        store's ``commit_then``): the hub never relays what a power loss could make it forget,
+        nor a message twice. A wrong checksum raises ``CorruptMessage``."""
+        self._check_crc(msg)
+        self._received = (msg, payload)
+        self._delivered_now = []
+        try:
+            self.replica.on_message(msg.id, msg)
+            return self._delivered_now
+        finally:
+            self._received = None
+            self._delivered_now = None
 
     def _first_conflict(self, msg: Conflict) -> Conflict | None:
         seen = (msg.dest, msg.object, msg.loser_time)
@@ -376,7 +429,10 @@ class HubKeeper:
         theirs = msg.vector
         lacking = {origin: (theirs.get(origin, 0) + 1, high) for origin, high in have.items()
                    if high > theirs.get(origin, 0)}
-        covered = all(count <= have.get(origin, 0) for origin, count in theirs.items())
+        # the subscriber's own writes the keeper lacks do not stop a snapshot: the keeper NACKs
+        # them (it just learned of them), and the subscriber applies them again on top of it
+        covered = all(count <= have.get(origin, 0) for origin, count in theirs.items()
+                      if origin != msg.id)
         self.served_subscribes += 1
         if all(self._has(origin, start, end) for origin, (start, end) in lacking.items()):
             parts = [self._log[origin][seq] for origin, (start, end) in lacking.items()
@@ -385,15 +441,34 @@ class HubKeeper:
             kind = "retry"
         elif covered:
             self._send_snapshot(msg.id, have)
+            self._snapshot_at[msg.id] = self.env.now()
             kind = "snapshot"
         else:
             # the subscriber has messages we lack and we lack what it misses: the peers serve
             self._send_retries(msg.id, [])
             self.env.trace("serve", layer=LAYER, peer=msg.id, kind="forward")
+            self._tell(msg.id, Subscribe(id=HUB_ID, vector=have))
             return msg
         self.env.trace("serve", layer=LAYER, peer=msg.id, kind=kind,
                        messages=sum(end - start + 1 for start, end in lacking.values()))
+        self._tell(msg.id, Subscribe(id=HUB_ID, vector=have))
         return None
+
+    def _snapshot_for(self, dest: str, *, reason: str) -> None:
+        """A snapshot to ``dest``, at most one per ``snapshot_interval`` (the asker repeats
+        its NACKs with backoff while its gap lasts)."""
+        now = self.env.now()
+        last = self._snapshot_at.get(dest)
+        if last is not None and now - last < self.config.snapshot_interval:
+            self.env.trace("serve", layer=LAYER, peer=dest, kind="snapshot_later",
+                           reason=reason)
+            return
+        if len(self._snapshot_at) >= self.config.snapshot_memory:
+            del self._snapshot_at[next(iter(self._snapshot_at))]
+        self._snapshot_at.pop(dest, None)
+        self._snapshot_at[dest] = now
+        self._send_snapshot(dest, self.replica.causal.vector)
+        self.env.trace("serve", layer=LAYER, peer=dest, kind="snapshot", reason=reason)
 
     def _send_retries(self, dest: str, parts: list[tuple[int, Data, int]]) -> None:
         """Retries from the hub to ``dest``, in delivery order, each under ``part_bytes``;

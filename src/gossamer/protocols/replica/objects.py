@@ -36,6 +36,7 @@ from ...core.messages import Message
 from ..ordering.causal import LAYER, CausalConfig, CausalDelivery, msg_id
 from ..ordering.per_object import Verdict, WinningPaths, Write
 from .wire import (
+    HUB_ID,
     Clear,
     Conflict,
     Data,
@@ -160,6 +161,8 @@ class ReplicaClient:
         self._snapshot_vector: dict[str, int] | None = None  # a snapshot being received
         self._snapshot_parts: dict[str, tuple[Any, ...]] = {}
         self.stale_conflicts = 0  # Conflicts whose loser is still applied here (should be 0)
+        self.hub_vector: dict[str, int] = {}  # the hub's vector as it last told it
+        self.hub_vectors = 0  # how many times it told it
         self._store = store if store is not None else env.store
         self._resolved: dict[int, int | None] = {}  # own lost seq -> rebased seq (None: gave up)
         self._rebased_from: dict[int, int] = {}  # rebased seq -> the lost seq it carries on
@@ -191,6 +194,13 @@ class ReplicaClient:
             self._offline[number] = (str(object_key), content, bool(deleted), base)
             self._offline_latest[str(object_key)] = number
             self._offline_next = max(self._offline_next, number + 1)
+        # key -> the seq of this client's latest intent for it (a write the application made,
+        # not a rebase of an older one): a lost write is rebased only while it carries that
+        # intent (docs/replica-wire.md, "intent order"); rebuilt from the durable send log
+        self._latest_intent: dict[str, int] = {}
+        for sent in self.causal.sent_messages():
+            if sent.seq not in self._rebased_from:
+                self._latest_intent[sent.key] = sent.seq
 
     # -- Process ----------------------------------------------------------------------------
 
@@ -243,6 +253,9 @@ class ReplicaClient:
                            type=msg.TYPE)
             return
         if isinstance(msg, Data | Retry | Nack | Subscribe):
+            if isinstance(msg, Subscribe) and msg.id == HUB_ID:
+                self.hub_vector = dict(msg.vector)  # what the hub had accepted (its keeper)
+                self.hub_vectors += 1
             self.causal.on_message(msg)  # deliveries land in _apply, then are committed
         else:
             self.causal.note_heard()
@@ -262,8 +275,21 @@ class ReplicaClient:
                 raise InvalidMessage(f"replica client got {msg.TYPE}")
         self._after_delivery()
         if (self.link is LinkState.SYNCING and self.causal.heard
-                and self.causal.caught_up):
+                and self.causal.caught_up and self._snapshot_vector is None):
             self._sync_done(timed_out=False)
+
+    def ask_hub(self) -> None:
+        """Send our vector to the hub (a ``subscribe``): its keeper answers with what we lack
+        and then with its own vector (``hub_vectors`` counts up). Online only."""
+        if self.link is LinkState.OFFLINE:
+            raise StateError("asking the hub needs a connection: this client is offline")
+        self.send(Subscribe(id=self.me, vector=self.causal.vector))
+
+    def has_all_the_hub_told(self) -> bool:
+        """Everything the hub's last vector counts (but our own writes) is applied here."""
+        vector = self.causal.vector
+        return all(vector.get(origin, 0) >= count for origin, count in self.hub_vector.items()
+                   if origin != self.me)
 
     # -- the application's face -------------------------------------------------------------
 
@@ -370,6 +396,7 @@ class ReplicaClient:
         msg = self.causal.make_data(key=key, old_value=old, value=revision, data=content,
                                     deleted=deleted)
         self._paths.push(key, history, Write.of(msg))
+        self._latest_intent[key] = msg.seq
         self.causal.send_data(msg)  # commits the write with its sequence number
         self._changed(key)
         return revision
@@ -567,7 +594,16 @@ class ReplicaClient:
     def _install(self, vector: dict[str, int], objects: dict[str, tuple[Any, ...]]) -> None:
         """Replace the objects by a snapshot's, if it holds everything delivered here."""
         mine = self.causal.vector
-        behind = {o: c for o, c in mine.items() if c > vector.get(o, 0)}
+        behind = {o: c for o, c in mine.items() if c > vector.get(o, 0) and o != self.me}
+        # own writes the hub had not delivered when it made the snapshot (made while it was on
+        # its way, or lost with a crash): applied again on top of it, as the hub will apply
+        # them once it has them; each was made on a state the snapshot covers
+        own = [self.causal.sent_message(seq)
+               for seq in range(vector.get(self.me, 0) + 1, mine.get(self.me, 0) + 1)]
+        if not behind and any(
+                msg is None or any(c > vector.get(o, 0) for o, c in msg.vector.items()
+                                   if o != self.me) for msg in own):
+            behind = {self.me: mine.get(self.me, 0)}  # not all of them can be applied again
         if behind:
             self.env.trace("drop", layer=LAYER, peer="hub", reason="snapshot_behind",
                            behind=behind)
@@ -576,10 +612,14 @@ class ReplicaClient:
         self._paths.replace({
             key: (Write(str(r), o, str(w), int(q), c, bool(d)) for r, o, w, q, c, d in path)
             for key, path in objects.items()})
+        for msg in own:
+            assert msg is not None  # checked above
+            touched.add(msg.key)
+            self._apply(msg)
         self.causal.install(vector)
         self.causal.commit_if_dirty()  # durable before a vector that counts it is sent
         self.env.trace("snapshot", layer=LAYER, peer="hub", objects=len(objects),
-                       vector=vector)
+                       vector=vector, own_again=len(own))
         for key in sorted(touched):
             self._changed(key)
 
@@ -652,12 +692,28 @@ class ReplicaClient:
             self._resolve(key, write)
         self._arm_rebase()
 
+    def intent_of(self, seq: int) -> int:
+        """The seq of the write the application made that own write ``seq`` carries on (itself
+        unless it is a rebase)."""
+        while seq in self._rebased_from:
+            seq = self._rebased_from[seq]
+        return seq
+
     def _resolve(self, key: str, write: Write) -> None:
-        """Rebase one own lost write on the current state of its object, exactly once."""
+        """Rebase one own lost write on the current state of its object, exactly once; given
+        up if this client has made a newer write to the object since (its newer intent)."""
         if write.seq in self._resolved:
             return
         current = self.replicated(key)
         new_seq: int | None = None
+        intent = self.intent_of(write.seq)
+        newer = self._latest_intent.get(key, 0)
+        if newer > intent:
+            self._mark_resolved(write.seq, None)
+            self._store.commit()
+            self.env.trace("resolve", layer=LAYER, origin=self.me, key=key, seq=None,
+                           original=write.seq, new=None, rebased=False, superseded_by=newer)
+            return
         if write.deleted:
             if current is not None:  # the intent was "gone": delete what is there now
                 new_seq = self._rebased_write(key, write.seq, None, deleted=True)

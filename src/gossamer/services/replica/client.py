@@ -207,11 +207,24 @@ class Replica:
                     await asyncio.wait_for(self._changed.wait(), RECHECK)
 
     async def synced(self, timeout: float = 10.0) -> None:
-        """Wait until online with nothing queued, held back or known to be missing."""
+        """Wait until every write the hub had accepted when this was called is applied here,
+        and this client is online with nothing queued, held back or known to be missing. It
+        asks the hub for its vector (its snapshot keeper answers; a hub without one, ``gossamer
+        hub --no-snapshots``, never does: then this times out). ``TimeoutError`` after
+        ``timeout`` seconds."""
         client = self.replica
-        await self.wait_until(lambda: client.link is LinkState.ONLINE
-                              and not client.offline_queue and client.causal.caught_up,
-                              timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await self.wait_until(lambda: client.link is not LinkState.OFFLINE, timeout)
+        asked = client.hub_vectors
+        self._call(lambda node: node.client.ask_hub())
+        # a reconnect meanwhile asks again by itself (its subscribe): any answer after ours is
+        # at least as new
+        await self.wait_until(lambda: client.hub_vectors > asked
+                              and client.link is LinkState.ONLINE
+                              and not client.offline_queue and client.causal.caught_up
+                              and client.has_all_the_hub_told(),
+                              max(0.0, deadline - loop.time()))
 
     # -- going offline on purpose --------------------------------------------------------------
 
