@@ -124,6 +124,9 @@ class SimConnections:
     # -- listeners -------------------------------------------------------------------------
 
     def add_listeners(self, node: NodeId, specs: Iterable[ListenerSpec]) -> None:
+        specs = tuple(specs)
+        if not specs:
+            return  # most nodes listen on nothing: no table for them (memory per node)
         ports = self.listeners.setdefault(node, {})
         for spec in specs:
             if not isinstance(spec, ListenerSpec):
