@@ -13,6 +13,7 @@ with the caller's ``run_fn`` and then analysed once, with the ``CheckConfig`` of
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -738,7 +739,11 @@ def _violations_by_run(
     if not tables:
         raise PipelineError(f"the analysis under {analysis_dir} found violations but wrote no "
                             "violations table")
-    frame = spark.read.parquet(*tables)
+    # one read per table: read together, Spark takes the check=* folders for partitions of
+    # differing roots and refuses them (CONFLICTING_DIRECTORY_STRUCTURES)
+    frames = [spark.read.parquet(table) for table in tables]
+    frame = functools.reduce(
+        lambda left, right: left.unionByName(right, allowMissingColumns=True), frames)
     counts: dict[str, dict[str, int]] = {}
     for row in frame.groupBy("run", "check").count().collect():
         counts.setdefault(row["run"], {})[row["check"]] = int(row["count"])
