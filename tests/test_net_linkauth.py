@@ -42,10 +42,10 @@ class Inbox:
         self.got: list[tuple[NodeId, str]] = []
 
     def start(self) -> None:
-        pass
+        """Nothing to start: it only answers what it is sent."""
 
     def stop(self) -> None:
-        pass
+        """Nothing to stop: it holds no timers."""
 
     def on_message(self, src: NodeId, msg: Message) -> None:
         assert isinstance(msg, Note)

@@ -126,10 +126,10 @@ class Ledger:
         self.env = env
 
     def start(self) -> None:
-        pass
+        """Nothing to start: it only answers what it is sent."""
 
     def stop(self) -> None:
-        pass
+        """Nothing to stop: it holds no timers."""
 
     def record(self, n: int, *, grouped: bool, reply_after: float = 0.01) -> None:
         store = self.env.store
@@ -216,7 +216,7 @@ class Writers:
         self.env.set_timer(self.env.rng.uniform(0.0, 0.02), self._tick)
 
     def stop(self) -> None:
-        pass
+        """Nothing to clean up: its timer ends with its incarnation."""
 
     def _tick(self) -> None:
         self.n += 1
@@ -516,10 +516,10 @@ class Recorder:
         self.replied: list[int] = []
 
     def start(self) -> None:
-        pass
+        """Nothing to start: it only answers what it is sent."""
 
     def stop(self) -> None:
-        pass
+        """Nothing to stop: it holds no timers."""
 
     def record(self, n: int, *, bug: bool = False) -> None:
         self.env.store.put("t", f"{n:04d}", b"x")

@@ -101,7 +101,7 @@ def read_segment(path: str | Path) -> SegmentRead:
             batches.append(ipc.read_record_batch(message, schema))
             good = source.tell()
     except StopIteration:
-        pass
+        pass  # the stream's end: every message was whole
     except (pa.ArrowInvalid, OSError, EOFError):
         pass  # a message cut short: the torn tail starts at ``good``
     rest = data[good:]
