@@ -503,6 +503,29 @@ def test_convergence_from_applies_reports_planted_divergence(spark: Any) -> None
     ]))
 
 
+def stop(t: float, node: str, *, queued: int = 0) -> Any:
+    return row(t, node, "offline", layer="replica", info={"reason": "stopped", "queued": queued})
+
+
+def test_convergence_judges_replicas_that_all_stopped_cleanly(spark: Any) -> None:
+    # every replica went offline by stopping (a real run's end): those that applied the agreed
+    # write are held to it; one that stopped before it arrived, or with writes queued, is not
+    rows = [
+        apply(1.0, "a", A), apply(3.0, "a", C), stop(5.0, "a"),
+        apply(1.5, "b", A), apply(3.1, "b", C), stop(5.1, "b"),
+        apply(1.5, "c", A), stop(2.0, "c"),  # stopped before C reached it
+        apply(1.0, "q", A), apply(3.0, "q", C), apply(4.0, "q", ("q", 1, "rE", "rC")),
+        stop(5.0, "q", queued=1),  # its own last write never left
+    ]
+    assert judge(spark, rows, convergence_check()).status is Status.PASS
+    planted = [*rows, apply(1.2, "x", A), apply(3.3, "x", C), revert(3.5, "x", C),
+               stop(5.2, "x")]
+    result = judge(spark, planted, convergence_check())
+    assertDataFrameEqual(result.violations, violations([
+        ("r1", "x", "a:1", "a", 1, "final state of key obj: revision rA where the other "
+                                   "replicas ended at rC")]))
+
+
 def test_convergence_ignores_deliveries_in_layers_that_trace_applies(spark: Any) -> None:
     # a deliver row with a revision in the replica layer is not a state: its apply rows are
     rows = [*APPLIED, rdeliver(5.0, "a", "b", "rB")]

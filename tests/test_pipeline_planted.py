@@ -9,6 +9,7 @@ re-recording a trace keeps these tests meaningful."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -207,6 +208,128 @@ def misbase_write(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
     return [*rows[:victim], changed, *rows[victim + 1:]], {(changed["node"], changed["msg"])}
 
 
+def reuse_seq(layer: str) -> Plant:
+    """After seq s + 1, the node delivers another message numbered s (an origin whose numbering
+    started over): not a duplicate (another message), a FIFO violation."""
+    def plant(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+        first, second = _consecutive(rows, layer)
+        again = {**_shifted(rows[second], 1e-4), "msg": f"{rows[second]['msg']}-renumbered",
+                 "seq": rows[first]["seq"]}
+        return ([*rows[:second + 1], again, *rows[second + 1:]],
+                {(again["node"], again["msg"])})
+    return plant
+
+
+def _vector_of(row: dict[str, Any]) -> dict[str, int]:
+    vector = _info(row).get("vector") or {}
+    assert isinstance(vector, dict)
+    return vector
+
+
+def drop_a_cause(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A replica never delivers a message that a later delivery there depends on (another
+    origin's): causal order finds that delivery."""
+    delivered = {(r["node"], r["msg"]): i for i, r in enumerate(rows)
+                 if r["event"] == "deliver" and r["layer"] == "replica"}
+    for i, r in enumerate(rows):
+        if r["event"] != "deliver" or r["layer"] != "replica":
+            continue
+        for past, count in sorted(_vector_of(r).items()):
+            cause = delivered.get((r["node"], f"{past}:{count}"))
+            if past not in (r["origin"], r["node"]) and count >= 1 and cause is not None \
+                    and cause < i:
+                return rows[:cause] + rows[cause + 1:], {(r["node"], r["msg"])}
+    raise AssertionError("no delivery that depends on another origin's message")
+
+
+def _held(rows: Rows, node: str, key: str) -> list[int]:
+    """Indexes of the applies ``node`` holds of ``key`` at the end, oldest first (an apply
+    holds its revision until a later revert or apply of that revision there)."""
+    last: dict[str, tuple[int, str]] = {}
+    for i, r in enumerate(rows):
+        if r["layer"] == "replica" and r["node"] == node and r["key"] == key \
+                and r["event"] in ("apply", "revert"):
+            last[_info(r)["rev"]] = (i, r["event"])
+    return sorted(i for i, event in last.values() if event == "apply")
+
+
+def _held_pair(rows: Rows) -> tuple[int, int]:
+    """Two applies that a replica holds of one key, the second based on the first."""
+    pairs = sorted({(r["node"], r["key"]) for r in rows
+                    if r["layer"] == "replica" and r["event"] == "apply"})
+    for node, key in pairs:
+        held = _held(rows, node, key)
+        for first, second in itertools.pairwise(held):
+            if _info(rows[second])["old"] == _info(rows[first])["rev"]:
+                return first, second
+    raise AssertionError("no replica holds two writes of one key")
+
+
+def swap_held_writes(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A replica applies two writes of a key in the opposite order (their times swapped):
+    each of them, and the write it holds next, is then held after what it was not based on."""
+    first, second = _held_pair(rows)
+    a, b = rows[first], rows[second]
+    moved = list(rows)
+    moved[first] = {**b, "t": a["t"], "wall": a["wall"]}
+    moved[second] = {**a, "t": b["t"], "wall": b["wall"]}
+    expected = {(a["node"], a["msg"]), (b["node"], b["msg"])}
+    held = _held(rows, a["node"], a["key"])
+    after = held[held.index(second) + 1:]
+    if after:
+        expected.add((a["node"], rows[after[0]]["msg"]))
+    return moved, expected
+
+
+def skip_revision(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A replica never applies a write that the next write it holds is based on."""
+    first, second = _held_pair(rows)
+    return rows[:first] + rows[first + 1:], {(rows[second]["node"], rows[second]["msg"])}
+
+
+def _agreed_final(rows: Rows) -> tuple[int, int]:
+    """A replica's final apply of a key (not its own write) that some other replica also
+    holds last, and the apply it held before it."""
+    finals: dict[tuple[str, str], int] = {}
+    for node, key in sorted({(r["node"], r["key"]) for r in rows
+                             if r["layer"] == "replica" and r["event"] == "apply"}):
+        held = _held(rows, node, key)
+        if held:
+            finals[(node, key)] = held[-1]
+    for (node, key), last in finals.items():
+        held = _held(rows, node, key)
+        shared = [other for (n, k), other in finals.items() if k == key and n != node
+                  and rows[other]["msg"] == rows[last]["msg"]]
+        if rows[last]["origin"] != node and len(held) >= 2 and shared:
+            return last, held[-2]
+    raise AssertionError("no final write that two replicas hold")
+
+
+def wrong_final_revision(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A replica's last apply of a key holds a revision nobody else holds."""
+    last, _ = _agreed_final(rows)
+    changed = {**rows[last], "info": json.dumps({**_info(rows[last]), "rev": "planted"})}
+    return [*rows[:last], changed, *rows[last + 1:]], {(changed["node"], changed["msg"])}
+
+
+def stale_write_again(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """After the final write, a replica applies the write before it again: it ends on the
+    older revision, and the final write is no longer based on what it held before it."""
+    last, before = _agreed_final(rows)
+    again = _shifted(rows[before], rows[last]["t"] - rows[before]["t"] + 1e-4)
+    return ([*rows[:last + 1], again, *rows[last + 1:]],
+            {(again["node"], again["msg"]), (rows[last]["node"], rows[last]["msg"])})
+
+
+def revert_final(rows: Rows) -> tuple[Rows, set[tuple[str, str]]]:
+    """A replica undoes the final write of a key (and holds the one before it again)."""
+    last, before = _agreed_final(rows)
+    undo = {**_shifted(rows[last], 1e-4), "event": "revert",
+            "info": json.dumps({"rev": _info(rows[last])["rev"]})}
+    return ([*rows[:last + 1], undo, *rows[last + 1:]],
+            {(rows[before]["node"], rows[before]["msg"])})
+
+
 # -- the library -------------------------------------------------------------------------------
 
 
@@ -253,7 +376,18 @@ PLANTED: list[tuple[str, str, Plant, str]] = [
     ("pubsub-gossip", "a delivery to a non-subscriber", deliver_to_non_subscriber, "validity"),
     ("activity", "a delivery of a message never published", deliver_unpublished("activity"),
      "validity"),
+    ("fifo", "a seq delivered again as another message", reuse_seq("fifo"), "fifo"),
+    ("replica", "a dropped cause from another origin", drop_a_cause, "causal"),
+    ("replica", "a gap in an origin's messages", skip_delivery("replica"), "causal"),
     ("replica", "a write held on the wrong base", misbase_write, "total order"),
+    ("replica", "two writes of a key applied in swapped order", swap_held_writes,
+     "total order"),
+    ("replica", "a write applied without the one it is based on", skip_revision,
+     "total order"),
+    ("replica", "a final revision nobody else holds", wrong_final_revision, "convergence"),
+    ("replica", "an older write applied again after the final one", stale_write_again,
+     "convergence"),
+    ("replica", "the final write undone", revert_final, "convergence"),
 ]
 
 

@@ -397,8 +397,10 @@ def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
                     session_layers: Sequence[str] = ()) -> DataFrame:
     """Each node delivers each origin's seqs as 1, 2, 3, ..., by t then row order.
 
-    A delivery of a seq the node delivered before is left to ``duplicate_violations``: here it
-    neither counts as a violation nor moves the expected next seq. In ``session_layers`` a gap
+    A second delivery of a message the node delivered before is left to
+    ``duplicate_violations``: here it neither counts as a violation nor moves the expected
+    next seq. Another message with a seq delivered before (an origin whose numbering started
+    over) is a violation. In ``session_layers`` a gap
     (a higher seq than the next) is no violation when the node's membership changed (join,
     leave, crash, recover) since its previous delivery from that origin: what it missed while
     away is not sent again. Reordering still is.
@@ -408,8 +410,11 @@ def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
         F.col("origin").isNotNull() & F.col("seq").isNotNull()).withColumn("at", clock())
     in_order = Window.partitionBy("run", "layer", "node", "origin").orderBy("t", ROW)
     earlier = in_order.rowsBetween(Window.unboundedPreceding, -1)
-    repeat = Window.partitionBy("run", "layer", "node", "origin", "seq").orderBy("t", ROW)
+    same_seq = Window.partitionBy("run", "layer", "node", "origin", "seq").orderBy("t", ROW)
+    repeat = Window.partitionBy("run", "layer", "node", "origin", "seq", "msg").orderBy(
+        "t", ROW)
     rows = (rows.withColumn("nth", F.row_number().over(repeat)).filter(F.col("nth") == 1)
+            .withColumn("nth_of_seq", F.row_number().over(same_seq))
             .withColumn("highest_before",
                         F.coalesce(F.max("seq").over(earlier), F.lit(0))))
     expected = F.col("highest_before") + 1
@@ -419,7 +424,9 @@ def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
     bad = rows.filter(F.col("seq") != expected)
     if session_layers:
         bad = _without_session_gaps(trace, bad, session_layers)
-    detail = (F.when(F.col("seq") <= F.col("highest_before"),
+    detail = (F.when(F.col("nth_of_seq") > 1, F.format_string(
+                  "seq %d delivered again, as another message", F.col("seq")))
+              .when(F.col("seq") <= F.col("highest_before"),
                      F.format_string("reordered: seq %d after seq %d",
                                      F.col("seq"), F.col("highest_before")))
               .otherwise(F.format_string("gap: seq %d delivered, expected %d",
@@ -580,6 +587,7 @@ def _held_chain_breaks(trace: DataFrame, layers: Sequence[str] | None, revision_
 _NO_STATE = "none"  # the final state of an object a replica no longer holds
 _RESTART_EVENTS = ("recover", "join")  # a process restarts on its durable store
 _LINK_EVENTS = ("connect", "offline")  # a replica's link to the others, up or down
+STOPPED_REASON = "stopped"  # ``info.reason`` of the ``offline`` row of a replica that stopped
 _STATE_COLUMNS = ("run", "layer", "node", "key", "revision", "base", "msg", "origin", "seq",
                   "t", ROW)
 
@@ -612,7 +620,11 @@ def _state_rows(
     rows = trace.filter(wanted).select(
         "run", "layer", "node", "event", "key", revision.alias("revision"),
         _revision(base_field).alias("base"), "msg", "origin", "seq", "t", ROW,
-        clock().alias("at"))
+        clock().alias("at"),
+        F.when(event.isin(*_LINK_EVENTS), F.get_json_object("info", "$.reason"))
+        .alias("link_reason"),
+        F.when(event.isin(*_LINK_EVENTS), F.get_json_object("info", "$.queued"))
+        .alias("link_queued"))
     # membership changes after a run's last other row (a shutdown's leave) do not count
     ends = trace.filter(~event.isin(list(MEMBERSHIP_EVENTS))).groupBy("run").agg(
         F.max(clock()).alias("run_end"))
@@ -639,7 +651,9 @@ def _state_rows(
         F.max(F.when(event == "snapshot", F.struct("t", ROW))).over(whole_layer).alias("snap"),
         F.max(_flag(is_write)).over(later).alias("written_later"),
         F.max(_flag(event == "revert")).over(later).alias("reverted_later"),
-        F.max_by(event, F.when(event.isin(*_LINK_EVENTS) & mine, F.struct("t", ROW)))
+        F.max_by(F.struct(event.alias("event"), F.col("link_reason").alias("reason"),
+                          F.col("link_queued").alias("queued")),
+                 F.when(event.isin(*_LINK_EVENTS) & mine, F.struct("t", ROW)))
         .over(whole_node).alias("last_link"),
     )
     snap = F.col("snap")
@@ -649,13 +663,18 @@ def _state_rows(
     installed = (snap.isNotNull() & (F.col("t") == snap.getField("t"))
                  & (F.col(ROW) < snap.getField(ROW)))
     # judged: up at the end, or gone cleanly (not crashed, killed processes included), and
-    # not offline
-    judged = ((F.col("last_change").isNull()
-               | F.col("last_change").isin(*_RESTART_EVENTS, "leave"))
-              & (F.col("last_link").isNull() | (F.col("last_link") != "offline")))
+    # not offline; stopped: gone cleanly, offline because the replica stopped with none of its
+    # writes waiting to be sent (what it held then is what it held at the end)
+    clean = (F.col("last_change").isNull()
+             | F.col("last_change").isin(*_RESTART_EVENTS, "leave"))
+    last_link = F.col("last_link")
+    judged = clean & (last_link.isNull() | (last_link.getField("event") != "offline"))
+    stopped = (clean & last_link.isNotNull() & (last_link.getField("event") == "offline")
+               & (last_link.getField("reason") == STOPPED_REASON)
+               & (F.coalesce(last_link.getField("queued"), F.lit("0")) == "0"))
     return rows.select(*_STATE_COLUMNS, "event", "is_write", "from_apply", held.alias("held"),
                        F.coalesce(installed, F.lit(False)).alias("installed"), "epoch",
-                       judged.alias("judged"))
+                       judged.alias("judged"), F.coalesce(stopped, F.lit(False)).alias("stopped"))
 
 
 def object_states(
@@ -703,7 +722,10 @@ def convergence_violations(
       revision most replicas have there);
     - final state: every replica up at the end (and not offline) that had the object holds
       the revision most of them hold (``none`` when all it applied was undone; ties go to the
-      latest, then the greatest revision).
+      latest, then the greatest revision). When no replica that had it is up at the end (every
+      one stopped: the ``offline`` row of a stop, with nothing queued), the replicas that
+      stopped cleanly vote, and each that applied the agreed write must hold it (one that
+      stopped before it arrived may hold an older state).
 
     One lineage, two shuffles: by (run, node) for each replica's history, then by (run, layer,
     key) to compare the replicas.
@@ -726,10 +748,16 @@ def convergence_violations(
         F.when(sequenced, F.sum(_flag(sequenced)).over(upto)).alias("position"),
         (F.row_number().over(per_object) == 1).alias("first_row"),
     )
-    voter = F.col("first_row") & F.col("judged")  # one vote per replica up at the end
-    state = state.withColumn("final_revision", F.when(voter, F.coalesce(
+    # one vote per replica up at the end or stopped cleanly; while some replica is up at the
+    # end, only those vote (a replica that stopped early may hold an older state)
+    up_voter = F.col("first_row") & F.col("judged")
+    any_voter = F.col("first_row") & (F.col("judged") | F.col("stopped"))
+    state = state.withColumn("final_revision", F.when(any_voter, F.coalesce(
         F.col("final.revision"), F.lit(_NO_STATE)))).repartition("run", "layer", "key")
     by_object = Window.partitionBy("run", "layer", "key")
+    state = state.withColumn("voter", F.when(
+        F.max(_flag(up_voter)).over(by_object) == 1, up_voter).otherwise(any_voter))
+    voter = F.col("voter")
     by_final = Window.partitionBy("run", "layer", "key", "final_revision")
     at_position = Window.partitionBy("run", "layer", "key", "position")
     with_position = Window.partitionBy("run", "layer", "key", "position", "revision")
@@ -739,10 +767,19 @@ def convergence_violations(
         .alias("latest"),
         F.sum(_flag(sequenced)).over(with_position).alias("position_votes"))
     state = state.select(
-        "*", F.max_by(F.col("final_revision"), F.when(voter, F.struct(
-            "votes", "latest", "final_revision"))).over(by_object).alias("agreed"),
+        "*", F.max_by(F.struct(F.col("final_revision").alias("revision"),
+                               F.col("final.msg").alias("msg")), F.when(voter, F.struct(
+            "votes", "latest", "final_revision"))).over(by_object).alias("agreed_final"),
         F.max_by(F.col("revision"), F.when(sequenced, F.struct(
             "position_votes", "revision"))).over(at_position).alias("reference"))
+    # a replica that stopped is held to the agreed state only if it applied the agreed write
+    # (it may have stopped before the write reached it)
+    state = state.select(
+        "*", F.col("agreed_final.revision").alias("agreed"),
+        F.max(_flag(F.col("from_apply")
+                    & (F.col("msg") == F.col("agreed_final.msg")))).over(
+            Window.partitionBy("run", "layer", "key", "node")).alias("applied_agreed"))
+    held_to_agreed = voter & (F.col("judged") | (F.col("applied_agreed") == 1))
     differs = sequenced & (F.col("revision") != F.col("reference"))
     state = state.withColumn("first_difference", F.min(F.when(differs, F.col("position"))).over(
         Window.partitionBy("run", "layer", "key", "node")))
@@ -768,7 +805,7 @@ def convergence_violations(
                   "revision order of key %s: position %d has %s where the other replicas "
                   "have %s", F.col("key"), F.col("position"), F.col("revision"),
                   F.col("reference"))),
-        found(voter & (F.col("final_revision") != F.col("agreed")),
+        found(held_to_agreed & (F.col("final_revision") != F.col("agreed")),
               F.col("final.msg"), F.col("final.origin"), F.col("final.seq"), F.format_string(
                   "final state of key %s: revision %s where the other replicas ended at %s",
                   F.col("key"), F.col("final_revision"), F.col("agreed"))),
