@@ -23,7 +23,7 @@ import pytest
 from gossamer.core import FibonacciBackoff
 from gossamer.protocols.replica import Data, LinkState, ReplicaCodec, crc_of
 from gossamer.protocols.replica.keeper import KeeperConfig
-from gossamer.services.replica import HubServer, Replica
+from gossamer.services.replica import HubServer, JoinRefused, Replica
 
 CHROMIUM = Path("/usr/bin/chromium")
 WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
@@ -312,5 +312,40 @@ def test_a_newcomer_installs_the_hubs_snapshot_and_clear_reaches_everyone(tmp_pa
             items = await st.converged()
             assert items == {}
             assert (await page.evaluate("gossamer.events()"))[0] == "cleared all clients"
+
+    run(scenario)
+
+
+def test_a_second_tab_with_the_same_id_is_refused_until_the_first_leaves(tmp_path: Path) -> None:
+    """Two tabs of one browser share the id's token (localStorage): the second tab's join is
+    refused while the first is connected (4001, shown in its log), and it joins once the
+    first tab is closed. A Python client claiming the id without its token is refused."""
+    async def scenario() -> None:
+        async with stack(tmp_path, "ada") as st:
+            first = st.pages["ada"]
+            token = await first.evaluate("() => gossamer.client.token")
+            assert isinstance(token, str) and token
+            second = await st.context.new_page()
+            await second.goto(f"{st.hub.url}?id=ada&backoff=0.1")
+            await second.wait_for_function(
+                "() => window.gossamer && gossamer.refused && gossamer.refused.code === 4001",
+                timeout=WAIT * 1000)
+            events = await second.evaluate("() => gossamer.events()")
+            assert any("refused ada (code 4001)" in line for line in events), events
+            stranger = Replica(st.ws_url, client_id="ada", db_path=tmp_path / "stranger.sqlite",
+                               backoff=FibonacciBackoff(unit=0.02, cap=0.5))
+            await first.close()
+            del st.pages["ada"]
+            await second.wait_for_function("() => gossamer.synced && !gossamer.refused",
+                                           timeout=WAIT * 1000)
+            await second.evaluate("() => gossamer.set('o1', {by: 'second tab'})")
+            await st.py.wait_until(lambda: st.py.get("o1") == {"by": "second tab"}, WAIT)
+            await stranger.start()
+            try:
+                with pytest.raises(JoinRefused) as refused:
+                    await stranger.synced(WAIT)
+                assert refused.value.code == 4001  # the second tab holds the id now
+            finally:
+                await stranger.close()
 
     run(scenario)

@@ -32,11 +32,14 @@ from gossamer.core.traceio import SCHEMA, trace_path
 from gossamer.protocols.replica import (
     HUB_ID,
     Data,
+    JoinRefusal,
     Left,
     Nack,
+    Refused,
     ReplicaCodec,
     Retry,
     Subscribe,
+    Welcome,
     crc_of,
 )
 from gossamer.runtimes.net.framing import text_frame
@@ -103,6 +106,7 @@ class Peer:
     def __init__(self, ws: ClientConnection, name: str) -> None:
         self.ws = ws
         self.name = name
+        self.token: str | None = None  # issued by the hub at the join
 
     async def send(self, msg: Message) -> str:
         text = CODEC.encode(msg).decode()
@@ -123,6 +127,16 @@ class Peer:
         assert isinstance(msg, Subscribe), msg
         return msg.id
 
+    async def join(self, vector: dict[str, int] | None = None, token: str | None = None) -> Welcome:
+        """Send the join (a subscribe) and read the hub's ``welcome``: the first frame the hub
+        sends a connection after its first frame."""
+        await self.send(Subscribe(id=self.name, vector=vector or {}, token=token))
+        welcome = await self.recv()
+        assert isinstance(welcome, Welcome) and welcome.dest == self.name, welcome
+        if welcome.token is not None:
+            self.token = welcome.token
+        return welcome
+
     async def closed_with(self) -> tuple[int, str]:
         """Read until the hub closes the connection; its close code and reason."""
         with pytest.raises(ConnectionClosed) as closed:
@@ -137,21 +151,22 @@ class Peer:
 async def hub_and_peers(
     names: list[str], *, path: str = "/ws", **options: Any,
 ) -> AsyncIterator[tuple[HubServer, WatchedSink, AsyncExitStack, dict[str, Peer]]]:
-    """A running hub and one subscribed peer per name: every peer has heard every other's
-    ``subscribe``, so the hub has bound every id. The hub is the seed's bare relay unless
-    ``keeper`` is given (test_replica_hub_keeper.py tests the keeper)."""
+    """A running hub and one joined peer per name, joined one after the other: each has its
+    ``welcome`` (and token) and the peers before it heard its ``subscribe``, so the hub has
+    bound every id. The hub is the seed's bare relay unless ``keeper`` is given."""
     options.setdefault("keeper", None)
     sink = WatchedSink()
     async with AsyncExitStack() as stack:
         hub = HubServer(trace=sink, **options)
         await hub.start()
         stack.push_async_callback(hub.stop)
-        peers = {name: await open_peer(stack, hub, name, path=path) for name in names}
-        for peer in peers.values():
-            await peer.send(Subscribe(id=peer.name, vector={}))
-        for peer in peers.values():
-            heard = {await peer.recv_subscriber() for _ in range(len(peers) - 1)}
-            assert heard == set(peers) - {peer.name}
+        peers: dict[str, Peer] = {}
+        for name in names:
+            peer = await open_peer(stack, hub, name, path=path)
+            assert (await peer.join()).token
+            for earlier in peers.values():
+                assert await earlier.recv_subscriber() == name
+            peers[name] = peer
         yield hub, sink, stack, peers
 
 
@@ -196,31 +211,60 @@ def test_a_nack_with_dest_reaches_only_that_client() -> None:
     run(scenario)
 
 
-def test_the_id_index_moves_to_the_new_connection_of_a_reconnecting_client() -> None:
+@pytest.mark.parametrize("token", [False, True])
+def test_a_second_connection_for_a_connected_id_is_refused_and_its_frames_never_land(
+        token: bool) -> None:
+    """One id, one writer: a fresh connection claiming "a" while "a" is connected gets a
+    ``refused`` frame and a close with code 4001, with or without a's token; it is never
+    bound, so nothing it sends is relayed and a's own next write still reaches b."""
     async def scenario() -> None:
         async with hub_and_peers(["a", "b"]) as (hub, sink, stack, peers):
-            old, b = peers["a"], peers["b"]
-            new = await open_peer(stack, hub, "a")
-            await new.send(Subscribe(id="a", vector={}))
-            assert await b.recv_subscriber() == "a"  # the hub has bound "a" to the new connection
-            assert await old.recv_subscriber() == "a"  # the old one still gets multicasts
-            nack = Nack(id="b", dest="a", start=1, end=1)
-            await b.send(nack)
-            assert await new.recv() == nack
-            barrier = data("a", 1)
-            await new.send(barrier)
-            assert await old.recv() == barrier  # not the nack
-            assert await b.recv() == barrier
-            # the old connection no longer owns "a": closing it tells nobody "a" left
-            first = sink.events("join")[0]
-            await old.ws.close()
-            old_conn = orjson.loads(first.info or "{}")["conn"]
-            await sink.wait_for(lambda r: r.event == "leave" and r.layer == "hub"
-                                and f'"conn":"{old_conn}"' in (r.info or ""))
-            await new.send(data("a", 2))
-            assert await b.recv() == data("a", 2)
-            joins = [row.peer for row in sink.events("join")]
-            assert joins == ["a", "b", "a"]
+            a, b = peers["a"], peers["b"]
+            forger = await open_peer(stack, hub, "a")
+            await forger.send(Subscribe(id="a", vector={}, token=a.token if token else None))
+            refused = await forger.recv()
+            assert isinstance(refused, Refused) and refused.code == JoinRefusal.ID_IN_USE
+            assert "connected on another connection" in refused.reason
+            code, reason = await forger.closed_with()
+            assert code == 4001 and reason == refused.reason
+            drop = await sink.hub_row("drop")
+            assert orjson.loads(drop.info or "{}")["reason"] == "join_refused"
+            write = data("a", 1)
+            await a.send(write)
+            assert await b.recv() == write  # the first thing b hears: nothing of the forger's
+            assert hub.connections == 2
+            assert [row.peer for row in sink.events("join")] == ["a", "b"]
+
+    run(scenario)
+
+
+def test_a_known_id_needs_its_token_and_a_first_frame_that_carries_it() -> None:
+    async def scenario() -> None:
+        async with hub_and_peers(["a", "b"]) as (hub, _sink, stack, peers):
+            a, b = peers["a"], peers["b"]
+            token = a.token
+            assert token is not None
+            # a shows it kept its token (as a client does once it stored it): the id is a's
+            # for good; until then a join without a token would be given a new one
+            await a.send(Subscribe(id="a", vector={}, token=token))
+            assert await b.recv() == Subscribe(id="a", vector={})  # forwarded without it
+            await a.ws.close()
+            assert (await b.recv()) == Left(id=HUB_ID, left="a")
+            for first in (Subscribe(id="a", vector={}), Subscribe(id="a", vector={}, token="x"),
+                          data("a", 1)):
+                impostor = await open_peer(stack, hub, "a")
+                await impostor.send(first)
+                refused = await impostor.recv()
+                assert isinstance(refused, Refused), refused
+                expected = (JoinRefusal.FIRST_FRAME if isinstance(first, Data)
+                            else JoinRefusal.NOT_YOURS)
+                assert refused.code == expected
+                assert (await impostor.closed_with())[0] == expected
+            back = await open_peer(stack, hub, "a")
+            welcome = await back.join(token=token)
+            assert welcome.token is None and welcome.resume == 0  # nothing new to keep
+            assert await b.recv_subscriber() == "a"
+            assert hub.connections == 2
 
     run(scenario)
 
@@ -236,7 +280,7 @@ def test_closing_a_connection_sends_left_to_the_others() -> None:
             leave = await sink.hub_row("leave", peer="c")
             assert orjson.loads(leave.info or "{}")["frames_in"] == 1
             info = await sink.closed_conn(leave)
-            assert info["frames_in"] == 1 and info["frames_out"] == 2
+            assert info["frames_in"] == 1 and info["frames_out"] == 1  # its welcome
             assert info["code"] == 1000 and info["reason"] == "peer_closed"
 
     run(scenario)
@@ -417,7 +461,7 @@ async def open_slow_peer(stack: AsyncExitStack, hub: HubServer, name: str) -> Pe
 async def subscribe_slow_peer(stack: AsyncExitStack, hub: HubServer, others: list[Peer]) -> Peer:
     """A slow peer "slow" that has subscribed, once every one of ``others`` has heard it."""
     slow = await open_slow_peer(stack, hub, "slow")
-    await slow.send(Subscribe(id="slow", vector={}))
+    await slow.join()
     for peer in others:
         assert await peer.recv_subscriber() == "slow"
     return slow
@@ -518,7 +562,8 @@ def test_a_batch_from_several_senders_reaches_each_peer_without_its_own_frames_i
                 frames = b"".join(text_frame(t.encode()) for t in expected)
                 assert b"".join(counting[name].writes) == frames
                 assert len(counting[name].writes) == 1  # one write per loop iteration
-                assert conns[name].frames_out == 2 + len(expected)
+                # its welcome, and the subscribes of those that joined after it, first
+                assert conns[name].frames_out == 3 - "abc".index(name) + len(expected)
                 assert conns[name].queued == 0
 
     run(scenario)
@@ -641,7 +686,7 @@ def test_gossamer_hub_prints_its_url_and_stops_cleanly_on_sigterm(tmp_path: Path
                 ws_url = url.replace("http://", "ws://") + "ws"
                 a = Peer(await stack.enter_async_context(connect(ws_url)), "a")
                 b = Peer(await stack.enter_async_context(connect(ws_url)), "b")
-                await a.send(Subscribe(id="a", vector={}))
+                assert (await a.join()).token is not None  # issued at its first join
                 # with snapshots on, the hub's keeper answers a's subscribe itself
                 reply = await a.recv()
                 while isinstance(reply, Subscribe) and reply.id == "hub":  # its own vector

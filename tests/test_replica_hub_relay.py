@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gossamer.core import ConfigError, InvalidMessage, StateError
+from gossamer.protocols.dissemination.hub_relay import IdInUse
 from gossamer.protocols.replica import (
     Data,
     HubRelay,
@@ -41,15 +42,17 @@ def test_dest_goes_only_to_the_connection_registered_under_it() -> None:
     assert relay.receive("c1", nack) == [Route("c3", nack)]
 
 
-def test_an_id_reconnecting_elsewhere_moves_the_index() -> None:
+def test_an_id_held_by_a_live_connection_cannot_be_bound_by_another() -> None:
     relay = relay_with("c1", "c2")
     relay.connect("c1-new")
+    with pytest.raises(IdInUse, match="'C1' is connected on another connection"):
+        relay.receive("c1-new", Subscribe(id="C1", vector={"C1": 3}))
+    assert relay.connection_of("C1") == "c1" and relay.id_of("c1-new") is None
+    assert relay.receive("c2", Nack(id="C2", dest="C1", start=1, end=1))[0].to == "c1"
+    # once the first connection is gone, the id is free for the next one
+    relay.disconnect("c1")
     relay.receive("c1-new", Subscribe(id="C1", vector={"C1": 3}))
     assert relay.connection_of("C1") == "c1-new"
-    assert relay.id_of("c1") is None
-    # the old connection closing does not announce C1 as gone: it lives on elsewhere
-    assert relay.disconnect("c1") == []
-    assert relay.receive("c2", Nack(id="C2", dest="C1", start=1, end=1))[0].to == "c1-new"
 
 
 def test_closing_tells_the_others() -> None:

@@ -16,8 +16,15 @@ import pytest
 from websockets.asyncio.client import connect
 
 from gossamer.core import FibonacciBackoff
-from gossamer.protocols.replica import Data, LinkState, ReplicaCodec, Subscribe, crc_of
-from gossamer.services.replica import HubServer, Replica
+from gossamer.protocols.replica import (
+    Data,
+    JoinRefusal,
+    LinkState,
+    ReplicaCodec,
+    Subscribe,
+    crc_of,
+)
+from gossamer.services.replica import HubServer, JoinRefused, Replica
 
 WAIT = 30.0
 CODEC = ReplicaCodec()
@@ -284,5 +291,74 @@ def test_synced_means_every_write_the_hub_had_accepted_is_applied_here() -> None
             finally:
                 for replica in replicas:
                     await replica.close()
+
+    run(scenario)
+
+
+def test_one_id_one_writer_over_real_websockets(tmp_path: Path) -> None:
+    """A second live connection for an id is refused and the client says so; a fresh store
+    without the id's token is refused; a fresh store given the token is a new incarnation whose
+    writes reach the others (before: its writes restarted at 1 and were dropped everywhere);
+    the id's first store, restarted, joins again and is heard."""
+    async def scenario() -> None:
+        async with HubServer() as hub:
+            url = ws_url(hub)
+
+            def ada(db: str, token: str | None = None) -> Replica:
+                return Replica(url, client_id="ada", db_path=tmp_path / db, token=token,
+                               backoff=fast_backoff())
+
+            async def refused_with(replica: Replica) -> JoinRefused:
+                await replica.start()
+                try:
+                    with pytest.raises(JoinRefused) as refused:
+                        await replica.synced(WAIT)
+                    return refused.value
+                finally:
+                    await replica.close()
+
+            def ada_gone() -> bool:
+                return hub.service is not None and hub.service.relay.connection_of("ada") is None
+
+            owner, reader = ada("ada.sqlite"), Replica(url, client_id="bob",
+                                                       backoff=fast_backoff())
+            await owner.start()
+            await reader.start()
+            try:
+                owner.set("x", 1)
+                await owner.synced(WAIT)
+                await reader.wait_until(lambda: reader.get("x") == 1, WAIT)
+                token = owner.token
+                assert token is not None
+                twin = await refused_with(ada("twin.sqlite", token))
+                assert twin.code == JoinRefusal.ID_IN_USE and twin.definite
+                assert "connected on another connection" in str(twin)
+                await owner.close()
+                await reader.wait_until(ada_gone, WAIT)
+                stranger = await refused_with(ada("stranger.sqlite"))
+                assert stranger.code == JoinRefusal.NOT_YOURS, stranger
+                reborn = ada("reborn.sqlite", token)
+                await reborn.start()
+                try:
+                    await reborn.synced(WAIT)
+                    assert reborn.get("x") == 1  # its earlier run's write, from the snapshot
+                    reborn.set("x", 2)
+                    await reader.wait_until(lambda: reader.get("x") == 2, WAIT)
+                    assert reborn.vector["ada"] == 2  # numbered after its earlier run's
+                finally:
+                    await reborn.close()
+                await reader.wait_until(ada_gone, WAIT)
+                again = ada("ada.sqlite")  # the first store, restarted
+                await again.start()
+                try:
+                    await again.synced(WAIT)
+                    again.set("x", 3)
+                    await reader.wait_until(lambda: reader.get("x") == 3, WAIT)
+                    assert again.get("x") == 3 and again.refused is None
+                finally:
+                    await again.close()
+            finally:
+                await owner.close()
+                await reader.close()
 
     run(scenario)

@@ -155,6 +155,7 @@ window.gossamer = {
   objects: OBJECTS,
   get link() { return client.link; },
   get synced() { return client.synced; },
+  get refused() { return client.refused; }, // {code, reason} of the hub's last refusal, or null
   get writing() { return writer !== null; },
   get speed() { return speed; },
   get written() { return written; },

@@ -141,6 +141,18 @@ export class CausalDelivery {
     return Object.fromEntries([...this._gaps].map(([o, g]) => [o, g.knownHigh]));
   }
 
+  /**
+   * The hub knows of `seq` messages of this id, more than this store sent: a new incarnation
+   * (a fresh or restored store). Own messages are numbered after `seq` from now on.
+   */
+  resumeAfter(seq) {
+    if (seq <= this.sent) return false;
+    this._vector.set(this.me, seq);
+    this.store.put(T_VECTOR, this.me, seq);
+    this.store.commit();
+    return true;
+  }
+
   // -- publishing -----------------------------------------------------------------------------
 
   /** Take the next sequence number and log the message (the caller then calls sendData). */

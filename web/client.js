@@ -5,9 +5,10 @@
 
 import { LinkState, ReplicaClient, StateError } from "./objects.js";
 import { LocalStore } from "./store.js";
-import { HUB_ID, ProtocolError, decode, encode, isId } from "./wire.js";
+import { HUB_ID, ProtocolError, decode, encode, isId, subscribe } from "./wire.js";
 
 const ID_KEY = "gossamer:id";
+const ID_IN_USE = 4001; // the one refusal that may pass: the id's other connection may go away
 const BOXES_PER_OBJECT = 120; // revision boxes kept per object in the picture
 const LOG_LINES = 500;
 
@@ -83,6 +84,11 @@ export class BrowserReplica {
     this._waiting = false;
     this.store = new LocalStore(id, storage, (exc) => this.note(`storage full: ${exc.message}`, "error"));
     this.wantOnline = this.store.get("client", "offline") !== true;
+    // the token the hub issued at this id's first join: presented at every join (in the
+    // first subscribe of each connection) to prove the id
+    this.token = this.store.get("client", "token") ?? null;
+    this.refused = null; // the hub's last refusal {code, reason}, until a join succeeds
+    this._joinPending = false;
     this.replica = new ReplicaClient({
       me: id, store: this.store, send: (msg) => this._send(msg),
       trace: (event, fields) => this._trace(event, fields),
@@ -106,6 +112,7 @@ export class BrowserReplica {
   }
 
   get synced() {
+    if (this.refused) return false;
     const r = this.replica;
     return r.link === LinkState.ONLINE && !r.offlineQueue.length && r.causal.caughtUp
       && !r.rebaseQueue.length;
@@ -153,6 +160,7 @@ export class BrowserReplica {
   }
 
   reconnect() {
+    this.refused = null;
     this.wantOnline = true;
     this.store.put("client", "offline", false);
     this.store.commit();
@@ -177,7 +185,7 @@ export class BrowserReplica {
     ws.onopen = () => {
       if (this.ws !== ws) return;
       this.connects++;
-      this.backoff.reset();
+      this._joinPending = true; // the replica's first message, its subscribe, joins
       this.note("connected: synchronizing with the network...", "link");
       this.replica.connected();
       this._update();
@@ -209,8 +217,34 @@ export class BrowserReplica {
 
   _send(msg) {
     const ws = this.ws;
-    if (ws && ws.readyState === WebSocket.OPEN) ws.send(encode(msg));
+    if (ws && ws.readyState === WebSocket.OPEN) {
+      if (this._joinPending && msg.subscribe === true) {
+        this._joinPending = false;
+        if (this.token !== null) msg = { ...msg, token: this.token };
+      }
+      ws.send(encode(msg));
+    }
     // else offline: the protocol resends what matters once connected
+  }
+
+  _welcomed(msg) {
+    if (msg.dest !== this.id) return;
+    this.refused = null;
+    this.backoff.reset();
+    this.replica.resumeAfter(msg.resume);
+    if (msg.token !== undefined) {
+      this.token = msg.token;
+      this.store.put("client", "token", msg.token);
+      this.store.commit(); // kept before the hub is told so
+      this._send(subscribe(this.id, this.replica.vector, msg.token)); // confirms it
+      this.note(`joined as ${this.id} (the hub issued this browser's token for it)`, "link");
+    }
+  }
+
+  _refusedBy(msg) {
+    this.refused = { code: msg.code, reason: msg.reason };
+    this.note(`the hub refused ${this.id} (code ${msg.code}): ${msg.reason}`, "error");
+    if (msg.code !== ID_IN_USE) this.wantOnline = false; // no redial: it cannot pass
   }
 
   _receive(text) {
@@ -223,7 +257,9 @@ export class BrowserReplica {
       return;
     }
     try {
-      this.replica.onMessage(decoded.type, decoded.msg);
+      if (decoded.type === "welcome") this._welcomed(decoded.msg);
+      else if (decoded.type === "refused") this._refusedBy(decoded.msg);
+      else this.replica.onMessage(decoded.type, decoded.msg);
     } catch (exc) {
       console.error(exc);
       this.note(`failed on a ${decoded.type} message: ${exc.message}`, "error");

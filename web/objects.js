@@ -163,6 +163,19 @@ export class ReplicaClient {
   }
 
   /** One decoded message from the hub. */
+  /** A new incarnation of this id (see causal.resumeAfter): the earlier runs' lost writes
+   * waiting to be rebased are given up (those runs rebased them). */
+  resumeAfter(seq) {
+    if (!this.causal.resumeAfter(seq)) return;
+    for (const lost of [...this._rebaseQueue.keys()].filter((n) => n <= seq)) {
+      this._rebaseQueue.delete(lost);
+      this._rebaseAt.delete(lost);
+      this.store.delete(T_REBASE, pad(lost));
+    }
+    for (const lost of [...this._pending.keys()].filter((n) => n <= seq)) this._pending.delete(lost);
+    this.store.commit();
+  }
+
   onMessage(type, msg) {
     if (this.link === LinkState.OFFLINE) return;
     if (type === "data" || type === "retry" || type === "nack" || type === "subscribe") {

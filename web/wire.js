@@ -224,7 +224,9 @@ export function parseRaw(text) {
 /** Whether a decoded data message's crc matched (set by `decode`; JSON.stringify skips it). */
 export const CRC_OK = Symbol("crcOk");
 
-const FLAGS = ["nack", "retry", "conflict", "subscribe", "clear", "stop", "snapshot"];
+const FLAGS = ["nack", "retry", "conflict", "subscribe", "clear", "stop", "snapshot", "welcome",
+  "refused"];
+const OPTIONAL = { welcome: ["token"] }; // fields a message may leave out
 const FIELDS = {
   nack: ["id", "dest", "start", "end"],
   retry: ["id", "dest", "retry"],
@@ -233,11 +235,14 @@ const FIELDS = {
   clear: ["id"],
   stop: ["id"],
   snapshot: ["id", "dest", "vector", "objects", "last"],
+  welcome: ["id", "dest", "resume"],
+  refused: ["id", "dest", "code", "reason"],
 };
 const DATA_FIELDS = new Set(["id", "key", "old_value", "value", "crc", "vector", "data", "deleted"]);
 const KINDS = {
   id: "id", dest: "id", winner: "id", start: "int", end: "int", loser_time: "int",
-  winner_time: "int", object: "string", vector: "vector", last: "bool",
+  winner_time: "int", object: "string", vector: "vector", last: "bool", resume: "int",
+  code: "int", reason: "string", token: "string",
 };
 
 function isInt(v) {
@@ -315,7 +320,7 @@ function checkSnapshotWrite(row, key) {
 
 /**
  * Decode one frame: `{type, msg}` with `type` one of data, nack, retry, conflict, subscribe,
- * clear, stop, snapshot, left. A data message (also inside a retry) carries `msg[CRC_OK]`.
+ * clear, stop, snapshot, welcome, refused, left. A data message (also inside a retry) carries `msg[CRC_OK]`.
  */
 export function decode(text) {
   let obj;
@@ -334,10 +339,16 @@ export function decode(text) {
     if (!(flag in obj)) continue;
     if (flag !== "retry" && obj[flag] !== true) throw new ProtocolError(`flag ${flag} must be true`);
     const names = FIELDS[flag];
-    noExtra(obj, new Set([...names, flag]), flag);
+    const optional = OPTIONAL[flag] ?? [];
+    noExtra(obj, new Set([...names, ...optional, flag]), flag);
     const msg = {};
     for (const name of names) {
       if (name === "retry" || name === "objects") continue;
+      checkField(obj, name, KINDS[name], flag);
+      msg[name] = obj[name];
+    }
+    for (const name of optional) {
+      if (obj[name] === undefined || obj[name] === null) continue;
       checkField(obj, name, KINDS[name], flag);
       msg[name] = obj[name];
     }
@@ -383,7 +394,9 @@ export function dataMessage({ id, key, old_value, value, vector, data, deleted }
   return msg;
 }
 
-export const subscribe = (id, vector) => ({ id, vector, subscribe: true });
+/** A subscribe; `token` (the join's: the first subscribe of a connection) proves the id. */
+export const subscribe = (id, vector, token = null) => (
+  token === null ? { id, vector, subscribe: true } : { id, vector, subscribe: true, token });
 export const nack = (id, dest, start, end) => ({ id, dest, start, end, nack: true });
 export const retry = (id, dest, parts) => ({ id, dest, retry: parts });
 export const conflict = (id, dest, loserTime, winner, winnerTime, object) => (

@@ -4,7 +4,9 @@ the routing core of the hub (``gossamer.protocols.replica.hub_service``).
 A connection subscribes when it opens and is unsubscribed when it closes (the other clients get
 a ``Left``). A message goes to every other connection, or only to the connection registered
 under its ``dest``. The first ``id`` a connection sends binds it: later messages with another id
-are refused (no spoofing), and the same id arriving on a new connection moves the index there.
+are refused (no spoofing), and so is an id that another connection holds (``IdInUse``: one id,
+one writer; the hub refuses that join and closes the newcomer). Who may bind an id at all is the
+hub's client book (``gossamer.protocols.replica.identity``), checked before ``bind``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.messages import Message
 from ..replica.wire import HUB_ID, Conflict, Left, Nack, Retry, Snapshot
 
-__all__ = ["HubRelay", "Route"]
+__all__ = ["HubRelay", "IdInUse", "Route"]
 
 ConnId = Hashable
 
@@ -27,6 +29,10 @@ class Route:
 
     to: ConnId
     msg: Message
+
+
+class IdInUse(InvalidMessage):
+    """A connection claimed an id that another live connection holds."""
 
 
 def dest_of(msg: Message) -> str | None:
@@ -90,7 +96,7 @@ class HubRelay:
         if bound is None:
             previous = self._index.get(client)
             if previous is not None and previous != conn:
-                self._ids[previous] = None  # the id moved: the old connection speaks for nobody
+                raise IdInUse(f"client id {client!r} is connected on another connection")
             self._ids[conn] = client
             self._index[client] = conn
         elif bound != client:

@@ -301,6 +301,25 @@ class CausalDelivery:
     def delivered(self, origin: str) -> int:
         return self._vector.get(origin, 0)
 
+    def known_high(self, origin: str) -> int:
+        """The highest seq of ``origin`` known to exist: delivered, held or revealed."""
+        gap = self._gaps.get(origin)
+        held = self._holdback.get(origin)
+        return max(self._vector.get(origin, 0), 0 if gap is None else gap.known_high,
+                   max(held, default=0) if held else 0)
+
+    def resume_after(self, seq: int) -> bool:
+        """Number own messages after ``seq`` from now on (committed before this returns): the
+        hub knows of ``seq`` messages of this id, more than this store sent, so this is a new
+        incarnation of the id (a fresh or restored store) and the earlier runs' messages must
+        not be numbered again. False when the store already counts that many."""
+        if seq <= self.sent:
+            return False
+        self._vector[self.me] = seq
+        self._store.put(_VECTOR, self.me, str(seq).encode())
+        self._store.commit()
+        return True
+
     def gaps(self) -> dict[str, int]:
         """Origins with known missing messages -> highest seq known to exist (for tests)."""
         return {origin: gap.known_high for origin, gap in self._gaps.items()}

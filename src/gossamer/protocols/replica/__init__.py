@@ -23,13 +23,16 @@ from .wire import (
     Clear,
     Conflict,
     Data,
+    JoinRefusal,
     Left,
     Nack,
+    Refused,
     ReplicaCodec,
     Retry,
     Snapshot,
     StopAll,
     Subscribe,
+    Welcome,
     crc_of,
 )
 
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
     from ..ordering.causal import CausalConfig, CausalDelivery
     from ..ordering.per_object import Verdict
     from .hub_service import HubService
+    from .identity import ClientBook
     from .keeper import HubKeeper, KeeperConfig
     from .node import ReplicaNode
     from .objects import LinkState, ReplicaClient, ReplicaConfig
@@ -49,6 +53,7 @@ _ON_FIRST_USE = {
     "HubRelay": "..dissemination.hub_relay",
     "Route": "..dissemination.hub_relay",
     "HubService": ".hub_service",
+    "ClientBook": ".identity",
     "HubKeeper": ".keeper",
     "KeeperConfig": ".keeper",
     "LinkState": ".objects",
@@ -63,15 +68,18 @@ __all__ = [
     "CausalConfig",
     "CausalDelivery",
     "Clear",
+    "ClientBook",
     "Conflict",
     "Data",
     "HubKeeper",
     "HubRelay",
     "HubService",
+    "JoinRefusal",
     "KeeperConfig",
     "Left",
     "LinkState",
     "Nack",
+    "Refused",
     "ReplicaClient",
     "ReplicaCodec",
     "ReplicaConfig",
@@ -82,6 +90,7 @@ __all__ = [
     "StopAll",
     "Subscribe",
     "Verdict",
+    "Welcome",
     "crc_of",
 ]
 

@@ -12,6 +12,13 @@ on (``_when_durable``): a data message is relayed once the keeper's delivery of 
 committed, and every frame after it waits its turn, so a power loss never makes the hub forget
 what it relayed or relay it again.
 
+One id, one writer: the first frame of a connection is its join. The hub's client book
+(``identity.py``) checks the token it presents (issuing one at an id's first join), a join for
+an id that another connection holds is refused, and the book's record is on disk before the
+``welcome`` that answers the join leaves (which also tells a new incarnation of the id where to
+resume its numbering). A refused join gets a ``refused`` frame and a close with the same code
+and reason. Tokens never leave the hub in a forwarded frame.
+
 The hub orders per object (its relay's order is the order clients see): each data message
 passes through the ``orderer`` (keyed by the object) before the keeper stores it and the hub
 forwards it, and only once accepted; a redirect or a refusal drops it, traced (seed 000's wire
@@ -21,6 +28,7 @@ has no answer for them: the clients' NACKs fetch what they miss). The default
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -30,8 +38,18 @@ from ...core.errors import CorruptMessage, ProtocolError, StateError
 from ...core.messages import Message
 from ..dissemination.hub_relay import HubRelay, Route, dest_of
 from ..ordering.orderer import Accepted, Decision, ImmediateOrderer, Orderer, Redirected
+from .identity import Admitted, ClientBook, Refusal
 from .keeper import HubKeeper, KeeperConfig
-from .wire import HUB_ID, Data, ReplicaCodec
+from .wire import (
+    HUB_ID,
+    MAX_REASON_CHARS,
+    Data,
+    JoinRefusal,
+    Refused,
+    ReplicaCodec,
+    Subscribe,
+    Welcome,
+)
 
 __all__ = ["DEFAULT_KEEPER", "HUB_LAYER", "HubService"]
 
@@ -43,22 +61,27 @@ DETAIL_CHARS = 200
 class _Peer:
     """What the hub counts of one connection (for its ``leave`` row)."""
 
-    __slots__ = ("client", "dropped", "frames_in")
+    __slots__ = ("admitted", "client", "dropped", "frames_in")
 
     def __init__(self) -> None:
         self.client: str | None = None
         self.frames_in = 0
         self.dropped = 0
+        self.admitted: Admitted | None = None
 
 
 class HubService:
     """The hub (see the module docstring). ``keeper`` None runs the seed's bare relay;
     ``orderer`` (None: an ``ImmediateOrderer``) decides each data message's place in its
-    object's order before it is stored and forwarded."""
+    object's order before it is stored and forwarded. ``new_token()`` makes each client's
+    token: a network hub passes a cryptographic source (``HubServer``: ``secrets``); the
+    default draws from ``env.rng``, reproducible in the simulator and predictable elsewhere.
+    ``max_clients``: client ids the hub registers at most."""
 
     def __init__(self, env: Env, *, keeper: KeeperConfig | None = DEFAULT_KEEPER,
                  max_connections: int = 10_000, codec: ReplicaCodec | None = None,
-                 orderer: Orderer | None = None) -> None:
+                 orderer: Orderer | None = None, new_token: Callable[[], str] | None = None,
+                 max_clients: int = 1_000_000) -> None:
         if env.node != HUB_ID:
             raise StateError(f"the hub runs as node {HUB_ID!r}, not {env.node!r}")
         if orderer is not None and not isinstance(orderer, Orderer):
@@ -72,6 +95,12 @@ class HubService:
             connected=lambda client: self.relay.connection_of(client) is not None,
             tell=self._tell)
         self._peers: dict[Conn, _Peer] = {}
+        # the register of client ids and tokens: in the keeper's store (one group commit with
+        # what the keeper writes), else in the hub's own store (committed at each join)
+        self.book = ClientBook(env.store if self.keeper is None else self.keeper.store,
+                               new_token if new_token is not None else self._rng_token,
+                               max_clients=max_clients)
+        self.refusals = 0
         self.running = False
         self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()
         # the one the hot path calls: None when it would accept at once at positions nobody
@@ -116,6 +145,13 @@ class HubService:
         before = peer.client
         try:
             msg = self.codec.decode(frame)
+            if before is None and not self._admit(conn, peer, msg):
+                return  # refused and closed
+            if isinstance(msg, Subscribe) and msg.joining:  # credentials stay at the hub
+                if before is not None and msg.token is not None:  # it kept its new token
+                    self._confirm(peer, msg.id, msg.token)
+                msg = dataclasses.replace(msg, token=None, incarnation=None)
+                frame = self.codec.encode(msg)
             peer.client = relay.bind(conn, msg)
             ordering = self._ordering
             if ordering is not None and isinstance(msg, Data):
@@ -124,7 +160,7 @@ class HubService:
             if self.keeper is not None and isinstance(msg, Data):
                 delivered = self.keeper.handle_data(msg, frame)
                 if before is None:
-                    self._trace("join", peer, conn=conn.id, remote=conn.remote)
+                    self._trace_join(conn, peer)
                 self._relay(delivered, conn, msg, frame)
                 return
             forward = msg if self.keeper is None else self.keeper.handle(msg, frame)
@@ -136,7 +172,7 @@ class HubService:
                         detail=str(exc)[:DETAIL_CHARS])
             return
         if before is None:
-            self._trace("join", peer, conn=conn.id, remote=conn.remote)
+            self._trace_join(conn, peer)
         if multicast:
             self._when_durable(lambda: self.env.write_many(self.everyone, frame, exclude=conn))
         elif routes:
@@ -153,6 +189,80 @@ class HubService:
         if self.running and routes:
             self._when_durable(lambda: self._forward(routes, None, b""))
 
+    # -- joins ---------------------------------------------------------------------------------
+
+    def _admit(self, conn: Conn, peer: _Peer, msg: Message) -> bool:
+        """The first frame of ``conn``: its join. Admitted: the book's record is written and
+        the ``welcome`` leaves once it is on disk (frames to ``conn`` after it wait their turn).
+        Refused: a ``refused`` frame, then the connection is closed with its code."""
+        client = getattr(msg, "id", None)
+        if not isinstance(client, str) or client == HUB_ID:
+            return True  # not a client's id: the relay refuses the frame (dropped, traced)
+        if self.relay.connection_of(client) is not None:
+            self._refuse(conn, peer, client, Refusal(
+                JoinRefusal.ID_IN_USE,
+                f"client id {client!r} is connected on another connection"))
+            return False
+        joining = isinstance(msg, Subscribe)
+        if not joining and self.book.record(client) is not None:
+            self._refuse(conn, peer, client, Refusal(
+                JoinRefusal.FIRST_FRAME,
+                f"client id {client!r} is registered: join with a subscribe that carries "
+                f"its token"))
+            return False
+        own = msg.vector.get(client, 0) if isinstance(msg, Subscribe | Data) else 0
+        known = None if self.keeper is None else self.keeper.known_high(client)
+        verdict = self.book.admit(client, msg.token if isinstance(msg, Subscribe) else None,
+                                  own=own, known=known,
+                                  incarnation=msg.incarnation if isinstance(msg, Subscribe)
+                                  else None)
+        if isinstance(verdict, Refusal):
+            self._refuse(conn, peer, client, verdict)
+            return False
+        peer.admitted = verdict
+        welcome = self.codec.encode(Welcome(id=HUB_ID, dest=client, token=verdict.token,
+                                            resume=verdict.resume))
+        if self.keeper is None:
+            self.book.store.commit()  # the record on disk before the welcome that depends on it
+            self.env.write(conn, welcome)
+        else:  # the record joined the keeper's group: the welcome waits for it
+            self._when_durable(lambda: self._write_if_open(conn, welcome))
+        return True
+
+    def _confirm(self, peer: _Peer, client: str, token: str) -> None:
+        if client != peer.client or not self.book.confirm(client, token):
+            self._trace("drop", peer, reason="bad_confirm", client=client)
+        elif self.keeper is None:
+            self.book.store.commit()
+
+    def _write_if_open(self, conn: Conn, frame: bytes) -> None:
+        if conn in self._peers:
+            self.env.write(conn, frame)
+
+    def _refuse(self, conn: Conn, peer: _Peer, client: str, refusal: Refusal) -> None:
+        reason = refusal.reason[:MAX_REASON_CHARS]
+        self.refusals += 1
+        peer.dropped += 1
+        self._peers.pop(conn, None)
+        self.everyone.discard(conn)
+        self.relay.disconnect(conn)  # not bound: nobody is told anything
+        self._trace("drop", peer, reason="join_refused", client=client, code=int(refusal.code),
+                    detail=reason, conn=conn.id, remote=conn.remote)
+        self.env.write(conn, self.codec.encode(Refused(id=HUB_ID, dest=client,
+                                                       code=int(refusal.code), reason=reason)))
+        self.env.close(conn, int(refusal.code), reason)
+
+    def _trace_join(self, conn: Conn, peer: _Peer) -> None:
+        admitted = peer.admitted
+        if admitted is None:
+            self._trace("join", peer, conn=conn.id, remote=conn.remote)
+        else:
+            self._trace("join", peer, conn=conn.id, remote=conn.remote, first=admitted.first,
+                        new_incarnation=admitted.new_incarnation, resume=admitted.resume)
+
+    def _rng_token(self) -> str:
+        return f"{self.env.rng.getrandbits(128):032x}"
+
     # -- ordering (a non-default orderer only) -------------------------------------------------
 
     def _propose(self, orderer: Orderer, conn: Conn, peer: _Peer, msg: Data, frame: bytes,
@@ -161,7 +271,7 @@ class HubService:
         if self.keeper is not None and not msg.crc_ok:  # what the keeper would refuse
             raise CorruptMessage(f"data {msg.id}:{msg.seq} on {msg.key!r}: wrong crc")
         if first:
-            self._trace("join", peer, conn=conn.id, remote=conn.remote)
+            self._trace_join(conn, peer)
         orderer.propose(
             msg.key, msg, lambda decision: self._ordered(conn, peer, msg, frame, decision))
 

@@ -340,6 +340,11 @@ class HubKeeper:
             return None
         return self._first[origin], self._first[origin] + len(log) - 1
 
+    def known_high(self, client: str) -> int:
+        """The highest seq of ``client`` the hub has delivered or knows to exist: where a new
+        incarnation of the id resumes its numbering."""
+        return self.replica.causal.known_high(client)
+
     def _has(self, origin: str, start: int, end: int) -> bool:
         span = self.logged(origin)
         return span is not None and span[0] <= start and end <= span[1]
@@ -433,8 +438,13 @@ class HubKeeper:
         # them (it just learned of them), and the subscriber applies them again on top of it
         covered = all(count <= have.get(origin, 0) for origin, count in theirs.items()
                       if origin != msg.id)
+        # a subscriber that lacks writes of its own id is a new incarnation of it (a fresh or
+        # restored store): a retry could not give it them (nobody delivers its own id's
+        # messages to itself), the snapshot gives it their effects
+        own_lacking = msg.id in lacking
         self.served_subscribes += 1
-        if all(self._has(origin, start, end) for origin, (start, end) in lacking.items()):
+        if not own_lacking and all(self._has(origin, start, end)
+                                   for origin, (start, end) in lacking.items()):
             parts = [self._log[origin][seq] for origin, (start, end) in lacking.items()
                      for seq in range(start, end + 1)]
             self._send_retries(msg.id, parts)

@@ -5,21 +5,46 @@ the client, tells it when the link comes up (it resubscribes and syncs) and goes
 queue up offline), and redials with the seed's Fibonacci backoff unless told to stay offline.
 The same class runs in the simulator (``hub:PORT``) and behind the asyncio ``Replica``
 (``ws://host:port/ws``).
+
+It also holds the client's identity at the hub: the first ``subscribe`` of each connection (the
+join) carries the token the hub issued at the id's first join (kept in the client's store) and
+the process's incarnation; the hub's ``welcome`` may issue the token and tell a new incarnation
+where to resume its numbering. A ``refused`` join is kept in ``refused`` and reported through
+``on_refused``; the node dials again only when the refusal may pass (the id's other connection
+may go away), else it stays offline until ``reconnect()``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ...core.backoff import Backoff, FibonacciBackoff
 from ...core.conn import CloseCode, Conn, Framing
 from ...core.env import Env, TimerHandle
-from ...core.errors import ConfigError, ProtocolError
+from ...core.errors import ConfigError, OperationError, ProtocolError
 from ...core.messages import Message
 from .objects import ReplicaClient
-from .wire import HUB_ID, ReplicaCodec
+from .wire import HUB_ID, MAX_TOKEN_CHARS, JoinRefusal, Refused, ReplicaCodec, Subscribe, Welcome
 
-__all__ = ["DEFAULT_MAX_FRAME", "ReplicaNode"]
+__all__ = ["DEFAULT_MAX_FRAME", "JoinRefused", "ReplicaNode"]
+
+_IDENTITY = "replica.identity"  # "token": the token the hub issued for this client's id
+
+
+class JoinRefused(OperationError):
+    """The hub refused this client's join (definite: nothing was written through it)."""
+
+    def __init__(self, refused: Refused) -> None:
+        try:
+            name = JoinRefusal(refused.code).name
+        except ValueError:
+            name = "refused"
+        super().__init__(f"the hub refused client {refused.dest!r} ({name}, code "
+                         f"{refused.code}): {refused.reason}", definite=True)
+        self.code = refused.code
+        self.reason = refused.reason
 
 LAYER = "replica"
 DEFAULT_MAX_FRAME = 64 * 1024
@@ -33,16 +58,34 @@ class ReplicaNode:
     def __init__(self, env: Env, *, hub: str, backoff: Backoff | None = None,
                  max_frame: int = DEFAULT_MAX_FRAME, online: bool = True,
                  client_class: type[ReplicaClient] = ReplicaClient,
+                 token: str | None = None,
+                 on_refused: Callable[[Refused], None] | None = None,
                  **client_options: Any) -> None:
+        """``token``: this id's token, for a store that does not hold it yet (a new store of
+        an id that joined before; kept in the store); None: the stored one, if any."""
         if not (isinstance(client_class, type) and issubclass(client_class, ReplicaClient)):
             raise ConfigError(f"client_class must be ReplicaClient or a subclass, "
                               f"got {client_class!r}")
+        if token is not None and not (isinstance(token, str)
+                                      and 0 < len(token) <= MAX_TOKEN_CHARS):
+            raise ConfigError(f"token must be a string of 1-{MAX_TOKEN_CHARS} characters")
         self.env = env
         self.hub = hub
         self.codec = ReplicaCodec(max_frame=max_frame)
         self.max_frame = max_frame
         self.backoff = backoff if backoff is not None else FibonacciBackoff()
         self.client = client_class(env, send=self._send, **client_options)
+        store = self.client.store
+        stored = store.get(_IDENTITY, "token")
+        if token is not None and (stored is None or stored.decode() != token):
+            store.put(_IDENTITY, "token", token.encode())
+            store.commit()
+        self.token: str | None = token if token is not None else (
+            None if stored is None else stored.decode())
+        self.on_refused = on_refused
+        self.refused: Refused | None = None  # the last refusal, until a join succeeds
+        self.welcomes = 0
+        self._join_pending = False  # the connection's first subscribe is still to be sent
         self.want_online = online
         self.conn: Conn | None = None
         self.open = False
@@ -103,15 +146,20 @@ class ReplicaNode:
             return
         self.open = True
         self.connects += 1
-        self.backoff.reset()
-        self.client.connected()
+        self._join_pending = True
+        self.client.connected()  # its first message is the subscribe that joins
 
     def received(self, conn: Conn, frame: bytes) -> None:
         if conn is not self.conn:
             return  # a connection we left
         try:
             msg = self.codec.decode(frame)
-            self.client.on_message(HUB_ID, msg)
+            if isinstance(msg, Welcome):
+                self._welcomed(msg)
+            elif isinstance(msg, Refused):
+                self._refused(msg)
+            else:
+                self.client.on_message(HUB_ID, msg)
         except ProtocolError as exc:
             self.env.trace("drop", layer=LAYER, peer=HUB_ID, reason=exc.reason,
                            error=str(exc)[:200])
@@ -125,7 +173,42 @@ class ReplicaNode:
         if self.running and self.want_online:
             self._redial = self.env.set_timer(self.backoff.next_delay(), self._redial_now)
 
+    def _welcomed(self, msg: Welcome) -> None:
+        if msg.dest != self.env.node:
+            self.env.trace("drop", layer=LAYER, peer=HUB_ID, reason="not_for_me", type=msg.TYPE)
+            return
+        self.refused = None
+        self.welcomes += 1
+        self.backoff.reset()  # joined: the next outage starts its backoff afresh
+        self.env.trace("welcome", layer=LAYER, peer=HUB_ID, issued=msg.token is not None,
+                       resume=msg.resume)
+        self.client.resume_after(msg.resume)
+        if msg.token is not None:
+            self.token = msg.token
+            store = self.client.store
+            store.put(_IDENTITY, "token", msg.token.encode())
+            store.commit()  # kept before the hub is told so (and before any write as this id)
+            self._send(Subscribe(id=self.env.node, vector=self.client.causal.vector,
+                                 token=msg.token))  # confirms: the hub may forget it otherwise
+
+    def _refused(self, msg: Refused) -> None:
+        self.refused = msg
+        try:
+            again = JoinRefusal(msg.code).retry
+        except ValueError:
+            again = False
+        self.env.trace("refused", layer=LAYER, peer=HUB_ID, code=msg.code,
+                       reason=msg.reason, again=again)
+        if not again:
+            self.want_online = False  # the hub closes the connection; no redial
+        if self.on_refused is not None:
+            self.on_refused(msg)
+
     def _send(self, msg: Message) -> None:
         if self.open and self.conn is not None:
+            if self._join_pending and isinstance(msg, Subscribe):
+                self._join_pending = False
+                msg = dataclasses.replace(msg, token=self.token,
+                                          incarnation=self.env.incarnation)
             self.env.write(self.conn, self.codec.encode(msg))
         # offline: dropped; the protocol resends what matters once connected

@@ -278,6 +278,24 @@ class ReplicaClient:
                 and self.causal.caught_up and self._snapshot_vector is None):
             self._sync_done(timed_out=False)
 
+    @property
+    def store(self) -> Store:
+        """Where this client's state is kept (``env.store`` unless given one)."""
+        return self._store
+
+    def resume_after(self, seq: int) -> None:
+        """A new incarnation of this id (``CausalDelivery.resume_after``): number writes after
+        ``seq``; the earlier runs' lost writes waiting to be rebased are theirs, given up."""
+        before = self.causal.sent
+        if not self.causal.resume_after(seq):
+            return
+        for lost in [n for n in self._rebase_queue if n <= seq]:
+            del self._rebase_queue[lost], self._rebase_at[lost]
+            self._store.delete(_REBASE, f"{lost:012d}")
+        self._pending = {n: c for n, c in self._pending.items() if n > seq}
+        self._store.commit()
+        self.env.trace("resume", layer=LAYER, origin=self.me, seq=seq, held=before)
+
     def ask_hub(self) -> None:
         """Send our vector to the hub (a ``subscribe``): its keeper answers with what we lack
         and then with its own vector (``hub_vectors`` counts up). Online only."""

@@ -2,13 +2,16 @@
 
 Messages are JSON objects told apart by a flag field, as in the seed's ``onmessage``: ``nack``,
 ``retry``, ``conflict``, ``subscribe``; an object with a ``key`` is a data message. Extensions
-(``clear``, ``stop``, ``left``, and the ``data`` / ``deleted`` fields of a data message) are
-ours; a peer speaking only the seed's messages never needs them. See docs/replica-wire.md.
+(``clear``, ``stop``, ``left``, ``snapshot``, ``welcome``, ``refused``, the ``data`` /
+``deleted`` fields of a data message and the ``token`` / ``incarnation`` of a joining
+``subscribe``) are ours; a peer speaking only the seed's messages never needs them. See
+docs/replica-wire.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import zlib
 from collections.abc import Callable, Mapping, Set
 from typing import Any, ClassVar, TypeVar
@@ -21,21 +24,43 @@ from ...core.messages import DEFAULT_MAX_FRAME, Message, TraceIds, parse_frame
 
 __all__ = [
     "HUB_ID",
+    "MAX_TOKEN_CHARS",
     "Clear",
     "Conflict",
     "Data",
+    "JoinRefusal",
     "Left",
     "Nack",
+    "Refused",
     "ReplicaCodec",
     "Retry",
     "Snapshot",
     "StopAll",
     "Subscribe",
+    "Welcome",
     "crc_of",
 ]
 
 HUB_ID = "hub"  # the ``id`` of messages the hub itself sends (``left``)
 MAX_RETRY_BATCH = 1024  # data messages in one retry
+MAX_TOKEN_CHARS = 128  # a client token on the wire
+MAX_REASON_CHARS = 200  # the reason of a refused join (a WebSocket close reason fits 123 bytes)
+
+
+class JoinRefusal(enum.IntEnum):
+    """Why the hub refused a join: the ``code`` of a ``refused`` message and of the WebSocket
+    close that follows it (4000-4999: codes for applications, RFC 6455)."""
+
+    FIRST_FRAME = 4000  # a known id's first frame was not a subscribe carrying its token
+    ID_IN_USE = 4001  # the id is connected on another connection
+    NOT_YOURS = 4003  # the id is registered to another client: wrong or missing token
+    NO_RESUME = 4009  # a new incarnation the hub cannot place (it keeps no snapshot)
+    TOO_MANY_IDS = 4013  # the hub's register of client ids is full
+
+    @property
+    def retry(self) -> bool:
+        """Whether joining again later may succeed (the other connection may go away)."""
+        return self is JoinRefusal.ID_IN_USE
 
 
 def crc_of(key: str, value: str, data: Any = None) -> int:
@@ -81,10 +106,24 @@ class Subscribe(_Wire):
     FLAG: ClassVar[str] = "subscribe"
     id: str
     vector: dict[str, int]
+    # extension, on the first subscribe of a connection (the join) only: the client's token
+    # (issued by the hub at its first join) and its process's incarnation (``env.incarnation``)
+    token: str | None = None
+    incarnation: int | None = None
 
     def __post_init__(self) -> None:
         _check_id(self.id, "id")
         _check_vector(self.vector)
+        if self.token is not None and not 0 < len(self.token) <= MAX_TOKEN_CHARS:
+            raise ValueError(f"token must be 1-{MAX_TOKEN_CHARS} characters")
+        if self.incarnation is not None and (self.incarnation.__class__ is not int
+                                             or self.incarnation < 1):
+            raise ValueError("incarnation must be an int >= 1")
+
+    @property
+    def joining(self) -> bool:
+        """Whether it carries join credentials (never forwarded as they are)."""
+        return self.token is not None or self.incarnation is not None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -229,6 +268,50 @@ class Left(_Wire):
         _check_id(self.left, "left")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Welcome(_Wire):
+    """Extension, sent by the hub to ``dest`` that joined: its ``token`` when one was issued
+    now (keep it; present it at every later join), and ``resume``: the highest sequence number
+    of ``dest`` the hub knows of, so a new incarnation (a fresh or restored store) numbers its
+    writes after it."""
+
+    TYPE: ClassVar[str] = "replica.welcome"
+    FLAG: ClassVar[str] = "welcome"
+    id: str
+    dest: str
+    token: str | None
+    resume: int
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.dest, "dest")
+        if self.token is not None and not 0 < len(self.token) <= MAX_TOKEN_CHARS:
+            raise ValueError(f"token must be 1-{MAX_TOKEN_CHARS} characters")
+        if self.resume.__class__ is not int or self.resume < 0:
+            raise ValueError("resume must be an int >= 0")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refused(_Wire):
+    """Extension, sent by the hub to a connection whose join it refused, just before it closes
+    it with the same ``code`` and ``reason``."""
+
+    TYPE: ClassVar[str] = "replica.refused"
+    FLAG: ClassVar[str] = "refused"
+    id: str
+    dest: str
+    code: int
+    reason: str
+
+    def __post_init__(self) -> None:
+        _check_id(self.id, "id")
+        _check_id(self.dest, "dest")
+        if self.code.__class__ is not int or not 4000 <= self.code <= 4999:
+            raise ValueError("code must be an int in 4000..4999")
+        if len(self.reason) > MAX_REASON_CHARS:
+            raise ValueError(f"reason must be at most {MAX_REASON_CHARS} characters")
+
+
 SnapshotWrite = tuple[str, "str | None", str, int, Any, bool]
 """One write of a snapshot's object path: (revision, old revision, writer, seq, content,
 deleted)."""
@@ -278,7 +361,9 @@ class Snapshot(_Wire):
                 _check_write(row)
 
 
-_FLAGGED: tuple[type[_Wire], ...] = (Nack, Retry, Conflict, Subscribe, Clear, StopAll, Snapshot)
+_FLAGGED: tuple[type[_Wire], ...] = (Nack, Retry, Conflict, Subscribe, Clear, StopAll, Snapshot,
+                                     Welcome, Refused)
+_OPTIONAL = frozenset({"token", "incarnation"})  # fields left out when None
 _FIELDS: dict[type[_Wire], tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls))
     for cls in (*_FLAGGED, Left, Data)
@@ -355,7 +440,8 @@ class ReplicaCodec:
                                 for key, path in msg.objects.items()},
                     "last": msg.last}
         if isinstance(msg, _FLAGGED):
-            out = {name: getattr(msg, name) for name in _FIELDS[type(msg)]}
+            out = {name: value for name in _FIELDS[type(msg)]
+                   if (value := getattr(msg, name)) is not None or name not in _OPTIONAL}
             out[msg.FLAG] = True
             return out
         raise ConfigError(f"{type(msg).__name__} is not a seed-000 message")
@@ -387,8 +473,8 @@ class ReplicaCodec:
             return _build(Left, "left", id=obj["id"], left=_expect(obj, "left", str, "left"))
         if "key" in obj:
             return self._data(obj)
-        raise InvalidMessage("no flag (nack, retry, conflict, subscribe, clear, stop, left) "
-                             "and no key: not a seed-000 message")
+        raise InvalidMessage("no flag (nack, retry, conflict, subscribe, clear, stop, left, "
+                             "snapshot, welcome, refused) and no key: not a seed-000 message")
 
     def _data(self, obj: Mapping[str, Any]) -> Data:
         what = "data"
@@ -446,11 +532,14 @@ class ReplicaCodec:
                           retry=tuple(decoded))
         kinds: dict[str, type] = {"id": str, "dest": str, "start": int, "end": int,
                                   "loser_time": int, "winner": str, "winner_time": int,
-                                  "object": str}
+                                  "object": str, "token": str, "incarnation": int,
+                                  "resume": int, "code": int, "reason": str}
         fields: dict[str, Any] = {}
         for name in names:
             if name == "vector":
                 fields[name] = _vector(obj, what)
+            elif name in _OPTIONAL and obj.get(name) is None:
+                fields[name] = None  # absent (or null): the seed's subscribe has neither
             else:
                 fields[name] = _expect(obj, name, kinds[name], what)
         return _build(cls, what, **fields)

@@ -4,7 +4,7 @@
 serves the browser client's files; ``Replica`` is the asyncio Python client.
 """
 
-from .client import Replica
+from .client import JoinRefused, Replica
 from .hub_server import DEFAULT_MAX_FRAME, HubServer, HubState
 
-__all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState", "Replica"]
+__all__ = ["DEFAULT_MAX_FRAME", "HubServer", "HubState", "JoinRefused", "Replica"]

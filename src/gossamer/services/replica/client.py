@@ -25,11 +25,12 @@ from ...core.env import Env
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.trace import TraceSink
-from ...protocols.replica.node import DEFAULT_MAX_FRAME, ReplicaNode
+from ...protocols.replica.node import DEFAULT_MAX_FRAME, JoinRefused, ReplicaNode
 from ...protocols.replica.objects import LinkState, RebaseFn, ReplicaClient, ReplicaConfig
+from ...protocols.replica.wire import Refused
 from ...runtimes.net import NetNode, NodeState, SqliteStore
 
-__all__ = ["Replica"]
+__all__ = ["JoinRefused", "Replica"]
 
 log = logging.getLogger("gossamer.replica")
 
@@ -55,9 +56,12 @@ class Replica:
         trace: TraceSink | None = None,
         run: str = "live",
         max_frame: int = DEFAULT_MAX_FRAME,
+        token: str | None = None,
     ) -> None:
         """``client_id``: this client's id (kept in the store; None: the stored one, or a new
-        random id); ``db_path`` None keeps the state in memory only."""
+        random id); ``db_path`` None keeps the state in memory only. ``token``: the id's token
+        (``Replica.token`` of the store that first joined as it), for a new store of an id that
+        joined before: the hub refuses a known id without it (``JoinRefused``)."""
         if not url.startswith("ws://"):
             raise ConfigError(f"url must be ws://HOST:PORT/PATH, got {url!r}")
         if max_frame < 64:
@@ -80,6 +84,7 @@ class Replica:
         self._trace = trace
         self._run = run
         self._max_frame = max_frame
+        self._token = token
         self._backoff: Backoff = backoff if backoff is not None else FibonacciBackoff()
         self._net: NetNode | None = None
         self._node: ReplicaNode | None = None
@@ -97,7 +102,8 @@ class Replica:
                                  max_frame=self._max_frame, config=self._config,
                                  rebase=self._rebase, on_change=self._on_change,
                                  on_clear=self._on_clear, on_stop=self._on_stop,
-                                 on_link=self._on_link)
+                                 on_link=self._on_link, token=self._token,
+                                 on_refused=self._on_refused)
         return self._node
 
     async def start(self) -> None:
@@ -127,6 +133,19 @@ class Replica:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    @property
+    def token(self) -> str | None:
+        """The token that proves this client's id to the hub (issued at its first join and
+        kept in the store; None before that). Keep it like a password: whoever holds it and
+        the id can write as this client."""
+        return None if self._node is None else self._node.token
+
+    @property
+    def refused(self) -> JoinRefused | None:
+        """Why the hub refused the last join, until one succeeds (None: not refused)."""
+        node = self._node
+        return None if node is None or node.refused is None else JoinRefused(node.refused)
 
     @property
     def connects(self) -> int:
@@ -259,6 +278,10 @@ class Replica:
         if self.on_stop is not None:
             self.on_stop(by)
 
+    def _on_refused(self, refused: Refused) -> None:
+        log.error("%s: %s", self.client_id, JoinRefused(refused))
+        self._notify()
+
     def _on_link(self, state: LinkState) -> None:
         log.info("%s: %s", self.client_id, state.value)
         self._notify()
@@ -276,6 +299,11 @@ class Replica:
         self._notify()
 
     def _check(self) -> None:
+        """Raise what stops this replica: a protocol failure, or the hub refusing its join
+        (``JoinRefused``: the id is another client's, or connected elsewhere)."""
         if self.failure is not None:
             raise StateError(f"replica {self.client_id} failed: {self.failure!r}") \
                 from self.failure
+        refused = self.refused
+        if refused is not None:
+            raise refused

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import secrets
 from pathlib import Path
 
 from ...core.conn import Framing, ListenerSpec
@@ -109,7 +110,8 @@ class HubServer:
 
     def _build(self, env: Env) -> HubService:
         self.service = HubService(env, keeper=self.keeper_config,
-                                  max_connections=self.max_connections)
+                                  max_connections=self.max_connections,
+                                  new_token=lambda: secrets.token_urlsafe(24))
         return self.service
 
     async def start(self) -> None:
