@@ -18,18 +18,20 @@ from gossamer.protocols.replica import (
     Data,
     Left,
     Nack,
+    Refused,
     ReplicaCodec,
     Retry,
     Snapshot,
     StopAll,
     Subscribe,
+    Welcome,
     crc_of,
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "replica-wire.md"
 KINDS = {"subscribe": Subscribe, "data": Data, "nack": Nack, "retry": Retry,
          "conflict": Conflict, "clear": Clear, "stop": StopAll, "left": Left,
-         "snapshot": Snapshot}
+         "snapshot": Snapshot, "welcome": Welcome, "refused": Refused}
 codec = ReplicaCodec()
 
 
@@ -74,6 +76,13 @@ BAD: list[tuple[str, type[ProtocolError], str]] = [
     ('{"id": "a", "vector": {"b": -1}, "subscribe": true}', InvalidMessage, "vector"),
     ('{"id": "a", "vector": {"b": true}, "subscribe": true}', InvalidMessage, "vector"),
     ('{"id": "a", "vector": {}, "subscribe": true, "x": 1}', InvalidMessage, "unknown"),
+    ('{"id": "a", "vector": {}, "subscribe": true, "token": ""}', InvalidMessage, "token"),
+    ('{"id": "a", "vector": {}, "subscribe": true, "token": 5}', InvalidMessage, "token"),
+    ('{"id": "a", "vector": {}, "subscribe": true, "incarnation": 0}', InvalidMessage,
+     "incarnation"),
+    ('{"id": "hub", "dest": "a", "welcome": true, "resume": -1}', InvalidMessage, "resume"),
+    ('{"id": "hub", "dest": "a", "refused": true, "code": 1000, "reason": "x"}',
+     InvalidMessage, "code"),
     ('{"id": "a", "dest": "b", "start": 3, "end": 2, "nack": true}', InvalidMessage, "start"),
     ('{"id": "a", "dest": "b", "start": "1", "end": 2, "nack": true}', InvalidMessage, "start"),
     ('{"id": "a", "key": "k", "old_value": null, "value": "v", "crc": 1, "vector": {}}',
