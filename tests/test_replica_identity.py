@@ -290,11 +290,18 @@ def test_a_token_is_never_forwarded_and_a_refusal_closes_with_its_code() -> None
     token = next(m for m in frames_to(env, ada) if isinstance(m, Welcome)).token
     assert token is not None
     hub.received(bob, CODEC.encode(Subscribe(id="bob", vector={})))
+    env.take_written()
     hub.received(ada, CODEC.encode(Subscribe(id="ada", vector={}, token=token)))  # confirms
-    to_bob = b"".join(frame for to, frame in env.written if to is bob)
-    assert token.encode() not in to_bob and b'"id":"ada"' in to_bob
+    assert env.take_written() == []  # a confirmation is answered by nothing
     record = hub.book.record("ada")
     assert record is not None and record.confirmed
+    hub.closed(ada, "peer_closed")
+    ada = open_conn(hub, env)
+    hub.received(ada, CODEC.encode(Subscribe(id="ada", vector={}, token=token)))  # rejoins
+    to_bob = b"".join(frame for to, frame in env.written if to is bob)
+    assert b'"subscribe":true' in to_bob and b'"id":"ada"' in to_bob  # forwarded: no keeper
+    assert token.encode() not in to_bob and b"token" not in to_bob
+    assert frames_to(env, ada) == [Welcome(id=HUB_ID, dest="ada", token=None, resume=0)]
     again = open_conn(hub, env)
     hub.received(again, CODEC.encode(Subscribe(id="bob", vector={})))
     assert frames_to(env, again) == [Refused(id=HUB_ID, dest="bob", code=4001,

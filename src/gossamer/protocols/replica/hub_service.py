@@ -148,8 +148,11 @@ class HubService:
             if before is None and not self._admit(conn, peer, msg):
                 return  # refused and closed
             if isinstance(msg, Subscribe) and msg.joining:  # credentials stay at the hub
-                if before is not None and msg.token is not None:  # it kept its new token
+                if before is not None and msg.token is not None:
+                    # it shows it kept the token it was just issued: confirmed, and answered by
+                    # nothing (serving it would resend what its join's answer is sending)
                     self._confirm(peer, msg.id, msg.token)
+                    return
                 msg = dataclasses.replace(msg, token=None, incarnation=None)
                 frame = self.codec.encode(msg)
             peer.client = relay.bind(conn, msg)
@@ -232,8 +235,10 @@ class HubService:
     def _confirm(self, peer: _Peer, client: str, token: str) -> None:
         if client != peer.client or not self.book.confirm(client, token):
             self._trace("drop", peer, reason="bad_confirm", client=client)
-        elif self.keeper is None:
+            return
+        if self.keeper is None:
             self.book.store.commit()
+        self._trace("confirm", peer)
 
     def _write_if_open(self, conn: Conn, frame: bytes) -> None:
         if conn in self._peers:
