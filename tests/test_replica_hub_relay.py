@@ -11,6 +11,7 @@ from gossamer.protocols.replica import (
     HubRelay,
     Left,
     Nack,
+    Retry,
     Route,
     Subscribe,
     crc_of,
@@ -68,6 +69,17 @@ def test_a_spoofed_id_is_refused_and_changes_nothing() -> None:
     with pytest.raises(InvalidMessage, match="speaks for"):
         relay.receive("c1", data("C2"))
     assert relay.connection_of("C2") == "c2" and relay.id_of("c1") == "C1"
+
+
+def test_a_retry_carrying_another_clients_message_is_refused() -> None:
+    """Before: a client could put a message under another client's id in a retry, and the hub
+    (its keeper) applied and forwarded it: a forgery by a joined client."""
+    relay = relay_with("c1", "c2")
+    forged = Retry(id="C1", dest="C2", retry=(data("C1", 1), data("C2", 7)))
+    with pytest.raises(InvalidMessage, match="carries a message of 'C2'"):
+        relay.receive("c1", forged)
+    own = Retry(id="C1", dest="C2", retry=(data("C1", 1), data("C1", 2)))
+    assert relay.receive("c1", own) == [Route("c2", own)]
 
 
 def test_a_dest_nobody_has_is_refused() -> None:

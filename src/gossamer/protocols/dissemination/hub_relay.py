@@ -4,7 +4,7 @@ the routing core of the hub (``gossamer.protocols.replica.hub_service``).
 A connection subscribes when it opens and is unsubscribed when it closes (the other clients get
 a ``Left``). A message goes to every other connection, or only to the connection registered
 under its ``dest``. The first ``id`` a connection sends binds it: later messages with another id
-are refused (no spoofing), and so is an id that another connection holds (``IdInUse``: one id,
+are refused (no spoofing), as is a retry carrying another client's message, and so is an id that another connection holds (``IdInUse``: one id,
 one writer; the hub refuses that join and closes the newcomer). Who may bind an id at all is the
 hub's client book (``gossamer.protocols.replica.identity``), checked before ``bind``.
 """
@@ -101,6 +101,11 @@ class HubRelay:
             self._index[client] = conn
         elif bound != client:
             raise InvalidMessage(f"connection speaks for {bound!r}, not {client!r}")
+        if isinstance(msg, Retry):  # a client resends its own messages only (the seed's rule)
+            for part in msg.retry:
+                if part.id != client:
+                    raise InvalidMessage(f"a retry from {client!r} carries a message of "
+                                         f"{part.id!r}: a client resends only its own")
         return client
 
     def routes(self, conn: ConnId, msg: Message) -> list[Route]:
