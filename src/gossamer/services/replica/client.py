@@ -2,7 +2,8 @@
 
 ``Replica`` runs the sans-I/O ``ReplicaNode`` (a ``ReplicaClient``: causal delivery, total
 order per object, conflicts, rebase, offline queue; and its link to the hub) on the network
-runtime, with its state in sqlite so a restarted process resumes where it stopped. It
+runtime, with its state in sqlite so a restarted process resumes where it stopped (its token
+too: the hub's proof of its id, ``docs/security.md``; a refused join raises ``JoinRefused``). It
 reconnects with the seed's Fibonacci backoff unless told to go offline::
 
     async with Replica("ws://127.0.0.1:8080/ws", db_path="me.sqlite") as replica:
