@@ -4,9 +4,10 @@ the routing core of the hub (``gossamer.protocols.replica.hub_service``).
 A connection subscribes when it opens and is unsubscribed when it closes (the other clients get
 a ``Left``). A message goes to every other connection, or only to the connection registered
 under its ``dest``. The first ``id`` a connection sends binds it: later messages with another id
-are refused (no spoofing), as is a retry carrying another client's message, and so is an id that another connection holds (``IdInUse``: one id,
-one writer; the hub refuses that join and closes the newcomer). Who may bind an id at all is the
-hub's client book (``gossamer.protocols.replica.identity``), checked before ``bind``.
+are refused (no spoofing), as is a retry carrying another client's message, and so is an id
+that another connection holds (``IdInUse``: one id, one writer; the hub refuses that join and
+closes the newcomer). Who may bind an id at all is the hub's client book
+(``gossamer.protocols.replica.identity``), checked before ``bind``.
 """
 
 from __future__ import annotations
