@@ -323,7 +323,8 @@ def _analyze(
                 return _write(with_seed.withColumn("check", F.lit(name)),
                               violations_dir / f"check={_slug(name)}" / f"group={index}")
 
-            results = evaluate(group.trace, default_checks(group.checks),
+            results = evaluate(group.trace, default_checks(group.checks,
+                                                           complete=not left_out),
                                materialize=materialize, absent_columns=absent,
                                on_check=(lambda name: step(f"check: {name}")) if index == 0
                                else None)

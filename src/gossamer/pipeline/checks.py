@@ -356,16 +356,21 @@ def duplicate_violations(trace: DataFrame, *, layers: Sequence[str] | None = Non
         F.col("layer"), F.col("nth"), F.col("first_t"), F.col("t")))
 
 
-def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
+                        complete: bool = True) -> DataFrame:
     """Deliveries that cannot be right whatever was lost: of a message nobody published in the
     run (in any layer), at a node that was down (crashed, or gone after it left: runtime
-    membership only), or on a topic the node was not subscribed to when it delivered."""
+    membership only), or on a topic the node was not subscribed to when it delivered.
+    ``complete`` False (trace files were left out: ``--allow-partial``): a publish may be in a
+    file that was left out, so "never published" is not judged."""
     trace = with_row_order(trace)
     rows = _deliveries(trace, layers).filter(F.col("msg").isNotNull()).select(
         "run", "layer", "node", "msg", "origin", "seq", "key", "t", ROW, clock().alias("at"))
     published = trace.filter(F.col("event") == "publish").select("run", "msg").distinct()
     unpublished = rows.join(published, ["run", "msg"], "left_anti").select(
         "*", F.lit("delivered a message that was never published in the run").alias("what"))
+    if not complete:
+        unpublished = unpublished.limit(0)
     status = member_status(trace)
     up = rows.join(F.broadcast(status), ["run", "node"], "left").filter(_up_during(
         F.col("start_at"), F.col("start_row"), F.col("end_at"), F.col("end_row"),
@@ -817,6 +822,10 @@ def convergence_violations(
 
 # -- checks as verdicts ------------------------------------------------------------------------
 
+#: what a partial analysis does not judge (``validity_violations`` with ``complete`` False)
+PARTIAL_NOTE = ("what they held is not judged, and deliveries are not checked against the "
+                "publishes, which may be among it")
+
 #: the columns every check reads (which node recorded what, when, in which layer)
 BASE_COLUMNS = ("run", "t", "node", "layer", "event")
 
@@ -989,11 +998,11 @@ def duplicates_check(*, layers: Sequence[str] | None = None) -> Check:
         lacking="deliver rows carry no message id (msg)")
 
 
-def validity_check(*, layers: Sequence[str] | None = None) -> Check:
+def validity_check(*, layers: Sequence[str] | None = None, complete: bool = True) -> Check:
     return Check(
         "validity", _deliver_evidence(layers) & F.col("msg").isNotNull(),
         f"nothing was delivered in {_named(layers)}",
-        lambda trace: validity_violations(trace, layers=layers),
+        lambda trace: validity_violations(trace, layers=layers, complete=complete),
         columns=("msg", "key"), incomplete=_deliver_evidence(layers),
         lacking="deliver rows carry no message id (msg)")
 
@@ -1069,9 +1078,10 @@ def atomicity_check() -> Check:
         "snapshots", None)
 
 
-def default_checks(config: CheckConfig | None = None) -> list[Check]:
+def default_checks(config: CheckConfig | None = None, *, complete: bool = True) -> list[Check]:
     """Every check, configured: reliability, own delivery, duplicates, validity, FIFO,
-    causal, total order, convergence, atomicity."""
+    causal, total order, convergence, atomicity. ``complete`` False: some of the trace's
+    files were left out (see ``validity_violations``)."""
     config = config if config is not None else CheckConfig()
     layers = config.layers
     causal_layers = layers if config.causal_layers is None else config.causal_layers
@@ -1081,7 +1091,7 @@ def default_checks(config: CheckConfig | None = None) -> list[Check]:
         own_delivery_check(layers=layers, own_layers=config.own_delivery_layers,
                            session_layers=config.session_layers),
         duplicates_check(layers=layers),
-        validity_check(layers=layers),
+        validity_check(layers=layers, complete=complete),
         fifo_check(layers=layers if config.fifo_layers is None else config.fifo_layers,
                    session_layers=config.session_layers),
         causal_check(layers=causal_layers, declared=config.causal_layers is not None),

@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .analysis import Analysis
-from .checks import Status
+from .checks import PARTIAL_NOTE, Status
 
 __all__ = ["format_value", "plots", "sweep_points", "write_report"]
 
@@ -457,7 +457,7 @@ def write_report(analysis: Analysis, path: str | Path | None = None) -> Path:
         parts.append(f"<p>Settings: {html.escape(note)}.</p>")
     if analysis.left_out:
         parts.append(f"<p class='fail'>{len(analysis.left_out)} trace files were left out "
-                     "(--allow-partial):</p><ul>")
+                     f"(--allow-partial; {html.escape(PARTIAL_NOTE)}):</p><ul>")
         parts += [f"<li><code>{html.escape(str(path))}</code>: {html.escape(problem)}</li>"
                   for path, problem in analysis.left_out]
         parts.append("</ul>")

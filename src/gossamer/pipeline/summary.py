@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .analysis import Analysis
-from .checks import Status
+from .checks import PARTIAL_NOTE, Status
 from .report import format_value
 
 __all__ = ["checks_table", "metrics_table", "print_summary", "verdict_line"]
@@ -103,7 +103,7 @@ def print_summary(analysis: Analysis, console: Console) -> None:
                       "comparable across processes[/]")
     if analysis.left_out:
         console.print(f"[yellow]{len(analysis.left_out)} trace files were left out "
-                      "(--allow-partial):[/]", soft_wrap=True)
+                      f"(--allow-partial; {PARTIAL_NOTE}):[/]", soft_wrap=True)
         for path, problem in analysis.left_out:
             console.print(f"[yellow]  left out {escape(str(path))}: {escape(problem)}[/]",
                           soft_wrap=True, highlight=False)
