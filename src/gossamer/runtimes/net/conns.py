@@ -241,7 +241,10 @@ class Connections:
 
     # -- dialing ---------------------------------------------------------------------------
 
-    def dial(self, address: str, *, framing: Framing, max_frame: int, handler: Any) -> NetConn:
+    def dial(self, address: str, *, framing: Framing, max_frame: int, handler: Any,
+             limit: int | None = None) -> NetConn:
+        """Dial ``address``; ``limit``: frames its backlog holds (default
+        ``DIALED_SEND_QUEUE``)."""
         host, port, path = parse_address(address)
         if path is not None:
             framing = Framing.WS
@@ -252,6 +255,8 @@ class Connections:
         conn = self._new_conn(None, address, handler=handler, framing=framing,
                               max_frame=max_frame, raw=framing is not Framing.WS)
         conn.promoted = True
+        if limit is not None:
+            conn.limit = limit
         self._spawn(self._dial(conn, host, port, path, framing))
         return conn
 

@@ -193,6 +193,7 @@ class NodeOptions:
     command_port: int | None = None  # the command port (commands.py) on host; 0: a free one
     join_timeout: float = 30.0  # with contacts: not in the overlay by then is an error (exit 1)
     cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
+    send_queue_limit: int = 10_000  # messages held per peer link (queue and backlog)
 
     def __post_init__(self) -> None:
         if self.mode not in ("gossip", "scribe"):
@@ -248,7 +249,8 @@ class PubSubNetNode:
                            codec=codec_for(options.mode),
                            listen=(options.host, options.port), listeners=listeners,
                            store=store, trace=sink, run=options.run, seed=options.seed,
-                           cluster_key=options.cluster_key)
+                           cluster_key=options.cluster_key,
+                           send_queue_limit=options.send_queue_limit)
         self.net.resolver = address_of
         self.net.on_failure = lambda _node, _exc: self.failed.set()
 
@@ -269,7 +271,8 @@ class PubSubNetNode:
             on_message=self._delivered)
         if opts.command_port is None:
             return self.pubsub.process
-        self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined)
+        self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined,
+                                overload=self.net.overload)
         return NodeProcess(self.pubsub.process, self.port)
 
     @property
