@@ -80,6 +80,11 @@ class CommandPort:
         self.waited = 0  # publishes that had to wait for room, so far
         self.refused = 0  # publishes refused because too many waited, so far
 
+    @property
+    def waiting(self) -> int:
+        """Commands held for when the node has room, over all clients."""
+        return self._held
+
     def _status(self) -> dict[str, Any]:
         return {"node": self.env.node, "mode": self.pubsub.mode,
                 "subscriptions": self.pubsub.subscriptions()}
