@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import io
 import json
+import os
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,8 +23,9 @@ from gossamer.protocols.dissemination.gossip import GossipConfig, GossipData
 from gossamer.protocols.dissemination.scribe import ScribeConfig
 from gossamer.protocols.ordering import DeferredOrderer
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
+from gossamer.services.pubsub.client import run_client
 from gossamer.services.pubsub.commands import COMMANDS_LISTENER, CommandPort, NodeProcess
-from gossamer.services.pubsub.net import NodeOptions, PubSubNetNode
+from gossamer.services.pubsub.net import NodeOptions, Output, PubSubNetNode
 from gossamer.services.pubsub.node import Overloaded, PubSubNode
 from gossamer.testing import FakeEnv
 
@@ -323,3 +327,48 @@ def test_a_burst_through_the_command_port_in_the_simulator_loses_nothing() -> No
             got = collections.Counter(r.msg for r in rows if r.node == node)
             assert set(got) == accepted, (seed, node, len(accepted - set(got)))
             assert max(got.values()) == 1, (seed, node)
+
+
+@pytest.mark.parametrize("mode", ["scribe", "gossip"])
+def test_a_burst_piped_into_the_client_is_accepted_and_delivered_exactly_once(
+        mode: str) -> None:
+    """``gossamer pubsub client``'s loop, in this process: 5,000 publish lines piped in at
+    once; it keeps at most ``window`` unanswered (it stops reading meanwhile), every line is
+    answered ``ok`` and delivered exactly once at every subscriber."""
+
+    async def scenario() -> None:
+        publisher, nodes, heard = await overlay(mode, 2)
+        try:
+            address = publisher.command_address
+            assert address is not None
+            read_fd, write_fd = os.pipe()
+            lines = b"".join(f"publish {TOPIC} m{i}\n".encode() for i in range(BURST))
+
+            def feed() -> None:
+                with os.fdopen(write_fd, "wb") as pipe:
+                    pipe.write(lines)
+
+            feeder = threading.Thread(target=feed, daemon=True)
+            feeder.start()
+            out = io.StringIO()
+            try:
+                code = await run_client(address[0], address[1], Output(out), fd=read_fd,
+                                        window=100)
+            finally:
+                os.close(read_fd)
+            assert code == 0, out.getvalue()[-500:]
+            printed = out.getvalue().splitlines()
+            ok = [line for line in printed if line.startswith(f"ok publish {TOPIC} ")]
+            assert len(ok) == BURST, [line for line in printed if line.startswith("error")][:3]
+            for sub in heard:
+                await wait_for(lambda s=sub: sum(
+                    n for m, n in s.counts.items() if m.startswith("m")) >= BURST,
+                    sub.changed, f"{BURST} deliveries")
+                got = {m: n for m, n in sub.counts.items() if m.startswith("m")}
+                assert set(got) == {f"m{i}" for i in range(BURST)}
+                assert set(got.values()) == {1}
+        finally:
+            for node in [publisher, *nodes]:
+                await node.stop()
+
+    asyncio.run(scenario())
