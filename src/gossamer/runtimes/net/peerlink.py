@@ -47,6 +47,7 @@ __all__ = ["LinkNode", "PeerLinks"]
 log = logging.getLogger("gossamer.net")
 
 MAX_UNVERIFIED_FRAMES = 1000  # held per link while its claimed id is checked
+CONTROL_FRAMES = 16  # room in a link's backlog beside its messages (the hello, echoes)
 
 
 class LinkNode(NodeSide, Protocol):
@@ -130,7 +131,7 @@ class _Link:
         # reads is never cut off for a burst the node accepted (see ``send_queue_limit``)
         self.conn = node.connections.dial(f"{host}:{port}", framing=self.links.framing,
                                           max_frame=node.max_frame, handler=self,
-                                          limit=node.send_queue_limit)
+                                          limit=node.send_queue_limit + CONTROL_FRAMES)
 
     def kick(self) -> None:
         """The peer's address changed: retry now."""
