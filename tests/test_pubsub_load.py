@@ -20,7 +20,8 @@ import pytest
 
 from gossamer.core import Conn, Env, ListenerSpec, MemorySink
 from gossamer.protocols.dissemination.gossip import GossipConfig, GossipData
-from gossamer.protocols.dissemination.scribe import ScribeConfig
+from gossamer.protocols.dissemination.scribe import PublishResult, ScribeConfig, TreeRole
+from gossamer.protocols.dissemination.scribe.messages import ScribeData
 from gossamer.protocols.ordering import DeferredOrderer
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
 from gossamer.services.pubsub.client import run_client
@@ -372,3 +373,33 @@ def test_a_burst_piped_into_the_client_is_accepted_and_delivered_exactly_once(
                 await node.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_scribe_root_takes_no_publish_while_a_childs_link_is_full() -> None:
+    env = FakeEnv("n0")
+    pubsub = PubSubNode(env, "scribe", create=True,
+                        scribe_config=ScribeConfig(max_backlog=10, backlog_poll=0.01))
+    pubsub.process.start()
+    env.advance(0.1)
+    ended: list[tuple[str, bool]] = []
+
+    def done(result: PublishResult) -> None:
+        ended.append((result.msg, result.accepted))
+
+    pubsub.publish("news", "first", on_done=done)
+    env.advance(0.01)
+    assert ended == [("n0:1", True)]
+    scribe = pubsub.scribe
+    assert scribe is not None and scribe.role("news") is TreeRole.ROOT
+    scribe._topics["news"].children["n1"] = env.now()  # a child, as if it had joined
+    env.backlogs["n1"] = 10
+    pubsub.publish("news", "second", on_done=done)
+    pubsub.publish("news", "third", on_done=done)
+    env.advance(0.1)
+    assert ended == [("n0:1", True)], "acknowledged while the child's link is full"
+    assert not [m for _, m in env.sent if isinstance(m, ScribeData)]
+    env.backlogs["n1"] = 0
+    env.advance(0.05)
+    assert ended[1:] == [("n0:2", True), ("n0:3", True)]
+    sent = [m.payload for dst, m in env.sent if isinstance(m, ScribeData) and dst == "n1"]
+    assert sent == ["second", "third"]

@@ -16,6 +16,9 @@ node calls back (``when_room``). What waits is bounded (``max_waiting`` commands
 ``max_waiting_bytes`` over all clients); a publish beyond that is refused at once with an
 error (``definite``: it was never taken) and nothing else is lost. Overload is logged once per
 interval with counts (``overload``, a ``RateLimitedLog``) and traced (``overload`` rows).
+At most ``BATCH`` publishes are made per turn of the event loop (the rest wait for the next
+turn, in order): a burst read in one go does not hold the node's timers (heartbeats, failure
+detection) for the time of thousands of publishes.
 
 ``NodeProcess`` is what the runtime drives on such a node: the protocol stack's process, with
 the command port beside it.
@@ -45,6 +48,7 @@ COMMANDS_LISTENER = "commands"
 LAYER = "pubsub"
 MAX_WAITING = 10_000  # commands waiting for room, over all clients of a port
 MAX_WAITING_BYTES = 16 * 1024 * 1024
+BATCH = 128  # publishes made per turn of the event loop, at most
 
 
 class OverloadLog(Protocol):
@@ -76,6 +80,8 @@ class CommandPort:
         self.overload = overload
         self._waiting: dict[Conn, deque[bytes]] = {}  # a client's commands held, in order
         self._held = 0  # commands in _waiting
+        self._batch = BATCH  # publishes this turn may still make
+        self._next_turn: Any = None  # the timer that starts the next turn, while one is due
         self._held_bytes = 0
         self.waited = 0  # publishes that had to wait for room, so far
         self.refused = 0  # publishes refused because too many waited, so far
@@ -104,8 +110,9 @@ class CommandPort:
             waiting = deque[bytes]()
             if self._hold(conn, waiting, frame):
                 self._waiting[conn] = waiting
-                self.pubsub.when_room(self._room)
-                self._report("waiting")
+                self._wait_for_room()
+                if self._batch > 0:
+                    self._report("waiting")
 
     def _hold(self, conn: Conn, waiting: deque[bytes], frame: bytes) -> bool:
         """Keep ``frame`` for when the node has room; False: too much waits, it was refused."""
@@ -149,10 +156,24 @@ class CommandPort:
                     waiting.appendleft(frame)
                     self._held += 1
                     self._held_bytes += len(frame)
-                    self.pubsub.when_room(self._room)
+                    self._wait_for_room()
                     return
                 waiting = self._waiting.get(conn)  # gone if it was ``exit``
             self._waiting.pop(conn, None)
+
+    def _wait_for_room(self) -> None:
+        """Run what waits at the next turn (this turn's batch is used up) or when the node
+        has room."""
+        if self._batch <= 0:
+            if self._next_turn is None:
+                self._next_turn = self.env.set_timer(0.0, self._new_turn)
+        else:
+            self.pubsub.when_room(self._room)
+
+    def _new_turn(self) -> None:
+        self._next_turn = None
+        self._batch = BATCH
+        self._room()
 
     def _execute(self, conn: Conn, frame: bytes) -> bool:
         """Run one command; False (nothing done) if it is a publish the node has no room
@@ -180,8 +201,11 @@ class CommandPort:
                 assert command.topic is not None
                 if not self.joined():
                     raise StateError("not in the overlay yet: publish once it joined")
-                if not self.pubsub.has_room():
+                if self._batch <= 0 or not self.pubsub.has_room():
                     return False
+                if self._next_turn is None:  # the first of this turn: the next one refills
+                    self._next_turn = self.env.set_timer(0.0, self._new_turn)
+                self._batch -= 1
                 self.pubsub.publish(command.topic, command.message,
                                     on_done=functools.partial(self._published, conn))
             else:
