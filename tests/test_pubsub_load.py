@@ -149,7 +149,11 @@ def delivered_exactly_once(answers: list[dict[str, Any]], heard: list[Subscriber
         assert len(got) == len(ok), (len(got), len(ok), len(refused))
 
 
-@pytest.mark.parametrize("mode", ["scribe", "gossip"])
+@pytest.mark.parametrize("mode", [
+    # slow: three nodes in this process on a loaded machine (the fast lane's workers) can
+    # starve a Scribe tree's heartbeats mid-burst; it churns and loses what a replaced stream
+    # had not repaired (docs/pubsub.md, Limits): the full lane runs it
+    pytest.param("scribe", marks=pytest.mark.slow), "gossip"])
 def test_a_burst_of_publishes_is_accepted_and_delivered_exactly_once(mode: str) -> None:
     """5,000 publish lines at once: all accepted (the bound makes them wait, not fail) and
     every one delivered exactly once at every subscriber. The publisher's peer links hold
