@@ -117,6 +117,7 @@ class FakeEnv(TracesToSink):
         self.incarnation = incarnation
         self.run = run
         self.sent: list[tuple[NodeId, Message]] = []
+        self.backlogs: dict[NodeId, int] = {}  # what ``backlog(dst)`` answers
         self.rows: list[TraceRow] = []
         self._rows = _RowList(self.rows)
         self.written: list[tuple[Conn, bytes]] = []
@@ -148,6 +149,10 @@ class FakeEnv(TracesToSink):
 
     def send(self, dst: NodeId, msg: Message) -> None:
         self.sent.append((dst, msg))
+
+    def backlog(self, dst: NodeId) -> int:
+        """What ``backlogs`` says for ``dst`` (a test sets it to model a slow link), else 0."""
+        return self.backlogs.get(dst, 0)
 
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
         if not delay >= 0:

@@ -211,6 +211,12 @@ class Env(Protocol):
 
     def send(self, dst: NodeId, msg: Message) -> None: ...
 
+    def backlog(self, dst: NodeId) -> int:
+        """Messages sent to ``dst`` that the runtime still holds: queued while its link
+        connects, or written and not yet taken by the transport (0 where the runtime keeps no
+        queue, as in the simulator). A protocol that must not outrun a link (a publisher's
+        credits) waits while it is high."""
+
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
 
     def cancel(self, handle: TimerHandle) -> None: ...

@@ -204,19 +204,27 @@ class GossipConfig:
     ihave_interval: float = 0.05  # tree: IHAVEs to a lazy peer are batched this long (0: not)
     max_missing: int = 4096  # messages announced or pulled but not yet here, tracked at once
     durable: bool = True  # the next sequence number survives a crash (ids stay unique)
+    # credits: while a neighbour's link holds max_backlog messages (``env.backlog``), this
+    # node takes no new broadcast (``has_room``) until every link is under backlog_resume;
+    # a full link is looked at every backlog_poll seconds
+    max_backlog: int = 1000
+    backlog_resume: int = 500
+    backlog_poll: float = 0.002
 
     def __post_init__(self) -> None:
         if self.mode not in ("flood", "tree"):
             raise ConfigError(f"mode must be 'flood' or 'tree', got {self.mode!r}")
         if self.tree_scope not in ("origin", "shared"):
             raise ConfigError(f"tree_scope must be 'origin' or 'shared', got {self.tree_scope!r}")
-        for name in ("seen_limit", "store_limit", "max_missing", "max_tree_origins"):
+        for name in ("seen_limit", "store_limit", "max_missing", "max_tree_origins",
+                     "max_backlog"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         for name in ("max_summary_ids", "max_pull_ids"):
             if not 1 <= getattr(self, name) <= MAX_IDS:
                 raise ConfigError(f"{name} must be in [1, {MAX_IDS}]")
-        for name in ("store_ttl", "pull_retry", "graft_timeout", "graft_retry"):
+        for name in ("store_ttl", "pull_retry", "graft_timeout", "graft_retry",
+                     "backlog_poll"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         for name in ("recovery_interval", "summary_min_age", "ihave_interval",
@@ -225,6 +233,8 @@ class GossipConfig:
                 raise ConfigError(f"{name} must be >= 0")
         if self.summary_min_age >= self.store_ttl:
             raise ConfigError("summary_min_age must be < store_ttl")
+        if not 0 <= self.backlog_resume < self.max_backlog:
+            raise ConfigError("backlog_resume must be in [0, max_backlog)")
 
 
 @dataclasses.dataclass(slots=True)
@@ -256,6 +266,9 @@ class GossipBroadcast:
         self.config = config if config is not None else GossipConfig()
         self.mode = Mode(self.config.mode)
         self.on_deliver = on_deliver
+        self.on_room: Callable[[], None] | None = None  # ``has_room()`` is true again
+        self._full = False  # a neighbour's link holds max_backlog: no new broadcast
+        self._room_timer: TimerHandle | None = None
         membership.on_neighbor_up = self._neighbor_up
         membership.on_neighbor_down = self._neighbor_down
         self.delivered = 0
@@ -288,7 +301,8 @@ class GossipBroadcast:
                                                       self._recovery_due)
 
     def stop(self) -> None:
-        for timer in (self._recovery_timer, self._ihave_timer, *self._missing_timers.values(),
+        for timer in (self._recovery_timer, self._ihave_timer, self._room_timer,
+                      *self._missing_timers.values(),
                       *self._neighbor_timers.values()):
             if timer is not None:
                 self.env.cancel(timer)
@@ -332,8 +346,45 @@ class GossipBroadcast:
 
     # -- broadcasting ------------------------------------------------------------------------
 
+    def has_room(self) -> bool:
+        """Whether this node takes a new broadcast now: no neighbour's link holds
+        ``max_backlog`` messages (after one did: until all hold fewer than
+        ``backlog_resume``). While not, ``on_room`` is called once it is so again."""
+        if self._stopped:
+            return False
+        backlog = self.env.backlog
+        if self._full:
+            resume = self.config.backlog_resume
+            if any(backlog(node) >= resume for node in self.membership.active_view()):
+                return False
+            self._full = False
+            return True
+        limit = self.config.max_backlog
+        if all(backlog(node) < limit for node in self.membership.active_view()):
+            return True
+        self._full = True
+        self.env.trace("overload", layer=LAYER, reason="backlog",
+                       backlog=max(backlog(n) for n in self.membership.active_view()))
+        if self._room_timer is None:
+            self._room_timer = self.env.set_timer(self.config.backlog_poll, self._look_for_room)
+        return False
+
+    def _look_for_room(self) -> None:
+        self._room_timer = None
+        if self._stopped:
+            return
+        if not self.has_room():
+            if self._room_timer is None:
+                self._room_timer = self.env.set_timer(self.config.backlog_poll,
+                                                      self._look_for_room)
+            return
+        if self.on_room is not None:
+            self.on_room()
+
     def broadcast(self, payload: Any) -> str:
-        """Send ``payload`` to every node (delivered here at once); returns its message id."""
+        """Send ``payload`` to every node (delivered here at once); returns its message id.
+        It does not wait for ``has_room()``: a publisher that must not outrun its links asks
+        that first (``PubSubNode.publish`` does)."""
         if self._stopped:
             raise StateError("broadcast() on a stopped gossip layer")
         env = self.env

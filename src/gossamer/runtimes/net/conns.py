@@ -241,7 +241,10 @@ class Connections:
 
     # -- dialing ---------------------------------------------------------------------------
 
-    def dial(self, address: str, *, framing: Framing, max_frame: int, handler: Any) -> NetConn:
+    def dial(self, address: str, *, framing: Framing, max_frame: int, handler: Any,
+             limit: int | None = None) -> NetConn:
+        """Dial ``address``; ``limit``: frames its backlog holds (default
+        ``DIALED_SEND_QUEUE``)."""
         host, port, path = parse_address(address)
         if path is not None:
             framing = Framing.WS
@@ -252,6 +255,8 @@ class Connections:
         conn = self._new_conn(None, address, handler=handler, framing=framing,
                               max_frame=max_frame, raw=framing is not Framing.WS)
         conn.promoted = True
+        if limit is not None:
+            conn.limit = limit
         self._spawn(self._dial(conn, host, port, path, framing))
         return conn
 
@@ -394,8 +399,7 @@ class Connections:
             return
         if self._batch:
             self._spread()
-        if conn.queued >= conn.limit:
-            self._slow(conn)
+        if conn.queued >= conn.limit and self._full(conn, 1):
             return
         conn.add(conn.encode(frame) if conn.raw else frame, 1)
         if not conn.flagged:
@@ -451,8 +455,7 @@ class Connections:
             n = count if mine is None else count - len(mine)
             if n == 0:
                 continue
-            if conn.queued + n > conn.limit:
-                slow.append(conn)
+            if conn.queued + n > conn.limit and self._full(conn, n, slow):
                 continue
             if not conn.raw:
                 skip = set(mine or ())
@@ -498,6 +501,30 @@ class Connections:
                 continue
             if conn.blocked:
                 self._start_writer(conn)
+
+    def _full(self, conn: NetConn, n: int, slow: list[NetConn] | None = None) -> bool:
+        """Whether ``n`` more frames overflow ``conn``'s backlog; then it is closed as a slow
+        consumer (now, or after the batch when ``slow`` collects it). A backlog at its limit
+        is first written out if the transport takes more: the limit counts frames the reader
+        is behind on, not frames written in one loop iteration (a burst of answers to a burst
+        of commands read in one go)."""
+        if conn.raw and not conn.blocked and conn.state is State.OPEN:
+            try:
+                conn.write_backlog()
+            except (ConnectionError, RuntimeError) as exc:  # one broken transport only
+                log.info("%s: write to %s failed (%r); aborting", self.node.node_id, conn, exc)
+                conn.discard_backlog()
+                self._abort(conn)
+                return True
+            if conn.blocked:
+                self._start_writer(conn)
+            if conn.queued + n <= conn.limit:
+                return False
+        if slow is not None:
+            slow.append(conn)
+        else:
+            self._slow(conn)
+        return True
 
     def _start_writer(self, conn: NetConn) -> None:
         if conn.writer is None or conn.writer.done():

@@ -93,6 +93,9 @@ class LoopEnv:
         if not self.closed:
             self._send(dst, msg)
 
+    def backlog(self, dst: NodeId) -> int:
+        return 0  # ``send`` hands each message on at once: this env holds none
+
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
         if not (isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0):
             raise ConfigError(f"timer delay must be a finite number >= 0, got {delay!r}")

@@ -143,6 +143,9 @@ class NetEnv(TracesToSink):
     def send(self, dst: NodeId, msg: Message) -> None:
         self._node._send(dst, msg)
 
+    def backlog(self, dst: NodeId) -> int:
+        return self._node.peer_links.backlog(dst)
+
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
         if not (isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0):
             raise ConfigError(f"timer delay must be a finite number >= 0, got {delay!r}")

@@ -47,6 +47,7 @@ __all__ = ["LinkNode", "PeerLinks"]
 log = logging.getLogger("gossamer.net")
 
 MAX_UNVERIFIED_FRAMES = 1000  # held per link while its claimed id is checked
+CONTROL_FRAMES = 16  # room in a link's backlog beside its messages (the hello, echoes)
 
 
 class LinkNode(NodeSide, Protocol):
@@ -126,8 +127,11 @@ class _Link:
             self._again()
             return
         host, port = address
+        # the connection's backlog holds as much as the queue before it: a live peer that
+        # reads is never cut off for a burst the node accepted (see ``send_queue_limit``)
         self.conn = node.connections.dial(f"{host}:{port}", framing=self.links.framing,
-                                          max_frame=node.max_frame, handler=self)
+                                          max_frame=node.max_frame, handler=self,
+                                          limit=node.send_queue_limit + CONTROL_FRAMES)
 
     def kick(self) -> None:
         """The peer's address changed: retry now."""
@@ -383,4 +387,13 @@ class PeerLinks:
     def connected(self, peer: NodeId) -> bool:
         link = self.links.get(peer)
         return link is not None and link.connected
+
+    def backlog(self, peer: NodeId) -> int:
+        """Messages to ``peer`` not yet taken by its transport: queued while the link
+        connects, or in the connection's backlog."""
+        link = self.links.get(peer)
+        if link is None:
+            return 0
+        conn = link.conn
+        return len(link.queue) + (conn.queued if conn is not None and link.connected else 0)
 

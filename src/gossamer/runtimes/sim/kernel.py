@@ -93,6 +93,9 @@ class SimEnv(TracesToSink):
     def send(self, dst: NodeId, msg: Message) -> None:
         self._sim._send(self, dst, msg)
 
+    def backlog(self, dst: NodeId) -> int:
+        return 0  # the simulated links carry any rate: nothing waits to be sent
+
     def set_timer(self, delay: float, fn: Callable[[], None]) -> Entry:
         if delay < 0:
             raise ConfigError(f"timer delay must be >= 0, got {delay}")

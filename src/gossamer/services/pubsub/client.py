@@ -6,6 +6,10 @@ comes back: answers (``ok publish news 127.0.0.1:4000:7``, ``error: ...``) and t
 of the node's subscribed topics (``deliver news hello``), or JSON objects with ``--json``. It ends
 at ``exit``, at the end of its input (after the answers to what it sent), or when the node
 closes the connection (exit code 1 if it never connected or the node went away).
+
+Back-pressure: at most ``window`` commands are unanswered at a time (a publish is answered once
+its topic's root accepted it, or refused); while the window is full the client stops reading
+its input, so a producer piping into it waits instead of anything being dropped.
 """
 
 from __future__ import annotations
@@ -20,18 +24,25 @@ import orjson
 from ...core.conn import Conn, Framing
 from ...core.env import Env
 from ...runtimes.net import NetNode
-from .net import TOO_LONG, Output, _read_lines
+from .net import READ_AHEAD, TOO_LONG, Output, _read_lines
 from .shell import MAX_LINE
 
-__all__ = ["CommandClient", "run_client"]
+__all__ = ["WINDOW", "CommandClient", "run_client"]
+
+WINDOW = 1000  # commands sent and not yet answered, at most
 
 
 class CommandClient:
     """A process that holds one connection to a node's command port."""
 
     def __init__(self, env: Env, address: str, on_event: Callable[[dict[str, Any]], None],
-                 on_closed: Callable[[str], None]) -> None:
+                 on_closed: Callable[[str], None], *, window: int = WINDOW) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
         self.env = env
+        self.window = window
+        self.room = asyncio.Event()  # fewer than ``window`` commands are unanswered
+        self.room.set()
         self.address = address
         self.on_event = on_event
         self.on_closed = on_closed
@@ -60,6 +71,8 @@ class CommandClient:
                 self.answered += 1
                 if self.answered >= self.sent:
                     self.caught_up.set()
+                if self.sent - self.answered < self.window:
+                    self.room.set()
             self.on_event(event)
 
     def closed(self, conn: Conn, reason: str) -> None:
@@ -70,6 +83,8 @@ class CommandClient:
         if self.conn is not None:
             self.sent += 1
             self.caught_up.clear()
+            if self.sent - self.answered >= self.window:
+                self.room.clear()
             self.env.write(self.conn, line.encode())
 
 
@@ -90,7 +105,7 @@ def _show(out: Output, event: dict[str, Any]) -> None:
 
 
 async def run_client(host: str, port: int, out: Output, *, fd: int,
-                     timeout: float = 10.0) -> int:
+                     timeout: float = 10.0, window: int = WINDOW) -> int:
     """Connect, pass commands from ``fd`` on, print what comes back; the exit code."""
     ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -99,7 +114,7 @@ async def run_client(host: str, port: int, out: Output, *, fd: int,
             ended.set_result(reason)
 
     net = NetNode(node_id="client", listen=None, factory=lambda env: CommandClient(
-        env, f"{host}:{port}", lambda event: _show(out, event), closed))
+        env, f"{host}:{port}", lambda event: _show(out, event), closed, window=window))
     await net.start()
     client = net.process
     assert isinstance(client, CommandClient)
@@ -134,17 +149,26 @@ async def _pump(client: CommandClient, net: NetNode, out: Output, fd: int,
                 ended: asyncio.Future[str]) -> int:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue()
-    threading.Thread(target=_read_lines, args=(loop, queue, fd), daemon=True,
+    credits = threading.Semaphore(READ_AHEAD)
+    threading.Thread(target=_read_lines, args=(loop, queue, fd, credits), daemon=True,
                      name="gossamer-client-stdin").start()
     while True:
-        line_task = asyncio.ensure_future(queue.get())
-        done, _ = await asyncio.wait(_either(line_task, ended),
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if ended in done:
-            line_task.cancel()
-            out.error(f"the node closed the connection ({ended.result()})")
-            return 1
-        line = line_task.result()
+        if not queue.empty():  # lines already read: no task and wait for each
+            line = queue.get_nowait()
+            if ended.done():
+                out.error(f"the node closed the connection ({ended.result()})")
+                return 1
+        else:
+            line_task = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait(_either(line_task, ended),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if ended in done:
+                line_task.cancel()
+                out.error(f"the node closed the connection ({ended.result()})")
+                return 1
+            line = line_task.result()
+        if line is not None:
+            credits.release()
         if line is None:  # end of input: wait for the answers to what was sent, then go
             caught_up = asyncio.ensure_future(client.caught_up.wait())
             await asyncio.wait(_either(caught_up, ended), timeout=10.0,
@@ -157,4 +181,11 @@ async def _pump(client: CommandClient, net: NetNode, out: Output, fd: int,
         if line.strip().lower() == "exit":
             return 0
         if line.strip():
+            if not client.room.is_set():  # the window is full: wait for answers
+                room = asyncio.ensure_future(client.room.wait())
+                await asyncio.wait(_either(room, ended), return_when=asyncio.FIRST_COMPLETED)
+                room.cancel()
+                if ended.done():
+                    out.error(f"the node closed the connection ({ended.result()})")
+                    return 1
             _send(net, client, line)

@@ -7,15 +7,29 @@ as on the node's stdin (``subscribe T``, ``unsubscribe T``, ``publish T MESSAGE`
 a publish is answered once it ended: ``publish`` only when the topic's root accepted it, else
 an error with its ``msg`` and ``definite``: false when it may still have been taken)
 and every delivery of the node's subscribed topics (``{"event": "deliver", "topic": ...,
-"message": ...}``). ``NodeProcess`` is what the runtime drives on such a node: the protocol
-stack's process, with the command port beside it.
+"message": ...}``).
+
+Back-pressure: a publish the node has no room for (``PubSubNode.has_room``: over Scribe,
+``max_pending`` publishes await their root's acknowledgement; over gossip, a neighbour's link
+is full) waits, and every later command of that client waits behind it, in order, until the
+node calls back (``when_room``). What waits is bounded (``max_waiting`` commands and
+``max_waiting_bytes`` over all clients); a publish beyond that is refused at once with an
+error (``definite``: it was never taken) and nothing else is lost. Overload is logged once per
+interval with counts (``overload``, a ``RateLimitedLog``) and traced (``overload`` rows).
+At most ``BATCH`` publishes are made per turn of the event loop (the rest wait for the next
+turn, in order): a burst read in one go does not hold the node's timers (heartbeats, failure
+detection) for the time of thousands of publishes.
+
+``NodeProcess`` is what the runtime drives on such a node: the protocol stack's process, with
+the command port beside it.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 
@@ -25,13 +39,22 @@ from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId
 from ...core.messages import Message
 from ...protocols.dissemination.scribe import PublishResult
-from .node import PubSubNode
+from .node import Overloaded, PubSubNode
 from .shell import HELP, CommandError, parse_command
 
 __all__ = ["COMMANDS_LISTENER", "CommandPort", "NodeProcess"]
 
 COMMANDS_LISTENER = "commands"
 LAYER = "pubsub"
+MAX_WAITING = 10_000  # commands waiting for room, over all clients of a port
+MAX_WAITING_BYTES = 16 * 1024 * 1024
+BATCH = 128  # publishes made per turn of the event loop, at most
+
+
+class OverloadLog(Protocol):
+    """Where overload is reported, once per interval with counts (``RateLimitedLog``)."""
+
+    def warn(self, key: str, fmt: str, *args: object) -> None: ...
 
 
 class CommandPort:
@@ -39,14 +62,34 @@ class CommandPort:
 
     def __init__(self, env: Env, pubsub: PubSubNode, *,
                  status: Callable[[], dict[str, Any]] | None = None,
-                 joined: Callable[[], bool] | None = None) -> None:
+                 joined: Callable[[], bool] | None = None,
+                 max_waiting: int = MAX_WAITING, max_waiting_bytes: int = MAX_WAITING_BYTES,
+                 overload: OverloadLog | None = None) -> None:
         """``joined``: whether the node is in the overlay (publishes are refused before);
-        None: always."""
+        None: always. ``max_waiting``/``max_waiting_bytes``: commands held while the node
+        has no room (see the module docstring); ``overload``: where overload is logged."""
+        if max_waiting < 1 or max_waiting_bytes < 1:
+            raise ConfigError("max_waiting and max_waiting_bytes must be >= 1")
         self.env = env
         self.pubsub = pubsub
         self.status = status if status is not None else self._status
         self.joined = joined if joined is not None else (lambda: True)
         self.clients: ConnGroup = env.group()
+        self.max_waiting = max_waiting
+        self.max_waiting_bytes = max_waiting_bytes
+        self.overload = overload
+        self._waiting: dict[Conn, deque[bytes]] = {}  # a client's commands held, in order
+        self._held = 0  # commands in _waiting
+        self._batch = BATCH  # publishes this turn may still make
+        self._next_turn: Any = None  # the timer that starts the next turn, while one is due
+        self._held_bytes = 0
+        self.waited = 0  # publishes that had to wait for room, so far
+        self.refused = 0  # publishes refused because too many waited, so far
+
+    @property
+    def waiting(self) -> int:
+        """Commands held for when the node has room, over all clients."""
+        return self._held
 
     def _status(self) -> dict[str, Any]:
         return {"node": self.env.node, "mode": self.pubsub.mode,
@@ -60,19 +103,95 @@ class CommandPort:
         self._say(conn, "ready", node=self.env.node, mode=self.pubsub.mode)
 
     def received(self, conn: Conn, frame: bytes) -> None:
+        waiting = self._waiting.get(conn)
+        if waiting is not None:  # an earlier command of this client waits: this one too
+            self._hold(conn, waiting, frame)
+        elif not self._execute(conn, frame):
+            waiting = deque[bytes]()
+            if self._hold(conn, waiting, frame):
+                self._waiting[conn] = waiting
+                self._wait_for_room()
+                if self._batch > 0:
+                    self._report("waiting")
+
+    def _hold(self, conn: Conn, waiting: deque[bytes], frame: bytes) -> bool:
+        """Keep ``frame`` for when the node has room; False: too much waits, it was refused."""
+        if (self._held >= self.max_waiting
+                or self._held_bytes + len(frame) > self.max_waiting_bytes):
+            self._refuse(conn)
+            return False
+        waiting.append(frame)
+        self._held += 1
+        self._held_bytes += len(frame)
+        self.waited += 1
+        return True
+
+    def _refuse(self, conn: Conn) -> None:
+        """Too much waits already: a publish is refused (definitely not taken), any other
+        command too (in order behind a waiting publish, it cannot run now)."""
+        self.refused += 1
+        self._say(conn, "error", error=f"overloaded: {self._held} commands wait for room; "
+                  f"this one was refused, send it again later", definite=True)
+        self._report("refused")
+
+    def _report(self, what: str) -> None:
+        self.env.trace("overload", layer=LAYER, reason=what, waiting=self._held,
+                       waited=self.waited, refused=self.refused)
+        if self.overload is not None:
+            self.overload.warn(f"pubsub_overload {self.env.node}",
+                               "%s: publishing faster than the overlay carries: %d commands "
+                               "wait for room (%d waited, %d refused so far)", self.env.node,
+                               self._held, self.waited, self.refused)
+
+    def _room(self) -> None:
+        """The node may have room again: run what waits, oldest client first, until it has
+        none (then wait again)."""
+        for conn in list(self._waiting):
+            waiting = self._waiting.get(conn)
+            while waiting:
+                frame = waiting.popleft()
+                self._held -= 1
+                self._held_bytes -= len(frame)
+                if not self._execute(conn, frame):
+                    waiting.appendleft(frame)
+                    self._held += 1
+                    self._held_bytes += len(frame)
+                    self._wait_for_room()
+                    return
+                waiting = self._waiting.get(conn)  # gone if it was ``exit``
+            self._waiting.pop(conn, None)
+
+    def _wait_for_room(self) -> None:
+        """Run what waits at the next turn (this turn's batch is used up) or when the node
+        has room."""
+        if self._batch <= 0:
+            if self._next_turn is None:
+                self._next_turn = self.env.set_timer(0.0, self._new_turn)
+        else:
+            self.pubsub.when_room(self._room)
+
+    def _new_turn(self) -> None:
+        self._next_turn = None
+        self._batch = BATCH
+        self._room()
+
+    def _execute(self, conn: Conn, frame: bytes) -> bool:
+        """Run one command; False (nothing done) if it is a publish the node has no room
+        for now."""
         try:
             command = parse_command(frame.decode())
         except UnicodeDecodeError:
             self._say(conn, "error", error="a command is UTF-8 text")
-            return
+            return True
         except CommandError as exc:
             self._say(conn, "error", error=str(exc))
-            return
+            return True
         if command is None:
-            return
+            return True
         try:
             if command.verb == "exit":
                 self.clients.discard(conn)
+                self._forget(conn)  # what it sent after ``exit`` is not run
                 self.env.close(conn, CloseCode.NORMAL, "exit")
             elif command.verb == "help":
                 self._say(conn, "help", help=HELP)
@@ -82,6 +201,11 @@ class CommandPort:
                 assert command.topic is not None
                 if not self.joined():
                     raise StateError("not in the overlay yet: publish once it joined")
+                if self._batch <= 0 or not self.pubsub.has_room():
+                    return False
+                if self._next_turn is None:  # the first of this turn: the next one refills
+                    self._next_turn = self.env.set_timer(0.0, self._new_turn)
+                self._batch -= 1
                 self.pubsub.publish(command.topic, command.message,
                                     on_done=functools.partial(self._published, conn))
             else:
@@ -93,8 +217,11 @@ class CommandPort:
                 else:
                     self.pubsub.unsubscribe(command.topic)
                 self._say(conn, command.verb, topic=command.topic)
+        except Overloaded:
+            return False  # (has_room said yes): it waits like the others
         except (ConfigError, StateError, ValueError) as exc:  # the request, not a bug
             self._say(conn, "error", error=str(exc))
+        return True
 
     def _published(self, conn: Conn, result: PublishResult) -> None:
         """Answer a publish once it ended: ``ok`` only when the topic's root accepted it."""
@@ -108,6 +235,13 @@ class CommandPort:
 
     def closed(self, conn: Conn, reason: str) -> None:
         self.clients.discard(conn)
+        self._forget(conn)  # never run, never answered: the client left
+
+    def _forget(self, conn: Conn) -> None:
+        waiting = self._waiting.pop(conn, None)
+        if waiting:
+            self._held -= len(waiting)
+            self._held_bytes -= sum(map(len, waiting))
 
     def deliver(self, topic: str, message: Any) -> None:
         """A delivery of a subscribed topic, to every connected client."""

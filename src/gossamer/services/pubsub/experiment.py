@@ -285,7 +285,11 @@ def run_pubsub_sim(
         if sim.status(node) is not NodeStatus.UP:
             counts["skipped"] += 1
             return
-        sim.call(node, lambda _p: apps[node].publish(topic, {"n": number}))
+        app = apps[node]
+        if not app.has_room():  # back-pressure: a real publisher would wait; this one skips
+            counts["skipped"] += 1
+            return
+        sim.call(node, lambda _p: app.publish(topic, {"n": number}))
         counts["published"] += 1
 
     for topic, members in _subscriptions(options, ids).items():

@@ -193,6 +193,7 @@ class NodeOptions:
     command_port: int | None = None  # the command port (commands.py) on host; 0: a free one
     join_timeout: float = 30.0  # with contacts: not in the overlay by then is an error (exit 1)
     cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
+    send_queue_limit: int = 10_000  # messages held per peer link (queue and backlog)
 
     def __post_init__(self) -> None:
         if self.mode not in ("gossip", "scribe"):
@@ -248,7 +249,8 @@ class PubSubNetNode:
                            codec=codec_for(options.mode),
                            listen=(options.host, options.port), listeners=listeners,
                            store=store, trace=sink, run=options.run, seed=options.seed,
-                           cluster_key=options.cluster_key)
+                           cluster_key=options.cluster_key,
+                           send_queue_limit=options.send_queue_limit)
         self.net.resolver = address_of
         self.net.on_failure = lambda _node, _exc: self.failed.set()
 
@@ -269,7 +271,8 @@ class PubSubNetNode:
             on_message=self._delivered)
         if opts.command_port is None:
             return self.pubsub.process
-        self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined)
+        self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined,
+                                overload=self.net.overload)
         return NodeProcess(self.pubsub.process, self.port)
 
     @property
@@ -385,6 +388,18 @@ class PubSubNetNode:
     def is_subscribed(self, topic: str) -> bool:
         return self.pubsub is not None and self.pubsub.is_subscribed(topic)
 
+    async def wait_room(self) -> None:
+        """Return once the node takes a new publish (``PubSubNode.has_room``) or stopped:
+        the back-pressure of a publisher in this process."""
+        pubsub = self.pubsub
+        if pubsub is None or not self.running or pubsub.has_room():
+            return
+        room = asyncio.Event()
+        self._call(lambda p: p.when_room(room.set))
+        while not room.is_set() and self.running:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(room.wait(), 1.0)  # and look whether it stopped
+
     async def stop(self) -> None:
         """Leave the overlay (the node's ``stop()`` says goodbye; what it wrote to connected
         links goes out before they close), close all."""
@@ -448,15 +463,22 @@ def execute(node: PubSubNetNode, command: Command, out: Output) -> None:
 TOO_LONG = "\0too long"  # what the reader queues for an over-long line
 
 
+READ_AHEAD = 1024  # lines read from the input before the node took them
+
+
 def _read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],
-                fd: int) -> None:
+                fd: int, credits: threading.Semaphore | None = None) -> None:
     """A daemon thread: lines of ``fd`` into ``queue``, then None at the end of input.
+    With ``credits``, it takes one per line and blocks (stops reading) when there is none:
+    the consumer gives one back per line it took (bounded read-ahead).
 
     It reads the raw descriptor with ``os.read``: a daemon thread blocked inside a buffered
     ``sys.stdin`` read would abort the interpreter at exit, holding the buffer's lock.
     """
 
     def put(item: str | None) -> None:
+        if credits is not None and item is not None:
+            credits.acquire()
         with contextlib.suppress(RuntimeError):  # the loop is gone: the node is exiting
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
@@ -487,12 +509,14 @@ async def interactive(node: PubSubNetNode, out: Output, fd: int | None = None) -
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[str | None] = asyncio.Queue()
     source = sys.stdin.fileno() if fd is None else fd
-    threading.Thread(target=_read_lines, args=(loop, queue, source), daemon=True,
+    credits = threading.Semaphore(READ_AHEAD)
+    threading.Thread(target=_read_lines, args=(loop, queue, source, credits), daemon=True,
                      name="gossamer-stdin").start()
     while node.running:
         line = await queue.get()
         if line is None:
             return
+        credits.release()
         if line == TOO_LONG:
             out.error(f"line longer than {MAX_LINE} characters, ignored")
             continue
@@ -505,6 +529,8 @@ async def interactive(node: PubSubNetNode, out: Output, fd: int | None = None) -
             continue
         if command.verb == "exit":
             return
+        if command.verb == "publish":
+            await node.wait_room()  # back-pressure: reading stops while the node is full
         execute(node, command, out)
 
 
@@ -532,6 +558,7 @@ async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
         if rng.random() < options.publish_weight:
             text = f"{node.node_id}#{published}"
             published += 1
+            await node.wait_room()
             try:
                 sent.add(node.publish(topic, text, on_done=on_done))
             except CommandError as exc:

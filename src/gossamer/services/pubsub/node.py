@@ -13,6 +13,7 @@ receiver, with the message id, origin and sequence number of the layer that carr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -37,13 +38,20 @@ from ...protocols.membership.chord import messages as chord_messages
 from ...protocols.membership.hyparview import HyParView, HyParViewConfig
 from ...protocols.ordering.orderer import Orderer
 
-__all__ = ["LAYER", "MessageFn", "PubSubNode", "codec_for"]
+__all__ = ["LAYER", "MessageFn", "Overloaded", "PubSubNode", "codec_for"]
 
 LAYER = "pubsub"
 TOPIC_KEY = "topic"
 BODY_KEY = "message"
 
 MessageFn = Callable[[str, Any], None]
+MAX_ROOM_WAITERS = 4096  # callers waiting for room at once (one per client connection)
+
+
+class Overloaded(StateError):
+    """A publish refused because the node has no room for it now (nothing was sent; it is
+    definite): publish again once ``PubSubNode.when_room`` calls back."""
+
 Mode = Literal["gossip", "scribe"]
 
 
@@ -90,6 +98,7 @@ class PubSubNode:
         self.max_topics = max_topics
         self.on_message = on_message
         self._subscriptions: dict[str, None] = {}
+        self._room_waiters: dict[Callable[[], None], None] = {}  # see ``when_room``
         self._gossip: GossipBroadcast | None = None
         self._scribe: Scribe | None = None
         if mode == "gossip":
@@ -99,6 +108,7 @@ class PubSubNode:
                 env, contacts=contacts, config=hyparview_config)
             self._gossip = GossipBroadcast(env, view, config=gossip_config,
                                            on_deliver=self._gossip_delivered)
+            self._gossip.on_room = self._room
         else:
             if overlay is not None and not isinstance(overlay, ChordHost):
                 raise ConfigError("scribe mode runs over a Chord ring")
@@ -151,13 +161,52 @@ class PubSubNode:
         if self._scribe is not None:
             self._scribe.unsubscribe(topic)
 
+    # -- back-pressure -----------------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether this node takes a new publish now. Over Scribe: fewer than ``max_pending``
+        publishes await their root's acknowledgement; over gossip: no neighbour's link is
+        full (``GossipBroadcast.has_room``). A publish made without room is refused
+        (``Overloaded``); ``when_room`` says when to try again."""
+        if self._gossip is not None:
+            return self._gossip.has_room()
+        assert self._scribe is not None
+        return self._scribe.pending_publishes < self._scribe.config.max_pending
+
+    def when_room(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once when ``has_room()`` may be true again (at once, later, if it is
+        now). One call per ``fn`` is kept, however often it asks."""
+        if len(self._room_waiters) >= MAX_ROOM_WAITERS and fn not in self._room_waiters:
+            raise StateError(f"{MAX_ROOM_WAITERS} callers wait for room already")
+        self._room_waiters[fn] = None
+        if self.has_room():
+            self.env.set_timer(0.0, self._room)
+
+    def _room(self) -> None:
+        if not self._room_waiters or not self.has_room():
+            return
+        waiters, self._room_waiters = self._room_waiters, {}
+        for fn in waiters:
+            fn()
+
+    def _scribe_done(self, on_done: PublishDoneFn | None, result: PublishResult) -> None:
+        if on_done is not None:
+            on_done(result)
+        if self._room_waiters:
+            self._room()
+
+    # -- requests (continued) ----------------------------------------------------------------------
+
     def publish(self, topic: str, message: Any, *, on_done: PublishDoneFn | None = None) -> str:
         """Send ``message`` to every subscriber of ``topic`` (this node too, if subscribed);
-        returns the message id. ``on_done`` hears once how it ended: over Scribe, accepted
+        returns the message id. Without room (``has_room``) it raises ``Overloaded`` and
+        sends nothing. ``on_done`` hears once how it ended: over Scribe, accepted
         once the topic's root acknowledged it (its orderer took it), else refused or failed
         (``PublishResult``); over gossip, which has no root, accepted once it is sent. It
         may be called before this returns."""
         check_topic(topic)
+        if not self.has_room():
+            raise Overloaded(self._overload_reason())
         env = self.env
         # the layer below may deliver here before it returns: trace the publish first
         if self._gossip is not None:
@@ -172,10 +221,17 @@ class PubSubNode:
             seq = self._scribe.next_seq
             mid = f"{env.node}:{seq}"
             env.trace("publish", layer=LAYER, msg=mid, origin=env.node, seq=seq, key=topic)
-            sent = self._scribe.publish(topic, message, on_done=on_done)
+            sent = self._scribe.publish(topic, message,
+                                        on_done=functools.partial(self._scribe_done, on_done))
         if sent != mid:
             raise StateError(f"the layer below named the message {sent}, not {mid}")
         return mid
+
+    def _overload_reason(self) -> str:
+        if self._scribe is not None:
+            return (f"overloaded: {self._scribe.pending_publishes} publishes await their "
+                    f"root's acknowledgement; publish again once some are answered")
+        return "overloaded: the links to this node's neighbours are full; publish again later"
 
     # -- indications from below ------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ shares (``ScribeBase``: the node's topics, messages seen, publishes in flight, i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 from collections.abc import Callable
@@ -50,6 +51,11 @@ class ScribeConfig:
     max_children: int = 4096  # per topic
     max_pending: int = 4096  # publishes awaiting their ack
     max_ordering: int = 4096  # publishes a root handed to its orderer, awaiting its decision
+    # credits down the tree's first hop: a root takes no publish of a topic while the link to
+    # one of its children holds max_backlog messages (``env.backlog``); it holds up to
+    # max_ordering of them, looked at every backlog_poll seconds, in arrival order
+    max_backlog: int = 1000
+    backlog_poll: float = 0.002
     seen_limit: int = 100_000  # message ids remembered to deliver and forward once
     durable: bool = True  # the next sequence number survives a crash
     loss_recovery: bool = True  # off: no log, no NACKs (a lost ScribeData is lost below)
@@ -71,10 +77,11 @@ class ScribeConfig:
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "parent_timeout", "child_timeout",
                      "publish_timeout", "root_cache_ttl", "nack_delay", "nack_interval",
-                     "sync_timeout"):
+                     "sync_timeout", "backlog_poll"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         for name in ("max_depth", "max_topics", "max_children", "max_pending", "max_ordering",
+                     "max_backlog",
                      "seen_limit",
                      "topic_log_limit", "nack_retries", "nack_max_range", "nack_ranges",
                      "catch_up_requests"):
@@ -223,6 +230,9 @@ class ScribeBase:
         self._seen: dict[str, None] = {}
         self._pending: dict[int, PendingPublish] = {}  # seq -> publish awaiting its ack
         self._ordering: dict[str, None] = {}  # ids of publishes our orderer has not decided
+        # publishes we take as a root once our children's links drain, oldest first
+        self._held: collections.deque[tuple[NodeId, Publish]] = collections.deque()
+        self._held_timer: TimerHandle | None = None
         self._roots: dict[str, tuple[NodeId, float]] = {}  # topic -> (root, when learnt)
         # nodes the runtime could not reach, until we hear from them again (bounded)
         self._unreachable: dict[NodeId, None] = {}

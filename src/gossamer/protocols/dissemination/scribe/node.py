@@ -88,6 +88,10 @@ class Scribe(TreeMembership):
             self._done(pending, False, "the node stopped before the topic's root answered",
                        definite=False)
         self._ordering.clear()  # what the orderer decides from now on is ignored
+        self._held.clear()  # not acknowledged: their publishers retry elsewhere
+        if self._held_timer is not None:
+            self.env.cancel(self._held_timer)
+            self._held_timer = None
         for topic, state in self._topics.items():
             self._cancel_nack(state)
             if state.parent is not None:
@@ -350,7 +354,8 @@ class Scribe(TreeMembership):
         pending.tries += 1
         self._send_publish(pending)
 
-    def _on_publish(self, src: NodeId, msg: Publish) -> None:
+    def _on_publish(self, src: NodeId, msg: Publish, *, held: bool = False) -> None:
+        """A publish for a topic we may be the root of (``held``: one we held, taken now)."""
         topic = msg.topic
         state = self._topics.get(topic)
         if state is None and self.chord.root_of(topic) is not None:
@@ -386,11 +391,46 @@ class Scribe(TreeMembership):
         if mid in self._ordering:
             self._drop(src, msg, "being_ordered")  # a retry: the orderer's decision answers it
             return
+        if (self._held and not held) or self._children_full(state):
+            # back-pressure down the tree: taken (and acknowledged) once our children's links
+            # drain, in arrival order; meanwhile the publisher's pending counts it in flight
+            if len(self._held) >= self.config.max_ordering:
+                self._drop(src, msg, "held_full")  # the publisher's timeout tries again
+                return
+            if not self._held:
+                env = self.env
+                env.trace("overload", layer=LAYER, key=topic, reason="children_backlog")
+            self._held.append((src, msg))
+            if self._held_timer is None:
+                self._held_timer = self.env.set_timer(self.config.backlog_poll,
+                                                      self._release_held)
+            return
         if len(self._ordering) >= self.config.max_ordering:
             self._drop(src, msg, "ordering_full")  # the publisher's timeout tries again
             return
         self._ordering[mid] = None
         self.orderer.propose(topic, msg, functools.partial(self._ordered, msg))
+
+    def _children_full(self, state: TopicState) -> bool:
+        """Whether the link to one of ``state``'s children holds ``max_backlog`` messages."""
+        backlog, limit = self.env.backlog, self.config.max_backlog
+        return any(backlog(child) >= limit for child in state.children)
+
+    def _release_held(self) -> None:
+        """Take the held publishes whose trees drained, oldest first, until one's has not."""
+        self._held_timer = None
+        held = self._held
+        while held and not self._stopped:
+            src, msg = held[0]
+            state = self._topics.get(msg.topic)
+            if state is not None and state.role is TreeRole.ROOT and self._children_full(state):
+                self._held_timer = self.env.set_timer(self.config.backlog_poll,
+                                                      self._release_held)
+                return
+            held.popleft()
+            self._on_publish(src, msg, held=True)  # checked again: the tree may have moved
+            if self._held_timer is not None:
+                return  # it was held again (a full tree): the timer is armed once more
 
     def _ordered(self, msg: Publish, decision: Decision) -> None:
         """Our orderer decided a publish we proposed as the topic's root (now or later): only

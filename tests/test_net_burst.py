@@ -1,0 +1,93 @@
+"""The net runtime's bounded backlog per connection counts frames a reader is behind on, not
+frames written in one loop iteration: a burst of answers to a burst of commands read in one go
+reaches a client that reads, while a client that stops reading is still cut off."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from gossamer.core import Conn, Env, Framing, ListenerSpec
+from gossamer.runtimes.net import NetNode
+from harness_net import RawClient
+
+WAIT = 20.0
+LIMIT = 10  # frames a connection's backlog holds
+ANSWERS = 40 * LIMIT  # frames written in answer to one command, in one callback
+
+
+class Burst:
+    """Answers each frame with ``ANSWERS`` frames, all written in one callback."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.reasons: list[str] = []
+        self.gone = asyncio.Event()
+
+    def start(self) -> None:
+        """Nothing to start: it only answers what a client sends."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def opened(self, conn: Conn, peer_address: str) -> None:
+        """A client says something first."""
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        for i in range(ANSWERS):
+            self.env.write(conn, b"%s %d" % (frame, i))
+
+    def closed(self, conn: Conn, reason: str) -> None:
+        self.reasons.append(reason)
+        self.gone.set()
+
+
+async def serve() -> tuple[NetNode, Burst, tuple[str, int]]:
+    spec = ListenerSpec(name="burst", host="127.0.0.1", port=0, framing=Framing.LINES,
+                        send_queue_limit=LIMIT, handshake_timeout=None)
+    node = NetNode(node_id="burst", listen=None, listeners=[spec], factory=Burst)
+    await node.start()
+    process = node.process
+    assert isinstance(process, Burst)
+    return node, process, node.listener_address("burst")
+
+
+def test_a_burst_written_in_one_callback_reaches_a_client_that_reads() -> None:
+    async def scenario() -> None:
+        node, burst, address = await serve()
+        try:
+            client = await RawClient.open("tcp", address)
+            await client.send(b"go")
+            got = [await asyncio.wait_for(client.recv(), WAIT) for _ in range(ANSWERS)]
+            assert got == [b"go %d" % i for i in range(ANSWERS)]
+            assert burst.reasons == [], "a reader that keeps up was cut off as slow"
+            await client.close()
+        finally:
+            await node.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_stops_reading_is_still_cut_off() -> None:
+    async def scenario() -> None:
+        node, burst, address = await serve()
+        try:
+            sock = socket.create_connection(address)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            try:
+                for _ in range(200):  # answers pile up: the kernel buffers fill, then ours
+                    try:
+                        sock.sendall(b"x" * 200 + b"\n")
+                    except OSError:  # cut off already (reset)
+                        break
+                    if burst.gone.is_set():
+                        break
+                    await asyncio.sleep(0)
+                await asyncio.wait_for(burst.gone.wait(), WAIT)
+                assert burst.reasons == ["slow_consumer"]
+            finally:
+                sock.close()
+        finally:
+            await node.close()
+
+    asyncio.run(scenario())
