@@ -29,6 +29,7 @@ from gossamer.protocols.ordering.paxos import (
     Role,
     Snapshot,
 )
+from gossamer.protocols.ordering.paxos.store import LogRow, PaxosStore
 from gossamer.testing import FakeEnv
 
 MEMBERS = ("a", "b", "c")
@@ -199,7 +200,7 @@ def test_stale_prepare_ok_is_dropped() -> None:
 
 
 def test_a_nack_with_a_higher_ballot_ends_the_campaign() -> None:
-    rep, env, _ = replica("a")
+    rep, _env, _ = replica("a")
     rep.on_message("b", Nack(promised=(7, "c")))
     assert rep.role is Role.FOLLOWER and rep.leader.ballot is None
     assert rep.max_round == 7
@@ -211,41 +212,35 @@ def test_a_nack_with_a_higher_ballot_ends_the_campaign() -> None:
 def test_a_new_leader_recovers_accepted_values_and_fills_holes_with_noops() -> None:
     rep, env, _ = replica("a", config=PaxosConfig(window=4, snapshot_every=0))
     env.take_sent()
-    old = (op("c:1", "x"),)
     older = (op("c:2", "y"),)
     rep.on_message("b", PrepareOk(ballot=(1, "a"), from_slot=1,
-                                  accepted=((3, (0 + 1, "c"), older),), decided=(),
+                                  accepted=((3, (1, "c"), older),), decided=(),
                                   snapshot_slot=0))
-    # only a and b count so far: c's report has the higher ballot for slot 3
-    assert rep.role is Role.LEADER
+    assert rep.role is Role.LEADER  # a's own promise and b's
     accepts = {msg.slot: msg.value for _dst, msg in sent_of(env, Accept)}
-    assert accepts == {1: (), 2: (), 3: older}
-    del old
+    assert accepts == {1: (), 2: (), 3: older}  # slots 1 and 2 were holes: no-ops
 
 
-def test_the_highest_ballot_wins_recovery() -> None:
-    rep, env, _ = replica("a", config=PaxosConfig(window=4, snapshot_every=0))
-    rep.max_round = 5
-    rep.leader.campaign()
-    env.run_due()
-    env.take_sent()
-    ballot = rep.leader.ballot
-    assert ballot == (6, "a")
+def test_the_value_of_the_highest_ballot_in_the_quorum_is_recovered() -> None:
     low, high = (op("b:1", "low"),), (op("c:1", "high"),)
-    rep.on_message("b", PrepareOk(ballot=ballot, from_slot=1, accepted=((1, (2, "b"), low),),
-                                  decided=(), snapshot_slot=0))
-    assert rep.role is Role.LEADER
-    rep2, env2, _ = replica("a", config=PaxosConfig(window=4, snapshot_every=0))
-    rep2.max_round = 5
-    rep2.leader.campaign()
-    env2.run_due()
-    env2.take_sent()
-    rep2.leader.recovered[1] = ((4, "c"), high)  # what c reported first
-    rep2.on_message("b", PrepareOk(ballot=(6, "a"), from_slot=1,
-                                   accepted=((1, (2, "b"), low),), decided=(),
-                                   snapshot_slot=0))
-    assert [msg.value for _d, msg in sent_of(env2, Accept)] == [high, high]
-    assert [msg.value for _d, msg in sent_of(env, Accept)] == [low, low]
+    # (what a itself accepted in slot 1, what the other member reports): high wins either way
+    cases = [(((2, "b"), low), ("c", (4, "c"), high)), (((4, "c"), high), ("b", (2, "b"), low))]
+    for (own_ballot, own_value), (other, ballot, value) in cases:
+        env = FakeEnv("a")
+        saved = PaxosStore(env.store)
+        saved.save_promised(own_ballot)
+        saved.save_row(1, LogRow(own_ballot, own_value))
+        env.store.commit()
+        rep, env, _ = replica("a", env=env, config=PaxosConfig(window=4, snapshot_every=0))
+        rep.leader.campaign()
+        env.run_due()  # a promises itself and reports its own slot 1
+        env.take_sent()
+        mine = rep.leader.ballot
+        assert mine == (own_ballot[0] + 1, "a")
+        rep.on_message(other, PrepareOk(ballot=mine, from_slot=1, accepted=((1, ballot, value),),
+                                        decided=(), snapshot_slot=0))
+        assert rep.role is Role.LEADER
+        assert {msg.value for _d, msg in sent_of(env, Accept)} == {high}
 
 
 def test_proposals_are_batched_and_the_window_bounds_slots_in_flight() -> None:
