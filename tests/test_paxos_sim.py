@@ -15,6 +15,8 @@ from gossamer.protocols.ordering.paxos import Role
 from gossamer.runtimes.sim import LinkModel, Uniform
 from paxos_world import FAST, PaxosWorld, disagreements, lost_acks, order_problems
 
+# the ci profile (50 examples) gets a dozen runs (seconds); the thorough one its own count
+PROPERTY_EXAMPLES = 12 if settings.default.max_examples <= 50 else settings.default.max_examples
 LOSSY = LinkModel(latency=Uniform(0.002, 0.03), loss=0.1, duplicate=0.1, reorder=0.2)
 
 
@@ -134,12 +136,16 @@ def test_a_lagging_replica_gets_a_snapshot_and_the_log_stays_bounded() -> None:
 
 
 def one_run(seed: int, nodes: int, loss: float, duplicate: float, reorder: float,
-            crashes: int) -> tuple[PaxosWorld, list[str]]:
+            crashes: int, partitions: int = 0, add_spare: bool = False,
+            ) -> tuple[PaxosWorld, list[str]]:
+    """Proposals at random replicas under link faults, crashes with restarts (a crash loses
+    what was not committed: power loss), partitions healed after a while, and maybe a spare
+    replica added during the run."""
     rng = random.Random(seed)
     names = [f"r{i}" for i in range(nodes)]
     link = LinkModel(latency=Uniform(0.002, 0.03), loss=loss, duplicate=duplicate,
                      reorder=reorder)
-    world = PaxosWorld(names, seed=seed, link=link)
+    world = PaxosWorld(names, seed=seed, link=link, spares=["spare"])
     workload(world, 80, start=0.0, end=3.0, seed=seed)
     for _ in range(crashes):
         node, at, down = rng.choice(names), rng.uniform(0.1, 2.8), rng.uniform(0.05, 1.0)
@@ -149,28 +155,48 @@ def one_run(seed: int, nodes: int, loss: float, duplicate: float, reorder: float
                 world.sim.crash(node, recover_after=down)
 
         world.sim.schedule(at, crash)
+    for _ in range(partitions):
+        side = rng.sample(names, rng.randint(1, nodes - 1))
+        rest = [n for n in [*names, "spare"] if n not in side]
+        at = rng.uniform(0.1, 2.5)
+        world.sim.schedule(at, world.sim.partition, [side, rest])
+        world.sim.schedule(at + rng.uniform(0.1, 0.8), world.sim.heal)
+    if add_spare:
+
+        def add() -> None:
+            world.start_spare("spare")
+            proposer = next((n for n in names if n in world.sim.alive()), None)
+            if proposer is not None:
+                world.sim.call(proposer, lambda p: p.add_replica("spare"))  # type: ignore
+
+        world.sim.schedule(rng.uniform(0.2, 2.0), add)
     world.sim.run(until=4.0)
+    world.sim.heal()
     return world, names
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), nodes=st.integers(3, 5), loss=st.floats(0.0, 0.3),
-       duplicate=st.floats(0.0, 0.3), reorder=st.floats(0.0, 0.3), crashes=st.integers(0, 4))
+       duplicate=st.floats(0.0, 0.3), reorder=st.floats(0.0, 0.3), crashes=st.integers(0, 4),
+       partitions=st.integers(0, 2), add_spare=st.booleans())
 def test_property_agreement_and_nothing_acknowledged_lost(
-    seed: int, nodes: int, loss: float, duplicate: float, reorder: float, crashes: int
+    seed: int, nodes: int, loss: float, duplicate: float, reorder: float, crashes: int,
+    partitions: int, add_spare: bool,
 ) -> None:
-    world, names = one_run(seed, nodes, loss, duplicate, reorder, crashes)
+    world, names = one_run(seed, nodes, loss, duplicate, reorder, crashes, partitions,
+                           add_spare)
     info = dict(seed=seed, nodes=nodes, loss=loss, dup=duplicate, reorder=reorder,
-                crashes=crashes)
-    assert world.run_until_settled(60.0), info
+                crashes=crashes, partitions=partitions, add_spare=add_spare)
+    assert world.run_until_settled(60.0, names), info
+    replicas = names + (["spare"] if add_spare else [])
     assert disagreements(world.sink.rows) == [], info
-    assert order_problems(world.apps, names) == [], info
+    assert order_problems(world.apps, [n for n in replicas if n in world.apps]) == [], info
     assert lost_acks(world, names) == [], info
     assert world.acked, info
 
 
 def faulty_rows(seed: int) -> list[tuple[object, ...]]:
-    world, _ = one_run(seed, 3, 0.1, 0.1, 0.2, 2)
+    world, _ = one_run(seed, 3, 0.1, 0.1, 0.2, 2, partitions=1)
     world.run_until_settled(30.0)
     return [tuple(r) for r in world.sink.rows]
 
