@@ -20,6 +20,7 @@ from gossamer.protocols.ordering.paxos import (
     Nack,
     Noop,
     NoopOk,
+    NotCommitted,
     Outcome,
     PaxosConfig,
     PaxosReplica,
@@ -422,3 +423,19 @@ def test_a_message_of_another_layer_is_refused() -> None:
     from gossamer.protocols.ordering import FifoSync
     with pytest.raises(InvalidMessage):
         rep.on_message("a", FifoSync())
+
+
+def test_a_removed_replica_answers_its_undecided_proposals_and_refuses_new_ones() -> None:
+    rep, env, _ = replica("c")
+    rep.on_message("a", Noop(ballot=(1, "a"), decided_upto=0))
+    outcomes: list[Outcome] = []
+    rep.propose("left behind", outcomes.append)
+    # the removal of c is decided in slot 1; it takes effect at slot 1 + window (2) = 3
+    rep.on_message("a", Decided(entries=((1, (("remove", "a:9", "c"),)), (2, ()))))
+    env.run_due()
+    assert rep.role is Role.OUTSIDE
+    assert outcomes == [NotCommitted("removed from the group before it was decided",
+                                     definite=False)]
+    rep.propose("too late", outcomes.append)
+    assert outcomes[-1] == NotCommitted("not a member of the group", definite=True)
+    assert rep.pending_count == 0

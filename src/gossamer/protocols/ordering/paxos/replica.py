@@ -166,7 +166,9 @@ class PaxosReplica:
         """PROPOSE an operation (any JSON value); returns its id. ``on_done`` gets
         ``Committed(slot, index)`` once it is decided, or ``NotCommitted`` at once if there
         are too many proposals in flight here. Any replica takes proposals and forwards them
-        to the leader until they are decided; a re-proposed operation is applied once."""
+        to the leader until they are decided; a re-proposed operation is applied once. A
+        replica outside the group (not added yet, or removed) refuses at once; one that is
+        removed answers its undecided proposals ``NotCommitted(definite=False)``."""
         size = len(orjson.dumps(payload))
         if size > self.config.max_command_bytes:
             raise ConfigError(f"payload of {size} bytes over max_command_bytes="
@@ -186,9 +188,12 @@ class PaxosReplica:
         if not self.running:
             raise StateError(f"replica {self.env.node} is not running: cannot {kind}")
         cid = f"{self.env.node}:{self._seq.take()}"
-        if len(self._mine) >= self.config.max_pending:
+        refusal = ("not a member of the group" if self.role is Role.OUTSIDE
+                   else "too many proposals in flight"
+                   if len(self._mine) >= self.config.max_pending else None)
+        if refusal is not None:
             if on_done is not None:
-                on_done(NotCommitted("too many proposals in flight", definite=True))
+                on_done(NotCommitted(refusal, definite=True))
             return cid
         pending = _Pending((kind, cid, data), on_done, float("-inf"))
         self._mine[cid] = pending
@@ -542,6 +547,13 @@ class PaxosReplica:
                 self.leader.stop()
             self.role = Role.OUTSIDE
             self.env.trace("outside", layer=self.LAYER, key=self.group)
+            # removed: nobody forwards these any more; decided or not, this replica cannot
+            # tell (it stops learning), so the answer is not definite
+            mine, self._mine = self._mine, {}
+            for pending in mine.values():
+                if pending.on_done is not None:
+                    pending.on_done(NotCommitted("removed from the group before it was decided",
+                                                 definite=False))
         elif member and self.role is Role.OUTSIDE:
             self.role = Role.FOLLOWER
             self._heard_at = self.env.now()
