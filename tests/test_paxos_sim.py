@@ -107,6 +107,13 @@ def test_adding_and_removing_replicas() -> None:
     # every founder was told, at one slot per change
     assert len({(slot, n) for _me, slot, n in added}) == 2
     assert world.replica(leader).role is Role.OUTSIDE
+    # the removed leader stepped down; the lowest remaining member took over without waiting
+    # to suspect it
+    rows = world.sink.rows
+    out_at = next(r[1] for r in rows if r[3] == "paxos" and r[4] == "outside" and r[2] == leader)
+    elected_at = next(r[1] for r in rows if r[3] == "paxos" and r[4] == "elected"
+                      and r[1] >= out_at)
+    assert elected_at - out_at < FAST.suspect_timeout, f"seed={seed}"
     assert world.replica("d").members == frozenset(remaining)
     # the old leader is gone: crash it, the group still decides
     world.sim.crash(leader)

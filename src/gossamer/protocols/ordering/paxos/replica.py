@@ -543,6 +543,8 @@ class PaxosReplica:
     def _update_role(self) -> None:
         member = self.env.node in self.log.current_members()
         if not member and self.role is not Role.OUTSIDE:
+            if self.role is Role.LEADER:
+                self._hand_off()
             if self.role in (Role.CANDIDATE, Role.LEADER):
                 self.leader.stop()
             self.role = Role.OUTSIDE
@@ -558,6 +560,23 @@ class PaxosReplica:
             self.role = Role.FOLLOWER
             self._heard_at = self.env.now()
             self._arm_suspicion()
+        members = self.log.current_members()
+        if (self.role is Role.FOLLOWER and self.current_leader is not None
+                and self.current_leader not in members and self.env.node == min(members)):
+            # the leader was removed (it steps down now): the lowest member takes over at
+            # once instead of waiting to suspect it
+            self.env.trace("suspect", layer=self.LAYER, key=self.group,
+                           peer=self.current_leader, reason="leader_removed")
+            self.leader.campaign()
+
+    def _hand_off(self) -> None:
+        """A leader that applied its own removal tells the members its last decisions (its
+        removal among them), so they see it go at once, and the lowest of them takes over."""
+        log = self.log
+        start = max(log.floor + 1, log.prefix - 2 * self.config.window + 1)
+        entries = log.decided_entries(start, 2 * self.config.window, DEFAULT_MAX_FRAME // 2)
+        if entries:
+            self._send_all(log.current_members(), Decided(entries=tuple(entries)))
 
     def _arm_suspicion(self) -> None:
         if self._suspicion is not None:
