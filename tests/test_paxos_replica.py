@@ -439,3 +439,24 @@ def test_a_removed_replica_answers_its_undecided_proposals_and_refuses_new_ones(
     rep.propose("too late", outcomes.append)
     assert outcomes[-1] == NotCommitted("not a member of the group", definite=True)
     assert rep.pending_count == 0
+
+
+def test_notifications_leader_changed_added_and_removed_replica() -> None:
+    changes: list[tuple[Any, Any]] = []
+    added: list[tuple[int, str]] = []
+    removed: list[tuple[int, str]] = []
+    rep, env, _ = replica("b", on_leader_changed=lambda n, b: changes.append((n, b)),
+                          on_added_replica=lambda s, n: added.append((s, n)),
+                          on_removed_replica=lambda s, n: removed.append((s, n)))
+    rep.on_message("a", Noop(ballot=(1, "a"), decided_upto=0))
+    rep.on_message("a", Noop(ballot=(1, "a"), decided_upto=0))  # the same leader: once
+    rep.on_message("a", Decided(entries=((1, (("add", "a:1", "d"),)),
+                                         (2, (("remove", "a:2", "c"),)))))
+    env.run_due()
+    assert changes == [("a", (1, "a"))]
+    assert added == [(1, "d")] and removed == [(2, "c")]
+    rep.on_message("c", Prepare(ballot=(2, "c"), from_slot=3))
+    env.run_due()
+    rep.on_message("c", Accept(ballot=(2, "c"), slot=3, value=()))
+    env.run_due()
+    assert changes[-1] == ("c", (2, "c"))

@@ -132,7 +132,7 @@ class ReplicatedLog:
         for fn in list(self._subscribers):
             fn(op)
 
-    def _leader_changed(self, leader: NodeId | None, _ballot: object) -> None:
+    def _leader_changed(self, leader: NodeId, _ballot: object) -> None:
         for fn in list(self._leader_waiters):
             fn(leader)
 

@@ -101,7 +101,7 @@ class Leader:
         self.suspected = set()
         host.env.trace("elected", layer=host.LAYER, key=host.group, round=self.ballot[0],
                        recovered=len(self.recovered))
-        host.set_leader(host.env.node)
+        host.set_leader(host.env.node, self.ballot)
         self._beat()
         self.fill()
 

@@ -81,7 +81,7 @@ class PaxosReplica:
         snapshot_fn: Callable[[], Any] | None = None,
         restore_fn: Callable[[Any], None] | None = None,
         on_decided: Callable[[DecidedOp], None] | None = None,
-        on_leader_changed: Callable[[NodeId | None, Ballot | None], None] | None = None,
+        on_leader_changed: Callable[[NodeId, Ballot], None] | None = None,
         on_added_replica: Callable[[int, NodeId], None] | None = None,
         on_removed_replica: Callable[[int, NodeId], None] | None = None,
         on_possible_remove_replica: Callable[[NodeId], None] | None = None,
@@ -333,7 +333,7 @@ class PaxosReplica:
         if self._old_ballot(src, msg.ballot, msg.TYPE):
             return
         self._observe(msg.ballot)
-        self._heard_leader(src)
+        self._heard_leader(src, msg.ballot)
         reply = self.acceptor.accept(msg)
         if reply is None:
             self.drop(src, "compacted", seq=msg.slot)
@@ -394,7 +394,7 @@ class PaxosReplica:
         if self._old_ballot(src, msg.ballot, msg.TYPE):
             return
         self._observe(msg.ballot)
-        self._heard_leader(src)
+        self._heard_leader(src, msg.ballot)
         self.send(src, NoopOk(ballot=msg.ballot, decided_upto=self.log.prefix))
         if msg.decided_upto > self.log.prefix or not self.log.knows_configs:
             self.request_catchup(src)
@@ -519,21 +519,21 @@ class PaxosReplica:
 
     # -- leader and membership ------------------------------------------------------------
 
-    def set_leader(self, node: NodeId | None) -> None:
+    def set_leader(self, node: NodeId, ballot: Ballot) -> None:
+        """LEADER-CHANGED: ``node`` leads with ``ballot`` (told once per new leader)."""
         if node == self.current_leader:
             return
         self.current_leader = node
-        self.env.trace("leader", layer=self.LAYER, key=self.group, peer=node)
+        self.env.trace("leader", layer=self.LAYER, key=self.group, peer=node, round=ballot[0])
         if self.on_leader_changed is not None:
-            self.on_leader_changed(node, self.leader.ballot if node == self.env.node
-                                   else self.acceptor.promised)
+            self.on_leader_changed(node, ballot)
         if self._mine:
             self._forward(list(self._mine.values()))
 
-    def _heard_leader(self, src: NodeId) -> None:
+    def _heard_leader(self, src: NodeId, ballot: Ballot) -> None:
         self._heard_at = self.env.now()
         if src != self.env.node:
-            self.set_leader(src)
+            self.set_leader(src, ballot)
 
     def possible_remove(self, node: NodeId) -> None:
         self.env.trace("possible_remove", layer=self.LAYER, key=self.group, peer=node)
