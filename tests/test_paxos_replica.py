@@ -460,3 +460,15 @@ def test_notifications_leader_changed_added_and_removed_replica() -> None:
     rep.on_message("c", Accept(ballot=(2, "c"), slot=3, value=()))
     env.run_due()
     assert changes[-1] == ("c", (2, "c"))
+
+
+def test_the_leader_is_suspected_suspect_timeout_after_its_last_word() -> None:
+    config = PaxosConfig(election_jitter=0.0, snapshot_every=0)
+    rep, env, _ = replica("b", config=config)
+    env.advance(1.5)
+    rep.on_message("a", Noop(ballot=(1, "a"), decided_upto=0))  # then a falls silent
+    env.advance(config.suspect_timeout)  # t = 3.5: two seconds after a's last NOOP
+    env.run_due()
+    assert rep.role is Role.CANDIDATE
+    [row] = env.traced("suspect", layer="paxos")
+    assert row.t == pytest.approx(1.5 + config.suspect_timeout)

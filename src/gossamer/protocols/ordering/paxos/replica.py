@@ -578,11 +578,14 @@ class PaxosReplica:
         if entries:
             self._send_all(log.current_members(), Decided(entries=tuple(entries)))
 
-    def _arm_suspicion(self) -> None:
+    def _arm_suspicion(self, wait: float | None = None) -> None:
+        """Check on the leader after ``wait`` (default ``suspect_timeout``) and a random
+        jitter."""
         if self._suspicion is not None:
             self.env.cancel(self._suspicion)
         config = self.config
-        delay = config.suspect_timeout + self.env.rng.uniform(0.0, config.election_jitter)
+        delay = (config.suspect_timeout if wait is None else wait) + self.env.rng.uniform(
+            0.0, config.election_jitter)
         self._suspicion = self.env.set_timer(delay, self._suspect)
 
     def _suspect(self) -> None:
@@ -594,7 +597,8 @@ class PaxosReplica:
             return
         quiet = self.env.now() - self._heard_at
         if self.role is Role.FOLLOWER and quiet < self.config.suspect_timeout:
-            self._arm_suspicion()
+            # heard from the leader meanwhile: suspect it ``suspect_timeout`` after that word
+            self._arm_suspicion(self.config.suspect_timeout - quiet)
             return
         self.env.trace("suspect", layer=self.LAYER, key=self.group, peer=self.current_leader)
         self.leader.campaign()
