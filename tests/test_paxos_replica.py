@@ -472,3 +472,14 @@ def test_the_leader_is_suspected_suspect_timeout_after_its_last_word() -> None:
     assert rep.role is Role.CANDIDATE
     [row] = env.traced("suspect", layer="paxos")
     assert row.t == pytest.approx(1.5 + config.suspect_timeout)
+
+
+def test_values_for_slots_far_beyond_the_log_are_dropped() -> None:
+    rep, env, decided = replica("b")
+    far = rep.horizon + 1
+    rep.on_message("a", Accept(ballot=(1, "a"), slot=far, value=(op("a:1"),)))
+    rep.on_message("a", Decided(entries=((far, (op("a:2"),)),)))
+    env.run_due()
+    assert env.drop_reasons("paxos") == ["too_far", "too_far"]
+    assert rep.log.rows == {} and env.take_sent() == [] and decided == []
+    assert rep.ballot is None  # not even the ballot was taken

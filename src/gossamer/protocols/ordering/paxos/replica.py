@@ -280,6 +280,9 @@ class PaxosReplica:
             self._on_catchup(src, msg)
         elif isinstance(msg, Decided):
             for slot, value in msg.entries:
+                if slot > self.horizon:
+                    self.drop(src, "too_far", seq=slot)
+                    break
                 self.learn(slot, value)
         elif isinstance(msg, Snapshot):
             self._on_snapshot(src, msg)
@@ -329,8 +332,17 @@ class PaxosReplica:
         if self.running:
             self.send(dst, msg)
 
+    @property
+    def horizon(self) -> int:
+        """The highest slot this replica takes a value for now: far enough ahead for a lagging
+        replica to keep accepting while it catches up, near enough to bound what it holds."""
+        return self.log.prefix + self.config.catchup_batch + 4 * self.config.window
+
     def _on_accept(self, src: NodeId, msg: Accept) -> None:
         if self._old_ballot(src, msg.ballot, msg.TYPE):
+            return
+        if msg.slot > self.horizon:
+            self.drop(src, "too_far", seq=msg.slot)
             return
         self._observe(msg.ballot)
         self._heard_leader(src, msg.ballot)
