@@ -20,6 +20,7 @@ from .messages import (
     Snapshot,
     digest,
 )
+from .orderer import PaxosOrderer
 from .replica import PaxosReplica
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "NotCommitted",
     "Outcome",
     "PaxosConfig",
+    "PaxosOrderer",
     "PaxosReplica",
     "Prepare",
     "PrepareOk",

@@ -242,6 +242,10 @@ class PaxosReplica:
     def pending_count(self) -> int:
         return len(self._mine)
 
+    def awaiting(self, proposal_id: str) -> bool:
+        """True while this replica's proposal ``proposal_id`` waits for its decision."""
+        return proposal_id in self._mine
+
     def log_rows(self) -> int:
         return len(self.log.rows)
 
