@@ -81,6 +81,8 @@ def op(cid: str, data: Any = None) -> tuple[str, str, Any]:
     lambda: Decided(entries=((2, ()), (1, ()))),
     lambda: Propose(commands=()),
     lambda: Snapshot(slot=1, state=None, configs=(), recent_ids=()),
+    lambda: Snapshot(slot=1, state=None, configs=((1, ()),), recent_ids=()),
+    lambda: Snapshot(slot=1, state=None, configs=((1, ("a",)),), recent_ids=(("a:1", 0, 0),)),
     lambda: Noop(ballot=(1, "a"), decided_upto=-1),
 ])
 def test_a_malformed_message_cannot_be_built(build: Any) -> None:

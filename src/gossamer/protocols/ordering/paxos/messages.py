@@ -266,5 +266,10 @@ class Snapshot(Message):
             raise ValueError("a snapshot carries at least one replica set")
         for first, members in self.configs:
             _check_slot(first, "config slot")
+            if not members:
+                raise ValueError("a replica set has at least one member")
             for node in members:
                 check_node_id(node)
+        for command_id, slot, index in self.recent_ids:
+            if not 1 <= len(command_id) <= MAX_ID or slot < 1 or index < 0:
+                raise ValueError(f"bad recent id {(command_id, slot, index)!r}")
