@@ -24,7 +24,7 @@ from ...protocols.ordering.paxos import (
     PaxosConfig,
     PaxosReplica,
 )
-from ...runtimes.net import NetNode, WriteBehindStore
+from ...runtimes.net import NetNode, SqliteStore, WriteBehindStore
 
 __all__ = ["KeyValue", "ReplicatedLog", "address_of"]
 
@@ -80,8 +80,8 @@ class ReplicatedLog:
     listens); ``members`` the founding group (``node_id`` among them). ``data_dir`` keeps the
     replica's state in sqlite, committed in groups (one fsync on a writer thread for many
     writes; no reply leaves before its group is on disk), so a restarted replica resumes;
-    without it the state lasts as long as the process. ``snapshot_fn`` / ``restore_fn`` as
-    for ``PaxosReplica``."""
+    without it the state lasts as long as the process (``group_commit=False``: one commit per
+    write, for comparison). ``snapshot_fn`` / ``restore_fn`` as for ``PaxosReplica``."""
 
     def __init__(
         self,
@@ -94,6 +94,7 @@ class ReplicatedLog:
         restore_fn: Callable[[Any], None] | None = None,
         cluster_key: str | None = None,
         seed: int = 0,
+        group_commit: bool = True,
     ) -> None:
         self.node_id = check_node_id(node_id)
         address = address_of(self.node_id)
@@ -115,7 +116,8 @@ class ReplicatedLog:
         store = None
         if data_dir is not None:
             data_dir.mkdir(parents=True, exist_ok=True)
-            store = WriteBehindStore(data_dir / STORE_FILE)
+            path = data_dir / STORE_FILE
+            store = WriteBehindStore(path) if group_commit else SqliteStore(path)
         self.net = NetNode(node_id=self.node_id, factory=self._build, codec=CODEC,
                            listen=address, store=store, seed=seed, cluster_key=cluster_key)
         self.net.resolver = address_of
