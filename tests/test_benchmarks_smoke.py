@@ -118,3 +118,12 @@ def test_hub_fanout_quick_run_prints_every_figure(tmp_path: Path) -> None:
                          rf"+{target['per_server_cpu']:.2f}x "
                          rf"\({target['against_per_server_cpu']}\) . {verdicts[1]} +.$",
                          printed, re.M), name
+
+
+def test_paxos_loopback_quick_run_reports_every_mode() -> None:
+    paxos = load_benchmark("paxos_loopback")
+    result = paxos.run(quick=True, ops=60, inflight=20)
+    assert [row["mode"] for row in result["modes"]] == list(paxos.MODES)
+    for row in result["modes"]:
+        assert row["ops_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"], row
+    assert result["modes"][-1]["ratio"] == 1.0

@@ -53,6 +53,7 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.paxos.cli import add_paxos_parser
 from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
 from .vopr import add_vopr_parser
@@ -418,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_hub_parser(verbs)
     add_activity_parser(verbs)
     add_pubsub_parser(verbs)
+    add_paxos_parser(verbs)
 
     trace = verbs.add_parser("trace", help="inspect traces")
     trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)

@@ -5,6 +5,8 @@ and ``per_object`` (which concurrent write to an object wins) are seed 000's, on
 format (``gossamer.protocols.replica.wire``). ``orderer``: the part a service that orders (Scribe's
 topic root, the hub) is given at construction; it accepts (at a position), redirects or refuses,
 possibly later; ``ImmediateOrderer`` is the default, ``DeferredOrderer`` the one tests drive.
+``paxos`` (a subpackage, imported on its own): the Multi-Paxos replica of seed 001
+(``docs/paxos.md``).
 """
 
 from .causal import CausalConfig, CausalDelivery

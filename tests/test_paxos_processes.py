@@ -1,0 +1,123 @@
+"""``gossamer paxos node`` as three OS processes on 127.0.0.1: a replicated key/value store
+that keeps deciding when its leader is killed with SIGKILL, and a killed replica that restarts
+on its data dir and catches up. Every wait is on a process's output with a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness_net import reserve_port
+
+pytestmark = pytest.mark.processes
+
+WAIT = 60.0  # wall seconds: upper bounds only
+CLI = (sys.executable, "-m", "gossamer.cli.main", "paxos", "node")
+
+
+class Replica:
+    """One ``gossamer paxos node --interactive`` process; its stdout read on demand."""
+
+    def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
+        self.name = name
+        self.proc = proc
+        self.lines: list[str] = []
+        self.pos = 0
+
+    async def expect(self, pred: Callable[[str], bool], what: str) -> str:
+        assert self.proc.stdout is not None
+        try:
+            return await self._expect(pred, what)
+        except TimeoutError:
+            raise AssertionError(f"{self.name}: no {what} in {WAIT}s; output: {self.lines}"
+                                 ) from None
+
+    async def _expect(self, pred: Callable[[str], bool], what: str) -> str:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(WAIT):
+            while True:
+                while self.pos < len(self.lines):
+                    line = self.lines[self.pos]
+                    self.pos += 1
+                    if pred(line):
+                        return line
+                raw = await self.proc.stdout.readline()
+                if not raw:
+                    raise AssertionError(f"{self.name} ended (rc={self.proc.returncode}) "
+                                         f"before {what}; output: {self.lines}")
+                self.lines.append(raw.decode().rstrip("\n"))
+
+    def write(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+
+
+async def spawn(tmp: Path, me: str, members: list[str]) -> Replica:
+    args = ["--listen", me, "--interactive", "--heartbeat", "0.2", "--suspect", "1.0",
+            "--data-dir", str(tmp / me.replace(":", "_"))]
+    for member in members:
+        args += ["--member", member]
+    with (tmp / f"{me.replace(':', '_')}.stderr").open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=err)
+    replica = Replica(me, proc)
+    await replica.expect(lambda line: line == f"ready {me}", "ready")
+    return replica
+
+
+def applied(key: str, value: str) -> Callable[[str], bool]:
+    return lambda line: line.startswith("applied ") and line.split()[3:] == [key, value]
+
+
+async def three_replicas_survive_a_killed_leader(tmp: Path) -> None:
+    members = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
+    replicas = {m: await spawn(tmp, m, members) for m in members}
+    try:
+        leaders = {m: (await r.expect(lambda line: line.startswith("leader "), "a leader")
+                       ).split()[1] for m, r in replicas.items()}
+        assert len(set(leaders.values())) == 1, leaders
+        leader = next(iter(leaders.values()))
+        follower = next(m for m in members if m != leader)
+        replicas[follower].write("set x 1")
+        for replica in replicas.values():
+            await replica.expect(applied("x", "1"), "x applied")
+        # applied (handed to the state machine) comes before the proposer's answer
+        await replicas[follower].expect(lambda line: line.startswith("ok "), "ok for x")
+
+        replicas[leader].proc.send_signal(signal.SIGKILL)
+        await replicas[leader].proc.wait()
+        survivors = [m for m in members if m != leader]
+        replicas[survivors[0]].write("incr n 5")
+        for member in survivors:
+            new = await replicas[member].expect(
+                lambda line: line.startswith("leader ") and line.split()[1] != leader,
+                "a new leader")
+            assert new.split()[1] in survivors
+            await replicas[member].expect(applied("n", "5"), "n applied after the kill")
+        await replicas[survivors[0]].expect(lambda line: line.startswith("ok "), "ok for n")
+
+        back = replicas[leader] = await spawn(tmp, leader, members)  # same data dir
+        back.pos = 0  # the replay of its own log comes before "ready"
+        await back.expect(applied("x", "1"), "x replayed from its store")
+        await back.expect(applied("n", "5"), "n caught up")
+        back.write("get n")
+        assert await back.expect(lambda line: line.startswith("value "), "get") == "value n 5"
+    finally:
+        for replica in replicas.values():
+            if replica.proc.returncode is None:
+                replica.proc.send_signal(signal.SIGTERM)
+        for replica in replicas.values():
+            with contextlib.suppress(ProcessLookupError):
+                async with asyncio.timeout(WAIT):
+                    await replica.proc.wait()
+
+
+def test_three_replicas_survive_a_killed_leader(tmp_path: Path) -> None:
+    asyncio.run(three_replicas_survive_a_killed_leader(tmp_path))
