@@ -45,11 +45,13 @@ from .traceio import SCHEMA
 
 __all__ = [
     "COMPACTED_KEY",
+    "SEGMENT_NAME",
     "PartSegments",
     "Recovery",
     "SegmentRead",
     "SegmentSink",
     "compact",
+    "decode_segment",
     "find_parts",
     "read_segment",
     "recover_segments",
@@ -62,7 +64,8 @@ LOCK_SUFFIX = ".seg.lock"
 SEGMENT_SUFFIX = ".seg"
 #: Parquet key-value metadata: the index of the last segment compacted into the file
 COMPACTED_KEY = b"gossamer.compacted_through"
-_SEGMENT = re.compile(r"^(?P<part>.+)-(?P<index>\d{6,})\.seg$")
+#: the name of a completed segment: PART-NNNNNN.seg
+SEGMENT_NAME = re.compile(r"^(?P<part>.+)-(?P<index>\d{6,})\.seg$")
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # Arrow IPC end of stream
 _LEGACY_EOS = b"\x00\x00\x00\x00"
 _ROW_GROUP_ROWS = 65_536  # rows per row group of a compacted file
@@ -88,7 +91,13 @@ def read_segment(path: str | Path) -> SegmentRead:
     """Every whole record batch of a segment (completed or partial), as a table with the trace
     schema; bytes after the last whole record (a torn tail) are skipped and counted."""
     path = Path(path)
-    data = path.read_bytes()
+    table, torn = decode_segment(path.read_bytes())
+    return SegmentRead(path, table, torn)
+
+
+def decode_segment(data: bytes) -> tuple[pa.Table, int]:
+    """The whole record batches of a segment's bytes, as a table with the trace schema, and
+    the number of bytes after the last whole record (a torn tail; 0 when none)."""
     source = pa.BufferReader(pa.py_buffer(data))
     batches: list[pa.RecordBatch] = []
     good = 0  # offset just after the last whole message
@@ -107,9 +116,8 @@ def read_segment(path: str | Path) -> SegmentRead:
     rest = data[good:]
     torn = 0 if rest in (b"", _EOS, _LEGACY_EOS) else len(rest)
     if not batches:
-        return SegmentRead(path, SCHEMA.empty_table(), torn)
-    table = pa.Table.from_batches(batches)
-    return SegmentRead(path, _conform(table), torn)
+        return SCHEMA.empty_table(), torn
+    return _conform(pa.Table.from_batches(batches)), torn
 
 
 def _conform(table: pa.Table) -> pa.Table:
@@ -147,7 +155,7 @@ def _segments_of(parquet: Path) -> PartSegments:
     completed = []
     if parquet.parent.is_dir():
         for path in parquet.parent.iterdir():
-            match = _SEGMENT.match(path.name)
+            match = SEGMENT_NAME.match(path.name)
             if match and match["part"] == parquet.stem:
                 completed.append((int(match["index"]), path))
     partial = _sibling(parquet, PARTIAL_SUFFIX)
@@ -161,7 +169,7 @@ def find_parts(run_dir: str | Path) -> list[PartSegments]:
         return []
     stems: set[Path] = set()
     for path in root.glob(f"*/*{SEGMENT_SUFFIX}"):
-        match = _SEGMENT.match(path.name)
+        match = SEGMENT_NAME.match(path.name)
         if match:
             stems.add(path.with_name(match["part"] + ".parquet"))
     for path in root.glob(f"*/*{PARTIAL_SUFFIX}"):

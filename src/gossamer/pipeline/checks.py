@@ -62,6 +62,12 @@ __all__ = [
 ]
 
 VIOLATION_COLUMNS = ("run", "node", "msg", "origin", "seq", "detail")
+# what a violation says, shared by the batch checks here and the live ones (``live``)
+FIFO_REORDERED = "reordered: seq %d after seq %d"
+FIFO_GAP = "gap: seq %d delivered, expected %d"
+FIFO_AGAIN = "seq %d delivered again, as another message"
+CAUSAL_PREFIX = "causal past not respected: "
+OWED_DETAIL = "%s: it was up when %s published it at t=%.6f and %s"
 _UP_AT_END, _LEFT_CLEANLY, _CRASHED = "up at the end", "left cleanly", "crashed"
 _VECTOR = T.StructType([T.StructField("vector", T.MapType(T.StringType(), T.LongType()))])
 
@@ -268,8 +274,7 @@ def _delivered(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
 
 def _owed_detail(what: str) -> Column:
     return F.format_string(
-        f"{what}: it was up when %s published it at t=%.6f and %s",
-        F.col("publisher"), F.col("t_publish"),
+        OWED_DETAIL, F.lit(what), F.col("publisher"), F.col("t_publish"),
         F.when(F.col("ending") == _LEFT_CLEANLY, F.lit("left cleanly later"))
         .otherwise(F.lit("is up at the end")))
 
@@ -429,13 +434,10 @@ def fifo_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
     bad = rows.filter(F.col("seq") != expected)
     if session_layers:
         bad = _without_session_gaps(trace, bad, session_layers)
-    detail = (F.when(F.col("nth_of_seq") > 1, F.format_string(
-                  "seq %d delivered again, as another message", F.col("seq")))
+    detail = (F.when(F.col("nth_of_seq") > 1, F.format_string(FIFO_AGAIN, F.col("seq")))
               .when(F.col("seq") <= F.col("highest_before"),
-                     F.format_string("reordered: seq %d after seq %d",
-                                     F.col("seq"), F.col("highest_before")))
-              .otherwise(F.format_string("gap: seq %d delivered, expected %d",
-                                         F.col("seq"), expected)))
+                    F.format_string(FIFO_REORDERED, F.col("seq"), F.col("highest_before")))
+              .otherwise(F.format_string(FIFO_GAP, F.col("seq"), expected)))
     return _shape(bad, detail)
 
 
@@ -504,7 +506,7 @@ def causal_violations(trace: DataFrame, *, layers: Sequence[str] | None = None) 
         F.array_join(F.sort_array(F.collect_list(F.format_string(
             "%s:%d %s", F.col("past_origin"), F.col("needed"), F.col("problem")))), "; ")
         .alias("what"))
-    return _shape(per_delivery, F.concat(F.lit("causal past not respected: "), F.col("what")))
+    return _shape(per_delivery, F.concat(F.lit(CAUSAL_PREFIX), F.col("what")))
 
 
 # -- one sequence everywhere (total order, per-object revision order) --------------------------
