@@ -90,3 +90,17 @@ def test_loopback_runs_real_sockets_with_one_trace_file_per_node(
     rows = [tuple(r.values()) for r in read_trace(tmp_path).to_pylist()]
     assert fifo_violations(rows) == []
     assert missing_deliveries(rows, ["n000", "n001", "n002", "n003"]) == []
+
+
+@pytest.mark.parametrize("argv", [["--follow", "{tmp}/nowhere"],
+                                  ["--follow", "{tmp}/file.txt"],
+                                  ["{tmp}", "--follow", "{tmp}"],
+                                  []])
+def test_analyze_follow_without_a_directory_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    (tmp_path / "file.txt").write_text("not a directory")
+    code = main(["analyze", *(a.format(tmp=tmp_path) for a in argv)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert len(out.strip().splitlines()) == 1 and out.startswith("error:"), out

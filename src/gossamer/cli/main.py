@@ -25,6 +25,7 @@ from rich.table import Table
 from .. import __version__
 from ..core.argtypes import positive_int as _positive_int
 from ..core.argtypes import probability as _probability
+from ..core.argtypes import seconds as _seconds
 from ..core.errors import GossamerError
 from ..core.traceio import read_trace, summarize
 from ..pipeline import (
@@ -238,7 +239,66 @@ def _stored_bucket(run_dir: Path) -> float | None:
     return buckets.pop() if len(buckets) == 1 else None
 
 
+def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
+    """``analyze --follow DIR``: check the segments a deployment writes, live, until Ctrl-C."""
+    from ..pipeline.live import LIVE_CHECKS, follow
+
+    directory = Path(args.follow)
+    if args.run_dir is not None:
+        _error(console, "give either RUN_DIR or --follow DIR, not both")
+        return 2
+    if not directory.is_dir():
+        _error(console, f"--follow {directory}: no such directory (give the run directory the "
+                        "deployment writes its trace segments to)")
+        return 2
+    try:
+        overrides = _check_overrides(args)
+        master = args.master or default_master()
+        console.print(f"[bold]gossamer analyze --follow[/]: {directory} on Spark "
+                      f"{master or 'from spark-submit'}: {', '.join(LIVE_CHECKS)} (a delivery "
+                      f"is missing {args.grace:g} s after its publish); Ctrl-C stops",
+                      soft_wrap=True)
+        spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
+        def first_batch(epoch: int) -> None:
+            if epoch == 0:
+                console.print("checked the segments on disk; following new ones",
+                              soft_wrap=True)
+
+        live = follow(spark, directory, overrides=overrides, grace=args.grace,
+                      use_stored_settings=not args.ignore_stored_settings,
+                      on_violation=lambda v: console.print(v.line(), soft_wrap=True,
+                                                           markup=False, highlight=False),
+                      on_batch=first_batch)
+    except PipelineError as exc:
+        if args.debug:
+            raise
+        _error(console, str(exc))
+        return 2
+    try:
+        while not live.query.awaitTermination(1):
+            continue  # wakes every second so that Ctrl-C is seen at once
+    except KeyboardInterrupt:
+        live.stop()
+        count = len(live.violations)
+        console.print(f"stopped: {count:,} violations found in {live.batches:,} batches",
+                      soft_wrap=True)
+        return 1 if count else 0
+    except Exception as exc:  # the query failed (Spark, an unreadable segment, ...)
+        if args.debug or not _is_spark_failure(exc):
+            raise
+        live.stop()
+        _error(console, _spark_failure(exc).replace("the analysis", "the live check"))
+        return 2
+    live.stop()
+    return 1 if live.violations else 0
+
+
 def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
+    if args.follow is not None:
+        return _cmd_follow(args, console)
+    if args.run_dir is None:
+        _error(console, "analyze needs RUN_DIR (or --follow DIR)")
+        return 2
     run_dir = Path(args.run_dir)
     try:
         overrides = _check_overrides(args)
@@ -457,7 +517,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "held, 1 when a guarantee was violated, 2 when the input could not be "
                     "analysed (a file missing, truncated or corrupt, or a column a check "
                     "needs).")
-    analyse.add_argument("run_dir")
+    analyse.add_argument("run_dir", nargs="?", default=None)
+    analyse.add_argument("--follow", default=None, metavar="DIR",
+                         help="check the trace segments a live deployment writes under DIR "
+                              "as they complete (reliability, duplicates, FIFO, causal "
+                              "order), printing each violation; Ctrl-C stops")
+    analyse.add_argument("--grace", type=_seconds, default=10.0, metavar="SECONDS",
+                         help="with --follow: a delivery not seen this long after its "
+                              "publish is reported missing (default 10)")
     analyse.add_argument("--out", default=None, help="output directory (default RUN_DIR/analysis)")
     _spark_arguments(analyse)
     analyse.add_argument("--layer", action="append", default=None,

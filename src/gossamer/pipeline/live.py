@@ -47,6 +47,10 @@ LIVE_CHECKS = ("reliability", "duplicates", "fifo", "causal")
 RECENT_MESSAGES = 10_000
 #: per node, layer and origin: ranges of seqs still missing below the highest one
 MISSING_RANGES = 4_096
+#: per shard: messages waiting for their grace period to end
+PENDING_MESSAGES = 100_000
+#: the messages of a layer are judged in this many groups (a Python call per group and batch)
+MESSAGE_SHARDS = 8
 _SUBSCRIPTION_EVENTS = ("subscribe", "unsubscribe")
 _ROW_SCHEMA = pa.schema([*SCHEMA, pa.field(ROW, pa.int64())])
 _SEGMENT_BITS = 32  # row = segment index << 32 | position in the segment
@@ -107,8 +111,10 @@ def segment_rows(spark: SparkSession, directory: str | Path) -> DataFrame:
              .option("recursiveFileLookup", "true")
              .option("ignoreMissingFiles", "true")
              .load(str(directory)))
-    return files.select("path", "content").mapInArrow(_decode, T.StructType.fromJson(
-        _spark_schema_json()))
+    # a few segments a second: one task decodes them (Spark would pack four to eight small
+    # files in a task and start a task, a Python worker round trip, per pack)
+    return files.select("path", "content").coalesce(1).mapInArrow(
+        _decode, T.StructType.fromJson(_spark_schema_json()))
 
 
 @functools.cache
@@ -242,36 +248,48 @@ def _causal_past(row: dict[str, Any], per_layer: dict[str, Any], node: str) -> l
     return sorted(missing)
 
 
-def _message_step(run: str, layer: str, msg: str, rows: list[dict[str, Any]],
-                  blob: dict[str, Any] | None, now_ms: int, grace_ms: int) -> dict[str, Any]:
-    """Who delivered one message so far, and when to judge it (``grace_ms`` after its publish
-    was seen; a message whose publish never shows is forgotten after four grace periods)."""
-    state = blob or {"publish": None, "nodes": [], "due": now_ms + 4 * grace_ms}
+def _messages_step(run: str, layer: str, rows: list[dict[str, Any]],
+                   blob: dict[str, Any] | None, now_ms: int, grace_ms: int,
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Who delivered each pending message of one shard so far; the messages whose grace
+    period is over (``grace_ms`` after their publish was seen) go to the judge. A message
+    whose publish never shows is forgotten after four grace periods; past
+    ``PENDING_MESSAGES`` the earliest due are judged at once (memory stays bounded)."""
+    pending: dict[str, dict[str, Any]] = blob["pending"] if blob else {}
     for row in rows:
-        if row["event"] == "publish" and state["publish"] is None:
-            state["publish"] = [row["node"], row["origin"], row["seq"], row["key"], row["t"],
+        entry = pending.setdefault(row["msg"], {"publish": None, "nodes": [],
+                                                "due": now_ms + 4 * grace_ms})
+        if row["event"] == "publish" and entry["publish"] is None:
+            entry["publish"] = [row["node"], row["origin"], row["seq"], row["key"], row["t"],
                                 row["at"]]
-            state["due"] = now_ms + grace_ms
-        elif row["event"] == "deliver" and row["node"] not in state["nodes"]:
-            state["nodes"].append(row["node"])
-    return state
+            entry["due"] = now_ms + grace_ms
+        elif row["event"] == "deliver" and row["node"] not in entry["nodes"]:
+            entry["nodes"].append(row["node"])
+    by_due = sorted(pending, key=lambda m: pending[m]["due"])
+    overflow = max(0, len(pending) - PENDING_MESSAGES)
+    out = []
+    for index, msg in enumerate(by_due):
+        entry = pending[msg]
+        if entry["due"] > now_ms and index >= overflow:
+            break
+        del pending[msg]
+        if entry["publish"] is not None:
+            publisher, origin, seq, key, t, at = entry["publish"]
+            out.append(_record("reliability", run, layer=layer, node=publisher, msg=msg,
+                               origin=origin, seq=seq, key=key, t=t, at=at,
+                               nodes=entry["nodes"]))
+    return out, {"pending": pending}
 
 
 def _step(key: tuple[Any, ...], frames: Iterator[Any], group_state: Any, *,
           grace_ms: int) -> Iterator[Any]:
+    """The operator's function for one group: a node's rows, or a shard of messages."""
     import pandas as pd  # type: ignore[import-untyped]
 
     kind, run, layer, name = key
     blob = orjson.loads(group_state.get[0]) if group_state.exists else None
-    if group_state.hasTimedOut:  # a message's grace period is over: hand it to the judge
-        group_state.remove()
-        if blob and blob["publish"]:
-            publisher, origin, seq, key_, t, at = blob["publish"]
-            yield pd.DataFrame([_record("reliability", run, layer=layer, node=publisher,
-                                        msg=name, origin=origin, seq=seq, key=key_, t=t, at=at,
-                                        nodes=blob["nodes"])], columns=_COLUMNS)
-        return
-    rows = [r for frame in frames for r in frame.to_dict("records")]
+    rows = [] if group_state.hasTimedOut else [
+        r for frame in frames for r in frame.to_dict("records")]
     for row in rows:
         for column in ("msg", "origin", "key", "info", "seq"):
             if pd.isna(row[column]):
@@ -281,13 +299,17 @@ def _step(key: tuple[Any, ...], frames: Iterator[Any], group_state: Any, *,
     if kind == "node":
         out, state = _node_step(run, name, rows, blob)
         group_state.update((orjson.dumps(state),))
-        if out:
-            yield pd.DataFrame(out, columns=_COLUMNS)
-        return
-    now = group_state.getCurrentProcessingTimeMs()
-    state = _message_step(run, layer, name, rows, blob, now, grace_ms)
-    group_state.update((orjson.dumps(state),))
-    group_state.setTimeoutDuration(max(1, state["due"] - now))
+    else:
+        now = group_state.getCurrentProcessingTimeMs()
+        out, state = _messages_step(run, layer, rows, blob, now, grace_ms)
+        if state["pending"]:
+            group_state.update((orjson.dumps(state),))
+            due = min(entry["due"] for entry in state["pending"].values())
+            group_state.setTimeoutDuration(max(1, due - now))
+        else:
+            group_state.remove()
+    if out:
+        yield pd.DataFrame(out, columns=_COLUMNS)
 
 
 def live_findings(rows: DataFrame, *, grace: float) -> DataFrame:
@@ -297,8 +319,9 @@ def live_findings(rows: DataFrame, *, grace: float) -> DataFrame:
     event = F.col("event")
     by_node = F.struct(F.lit("node").alias("kind"), F.lit("").alias("glayer"),
                        F.col("node").alias("name"))
+    shard = F.pmod(F.xxhash64("msg"), F.lit(MESSAGE_SHARDS)).cast("string")
     by_message = F.when(event.isin("publish", "deliver") & F.col("msg").isNotNull(), F.struct(
-        F.lit("msg").alias("kind"), F.col("layer").alias("glayer"), F.col("msg").alias("name")))
+        F.lit("messages").alias("kind"), F.col("layer").alias("glayer"), shard.alias("name")))
     keyed = rows.filter(F.col("node").isNotNull() & F.col("run").isNotNull()).select(
         "*", at.alias("at"), F.explode(F.filter(F.array(by_node, by_message),
                                                 lambda k: k.isNotNull())).alias("k"))
@@ -494,8 +517,10 @@ def follow(
     if not directory.is_dir():
         raise PipelineError(f"--follow {directory}: no such directory (give the run directory "
                             "the deployment writes its trace segments to)")
-    if grace <= 0 or trigger <= 0:
-        raise PipelineError("the grace period and the trigger interval must be > 0 seconds")
+    for name, value in (("grace period", grace), ("trigger interval", trigger)):
+        if not 0 < value < 86_400:
+            raise PipelineError(f"the {name} must be between 0 and 86,400 seconds, got "
+                                f"{value:g}")
     fields = {f.name for f in dataclasses.fields(CheckConfig)}
     unknown = set(overrides or {}) - fields
     if unknown:
@@ -526,11 +551,19 @@ def follow(
             on_batch(epoch)
 
     findings = live_findings(segment_rows(spark, directory), grace=grace)
-    live.query = (findings.writeStream.foreachBatch(each_batch)
-                  .option("checkpointLocation", str(checkpoint))
-                  .trigger(processingTime=f"{int(trigger * 1000)} milliseconds")
-                  .queryName(f"gossamer-follow-{_slug(directory)}-{int(time.time())}")
-                  .start())
+    # the state's partitions are fixed when the query starts: one per core (each is a task
+    # and a Python call in every micro-batch, data or not), not the batch jobs' shuffle size
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(min(
+        int(shuffle or 1), max(1, spark.sparkContext.defaultParallelism))))
+    try:
+        live.query = (findings.writeStream.foreachBatch(each_batch)
+                      .option("checkpointLocation", str(checkpoint))
+                      .trigger(processingTime=f"{int(trigger * 1000)} milliseconds")
+                      .queryName(f"gossamer-follow-{_slug(directory)}-{int(time.time())}")
+                      .start())
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
     return live
 
 
