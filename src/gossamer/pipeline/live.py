@@ -553,9 +553,9 @@ def follow(
     findings = live_findings(segment_rows(spark, directory), grace=grace)
     # the state's partitions are fixed when the query starts: one per core (each is a task
     # and a Python call in every micro-batch, data or not), not the batch jobs' shuffle size
-    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions") or "200"
     spark.conf.set("spark.sql.shuffle.partitions", str(min(
-        int(shuffle or 1), max(1, spark.sparkContext.defaultParallelism))))
+        int(shuffle), max(1, spark.sparkContext.defaultParallelism))))
     try:
         live.query = (findings.writeStream.foreachBatch(each_batch)
                       .option("checkpointLocation", str(checkpoint))
