@@ -259,24 +259,22 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
                       f"is missing {args.grace:g} s after its publish); Ctrl-C stops",
                       soft_wrap=True)
         spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
-        def first_batch(epoch: int) -> None:
-            if epoch == 0:
-                console.print("checked the segments on disk; following new ones",
-                              soft_wrap=True)
-
         live = follow(spark, directory, overrides=overrides, grace=args.grace,
                       use_stored_settings=not args.ignore_stored_settings,
                       on_violation=lambda v: console.print(v.line(), soft_wrap=True,
-                                                           markup=False, highlight=False),
-                      on_batch=first_batch)
+                                                           markup=False, highlight=False))
     except PipelineError as exc:
         if args.debug:
             raise
         _error(console, str(exc))
         return 2
     try:
-        while not live.query.awaitTermination(1):
-            continue  # wakes every second so that Ctrl-C is seen at once
+        started = False
+        while not live.query.awaitTermination(1):  # wakes every second: Ctrl-C is seen at once
+            if not started and live.query.lastProgress is not None:
+                started = True  # its first trigger ended: what was on disk is checked
+                console.print("checked the segments on disk; following new ones",
+                              soft_wrap=True)
     except KeyboardInterrupt:
         live.stop()
         count = len(live.violations)
