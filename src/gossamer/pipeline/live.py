@@ -34,7 +34,14 @@ from pyspark.sql import types as T
 
 from ..core.segments import SEGMENT_NAME, decode_segment
 from ..core.traceio import SCHEMA
-from .checks import CAUSAL_PREFIX, FIFO_GAP, FIFO_REORDERED, OWED_DETAIL, CheckConfig
+from .checks import (
+    CAUSAL_PREFIX,
+    FIFO_AGAIN,
+    FIFO_GAP,
+    FIFO_REORDERED,
+    OWED_DETAIL,
+    CheckConfig,
+)
 from .errors import PipelineError
 from .schema import MEMBERSHIP_EVENTS, ROW, RUNTIME_LAYERS, UP_EVENTS
 from .settings import read_run_settings
@@ -45,6 +52,9 @@ __all__ = ["LIVE_CHECKS", "LiveCheck", "LiveJudge", "LiveViolation", "follow", "
 LIVE_CHECKS = ("reliability", "duplicates", "fifo", "causal")
 #: per node and layer: message ids without origin and seq remembered for the duplicates check
 RECENT_MESSAGES = 10_000
+#: per node, layer and origin: the message ids of the latest seqs delivered (a seq delivered
+#: again as another message breaks FIFO; as the same message it is a duplicate)
+SEQ_MESSAGES = 1_000
 #: per node, layer and origin: ranges of seqs still missing below the highest one
 MISSING_RANGES = 4_096
 #: per shard: messages waiting for their grace period to end
@@ -203,11 +213,14 @@ def _node_step(run: str, node: str, rows: list[dict[str, Any]], blob: dict[str, 
         if past:
             out.append(_record("causal", detail=CAUSAL_PREFIX + "; ".join(past), **found))
         mine = per_layer.setdefault(origin, {"high": 0, "missing": [], "floor": 0,
-                                             "previous": None})
+                                             "previous": None, "msgs": {}})
         if not _judged_seq(mine, seq):
             continue
         if _holds(mine, seq):
-            if row["msg"] is not None:
+            first = mine["msgs"].get(str(seq))
+            if first is not None and row["msg"] is not None and first != row["msg"]:
+                out.append(_record("fifo", detail=FIFO_AGAIN % seq, **found))
+            elif row["msg"] is not None:
                 out.append(_record("duplicates", detail=f"delivered again in layer {layer}",
                                    **found))
             continue
@@ -222,6 +235,10 @@ def _node_step(run: str, node: str, rows: list[dict[str, Any]], blob: dict[str, 
                                **found))
         _take(mine, seq)
         mine["previous"] = [at, row[ROW]]
+        if row["msg"] is not None:
+            mine["msgs"][str(seq)] = row["msg"]
+            if len(mine["msgs"]) > SEQ_MESSAGES:
+                del mine["msgs"][next(iter(mine["msgs"]))]
     return out, state
 
 
