@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -120,6 +121,7 @@ def main() -> int:
             checker.wait()
         for sink in sinks.values():
             sink.close()
+        shutil.rmtree(root, ignore_errors=True)
     from_row = [printed[m] - a for m, (a, _) in planted.items() if m in printed]
     from_segment = [printed[m] - r for m, (_, r) in planted.items() if m in printed]
     print(f"checker: {' '.join(command[2:])}; load average at the start "
