@@ -9,53 +9,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from harness_procs import WAIT, LineProc
+
 pytestmark = pytest.mark.processes
 
-WAIT = 60.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
 PROBE_WAIT = 0.5  # how long one probe activity is given before the next is sent
 CLI = (sys.executable, "-m", "gossamer.cli.main", "activity")
 LOGGED_IN = "logged in as user "
 
 
-class Proc:
-    """A child process whose stdout lines are read on demand; stderr goes to a file."""
-
-    def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
-        self.name = name
-        self.proc = proc
-        self.lines: list[str] = []
-        self.pos = 0  # lines before it were consumed by ``expect``
-
-    async def expect(self, pred: Callable[[str], bool], what: str,
-                     timeout: float = WAIT) -> str:
-        """The next unconsumed line satisfying ``pred`` (earlier lines are consumed too)."""
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(timeout):
-            while True:
-                while self.pos < len(self.lines):
-                    line = self.lines[self.pos]
-                    self.pos += 1
-                    if pred(line):
-                        return line
-                raw = await self.proc.stdout.readline()
-                if not raw:
-                    raise AssertionError(f"{self.name} ended (rc={self.proc.returncode}) "
-                                         f"before {what}; output: {self.lines}")
-                self.lines.append(raw.decode().rstrip("\n"))
+class Proc(LineProc):
+    """An activity client or server process; its printed activities parsed."""
 
     def activities(self) -> list[dict[str, Any]]:
         return [orjson.loads(line) for line in self.lines if line.startswith("{")]
-
-    def write(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
 
 
 class Network:

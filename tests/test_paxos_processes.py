@@ -14,48 +14,23 @@ from pathlib import Path
 import pytest
 
 from harness_net import reserve_port
+from harness_procs import WAIT, LineProc
 
 pytestmark = pytest.mark.processes
 
-WAIT = 60.0  # wall seconds: upper bounds only
 CLI = (sys.executable, "-m", "gossamer.cli.main", "paxos", "node")
 
 
-class Replica:
+class Replica(LineProc):
     """One ``gossamer paxos node --interactive`` process; its stdout read on demand."""
 
-    def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
-        self.name = name
-        self.proc = proc
-        self.lines: list[str] = []
-        self.pos = 0
-
-    async def expect(self, pred: Callable[[str], bool], what: str) -> str:
-        assert self.proc.stdout is not None
+    async def expect(self, pred: Callable[[str], bool], what: str,
+                     timeout: float = WAIT) -> str:
         try:
-            return await self._expect(pred, what)
+            return await super().expect(pred, what, timeout)
         except TimeoutError:
-            raise AssertionError(f"{self.name}: no {what} in {WAIT}s; output: {self.lines}"
+            raise AssertionError(f"{self.name}: no {what} in {timeout}s; output: {self.lines}"
                                  ) from None
-
-    async def _expect(self, pred: Callable[[str], bool], what: str) -> str:
-        assert self.proc.stdout is not None
-        async with asyncio.timeout(WAIT):
-            while True:
-                while self.pos < len(self.lines):
-                    line = self.lines[self.pos]
-                    self.pos += 1
-                    if pred(line):
-                        return line
-                raw = await self.proc.stdout.readline()
-                if not raw:
-                    raise AssertionError(f"{self.name} ended (rc={self.proc.returncode}) "
-                                         f"before {what}; output: {self.lines}")
-                self.lines.append(raw.decode().rstrip("\n"))
-
-    def write(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
 
 
 async def spawn(tmp: Path, me: str, members: list[str]) -> Replica:

@@ -66,6 +66,13 @@ def check_ballot(ballot: Ballot, name: str = "ballot") -> None:
     check_node_id(node)
 
 
+def _check_heartbeat(ballot: Ballot, decided_upto: int) -> None:
+    """A NOOP's or NOOP_OK's fields: a ballot, and a decided prefix (0: nothing decided)."""
+    check_ballot(ballot)
+    if decided_upto < 0:
+        raise ValueError(f"decided_upto must be >= 0, got {decided_upto}")
+
+
 def _check_slot(slot: int, name: str = "slot") -> None:
     if slot < 1:
         raise ValueError(f"{name} must be >= 1, got {slot}")
@@ -191,9 +198,7 @@ class Noop(Message):
     decided_upto: int
 
     def __post_init__(self) -> None:
-        check_ballot(self.ballot)
-        if self.decided_upto < 0:
-            raise ValueError(f"decided_upto must be >= 0, got {self.decided_upto}")
+        _check_heartbeat(self.ballot, self.decided_upto)
 
 
 @message("paxos.noop_ok", codec=CODEC)
@@ -204,9 +209,7 @@ class NoopOk(Message):
     decided_upto: int
 
     def __post_init__(self) -> None:
-        check_ballot(self.ballot)
-        if self.decided_upto < 0:
-            raise ValueError(f"decided_upto must be >= 0, got {self.decided_upto}")
+        _check_heartbeat(self.ballot, self.decided_upto)
 
 
 @message("paxos.propose", codec=CODEC)

@@ -1,0 +1,44 @@
+"""A child process of a process test whose stdout lines are read on demand: ``expect`` waits
+for the next line that satisfies a predicate (with a timeout, never a fixed sleep), and
+``write`` feeds its stdin."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+WAIT = 60.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
+
+
+class LineProc:
+    """A child process; ``lines`` holds what it printed so far, ``pos`` how much of that
+    ``expect`` consumed."""
+
+    def __init__(self, name: str, proc: asyncio.subprocess.Process) -> None:
+        self.name = name
+        self.proc = proc
+        self.lines: list[str] = []
+        self.pos = 0  # lines before it were consumed by ``expect``
+
+    async def expect(self, pred: Callable[[str], bool], what: str,
+                     timeout: float = WAIT) -> str:
+        """The next unconsumed line satisfying ``pred`` (earlier lines are consumed too); a
+        ``TimeoutError`` after ``timeout`` seconds, an ``AssertionError`` if the process ends
+        first."""
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(timeout):
+            while True:
+                while self.pos < len(self.lines):
+                    line = self.lines[self.pos]
+                    self.pos += 1
+                    if pred(line):
+                        return line
+                raw = await self.proc.stdout.readline()
+                if not raw:
+                    raise AssertionError(f"{self.name} ended (rc={self.proc.returncode}) "
+                                         f"before {what}; output: {self.lines}")
+                self.lines.append(raw.decode().rstrip("\n"))
+
+    def write(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
