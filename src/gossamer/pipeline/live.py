@@ -34,14 +34,8 @@ from pyspark.sql import types as T
 
 from ..core.segments import SEGMENT_NAME, decode_segment
 from ..core.traceio import SCHEMA
-from .checks import (
-    CAUSAL_PREFIX,
-    FIFO_AGAIN,
-    FIFO_GAP,
-    FIFO_REORDERED,
-    OWED_DETAIL,
-    CheckConfig,
-)
+from .check_rows import CAUSAL_PREFIX, FIFO_AGAIN, FIFO_GAP, FIFO_REORDERED, OWED_DETAIL
+from .checks import CheckConfig
 from .errors import PipelineError
 from .schema import MEMBERSHIP_EVENTS, ROW, RUNTIME_LAYERS, UP_EVENTS
 from .settings import read_run_settings

@@ -1,0 +1,327 @@
+"""Checks of what was delivered: who was up and subscribed (the membership timeline), what each
+node was owed (reliability, an origin's own delivery), and deliveries that must not happen
+(duplicates, validity). Pure ``DataFrame -> DataFrame`` transforms (see ``checks``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .check_rows import (
+    OWED_DETAIL,
+    deliver_rows,
+    layer_filter,
+    precedes,
+    violation_rows,
+)
+from .schema import (
+    MEMBERSHIP_EVENTS,
+    ROW,
+    RUNTIME_LAYERS,
+    UP_EVENTS,
+    clock,
+    membership_changes,
+    with_row_order,
+)
+
+__all__ = [
+    "duplicate_violations",
+    "expected_deliveries",
+    "member_status",
+    "own_delivery_violations",
+    "reliability_summary",
+    "reliability_violations",
+    "subscription_intervals",
+    "validity_violations",
+]
+
+_UP_AT_END, _LEFT_CLEANLY, _CRASHED = "up at the end", "left cleanly", "crashed"
+
+# -- who is up: the membership timeline --------------------------------------------------------
+
+
+def member_status(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> DataFrame:
+    """Per (run, node): whether the node is judged, and the intervals in which it was up.
+
+    Every node of the trace is a member: each node with a row outside layer ``sim`` (the
+    simulator's own rows name node ``sim``) or a membership row. A node is up from the start
+    unless its first membership change (see ``membership_changes``) is ``join``; ``join`` and
+    ``recover`` bring it up, ``crash`` and ``leave`` take it down.
+
+    ``judged``: the node is held to what it was owed, because it is up at the end, or it left
+    cleanly (its last change is a ``leave`` of its runtime: its process stopped on purpose, it
+    did not crash). A node down at the end after a crash owes nothing.
+
+    Returns (run, node, judged, ending, last_interval, start_at, start_row, end_at, end_row),
+    one row per interval in which the node was up, on the shared clock (null start: from the
+    beginning; null end: to the end); ``last_interval`` marks the node's latest one, ``ending``
+    says how the node ended ("up at the end", "left cleanly" or "crashed").
+    """
+    trace = with_row_order(trace)
+    membership = (F.col("event").isin(list(MEMBERSHIP_EVENTS))
+                  & F.col("layer").isin(*RUNTIME_LAYERS, *session_layers))
+    members = (trace.filter(F.col("node").isNotNull() & (membership | (F.col("layer") != "sim")))
+               .select("run", "node").distinct())
+    in_order = Window.partitionBy("run", "node").orderBy("at", ROW)
+    whole = in_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    up_after = F.col("event").isin(*UP_EVENTS)
+    final = F.last(F.struct("event", "layer")).over(whole)
+    # one window pass over the membership rows gives every interval and the final state
+    changes = membership_changes(trace, session_layers=session_layers).select(
+        "run", "node", "at", ROW, "event", up_after.alias("up_after"),
+        F.lead("at").over(in_order).alias("next_at"),
+        F.lead(ROW).over(in_order).alias("next_row"),
+        F.row_number().over(in_order).alias("nth"),
+        final.alias("final"),
+        F.max(F.when(up_after, F.struct("at", ROW))).over(whole).alias("last_up"),
+    )
+    ending = (F.when(F.col("final.event").isin(*UP_EVENTS), F.lit(_UP_AT_END))
+              .when((F.col("final.event") == "leave")
+                    & F.col("final.layer").isin(*RUNTIME_LAYERS), F.lit(_LEFT_CLEANLY))
+              .otherwise(F.lit(_CRASHED)))
+    changes = changes.withColumn("ending", ending)
+    judged = F.col("ending") != _CRASHED
+    no_time, no_row = F.lit(None).cast("double"), F.lit(None).cast("long")
+    initial = changes.filter((F.col("nth") == 1) & (F.col("event") != "join")).select(
+        "run", "node", judged.alias("judged"), "ending",
+        F.col("last_up").isNull().alias("last_interval"),
+        no_time.alias("start_at"), no_row.alias("start_row"),
+        F.col("at").alias("end_at"), F.col(ROW).alias("end_row"))
+    later = changes.filter("up_after").select(
+        "run", "node", judged.alias("judged"), "ending",
+        ((F.col("at") == F.col("last_up.at")) & (F.col(ROW) == F.col(f"last_up.{ROW}")))
+        .alias("last_interval"),
+        F.col("at").alias("start_at"), F.col(ROW).alias("start_row"),
+        F.col("next_at").alias("end_at"), F.col("next_row").alias("end_row"))
+    steady = members.join(changes.select("run", "node"), ["run", "node"], "left_anti").select(
+        "run", "node", F.lit(True).alias("judged"), F.lit(_UP_AT_END).alias("ending"),
+        F.lit(True).alias("last_interval"), no_time.alias("start_at"),
+        no_row.alias("start_row"), no_time.alias("end_at"), no_row.alias("end_row"))
+    return steady.unionByName(initial).unionByName(later)
+
+
+def _up_during(start_at: Column, start_row: Column, end_at: Column, end_row: Column,
+               at: Column, row: Column) -> Column:
+    """(at, row) falls in the interval [start, end) (null bounds are open)."""
+    return ((start_at.isNull() | precedes(start_at, start_row, at, row))
+            & (end_at.isNull() | precedes(at, row, end_at, end_row)))
+
+
+# -- who is owed what ----------------------------------------------------------------------------
+
+_SUBSCRIPTION_EVENTS = ("subscribe", "unsubscribe")
+
+
+def subscription_intervals(trace: DataFrame) -> DataFrame:
+    """(run, key, node, sub_at, sub_row, unsub_at, unsub_row): when each node was subscribed
+    to each topic (``key``), on the shared clock, from its ``subscribe`` row to its next
+    ``subscribe`` or ``unsubscribe`` row of that key in any layer (null end: to the end of the
+    run).
+
+    A crash ends no subscription here: a node that recovers without subscribing again would
+    still be expected to deliver (the pub/sub workloads do not recover crashed nodes)."""
+    trace = with_row_order(trace)
+    rows = trace.filter(F.col("event").isin(list(_SUBSCRIPTION_EVENTS))
+                        & F.col("key").isNotNull() & F.col("node").isNotNull())
+    in_order = Window.partitionBy("run", "key", "node").orderBy("at", ROW)
+    return rows.select("run", "key", "node", "event", clock().alias("at"), ROW).select(
+        "run", "key", "node", "event", F.col("at").alias("sub_at"),
+        F.col(ROW).alias("sub_row"), F.lead("at").over(in_order).alias("unsub_at"),
+        F.lead(ROW).over(in_order).alias("unsub_row"),
+    ).filter(F.col("event") == "subscribe").drop("event")
+
+
+def expected_deliveries(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
+) -> DataFrame:
+    """(run, layer, msg, origin, seq, key, node, t_publish, publisher, ending): who owes what.
+
+    A node owes a message when it was up when the message was published (on the shared clock)
+    and it is judged (up at the end, or it left cleanly: see ``member_status``). Who else:
+
+    - topics: in a run that traces ``subscribe``/``unsubscribe`` rows (topic pub/sub, key =
+      topic), a message with a ``key`` is owed only by the nodes subscribed to that key when it
+      was published (in every layer that carries it: the pub/sub layer and the Scribe tree
+      below it); a message without a key (a broadcast layer below pub/sub) by every member;
+    - sessions (``session_layers``: what a node missed while away is not sent again, like seed
+      003's clients): only by the nodes whose latest up interval covers the publish.
+
+    With ``exempt_crashed_origins``, messages of a publisher that is not judged (crashed) are
+    left out (a protocol without relaying cannot repair them). ``t_publish`` is the publisher's
+    own run time ``t``; the node that recorded the publish row is ``publisher`` (the origin's
+    server, for seed 003), the message's ``origin`` the node that created it.
+    """
+    trace = with_row_order(trace)
+    status = member_status(trace, session_layers=session_layers)
+    publishes = trace.filter((F.col("event") == "publish") & layer_filter(layers)).select(
+        "run", "layer", "msg", "origin", "seq", "key", F.col("t").alias("t_publish"),
+        clock().alias("at_publish"), F.col(ROW).alias("row_publish"),
+        F.col("node").alias("publisher"),
+    )
+    if exempt_crashed_origins:
+        alive = status.filter("judged").select(F.col("run"), F.col("node").alias("publisher"))
+        publishes = publishes.join(F.broadcast(alive.distinct()), ["run", "publisher"],
+                                   "left_semi")
+    covers = _up_during(F.col("start_at"), F.col("start_row"), F.col("end_at"),
+                        F.col("end_row"), F.col("at_publish"), F.col("row_publish"))
+    # a few intervals per node: broadcast them, or one task would pair every message of a run
+    # (the join key is the run) with every node; a node's intervals never overlap
+    pairs = publishes.join(F.broadcast(status.filter("judged")), "run").filter(covers)
+    if session_layers:
+        pairs = pairs.filter(~F.col("layer").isin(list(session_layers))
+                             | F.col("last_interval"))
+    subscriptions = subscription_intervals(trace)
+    topic_runs = subscriptions.select("run").distinct()
+    scoped = F.col("key").isNotNull()
+    everyone = (pairs.join(F.broadcast(topic_runs), "run", "left_anti")
+                .unionByName(pairs.join(F.broadcast(topic_runs), "run", "left_semi")
+                             .filter(~scoped)))
+    subscribed = (
+        precedes(F.col("sub_at"), F.col("sub_row"), F.col("at_publish"), F.col("row_publish"))
+        & (F.col("unsub_at").isNull()
+           | precedes(F.col("at_publish"), F.col("row_publish"), F.col("unsub_at"),
+                     F.col("unsub_row"))))
+    by_topic = (pairs.filter(scoped).join(subscriptions, ["run", "key", "node"])
+                .filter(subscribed).select(*everyone.columns))
+    return everyone.unionByName(by_topic).select(
+        "run", "layer", "msg", "origin", "seq", "key", "node", "t_publish", "publisher",
+        "ending")
+
+
+def _delivered(trace: DataFrame, layers: Sequence[str] | None) -> DataFrame:
+    """(run, layer, msg, node): the messages each node delivered."""
+    return deliver_rows(trace, layers).select("run", "layer", "msg", "node")
+
+
+def _owed_detail(what: str) -> Column:
+    return F.format_string(
+        OWED_DETAIL, F.lit(what), F.col("publisher"), F.col("t_publish"),
+        F.when(F.col("ending") == _LEFT_CLEANLY, F.lit("left cleanly later"))
+        .otherwise(F.lit("is up at the end")))
+
+
+def reliability_violations(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
+) -> DataFrame:
+    """Messages a node owed (``expected_deliveries``) without a ``deliver`` row there.
+
+    The origin's own message is left to ``own_delivery_violations`` (where its service promises
+    it), and the node that recorded the publish has the message."""
+    expected = expected_deliveries(trace, layers=layers,
+                                   exempt_crashed_origins=exempt_crashed_origins,
+                                   session_layers=session_layers)
+    others = expected.filter(~F.col("node").eqNullSafe(F.col("origin"))
+                             & (F.col("node") != F.col("publisher")))
+    missing = others.join(_delivered(trace, layers), ["run", "layer", "msg", "node"],
+                          "left_anti")
+    return violation_rows(missing, _owed_detail("not delivered"))
+
+
+def own_delivery_violations(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    own_layers: Sequence[str] | None = None,
+    session_layers: Sequence[str] = (),
+) -> DataFrame:
+    """Origins that did not deliver their own message in ``own_layers`` (None: the layers of
+    ``layers`` in which some origin delivers its own messages, which shows the service does),
+    where they owed it like any other node (``expected_deliveries``: up, judged, subscribed)."""
+    scope = layers if own_layers is None else [
+        layer for layer in own_layers if layers is None or layer in layers]
+    expected = expected_deliveries(trace, layers=scope, session_layers=session_layers).filter(
+        F.col("node") == F.col("origin"))
+    if own_layers is None:
+        promising = (deliver_rows(trace, scope).filter(F.col("node") == F.col("origin"))
+                     .select("layer").distinct())
+        expected = expected.join(F.broadcast(promising), "layer", "left_semi")
+    missing = expected.join(_delivered(trace, scope), ["run", "layer", "msg", "node"],
+                            "left_anti")
+    return violation_rows(missing, _owed_detail("its own message not delivered"))
+
+
+def reliability_summary(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
+) -> DataFrame:
+    """Per (run, layer): published, expected, delivered (of expected) and reliability (the
+    node that recorded a publish counts as having the message)."""
+    expected = expected_deliveries(trace, layers=layers,
+                                   exempt_crashed_origins=exempt_crashed_origins,
+                                   session_layers=session_layers)
+    published = with_row_order(trace).filter(
+        (F.col("event") == "publish") & layer_filter(layers)).select("run", "layer", "msg", "node")
+    delivered = (_delivered(trace, layers).unionByName(published).distinct()
+                 .withColumn("hit", F.lit(1)))
+    joined = expected.join(delivered, ["run", "layer", "msg", "node"], "left")
+    return joined.groupBy("run", "layer").agg(
+        F.countDistinct("msg").alias("published"),
+        F.count(F.lit(1)).alias("expected"),
+        F.count("hit").alias("delivered"),
+    ).withColumn("reliability", F.col("delivered") / F.col("expected"))
+
+
+# -- deliveries that must not happen -------------------------------------------------------------
+
+
+def duplicate_violations(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """Every delivery of a message at a node after its first one there, in each layer."""
+    rows = deliver_rows(trace, layers).filter(F.col("msg").isNotNull())
+    in_order = Window.partitionBy("run", "layer", "node", "msg").orderBy("t", ROW)
+    again = rows.select("*", F.row_number().over(in_order).alias("nth"),
+                        F.first("t").over(in_order).alias("first_t")).filter(F.col("nth") > 1)
+    return violation_rows(again, F.format_string(
+        "delivered again in layer %s (delivery %d; the first at t=%.6f, this one at t=%.6f)",
+        F.col("layer"), F.col("nth"), F.col("first_t"), F.col("t")))
+
+
+def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
+                        complete: bool = True) -> DataFrame:
+    """Deliveries that cannot be right whatever was lost: of a message nobody published in the
+    run (in any layer), at a node that was down (crashed, or gone after it left: runtime
+    membership only), or on a topic the node was not subscribed to when it delivered.
+    ``complete`` False (trace files were left out: ``--allow-partial``): a publish may be in a
+    file that was left out, so "never published" is not judged."""
+    trace = with_row_order(trace)
+    rows = deliver_rows(trace, layers).filter(F.col("msg").isNotNull()).select(
+        "run", "layer", "node", "msg", "origin", "seq", "key", "t", ROW, clock().alias("at"))
+    published = trace.filter(F.col("event") == "publish").select("run", "msg").distinct()
+    unpublished = rows.join(published, ["run", "msg"], "left_anti").select(
+        "*", F.lit("delivered a message that was never published in the run").alias("what"))
+    if not complete:
+        unpublished = unpublished.limit(0)
+    status = member_status(trace)
+    up = rows.join(F.broadcast(status), ["run", "node"], "left").filter(_up_during(
+        F.col("start_at"), F.col("start_row"), F.col("end_at"), F.col("end_row"),
+        F.col("at"), F.col(ROW))).select("run", "layer", "node", "msg", "t", ROW).distinct()
+    while_down = rows.join(up, ["run", "layer", "node", "msg", "t", ROW], "left_anti").select(
+        "*", F.lit("delivered while the node was down (crashed or left)").alias("what"))
+    subscriptions = subscription_intervals(trace)
+    topic_runs = subscriptions.select("run").distinct()
+    scoped = rows.filter(F.col("key").isNotNull()).join(F.broadcast(topic_runs), "run",
+                                                        "left_semi")
+    entitled = (scoped.join(subscriptions, ["run", "key", "node"]).filter(
+        precedes(F.col("sub_at"), F.col("sub_row"), F.col("at"), F.col(ROW))
+        & (F.col("unsub_at").isNull()
+           | precedes(F.col("at"), F.col(ROW), F.col("unsub_at"), F.col("unsub_row"))))
+        .select("run", "layer", "node", "msg", "t", ROW).distinct())
+    unsubscribed = scoped.join(entitled, ["run", "layer", "node", "msg", "t", ROW],
+                               "left_anti").select(
+        "*", F.format_string("delivered on topic %s while not subscribed to it",
+                             F.col("key")).alias("what"))
+    found = unpublished.unionByName(while_down).unionByName(unsubscribed)
+    return violation_rows(found, F.concat(F.col("what"), F.format_string(" (layer %s, t=%.6f)",
+                                                                 F.col("layer"), F.col("t"))))
