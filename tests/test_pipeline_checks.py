@@ -31,6 +31,7 @@ from gossamer.pipeline import (
     reliability_violations,
     total_order_check,
     total_order_violations,
+    validity_check,
 )
 from trace_frames import deliver, frame, publish, row, violations
 
@@ -533,6 +534,26 @@ def test_convergence_ignores_deliveries_in_layers_that_trace_applies(spark: Any)
     only_applies = [apply(1.0, "a", A)]
     status, _reason, _count = verdict(spark, only_applies, convergence_check())
     assert status is Status.PASS
+
+
+def test_a_delivery_just_before_a_kill_is_not_one_while_down(spark: Any) -> None:
+    # n2's process was killed right after its delivery of n1:2 (no crash row: the crash is
+    # inferred where it joins again) and restarted; the delivery was made while it was up
+    rows = [
+        row(0.0, "n1", "join", layer="net"), row(0.0, "n2", "join", layer="net"),
+        publish(1.0, "n1", 1), deliver(1.1, "n2", "n1", 1),
+        publish(2.0, "n1", 2), deliver(2.1, "n2", "n1", 2),
+        row(5.0, "n2", "join", layer="net"),
+        publish(6.0, "n1", 3), deliver(6.1, "n2", "n1", 3),
+    ]
+    assert verdict(spark, rows, validity_check())[0] is Status.PASS
+    # the same trace with a delivery after n2 left: that one is
+    late = [*rows, row(7.0, "n2", "leave", layer="net"), publish(7.5, "n1", 4),
+            deliver(8.0, "n2", "n1", 4)]
+    result = judge(spark, late, validity_check())
+    [found] = result.violations.collect()
+    assert (found.node, found.msg) == ("n2", "n1:4")
+    assert found.detail.startswith("delivered while the node was down"), found.detail
 
 
 # -- atomicity and the verdicts together ------------------------------------------------------

@@ -95,9 +95,10 @@ def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) 
     other row).
 
     A real process killed with SIGKILL records no ``crash``, so one is inferred (layer ``net``,
-    at its last row before): for a node of the network runtime that ``join``s again while up
-    (restarted), and for one whose rows stop without a ``leave`` while another node of its run
-    still leaves cleanly later (the run was stopped, and this process had died before).
+    right after its last row: that row, a delivery say, was made while it was up): for a node
+    of the network runtime that ``join``s again while up (restarted), and for one whose rows
+    stop without a ``leave`` while another node of its run still leaves cleanly later (the run
+    was stopped, and this process had died before).
     """
     trace = with_row_order(trace)
     at = clock()
@@ -127,7 +128,7 @@ def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) 
             .groupBy("run", "node", "rejoin_at", "rejoin_row")
             .agg(F.max(F.struct("at", ROW)).alias("last"))
             .select("run", "node", F.lit("net").alias("layer"), F.lit("crash").alias("event"),
-                    F.col("last.at").alias("at"), F.col(f"last.{ROW}").alias(ROW)))
+                    F.col("last.at").alias("at"), _just_after(F.col(f"last.{ROW}"))))
     # stopped without leaving: the last runtime change brought a net node up, and a clean
     # leave of its run came after its last row
     final = runtime.groupBy("run", "node").agg(
@@ -140,12 +141,18 @@ def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) 
                 .filter(F.col("last.at") < F.col("last_leave"))
                 .select("run", "node", F.lit("net").alias("layer"),
                         F.lit("crash").alias("event"), F.col("last.at").alias("at"),
-                        F.col(f"last.{ROW}").alias(ROW)))
+                        _just_after(F.col(f"last.{ROW}"))))
     return (changes.unionByName(died).unionByName(vanished)
             .join(F.broadcast(ends), "run", "left")
             .filter(F.col("run_end").isNull() | (F.col("at") <= F.col("run_end"))
                     | F.col("event").isin(*UP_EVENTS))
             .drop("run_end"))
+
+
+def _just_after(row: Column) -> Column:
+    """The row order of an inferred change right after ``row`` (rows of one file are numbered
+    in order, so at the same instant nothing of that node comes between)."""
+    return (row + F.lit(1)).alias(ROW)
 
 
 def is_closed_parquet(path: Path) -> bool:
