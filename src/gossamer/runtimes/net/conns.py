@@ -492,15 +492,22 @@ class Connections:
             if not conn.raw:
                 self._start_writer(conn)
                 continue
-            try:
-                conn.write_backlog()
-            except (ConnectionError, RuntimeError) as exc:  # one broken transport only
-                log.info("%s: write to %s failed (%r); aborting", self.node.node_id, conn, exc)
-                conn.discard_backlog()
-                self._abort(conn)
+            if not self._write_backlog(conn):
                 continue
             if conn.blocked:
                 self._start_writer(conn)
+
+    def _write_backlog(self, conn: NetConn) -> bool:
+        """Hand ``conn``'s backlog to its transport; False when the transport is broken (the
+        connection is then aborted and its backlog dropped: one broken transport only)."""
+        try:
+            conn.write_backlog()
+        except (ConnectionError, RuntimeError) as exc:
+            log.info("%s: write to %s failed (%r); aborting", self.node.node_id, conn, exc)
+            conn.discard_backlog()
+            self._abort(conn)
+            return False
+        return True
 
     def _full(self, conn: NetConn, n: int, slow: list[NetConn] | None = None) -> bool:
         """Whether ``n`` more frames overflow ``conn``'s backlog; then it is closed as a slow
@@ -509,12 +516,7 @@ class Connections:
         is behind on, not frames written in one loop iteration (a burst of answers to a burst
         of commands read in one go)."""
         if conn.raw and not conn.blocked and conn.state is State.OPEN:
-            try:
-                conn.write_backlog()
-            except (ConnectionError, RuntimeError) as exc:  # one broken transport only
-                log.info("%s: write to %s failed (%r); aborting", self.node.node_id, conn, exc)
-                conn.discard_backlog()
-                self._abort(conn)
+            if not self._write_backlog(conn):
                 return True
             if conn.blocked:
                 self._start_writer(conn)
