@@ -20,7 +20,7 @@ from typing import Any
 from ...core.conn import CloseCode, Conn
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, ProtocolError
-from .server import LAYER, ORIGIN_KEY, SEQ_KEY, activity_ids
+from .server_state import LAYER, ORIGIN_KEY, SEQ_KEY, activity_ids
 from .wire import (
     ANONYMOUS,
     DEFAULT_MAX_LINE,
