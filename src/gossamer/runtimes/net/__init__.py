@@ -16,6 +16,7 @@ from .node import (
     NetNodeError,
     NodeState,
     TransportKind,
+    host_port_address,
 )
 from .store import SqliteStore, WriteBehindStore
 
@@ -33,5 +34,6 @@ __all__ = [
     "SqliteStore",
     "TransportKind",
     "WriteBehindStore",
+    "host_port_address",
     "run_until_signalled",
 ]

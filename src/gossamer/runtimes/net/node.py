@@ -61,6 +61,15 @@ BackoffFactory = Callable[[], Backoff]
 Resolver = Callable[[NodeId], Address | None]
 
 
+def host_port_address(node: NodeId) -> Address | None:
+    """A ``Resolver`` for nodes named after where they listen: ``host:port`` (None for an id of
+    another shape)."""
+    host, sep, port = node.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        return None
+    return (host, int(port))
+
+
 class NetNodeError(LocalError):
     """A protocol raised something other than a ``ProtocolError``: a bug; its node stopped."""
 

@@ -24,19 +24,14 @@ from ...protocols.ordering.paxos import (
     PaxosConfig,
     PaxosReplica,
 )
-from ...runtimes.net import NetNode, SqliteStore, WriteBehindStore
+from ...runtimes.net import NetNode, SqliteStore, WriteBehindStore, host_port_address
 
 __all__ = ["KeyValue", "ReplicatedLog", "address_of"]
 
 STORE_FILE = "paxos.sqlite"
 
 
-def address_of(node: NodeId) -> tuple[str, int] | None:
-    """Where the replica ``host:port`` listens (None for an id of another shape)."""
-    host, sep, port = node.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        return None
-    return (host, int(port))
+address_of = host_port_address  # where the replica ``host:port`` listens
 
 
 class KeyValue:

@@ -44,7 +44,7 @@ from ...protocols.dissemination.scribe import PublishResult, TreeRole
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.chord.ring import Peer, VNodeView
 from ...protocols.membership.hyparview import HyParView, OverlayState
-from ...runtimes.net import Address, NetNode, NodeState, SqliteStore
+from ...runtimes.net import Address, NetNode, NodeState, SqliteStore, host_port_address
 from .commands import COMMANDS_LISTENER, CommandPort, NodeProcess
 from .node import PubSubNode, codec_for
 from .shell import HELP, MAX_LINE, MAX_MESSAGE, Command, CommandError, parse_command
@@ -81,12 +81,7 @@ def _ring_view(view: VNodeView) -> dict[str, Any]:
                                if f is not None})}
 
 
-def address_of(node: NodeId) -> Address | None:
-    """Where the node ``host:port`` listens (None for an id of another shape)."""
-    host, sep, port = node.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        return None
-    return (host, int(port))
+address_of = host_port_address  # where the node ``host:port`` listens
 
 
 def parse_contact(text: str) -> NodeId:
