@@ -11,13 +11,14 @@ from the ``Env``.
 from __future__ import annotations
 
 import hmac
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from ...core.conn import CloseCode, Conn, ConnGroup
 from ...core.env import Env, TimerHandle
 from ...core.errors import ProtocolError
+from .relay_log import RelayLog
 from .server_state import (
     FORGET_WINDOWS,
     LAYER,
@@ -110,8 +111,8 @@ class ActivityServer:
         # received from each origin server (the ``received`` map of the handshake)
         self.relay_origin = f"{self.id}/{env.incarnation}"
         self._relay_next = 0
-        self.relay_log: OrderedDict[str, deque[tuple[int, bytes]]] = OrderedDict()
-        self.high_water: OrderedDict[str, int] = OrderedDict()
+        self.relay_log = RelayLog(max_buffer=config.max_buffer, max_origins=LOG_ORIGINS,
+                                  max_marks=MAX_RECEIVED)
         self._was_attached = False
         self._candidates: list[tuple[str, int]] = []
         self._failed: set[str] = set()
@@ -174,7 +175,7 @@ class ActivityServer:
         if role is ConnRole.DIALING:
             self.roles[conn] = ConnRole.JOINING
             # joining again: say what this side has, the parent resends what is newer
-            received = dict(self.high_water) if self._was_attached else None
+            received = dict(self.relay_log.high_water) if self._was_attached else None
             self._send(conn, Authenticate(secret=self.config.secret, protocol=PROTOCOL,
                                           received=received))
             if self.config.legacy_accept_after is not None:
@@ -329,7 +330,7 @@ class ActivityServer:
     def _server_info_msg(self) -> ServerInfo:
         return ServerInfo(id=self.id, level=self.level,
                           users=[f"{name}:{record}" for name, record in self.users.items()],
-                          received=dict(self.high_water))
+                          received=dict(self.relay_log.high_water))
 
     def _shallower_server(self, depth: int) -> KnownServer | None:
         fresh = [k for k in self._fresh() if k.level is not None and k.level + 1 <= depth]
@@ -356,8 +357,8 @@ class ActivityServer:
                 # a first join: owed only what is sent from now on, so what the network had
                 # received before is where this server starts (no history resent later)
                 for origin, number in theirs.items():
-                    if origin not in self.high_water:
-                        self._record(origin, number)
+                    if not self.relay_log.knows(origin):
+                        self.relay_log.mark(origin, number)
             self._was_attached = True
             if msg.received is not None:
                 self._resend(conn, theirs)
@@ -712,23 +713,21 @@ class ActivityServer:
         self.env.trace("publish", layer=LAYER, msg=f"{origin}#{seq}", origin=origin, seq=seq,
                        peer=conn.id, user=client.username)
         frame = self.codec.encode(ActivityBroadcast(activity=activity))
-        self._record(self.relay_origin, self._relay_next)
-        self._log(self.relay_origin, self._relay_next, frame)
+        self.relay_log.keep(self.relay_origin, self._relay_next, frame)
         self._spread(frame, conn)
 
     def _broadcast(self, conn: Conn, msg: ActivityBroadcast, frame: bytes) -> None:
         relay = relay_ids(msg.activity)
         if relay is not None:
             via, number = relay
-            last = self.high_water.get(via, 0)
+            last = self.relay_log.last(via)
             if number <= last:
                 self._trace("drop", peer=conn, reason="duplicate", via=via, n=number)
                 return
-            if number > last + 1 and via in self.high_water:
+            if number > last + 1 and self.relay_log.knows(via):
                 # the sender no longer had them (its log is bounded): gone for this side
                 self._trace("relay_gap", peer=conn, via=via, missing=number - last - 1)
-            self._record(via, number)
-            self._log(via, number, frame)
+            self.relay_log.keep(via, number, frame)
         ids = activity_ids(msg.activity)
         if ids is not None:
             if not self._seen(*ids):
@@ -739,36 +738,16 @@ class ActivityServer:
                            seq=ids[1], peer=conn.id)
         self._spread(frame, conn)
 
-    def _record(self, via: str, number: int) -> None:
-        self.high_water[via] = number
-        self.high_water.move_to_end(via)
-        while len(self.high_water) > MAX_RECEIVED:
-            self.high_water.popitem(last=False)
-
-    def _log(self, via: str, number: int, frame: bytes) -> None:
-        log = self.relay_log.get(via)
-        if log is None:
-            log = self.relay_log[via] = deque(maxlen=self.config.max_buffer)
-            while len(self.relay_log) > LOG_ORIGINS:
-                self.relay_log.popitem(last=False)
-        else:
-            self.relay_log.move_to_end(via)
-        log.append((number, frame))
-
     def _resend(self, conn: Conn, theirs: dict[str, Any]) -> None:
         """Send ``conn`` every logged activity newer than what its side received (the
         ``received`` map of its handshake), oldest first per origin server: the gap a failure
         cut into the tree, filled from this side's copies."""
+        for via, missing in self.relay_log.gaps(theirs):
+            self._trace("relay_gap", peer=conn, via=via, missing=missing, resend=True)
         resent = 0
-        for via, log in self.relay_log.items():
-            after = theirs.get(via, 0)
-            if log and log[0][0] > after + 1 and via in theirs:
-                self._trace("relay_gap", peer=conn, via=via, missing=log[0][0] - after - 1,
-                            resend=True)
-            for number, frame in log:
-                if number > after:
-                    self.env.write(conn, frame)
-                    resent += 1
+        for frame in self.relay_log.newer_than(theirs):
+            self.env.write(conn, frame)
+            resent += 1
         self._trace("resend", peer=conn, count=resent)
 
     def _seen(self, origin: str, seq: int) -> bool:
