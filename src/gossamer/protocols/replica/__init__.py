@@ -40,11 +40,12 @@ if TYPE_CHECKING:
     from ..dissemination.hub_relay import HubRelay, Route
     from ..ordering.causal import CausalConfig, CausalDelivery
     from ..ordering.per_object import Verdict
+    from .config import LinkState, ReplicaConfig
     from .hub_service import HubService
     from .identity import ClientBook
     from .keeper import HubKeeper, KeeperConfig
     from .node import ReplicaNode
-    from .objects import LinkState, ReplicaClient, ReplicaConfig
+    from .objects import ReplicaClient
 
 # name -> the module it comes from, imported when the name is first asked for
 _ON_FIRST_USE = {
@@ -56,9 +57,9 @@ _ON_FIRST_USE = {
     "ClientBook": ".identity",
     "HubKeeper": ".keeper",
     "KeeperConfig": ".keeper",
-    "LinkState": ".objects",
+    "LinkState": ".config",
     "ReplicaClient": ".objects",
-    "ReplicaConfig": ".objects",
+    "ReplicaConfig": ".config",
     "ReplicaNode": ".node",
     "Verdict": "..ordering.per_object",
 }

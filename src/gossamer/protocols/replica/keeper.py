@@ -47,7 +47,8 @@ from ...core.env import Env, Store, TimerHandle, scan_with_pending
 from ...core.errors import ConfigError, CorruptMessage, InvalidMessage, StateError
 from ...core.messages import Message
 from ..ordering.causal import LAYER
-from .objects import ReplicaClient, ReplicaConfig
+from .config import ReplicaConfig
+from .objects import ReplicaClient
 from .wire import (
     HUB_ID,
     MAX_RETRY_BATCH,

@@ -26,8 +26,9 @@ from ...core.env import Env
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.trace import TraceSink
+from ...protocols.replica.config import LinkState, RebaseFn, ReplicaConfig
 from ...protocols.replica.node import DEFAULT_MAX_FRAME, JoinRefused, ReplicaNode
-from ...protocols.replica.objects import LinkState, RebaseFn, ReplicaClient, ReplicaConfig
+from ...protocols.replica.objects import ReplicaClient
 from ...protocols.replica.wire import Refused
 from ...runtimes.net import NetNode, NodeState, SqliteStore
 
