@@ -78,6 +78,13 @@ def test_a_missing_run_directory_is_an_error_with_exit_2(tmp_path: Path, capsys:
     assert "nowhere" in line and "no such directory" in line
 
 
+@pytest.mark.parametrize("uri", ["hdfs://namenode:8020/runs/q", "s3a://bucket/runs/q"])
+def test_a_store_uri_is_refused_with_what_to_do(uri: str, capsys: Any) -> None:
+    assert main(["analyze", uri, *SPARK_ARGS]) == 2
+    [line] = error_lines(capsys.readouterr().out)
+    assert uri in line and "mount the store" in line
+
+
 def test_a_trace_without_a_column_a_check_needs_exits_2_naming_it(spark: Any, tmp_path: Path,
                                                                   capsys: Any) -> None:
     run_dir, files = recorded_copy(tmp_path)

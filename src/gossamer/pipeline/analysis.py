@@ -25,13 +25,14 @@ from ..core.segments import Recovery, recover_segments
 from . import metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
-from .schema import inspect_trace_files, load_trace, unreadable_files
+from .schema import inspect_trace_files, load_trace, sharing_intermediates, unreadable_files
 from .settings import RunSettings, read_run_settings
 
 __all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params"]
 
 Progress = Callable[[str, int, int], None]
 _SLUG = re.compile(r"[^a-z0-9]+")
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -224,6 +225,10 @@ def analyze(
     listed in ``Analysis.left_out``.
     """
     config = config if config is not None else AnalysisConfig()
+    if _URI.match(str(run_dir)):
+        raise TraceInputError(f"{run_dir}: a URI is not read directly (the driver inspects every "
+                              "trace file first); mount the store and give the mount point "
+                              "(README: On a cluster)")
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "analysis"
     steps = 4 + len(default_checks(config.checks))
@@ -257,8 +262,10 @@ def analyze(
     if files.problems and not allow_partial:
         raise TraceInputError(_first_problem(files.problems))
     try:
-        return _analyze(spark, run_dir, out, config, step, steps, progress, stored, files.good,
-                        files.absent_columns, recovered, left_out, overrides or {})
+        with sharing_intermediates():
+            return _analyze(spark, run_dir, out, config, step, steps, progress, stored,
+                            files.good, files.absent_columns, recovered, left_out,
+                            overrides or {})
     except TraceInputError:
         raise
     except Exception as exc:  # a file Spark could not read (corrupt pages): find it, name it
@@ -268,8 +275,9 @@ def analyze(
         if not allow_partial:
             raise TraceInputError(_first_problem(bad)) from exc
         good = [f for f in files.good if f not in {path for path, _ in bad}]
-        return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
-                        files.absent_columns, recovered, left_out + bad, overrides or {})
+        with sharing_intermediates():
+            return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
+                            files.absent_columns, recovered, left_out + bad, overrides or {})
 
 
 def _first_problem(problems: Sequence[tuple[Path, str]]) -> str:
