@@ -37,9 +37,7 @@ from .delivery_checks import (
 )
 from .errors import PipelineError
 from .order_checks import causal_violations, fifo_violations, vector_column
-from .schema import (
-    with_row_order,
-)
+from .schema import sharing_intermediates, with_row_order
 from .state_checks import convergence_violations, object_states, total_order_violations
 
 __all__ = [
@@ -381,8 +379,15 @@ def evaluate(
     """Verdicts for ``checks``: one pass over the trace finds which apply, then each applicable
     check's violations are counted (after ``materialize``, e.g. written to Parquet and read
     back, so they are computed once). ``absent_columns``: columns the trace files lack (read
-    as nulls): a check that needs one is an error naming it."""
-    trace = with_row_order(trace)
+    as nulls): a check that needs one is an error naming it. The checks share what they
+    have in common (``sharing_intermediates``)."""
+    with sharing_intermediates():
+        return _evaluate(with_row_order(trace), checks, materialize, on_check, absent_columns)
+
+
+def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materialize | None,
+              on_check: Callable[[str], None] | None,
+              absent_columns: Collection[str]) -> list[CheckResult]:
     absent = set(absent_columns)
     lacks = {c.name: [col for col in (*BASE_COLUMNS, *c.columns) if col in absent]
              for c in checks}

@@ -23,6 +23,7 @@ from .schema import (
     UP_EVENTS,
     clock,
     membership_changes,
+    shared,
     with_row_order,
 )
 
@@ -59,7 +60,11 @@ def member_status(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> Da
     beginning; null end: to the end); ``last_interval`` marks the node's latest one, ``ending``
     says how the node ended ("up at the end", "left cleanly" or "crashed").
     """
-    trace = with_row_order(trace)
+    return shared("member_status", trace, (tuple(session_layers),),
+                  lambda: _member_status(with_row_order(trace), tuple(session_layers)))
+
+
+def _member_status(trace: DataFrame, session_layers: Sequence[str]) -> DataFrame:
     membership = (F.col("event").isin(list(MEMBERSHIP_EVENTS))
                   & F.col("layer").isin(*RUNTIME_LAYERS, *session_layers))
     members = (trace.filter(F.col("node").isNotNull() & (membership | (F.col("layer") != "sim")))
@@ -157,7 +162,16 @@ def expected_deliveries(
     own run time ``t``; the node that recorded the publish row is ``publisher`` (the origin's
     server, for seed 003), the message's ``origin`` the node that created it.
     """
-    trace = with_row_order(trace)
+    scope = None if layers is None else tuple(layers)
+    return shared("expected_deliveries", trace,
+                  (scope, exempt_crashed_origins, tuple(session_layers)),
+                  lambda: _expected_deliveries(with_row_order(trace), scope,
+                                               exempt_crashed_origins, tuple(session_layers)))
+
+
+def _expected_deliveries(trace: DataFrame, layers: Sequence[str] | None,
+                         exempt_crashed_origins: bool,
+                         session_layers: Sequence[str]) -> DataFrame:
     status = member_status(trace, session_layers=session_layers)
     publishes = trace.filter((F.col("event") == "publish") & layer_filter(layers)).select(
         "run", "layer", "msg", "origin", "seq", "key", F.col("t").alias("t_publish"),

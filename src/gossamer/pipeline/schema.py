@@ -6,12 +6,15 @@ column the pipeline adds: each row's position in its file, for "by t, then row o
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -31,6 +34,8 @@ __all__ = [
     "is_closed_parquet",
     "load_trace",
     "membership_changes",
+    "shared",
+    "sharing_intermediates",
     "trace_schema",
     "unreadable_files",
     "with_row_order",
@@ -60,6 +65,45 @@ def trace_schema() -> T.StructType:
     """``COLUMN_TYPES`` as a Spark schema, every column nullable like the Arrow one."""
     return T.StructType([T.StructField(name, _SPARK_TYPES[kind], True)
                          for name, kind in COLUMN_TYPES.items()])
+
+
+# -- intermediates that several checks and metrics need ------------------------------------------
+
+#: (what, id(trace), arguments) -> (trace, its persisted result), while a job shares them
+_SHARED: contextvars.ContextVar[dict[tuple[Hashable, ...], tuple[DataFrame, DataFrame]] | None] = (
+    contextvars.ContextVar("gossamer_shared_intermediates", default=None))
+
+
+@contextlib.contextmanager
+def sharing_intermediates() -> Iterator[None]:
+    """Within this block, what ``shared`` builds (the membership timeline, who owed what) is
+    built once per trace and arguments and persisted, so the checks and metrics that need the
+    same one plan and compute it once; each is unpersisted when the outermost block ends."""
+    if _SHARED.get() is not None:
+        yield
+        return
+    cache: dict[tuple[Hashable, ...], tuple[DataFrame, DataFrame]] = {}
+    token = _SHARED.set(cache)
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+        for _trace, result in cache.values():
+            result.unpersist()
+
+
+def shared(what: str, trace: DataFrame, arguments: tuple[Hashable, ...],
+           build: Callable[[], DataFrame]) -> DataFrame:
+    """``build()``, or within ``sharing_intermediates`` the one built before for the same
+    ``trace`` (the same DataFrame object: it is kept, so its id stays its own) and
+    ``arguments``."""
+    cache = _SHARED.get()
+    if cache is None:
+        return build()
+    key = (what, id(trace), *arguments)
+    if key not in cache:
+        cache[key] = (trace, build().persist(StorageLevel.MEMORY_AND_DISK))
+    return cache[key][1]
 
 
 def with_row_order(trace: DataFrame) -> DataFrame:
@@ -100,7 +144,11 @@ def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) 
     stop without a ``leave`` while another node of its run still leaves cleanly later (the run
     was stopped, and this process had died before).
     """
-    trace = with_row_order(trace)
+    return shared("membership_changes", trace, (tuple(session_layers),),
+                  lambda: _membership_changes(with_row_order(trace), tuple(session_layers)))
+
+
+def _membership_changes(trace: DataFrame, session_layers: Sequence[str]) -> DataFrame:
     at = clock()
     event, layer = F.col("event"), F.col("layer")
     membership = (event.isin(list(MEMBERSHIP_EVENTS)) & F.col("node").isNotNull()
