@@ -1,0 +1,212 @@
+"""Replicated topic owners (issue 19 point 2) in the simulator: each founding owner's topics are
+ordered by a Multi-Paxos group of the owner and its next two ring nodes. The owner crashes while
+publishes flow: no acknowledged publish is lost, and every subscriber delivers the topic in the
+one decided order (``seq`` of its deliver rows is the decided position).
+
+Every check reads the trace; every assertion message names the seed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import pytest
+
+from checks import named
+from gossamer.core import MemorySink, node_ids
+from gossamer.core.errors import ConfigError, InvalidMessage
+from gossamer.protocols.dissemination.scribe import TreeRole
+from gossamer.protocols.dissemination.scribe.owners import (
+    ReplicatedScribe,
+    TopicOwners,
+    owner_groups,
+)
+from gossamer.protocols.membership.chord import Chord, ChordConfig
+from gossamer.protocols.membership.chord.ring import chord_id
+from gossamer.protocols.ordering.paxos import PaxosConfig
+from gossamer.protocols.ordering.paxos.groups import (
+    GROUP_CODEC,
+    GroupMessage,
+    PaxosGroups,
+    PrefixedStore,
+)
+from gossamer.protocols.ordering.paxos.messages import Nack
+from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
+from gossamer.testing import FakeEnv
+
+TOPIC = "news"
+PAXOS = PaxosConfig(heartbeat_interval=0.3, suspect_timeout=0.9, election_jitter=0.3)
+BITS = ChordConfig().bits
+
+
+class OwnedNet:
+    """``count`` Chord nodes running ``ReplicatedScribe`` over the founding ring of them all."""
+
+    def __init__(self, count: int, *, seed: int, loss: float = 0.0) -> None:
+        self.seed = seed
+        self.ids = node_ids(count)
+        link = LinkModel(latency=Uniform(0.005, 0.03), loss=loss)
+        self.scenario = Scenario(seed=seed, nodes=[self.ids[0]], link=link)
+        for i, node in enumerate(self.ids[1:]):
+            self.scenario.join(0.1 + 0.02 * i, node)
+        self.joined_by = 0.1 + 0.02 * count
+        self.sink = MemorySink()
+        self.apps: dict[str, ReplicatedScribe] = {}
+        self.owner = TopicOwners(FakeEnv(self.ids[0]), self.ids, bits=BITS).owner_of(TOPIC)
+        self.group = owner_groups(self.ids, bits=BITS)[self.owner]
+
+    def factory(self, env: Any) -> ReplicatedScribe:
+        chord = Chord(env, contacts=self.ids[:3], create=env.node == self.ids[0],
+                      config=ChordConfig())
+        app = self.apps[env.node] = ReplicatedScribe(env, chord, self.ids, paxos=PAXOS)
+        return app
+
+    def build(self) -> Simulation:
+        return self.scenario.build(self.factory, trace=self.sink)
+
+
+def ordered_at(rows: Sequence[Any]) -> tuple[dict[int, str], list[str]]:
+    """The decided order of ``TOPIC`` (position -> msg) and any disagreement between nodes."""
+    order: dict[int, str] = {}
+    problems: list[str] = []
+    for row in named(rows):
+        if row.event == "ordered" and row.key == TOPIC:
+            assert row.seq is not None and row.msg is not None
+            if order.setdefault(row.seq, row.msg) != row.msg:
+                problems.append(f"position {row.seq}: {order[row.seq]} and {row.msg} at "
+                                f"{row.node}")
+    return order, problems
+
+
+def order_problems(rows: Sequence[Any], subscribers: set[str], alive: set[str]) -> list[str]:
+    order, problems = ordered_at(rows)
+    first_at: dict[str, int] = {}
+    for pos in sorted(order):
+        first_at.setdefault(order[pos], pos)  # a publish decided twice counts where first
+    delivered: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for row in named(rows):
+        if row.event == "deliver" and row.layer == "scribe" and row.key == TOPIC:
+            delivered[row.node].append((row.seq, row.msg))
+    for node, seen in delivered.items():
+        positions = [pos for pos, _ in seen]
+        if positions != sorted(set(positions)):
+            problems.append(f"{node} delivered positions out of order: {positions[:20]}")
+        for pos, mid in seen:
+            if order.get(pos) != mid or first_at.get(mid) != pos:
+                problems.append(f"{node} delivered {mid} at {pos}; decided there: "
+                                f"{order.get(pos)}")
+    acked = {row.msg for row in named(rows) if row.event == "acked" and row.key == TOPIC}
+    for mid in sorted(acked):
+        if mid not in first_at:
+            problems.append(f"acknowledged {mid} was never decided")
+        for node in sorted(subscribers & alive):
+            if mid not in {m for _, m in delivered[node]}:
+                problems.append(f"acknowledged {mid} never delivered at {node}")
+    return problems
+
+
+def run_owner_crash(seed: int, loss: float) -> None:
+    net = OwnedNet(8, seed=seed, loss=loss)
+    others = [n for n in net.ids if n != net.owner]
+    subscribers = set(others[:4])
+    publishers = [n for n in others if n not in subscribers][:2]
+    t0 = net.joined_by + 2.0
+    for node in sorted(subscribers):
+        net.scenario.at(t0, lambda sim, n=node: sim.call(
+            n, lambda p: p.subscribe(TOPIC)))  # type: ignore[attr-defined]
+    start = t0 + 2.0
+    count = 60
+    for i in range(count):
+        origin = publishers[i % 2]
+        net.scenario.at(start + 0.05 * i, lambda sim, n=origin, i=i: sim.call(
+            n, lambda p: p.publish(TOPIC, {"i": i})))  # type: ignore[attr-defined]
+    crash_at = start + 1.2  # mid-stream
+    net.scenario.crash(crash_at, net.owner)
+    sim = net.build()
+    sim.run(until=start + 0.05 * count + 14.0)
+    rows = net.sink.rows
+    alive = set(sim.alive())
+    problems = order_problems(rows, subscribers, alive)
+    assert problems == [], f"seed={seed} loss={loss} owner={net.owner}: {problems[:10]}"
+    acked = [r for r in named(rows) if r.event == "acked" and r.key == TOPIC]
+    assert len(acked) >= count - 5, f"seed={seed}: only {len(acked)} of {count} acknowledged"
+    late = [r for r in acked if r.t > crash_at + 1.0]
+    assert late, f"seed={seed}: nothing was acknowledged after the owner crashed"
+    roots = [n for n in alive if net.apps[n].scribe.role(TOPIC) is TreeRole.ROOT]
+    assert roots and set(roots) <= set(net.group), (
+        f"seed={seed}: root after the crash {roots}, group {net.group}")
+
+
+@pytest.mark.parametrize(("seed", "loss"), [
+    (1, 0.0), (2, 0.03),
+    *(pytest.param(s, loss, marks=pytest.mark.slow) for s in (3, 4, 5) for loss in (0.0, 0.05))])
+def test_owner_crash_mid_stream_loses_no_acknowledged_publish_and_keeps_one_order(
+        seed: int, loss: float) -> None:
+    run_owner_crash(seed, loss)
+
+
+def test_owner_groups_are_the_owner_and_its_next_two_ring_nodes() -> None:
+    ids = node_ids(5)
+    groups = owner_groups(ids, bits=BITS)
+    ring = sorted(ids, key=lambda n: chord_id(n, BITS))
+    for i, node in enumerate(ring):
+        assert groups[node] == (node, ring[(i + 1) % 5], ring[(i + 2) % 5])
+    assert owner_groups(ids[:2], bits=BITS)[ids[0]] == (
+        ids[0], ids[1])  # a ring of two: groups of two
+    with pytest.raises(ConfigError):
+        owner_groups(ids, bits=BITS, backups=-1)
+
+
+def test_a_node_outside_a_topics_group_redirects_to_its_owner() -> None:
+    ids = node_ids(6)
+    groups = owner_groups(ids, bits=BITS)
+    probe = TopicOwners(FakeEnv(ids[0]), ids, bits=BITS)
+    owner = probe.owner_of(TOPIC)
+    outsider = next(n for n in ids if n not in groups[owner])
+    owners = TopicOwners(FakeEnv(outsider), ids, bits=BITS)
+    answers: list[Any] = []
+    owners.propose(TOPIC, object(), answers.append)
+    assert [type(a).__name__ for a in answers] == ["Redirected"]
+    assert answers[0].leader == owner
+
+
+def test_group_messages_validate_and_unknown_or_bad_ones_are_dropped() -> None:
+    with pytest.raises(ValueError):
+        GroupMessage(group="", body={})
+    with pytest.raises(ValueError):
+        GroupMessage(group="a/b", body={})
+    with pytest.raises(ValueError):
+        GroupMessage(group="g", body=[1])
+    with pytest.raises(InvalidMessage):
+        GROUP_CODEC.decode(orjson.dumps({"type": "paxos.group", "group": 3, "body": {}}))
+    env = FakeEnv("n1")
+    owners = TopicOwners(env, ["n1", "n2", "n3"], bits=BITS)
+    owners.start()
+    env.take_sent()
+    replica = next(iter(owners.groups.replicas.values()))
+    before = (replica.role, replica.current_leader, replica.delivered, replica.max_round)
+    owners.on_message("n2", GroupMessage(group="nobody", body={"type": "paxos.nack"}))
+    owners.on_message("n2", GroupMessage(group=replica.group, body={"type": "paxos.nope"}))
+    reasons = [row.info for row in env.traced("drop", layer="paxos")]
+    assert any("unknown_group" in str(r) for r in reasons), reasons
+    assert any("bad_group_body" in str(r) for r in reasons), reasons
+    assert (replica.role, replica.current_leader, replica.delivered, replica.max_round) == before
+    assert env.take_sent() == []
+
+
+def test_a_group_replicas_tables_are_prefixed_and_its_messages_wrapped() -> None:
+    env = FakeEnv("n1")
+    store = PrefixedStore(env.store, "owner:n1")
+    store.put("paxos", "k", b"v")
+    assert env.store.get("owner:n1/paxos", "k") == b"v" and store.get("paxos", "k") == b"v"
+    assert list(store.scan("paxos")) == [("k", b"v")]
+    view = PaxosGroups(env).view("owner:n1")
+    view.send("n2", Nack(promised=(1, "n2")))
+    sent = env.sent
+    assert len(sent) == 1
+    dst, msg = sent[0]
+    assert dst == "n2" and isinstance(msg, GroupMessage) and msg.group == "owner:n1"
+    assert msg.body["type"] == "paxos.nack"
