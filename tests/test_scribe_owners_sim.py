@@ -16,17 +16,14 @@ import orjson
 import pytest
 
 from checks import named
-from gossamer.core import MemorySink, node_ids
+from gossamer.core import node_ids
 from gossamer.core.errors import ConfigError, InvalidMessage
 from gossamer.protocols.dissemination.scribe import TreeRole
 from gossamer.protocols.dissemination.scribe.owners import (
-    ReplicatedScribe,
     TopicOwners,
     owner_groups,
 )
-from gossamer.protocols.membership.chord import Chord, ChordConfig
 from gossamer.protocols.membership.chord.ring import chord_id
-from gossamer.protocols.ordering.paxos import PaxosConfig
 from gossamer.protocols.ordering.paxos.groups import (
     GROUP_CODEC,
     GroupMessage,
@@ -34,38 +31,8 @@ from gossamer.protocols.ordering.paxos.groups import (
     PrefixedStore,
 )
 from gossamer.protocols.ordering.paxos.messages import Nack
-from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 from gossamer.testing import FakeEnv
-
-TOPIC = "news"
-PAXOS = PaxosConfig(heartbeat_interval=0.3, suspect_timeout=0.9, election_jitter=0.3)
-BITS = ChordConfig().bits
-
-
-class OwnedNet:
-    """``count`` Chord nodes running ``ReplicatedScribe`` over the founding ring of them all."""
-
-    def __init__(self, count: int, *, seed: int, loss: float = 0.0) -> None:
-        self.seed = seed
-        self.ids = node_ids(count)
-        link = LinkModel(latency=Uniform(0.005, 0.03), loss=loss)
-        self.scenario = Scenario(seed=seed, nodes=[self.ids[0]], link=link)
-        for i, node in enumerate(self.ids[1:]):
-            self.scenario.join(0.1 + 0.02 * i, node)
-        self.joined_by = 0.1 + 0.02 * count
-        self.sink = MemorySink()
-        self.apps: dict[str, ReplicatedScribe] = {}
-        self.owner = TopicOwners(FakeEnv(self.ids[0]), self.ids, bits=BITS).owner_of(TOPIC)
-        self.group = owner_groups(self.ids, bits=BITS)[self.owner]
-
-    def factory(self, env: Any) -> ReplicatedScribe:
-        chord = Chord(env, contacts=self.ids[:3], create=env.node == self.ids[0],
-                      config=ChordConfig())
-        app = self.apps[env.node] = ReplicatedScribe(env, chord, self.ids, paxos=PAXOS)
-        return app
-
-    def build(self) -> Simulation:
-        return self.scenario.build(self.factory, trace=self.sink)
+from owners_world import BITS, TOPIC, owner_crash
 
 
 def ordered_at(rows: Sequence[Any]) -> tuple[dict[int, str], list[str]]:
@@ -109,33 +76,15 @@ def order_problems(rows: Sequence[Any], subscribers: set[str], alive: set[str]) 
 
 
 def run_owner_crash(seed: int, loss: float) -> None:
-    net = OwnedNet(8, seed=seed, loss=loss)
-    others = [n for n in net.ids if n != net.owner]
-    subscribers = set(others[:4])
-    publishers = [n for n in others if n not in subscribers][:2]
-    t0 = net.joined_by + 2.0
-    for node in sorted(subscribers):
-        net.scenario.at(t0, lambda sim, n=node: sim.call(
-            n, lambda p: p.subscribe(TOPIC)))  # type: ignore[attr-defined]
-    start = t0 + 2.0
-    count = 60
-    for i in range(count):
-        origin = publishers[i % 2]
-        net.scenario.at(start + 0.05 * i, lambda sim, n=origin, i=i: sim.call(
-            n, lambda p: p.publish(TOPIC, {"i": i})))  # type: ignore[attr-defined]
-    crash_at = start + 1.2  # mid-stream
-    net.scenario.crash(crash_at, net.owner)
-    sim = net.build()
-    sim.run(until=start + 0.05 * count + 14.0)
-    rows = net.sink.rows
-    alive = set(sim.alive())
-    problems = order_problems(rows, subscribers, alive)
+    run = owner_crash(seed, loss)
+    rows, net, crash_at, count = run.rows, run.net, run.crash_at, run.count
+    problems = order_problems(rows, run.subscribers, run.alive)
     assert problems == [], f"seed={seed} loss={loss} owner={net.owner}: {problems[:10]}"
     acked = [r for r in named(rows) if r.event == "acked" and r.key == TOPIC]
     assert len(acked) >= count - 5, f"seed={seed}: only {len(acked)} of {count} acknowledged"
     late = [r for r in acked if r.t > crash_at + 1.0]
     assert late, f"seed={seed}: nothing was acknowledged after the owner crashed"
-    roots = [n for n in alive if net.apps[n].scribe.role(TOPIC) is TreeRole.ROOT]
+    roots = [n for n in run.alive if net.apps[n].scribe.role(TOPIC) is TreeRole.ROOT]
     assert roots and set(roots) <= set(net.group), (
         f"seed={seed}: root after the crash {roots}, group {net.group}")
 
