@@ -118,3 +118,18 @@ def test_a_traced_replicated_log_on_loopback_is_analysed_by_gossamer_analyze(
     assert checks["paxos agreement"].status == "pass", checks["paxos agreement"]
     groups = spark.read.parquet(str(out / "paxos")).collect()
     assert [g.group for g in groups] == ["paxos"] and groups[0].decided >= 1, groups
+
+
+def test_vopr_paxos_holds_agreement_order_and_acknowledged_operations_on_six_seeds(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "vopr"
+    code = main(["vopr", "paxos", "--seeds", "6", "--out", str(out), *SPARK_ARGS])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "6 of 6 seeds held every guarantee" in text, text
+    record = json.loads((out / "vopr.json").read_text())
+    drawn = [s["options"] for s in record["schedules"]]
+    assert any(o.get("leader_crash") for o in drawn) and any(o.get("partition") for o in drawn)
+    checks = {r.check: r for r in
+              spark.read.parquet(str(out / "analysis" / "checks")).collect()}
+    assert {n: checks[n].status for n in NAMES} == dict.fromkeys(NAMES, "pass")
