@@ -18,7 +18,7 @@ import pytest
 from checks import named
 from gossamer.core import node_ids
 from gossamer.core.errors import ConfigError, InvalidMessage
-from gossamer.protocols.dissemination.scribe import TreeRole
+from gossamer.protocols.dissemination.scribe import Publish, TreeRole
 from gossamer.protocols.dissemination.scribe.owners import (
     TopicOwners,
     owner_groups,
@@ -159,3 +159,32 @@ def test_a_group_replicas_tables_are_prefixed_and_its_messages_wrapped() -> None
     dst, msg = sent[0]
     assert dst == "n2" and isinstance(msg, GroupMessage) and msg.group == "owner:n1"
     assert msg.body["type"] == "paxos.nack"
+
+
+def test_a_group_of_one_orders_keeps_bounded_histories_and_answers_a_retry_at_once() -> None:
+    env = FakeEnv("n1")
+    owners = TopicOwners(env, ["n1"], bits=BITS, history_limit=2, max_topics=2)
+    heard: list[tuple[str, int, str]] = []
+    owners.on_ordered = lambda key, pos, item: heard.append((key, pos, item.origin))
+    owners.start()
+    env.advance(0.5)
+    answers: list[Any] = []
+    for topic in ("a", "b", "c"):
+        for seq in (1, 2, 3):
+            owners.propose(topic, Publish(topic=topic, origin="p", seq=seq + 10 * ord(topic),
+                                          payload=seq), answers.append)
+            env.advance(0.05)
+    assert [type(a).__name__ for a in answers] == ["Accepted"] * 9, answers
+    assert [a.position for a in answers] == [1, 2, 3] * 3
+    assert [(k, p) for k, p, _ in heard] == [(t, p) for t in "abc" for p in (1, 2, 3)]
+    assert owners.history("a") == []  # the oldest topic's history went (max_topics = 2)
+    assert [pos for pos, _ in owners.history("c")] == [2, 3]  # the last history_limit items
+    replica = owners.replica("n1")
+    assert replica is not None
+    before = replica.delivered
+    retry: list[Any] = []
+    owners.propose("c", Publish(topic="c", origin="p", seq=3 + 10 * ord("c"), payload=3),
+                   retry.append)
+    env.advance(0.5)
+    assert [(type(a).__name__, a.position) for a in retry] == [("Accepted", 3)]
+    assert replica.delivered == before  # answered from the history: not proposed again

@@ -68,15 +68,18 @@ class TopicOwners(ReplicatedOrderer):
     """The groups this node is a member of, as Scribe's orderer (see the module docstring)."""
 
     __slots__ = ("_decided", "_histories", "_keys", "_orderers", "bits", "env", "groups",
-                 "history_limit", "owners")
+                 "history_limit", "max_topics", "owners")
 
     LAYER = "paxos"
 
     def __init__(self, env: Env, ring: Sequence[NodeId], *, bits: int, backups: int = 2,
-                 config: PaxosConfig | None = None, history_limit: int = 256) -> None:
-        if history_limit < 1:
-            raise ConfigError(f"history_limit must be >= 1, got {history_limit}")
+                 config: PaxosConfig | None = None, history_limit: int = 256,
+                 max_topics: int = 4096) -> None:
+        if history_limit < 1 or max_topics < 1:
+            raise ConfigError(f"history_limit and max_topics must be >= 1, got "
+                              f"{history_limit} and {max_topics}")
         self.env = env
+        self.max_topics = max_topics  # topics whose history a group keeps here
         self.bits = bits
         self.history_limit = history_limit
         super().__init__()
@@ -141,12 +144,13 @@ class TopicOwners(ReplicatedOrderer):
         origin, seq, payload = value
         item = Publish(topic=key, origin=origin, seq=seq, payload=payload)
         mid = message_id(origin, seq)
-        topics = self._histories[owner]
-        if key not in topics and len(topics) >= 4 * self.history_limit:
-            del topics[next(iter(topics))]  # bounded: the oldest topic's history goes
-            self._decided[owner].pop(next(iter(self._decided[owner])), None)
+        topics, decided_ids = self._histories[owner], self._decided[owner]
+        if key not in topics and len(topics) >= self.max_topics:
+            oldest_topic = next(iter(topics))  # bounded: the oldest topic's history goes
+            del topics[oldest_topic]
+            decided_ids.pop(oldest_topic, None)
         history = topics.setdefault(key, collections.deque(maxlen=self.history_limit))
-        decided = self._decided[owner].setdefault(key, {})
+        decided = decided_ids.setdefault(key, {})
         if len(history) == history.maxlen:
             _, oldest = history[0]
             decided.pop(message_id(oldest.origin, oldest.seq), None)
@@ -191,7 +195,8 @@ class ReplicatedScribe:
                  backups: int = 2, on_deliver: DeliverFn | None = None) -> None:
         config = config if config is not None else ScribeConfig()
         self.owners = TopicOwners(env, ring, bits=chord.config.bits, backups=backups,
-                                  config=paxos, history_limit=config.topic_log_limit)
+                                  config=paxos, history_limit=config.topic_log_limit,
+                                  max_topics=config.max_topics)
         self.scribe = Scribe(env, chord, config=config, orderer=self.owners,
                              on_deliver=on_deliver)
 
