@@ -62,10 +62,11 @@ class OwnerCrash:
     count: int
 
 
-def owner_crash(seed: int, loss: float, *, count: int = 60,
-                trace_messages: bool = False) -> OwnerCrash:
+def owner_crash(seed: int, loss: float, *, count: int = 60, trace_messages: bool = False,
+                recover_after: float | None = None) -> OwnerCrash:
     """8 nodes, 4 subscribers of ``TOPIC`` and 2 publishers (none of them its owner); the
-    publishers send ``count`` publishes 50 ms apart and the owner crashes 1.2 s in."""
+    publishers send ``count`` publishes 50 ms apart and the owner crashes 1.2 s in (and comes
+    back on its store after ``recover_after``, if given)."""
     net = OwnedNet(8, seed=seed, loss=loss, trace_messages=trace_messages)
     others = [n for n in net.ids if n != net.owner]
     subscribers = set(others[:4])
@@ -80,7 +81,7 @@ def owner_crash(seed: int, loss: float, *, count: int = 60,
         net.scenario.at(start + 0.05 * i, lambda sim, n=origin, i=i: sim.call(
             n, lambda p: p.publish(TOPIC, {"i": i})))
     crash_at = start + 1.2  # mid-stream
-    net.scenario.crash(crash_at, net.owner)
+    net.scenario.crash(crash_at, net.owner, recover_after=recover_after)
     sim = net.build()
     sim.run(until=start + 0.05 * count + 14.0)
     return OwnerCrash(net, list(net.sink.rows), subscribers, set(sim.alive()), crash_at, count)

@@ -145,8 +145,13 @@ class StreamRepair(ScribeBase):
         mid = message_id(msg.origin, msg.seq)
         state.handover.pop(mid, None)  # the tree has it now
         if mid in self._seen:
+            if self._shared and state.ready:
+                self._hold_at_first(state, msg)
             self._note_position(msg.topic, state, msg.pos)
-            if msg.repair and msg.pos not in state.log and self.config.loss_recovery:
+            # a repair we fetched for a child, or (replicated order) a publish decided at two
+            # positions, both of which are positions of the stream: pass it on
+            fresh = msg.repair or (self._shared and msg.pos > state.delivered_pos)
+            if fresh and msg.pos not in state.log and self.config.loss_recovery:
                 self._log(state, msg)  # we fetched it for a child that lacks it: pass it on
                 for child in state.children:
                     self.env.send(child, msg)
@@ -189,6 +194,16 @@ class StreamRepair(ScribeBase):
         if len(state.ready) > 2 * self.config.topic_log_limit:
             # a gap that outlived its repair: give it up rather than hold without bound
             self._give_up(topic, state, min(state.ready) - 1, "ordered_gap_too_large")
+
+    def _hold_at_first(self, state: TopicState, data: ScribeData) -> None:
+        """Replicated order: a publish decided twice (a retry proposed again) is delivered at
+        its first position, wherever its copies arrive first."""
+        for pos, held in state.ready.items():
+            if held.origin == data.origin and held.seq == data.seq:
+                if data.pos < pos and data.pos > state.delivered_pos:
+                    del state.ready[pos]
+                    state.ready[data.pos] = data
+                return
 
     def _deliver_ready(self, topic: str, state: TopicState) -> None:
         """Deliver what waits, in position order, up to the last position had or given up."""
