@@ -197,3 +197,12 @@ def test_a_group_of_one_orders_keeps_bounded_histories_and_answers_a_retry_at_on
     env.advance(0.5)
     assert [(type(a).__name__, a.position) for a in retry] == [("Accepted", 3)]
     assert replica.delivered == before  # answered from the history: not proposed again
+
+
+@pytest.mark.parametrize("seed", [47, 62])
+def test_a_subscriber_whose_join_was_lost_delivers_its_catch_up_in_the_decided_order(
+        seed: int) -> None:
+    """At 8% loss a subscriber's first JOIN is lost (seeds 47, 62): it joins the stream after
+    the first publishes, fetches them by catch-up, and delivers them before what arrives live
+    (it held its deliveries until the catch-up was over)."""
+    run_owner_crash(seed, 0.08, recover_after=1.5 if seed % 2 else None)

@@ -143,6 +143,8 @@ class TopicState:
     # the last position delivered here, and what waits for the positions before it
     delivered_pos: int = 0
     ready: dict[int, ScribeData] = dataclasses.field(default_factory=dict)
+    # a new subscriber delivers nothing before this (its catch-up comes first, in order)
+    hold_until: float = 0.0
 
     @property
     def synced(self) -> bool:
@@ -160,7 +162,7 @@ class TopicState:
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
                 self.parent_high, self.parent_low, tuple(self.asked_up.items()),
                 self.nack_rounds, self.nack_timer is not None, self.order_base,
-                self.delivered_pos, tuple(self.ready))
+                self.delivered_pos, tuple(self.ready), self.hold_until)
 
     def resend_low(self) -> int:
         """The lowest position we can resend, will have, or can ask our parent for (0: we

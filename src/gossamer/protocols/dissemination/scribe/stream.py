@@ -192,6 +192,7 @@ class StreamRepair(ScribeBase):
             return
         state.ready[data.pos] = data
         if len(state.ready) > 2 * self.config.topic_log_limit:
+            state.hold_until = 0.0  # the catch-up ends here: what waits must not grow more
             # a gap that outlived its repair: give it up rather than hold without bound
             self._give_up(topic, state, min(state.ready) - 1, "ordered_gap_too_large")
 
@@ -206,7 +207,11 @@ class StreamRepair(ScribeBase):
                 return
 
     def _deliver_ready(self, topic: str, state: TopicState) -> None:
-        """Deliver what waits, in position order, up to the last position had or given up."""
+        """Deliver what waits, in position order, up to the last position had or given up
+        (a new subscriber: once its catch-up is over)."""
+        if state.hold_until and self.env.now() < state.hold_until:
+            return  # ``_tick`` comes back
+        state.hold_until = 0.0
         ready = state.ready
         while ready:
             pos = min(ready)
@@ -254,6 +259,11 @@ class StreamRepair(ScribeBase):
             state.synced_at = self.env.now()
             if state.subscribed_at is not None:
                 state.catch_up = self.config.catch_up_requests
+                if self._shared:
+                    # replicated order: what its catch-up fetches lies before what arrives
+                    # live; hold deliveries until the last catch-up request was answered
+                    state.hold_until = self.env.now() + self.config.heartbeat_interval * (
+                        self.config.catch_up_requests + 1)
                 self._ask_since(topic, state)
         else:
             self._switch_stream(topic, state, epoch)  # the tree moved under a new root
