@@ -127,3 +127,19 @@ def test_paxos_loopback_quick_run_reports_every_mode() -> None:
     for row in result["modes"]:
         assert row["ops_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"], row
     assert result["modes"][-1]["ratio"] == 1.0
+
+
+def test_paxos_against_pysyncobj_quick_run_reports_both_systems_and_a_ratio(
+        tmp_path: Path) -> None:
+    pytest.importorskip("pysyncobj")  # the "bench" extra
+    out = tmp_path / "paxos.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "paxos.py"), "--quick",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [(r["system"], r["mode"]) for r in rows] == [
+        (s, m) for m in ("memory", "durable") for s in ("gossamer", "pysyncobj")]
+    for row in rows:
+        assert row["ops"] == 600 and row["ops_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
+    assert done.stdout.count("ratio") == 2 and "load:" in done.stdout

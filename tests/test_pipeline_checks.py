@@ -576,7 +576,10 @@ def test_default_checks_give_one_verdict_each(spark: Any, rows: list[Any],
     assert results == {**expected, "causal": Status.NOT_APPLICABLE,
                        "total order": Status.NOT_APPLICABLE,
                        "convergence": Status.NOT_APPLICABLE,
-                       "atomicity": Status.NOT_APPLICABLE}
+                       "atomicity": Status.NOT_APPLICABLE,
+                       "paxos agreement": Status.NOT_APPLICABLE,
+                       "decided order": Status.NOT_APPLICABLE,
+                       "acknowledged kept": Status.NOT_APPLICABLE}
 
 
 # -- what the checks share ---------------------------------------------------------------------

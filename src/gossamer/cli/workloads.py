@@ -27,6 +27,7 @@ from ..services.broadcast import (
     run_fifo_loopback,
     run_fifo_sim,
 )
+from ..services.paxos.experiment import PaxosRunOptions, PaxosRunResult, run_paxos_sim
 from ..services.pubsub.chordrun import ChordRunOptions, ChordRunResult, run_chord_sim
 from ..services.pubsub.experiment import PubSubRunOptions, PubSubRunResult, run_pubsub_sim
 from ..services.replica.experiment import ReplicaRunOptions, ReplicaRunResult, run_replica_sim
@@ -40,10 +41,11 @@ WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "pubsub": {"sim": PubSubRunOptions},
     "activity": {"sim": ActivityRunOptions},
     "chord": {"sim": ChordRunOptions},
+    "paxos": {"sim": PaxosRunOptions},
 }
 
 Options = (FifoRunOptions | LoopbackOptions | ReplicaRunOptions | PubSubRunOptions
-           | ActivityRunOptions | ChordRunOptions)
+           | ActivityRunOptions | ChordRunOptions | PaxosRunOptions)
 
 
 def _options(spec: RunSpec) -> Options:
@@ -118,6 +120,11 @@ def _chord_result(result: ChordRunResult) -> dict[str, Any]:
             "keys": result.keys, "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+def _paxos_result(result: PaxosRunResult) -> dict[str, Any]:
+    return {"proposed": result.proposed, "acked": result.acked, "leader": result.leader,
+            "events": result.events, "wall_seconds": result.wall_seconds}
+
+
 #: options type -> (run it into a trace sink, its result as the run record): the simulated
 #: workloads whose trace is one file per run
 _SIMULATED: tuple[tuple[type[Any], Callable[[Any, Any], Any], Callable[[Any], dict[str, Any]]],
@@ -126,6 +133,7 @@ _SIMULATED: tuple[tuple[type[Any], Callable[[Any, Any], Any], Callable[[Any], di
     (ActivityRunOptions, run_activity_sim, _activity_result),
     (PubSubRunOptions, run_pubsub_sim, _pubsub_result),
     (ChordRunOptions, run_chord_sim, _chord_result),
+    (PaxosRunOptions, run_paxos_sim, _paxos_result),
 )
 
 

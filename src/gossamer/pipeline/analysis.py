@@ -25,6 +25,7 @@ from ..core.segments import Recovery, recover_segments
 from . import metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
+from .paxos_checks import paxos_metrics
 from .schema import inspect_trace_files, load_trace, sharing_intermediates, unreadable_files
 from .settings import RunSettings, read_run_settings
 
@@ -420,6 +421,7 @@ def _analyze(
         balance = _write(metrics.topic_balance(trace), out / "topic_balance")
         if balance.limit(1).count():
             runs_table = runs_table.join(balance.drop("nodes"), "run", "left")
+        _write(paxos_metrics(trace), out / "paxos")  # per group; empty without a Paxos layer
         per_layer = _write(metrics.layer_messages_per_publish(trace), out / "layer_messages")
         if per_layer.limit(1).count():
             pivot = (per_layer.groupBy("run").pivot("sender_layer").agg(F.first("per_publish")))

@@ -342,8 +342,11 @@ def atomicity_check() -> Check:
 
 def default_checks(config: CheckConfig | None = None, *, complete: bool = True) -> list[Check]:
     """Every check, configured: reliability, own delivery, duplicates, validity, FIFO,
-    causal, total order, convergence, atomicity. ``complete`` False: some of the trace's
-    files were left out (see ``validity_violations``)."""
+    causal, total order, convergence, atomicity, and the Paxos layer's (``paxos_checks``).
+    ``complete`` False: some of the trace's files were left out (see
+    ``validity_violations``)."""
+    from .paxos_checks import paxos_checks  # it builds on ``Check``, defined here
+
     config = config if config is not None else CheckConfig()
     layers = config.layers
     causal_layers = layers if config.causal_layers is None else config.causal_layers
@@ -362,6 +365,7 @@ def default_checks(config: CheckConfig | None = None, *, complete: bool = True) 
                           revision_field=config.revision_field),
         convergence_check(layers=layers, revision_field=config.revision_field),
         atomicity_check(),
+        *paxos_checks(),
     ]
 
 

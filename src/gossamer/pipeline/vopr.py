@@ -30,6 +30,7 @@ from .checks import VIOLATION_COLUMNS, CheckConfig, Status
 from .errors import PipelineError
 from .experiment import RunFunction, RunOutcome, RunSpec, Scalar, run_experiment
 from .settings import RunSettings, write_run_settings
+from .vopr_paxos import PAXOS_GUARANTEE, PAXOS_SLOWEST, draw_paxos, paxos_faults
 
 __all__ = [
     "PLANS",
@@ -535,7 +536,23 @@ _ACTIVITY = Plan(
     "published in its session, in FIFO order per sender, while servers crash and recover.",
     _ACTIVITY_KNOBS, 0.06, _draw_activity, _activity_faults)
 
-PLANS: Mapping[str, Plan] = {p.service: p for p in (_FIFO, _REPLICA, _PUBSUB, _ACTIVITY)}
+_PAXOS_KNOBS = (
+    Knob("replicas", choices=(3, 5)), Knob("ops", 30, 80), Knob("rate", 10.0, 40.0), _LATENCY,
+    Knob("loss", 0.0, 0.1, note="60% of the seeds"),
+    Knob("duplicate", 0.0, 0.2, note="a third of the seeds"),
+    Knob("reorder", 0.0, 0.3, note="a third of the seeds"),
+    Knob("partition", choices=(False, True), note="a minority cut off (40% of the seeds)"),
+    Knob("partition_at", 0.0, 8.0, note="seconds into the proposing, within it"),
+    Knob("partition_for", 0.5, 3.0, note="then it heals"),
+    Knob("leader_crash", choices=(False, True), note="60% of the seeds; a power loss"),
+    Knob("crash_at", 0.0, 8.0, note="seconds into the proposing, within it"),
+    Knob("recover_after", 0.5, 3.0),
+    Knob("settle", 10.0, 10.0, note="fixed: after the last proposal or fault"),
+)
+_PAXOS = Plan("paxos", PAXOS_GUARANTEE, _PAXOS_KNOBS, PAXOS_SLOWEST, draw_paxos, paxos_faults)
+
+PLANS: Mapping[str, Plan] = {p.service: p for p in (_FIFO, _REPLICA, _PUBSUB, _ACTIVITY,
+                                                    _PAXOS)}
 SERVICES = tuple(PLANS)
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "ProposalState",
     "Redirected",
     "Refused",
+    "ReplicatedOrderer",
     "check_reason",
 ]
 
@@ -113,6 +114,26 @@ class Orderer(abc.ABC):
     def propose(self, key: str, item: Any, on_decided: DecisionFn) -> None:
         """Order ``item`` among the items of ``key``; ``on_decided(decision)`` is called once,
         now or later. A bad argument raises at once (``ConfigError``)."""
+
+
+OrderedFn = Callable[[str, int, Any], None]
+
+
+class ReplicatedOrderer(Orderer):
+    """An orderer whose positions are the same at every node that may order a key (a
+    replicated log): a node that starts ordering a key goes on from the positions decided
+    before, whoever proposed them. ``on_ordered(key, position, item)`` (set by the service)
+    hears every item ordered at this node, in order, whoever proposed it; ``history(key)`` is
+    the last items ordered for ``key`` here, ``(position, item)``, oldest first (bounded)."""
+
+    __slots__ = ("on_ordered",)
+
+    def __init__(self) -> None:
+        self.on_ordered: OrderedFn | None = None
+
+    @abc.abstractmethod
+    def history(self, key: str) -> list[tuple[int, Any]]:
+        """The last items ordered for ``key`` at this node, oldest first."""
 
 
 class ImmediateOrderer(Orderer):

@@ -16,6 +16,8 @@ from typing import Any
 from ...core.env import Env
 from ...core.errors import ConfigError, OperationError, StateError
 from ...core.ids import NodeId, check_node_id
+from ...core.segments import SegmentSink
+from ...core.traceio import trace_path, write_settings
 from ...protocols.ordering.paxos import (
     CODEC,
     Committed,
@@ -70,13 +72,22 @@ class KeyValue:
         self.data = dict(state)
 
 
+#: what a replicated log's run promises, stored beside its trace for ``gossamer analyze``: the
+#: Paxos layer's checks (agreement) apply on their own; nothing is published or delivered
+ANALYSIS_SETTINGS: dict[str, Any] = {"services": ["paxos"], "replay": None,
+                                     "checks": {"layers": ["paxos"], "fifo_layers": []}}
+
+
 class ReplicatedLog:
     """One replica of a group on this event loop. ``node_id`` is ``host:port`` (where it
     listens); ``members`` the founding group (``node_id`` among them). ``data_dir`` keeps the
     replica's state in sqlite, committed in groups (one fsync on a writer thread for many
     writes; no reply leaves before its group is on disk), so a restarted replica resumes;
     without it the state lasts as long as the process (``group_commit=False``: one commit per
-    write, for comparison). ``snapshot_fn`` / ``restore_fn`` as for ``PaxosReplica``."""
+    write, for comparison). ``snapshot_fn`` / ``restore_fn`` as for ``PaxosReplica``.
+    ``trace_dir``: write the trace to ``TRACE_DIR/trace/RUN/`` (segment files while running,
+    ``HOST_PORT.parquet`` at stop) with the run's analysis settings, for ``gossamer
+    analyze``."""
 
     def __init__(
         self,
@@ -90,6 +101,8 @@ class ReplicatedLog:
         cluster_key: str | None = None,
         seed: int = 0,
         group_commit: bool = True,
+        trace_dir: Path | None = None,
+        run: str = "paxos",
     ) -> None:
         self.node_id = check_node_id(node_id)
         address = address_of(self.node_id)
@@ -113,8 +126,14 @@ class ReplicatedLog:
             data_dir.mkdir(parents=True, exist_ok=True)
             path = data_dir / STORE_FILE
             store = WriteBehindStore(path) if group_commit else SqliteStore(path)
+        self.trace: SegmentSink | None = None
+        sink = None
+        if trace_dir is not None:
+            sink = self.trace = SegmentSink(trace_path(trace_dir, run, self.node_id))
+            write_settings(trace_dir, run, ANALYSIS_SETTINGS)
         self.net = NetNode(node_id=self.node_id, factory=self._build, codec=CODEC,
-                           listen=address, store=store, seed=seed, cluster_key=cluster_key)
+                           listen=address, store=store, seed=seed, cluster_key=cluster_key,
+                           trace=sink, run=run)
         self.net.resolver = address_of
         self.net.on_failure = lambda _node, _exc: self.failed.set()
 
@@ -145,6 +164,8 @@ class ReplicatedLog:
 
     async def stop(self) -> None:
         await self.net.close()
+        if self.trace is not None:
+            self.trace.close()  # the segments compacted to HOST_PORT.parquet
 
     def _running(self) -> PaxosReplica:
         if self.replica is None or not self.replica.running:

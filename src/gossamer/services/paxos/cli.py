@@ -99,7 +99,9 @@ async def run_node(args: argparse.Namespace) -> int:
     log = ReplicatedLog(listen, members, config=config, snapshot_fn=kv.snapshot,
                         restore_fn=kv.restore,
                         data_dir=None if args.data_dir is None else Path(args.data_dir),
-                        cluster_key=args.cluster_key)
+                        cluster_key=args.cluster_key,
+                        trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
+                        run=args.run)
 
     def applied(op: DecidedOp) -> None:
         kv.apply(op.payload)
@@ -162,6 +164,10 @@ def add_paxos_parser(
                       metavar="HOST:PORT", help="a founding replica (repeat for each)")
     node.add_argument("--data-dir", default=None,
                       help="directory of the replica's sqlite store (default: in memory)")
+    node.add_argument("--trace-dir", default=None,
+                      help="write the trace to TRACE_DIR/trace/RUN/ (segment files while "
+                           "running, HOST_PORT.parquet at exit) for gossamer analyze")
+    node.add_argument("--run", default="paxos", help="the run id of the trace (default paxos)")
     node.add_argument("--heartbeat", type=_seconds, default=1.0, metavar="SECONDS",
                       help="the leader's NOOP period")
     node.add_argument("--suspect", type=_seconds, default=2.0, metavar="SECONDS",

@@ -15,7 +15,7 @@ from ....core.errors import ConfigError
 from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
-from ...ordering.orderer import ImmediateOrderer, Orderer
+from ...ordering.orderer import ImmediateOrderer, Orderer, ReplicatedOrderer
 from .messages import MAX_NACK_SPAN, Publish, ScribeData
 
 __all__ = [
@@ -139,6 +139,12 @@ class TopicState:
     # a root: the orderer's position just before this stream's first message (None: no message
     # numbered in it yet); stream position = decided position - order_base
     order_base: int | None = None
+    # with a replicated orderer (positions are the decided ones, the same in every stream):
+    # the last position delivered here, and what waits for the positions before it
+    delivered_pos: int = 0
+    ready: dict[int, ScribeData] = dataclasses.field(default_factory=dict)
+    # a new subscriber delivers nothing before this (its catch-up comes first, in order)
+    hold_until: float = 0.0
 
     @property
     def synced(self) -> bool:
@@ -155,7 +161,8 @@ class TopicState:
                 self.epoch,
                 self.high, self.done, tuple(sorted(self.got)), tuple(self.log.items()),
                 self.parent_high, self.parent_low, tuple(self.asked_up.items()),
-                self.nack_rounds, self.nack_timer is not None, self.order_base)
+                self.nack_rounds, self.nack_timer is not None, self.order_base,
+                self.delivered_pos, tuple(self.ready), self.hold_until)
 
     def resend_low(self) -> int:
         """The lowest position we can resend, will have, or can ask our parent for (0: we
@@ -224,6 +231,9 @@ class ScribeBase:
         # a root hands each publish to it and takes it only once accepted (None: a fresh
         # ImmediateOrderer, which accepts at once; its counters are this node's own)
         self.orderer: Orderer = orderer if orderer is not None else ImmediateOrderer()
+        # a replicated orderer's positions are the same at every root the topic may have:
+        # streams number messages at them, subscribers deliver in their order
+        self._shared = isinstance(self.orderer, ReplicatedOrderer)
         self.on_deliver = on_deliver
         self.delivered = 0
         self._topics: dict[str, TopicState] = {}

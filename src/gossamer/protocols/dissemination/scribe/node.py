@@ -14,7 +14,7 @@ from ....core.errors import StateError
 from ....core.ids import NodeId
 from ....core.messages import Message
 from ...membership.chord import ChordHost
-from ...ordering.orderer import Decision, Orderer, Redirected, Refused
+from ...ordering.orderer import Decision, Orderer, Redirected, Refused, ReplicatedOrderer
 from .base import (
     LAYER,
     DeliverFn,
@@ -69,6 +69,8 @@ class Scribe(TreeMembership):
         chord.on_deliver = self._on_route_delivered
         chord.on_root_found = self._on_root_found
         chord.on_root_failed = self._on_root_failed
+        if isinstance(self.orderer, ReplicatedOrderer):
+            self.orderer.on_ordered = self._on_ordered
 
     # -- Process -------------------------------------------------------------------------------
 
@@ -446,6 +448,11 @@ class Scribe(TreeMembership):
         if isinstance(decision, Refused):
             self._answer(origin, PublishRefused(topic=topic, seq=seq, reason=decision.reason))
             return
+        if self._shared:
+            # decided, so held by a majority of the topic's group: acknowledged; it goes down
+            # the tree from whichever node is root (``_on_ordered``, ``_start_from_history``)
+            self._answer(origin, PublishAck(topic=topic, seq=seq))
+            return
         state = self._topics.get(topic)
         if state is None or state.role is not TreeRole.ROOT:
             # the tree moved away while it was being ordered: not taken, so not acknowledged;
@@ -468,6 +475,18 @@ class Scribe(TreeMembership):
         self._answer(origin, PublishAck(topic=topic, seq=seq))
         self._take(topic, state, ScribeData(topic=topic, origin=origin, seq=seq,
                                             payload=msg.payload, epoch=state.epoch, pos=pos))
+
+    def _on_ordered(self, topic: str, position: int, item: Any) -> None:
+        """A replicated orderer ordered ``item`` at ``position`` (whoever proposed it): as the
+        topic's root, we number it there in our stream and send it down the tree."""
+        state = self._topics.get(topic)
+        if self._stopped or state is None or state.role is not TreeRole.ROOT or not state.synced:
+            return  # kept in the orderer's history: a new root's stream starts with it
+        if position <= state.high or position > MAX_POSITION:
+            return
+        self._take(topic, state, ScribeData(topic=topic, origin=item.origin, seq=item.seq,
+                                            payload=item.payload, epoch=state.epoch,
+                                            pos=position))
 
     def _answer(self, publisher: NodeId,
                 answer: PublishAck | PublishRedirect | PublishRefused) -> None:
@@ -500,6 +519,10 @@ class Scribe(TreeMembership):
         del self._pending[msg.seq]
         if src != self.env.node:
             self._remember_root(msg.topic, src)
+        if self._shared:  # the pipeline checks that no acknowledged publish is lost
+            env = self.env
+            env.trace("acked", layer=LAYER, msg=message_id(env.node, msg.seq), origin=env.node,
+                      seq=msg.seq, key=msg.topic, peer=src)
         self._done(pending, True)
 
     def _on_publish_redirect(self, src: NodeId, msg: PublishRedirect) -> None:

@@ -15,6 +15,7 @@ import functools
 from typing import Any
 
 from ....core.ids import NodeId
+from ...ordering.orderer import ReplicatedOrderer
 from .base import LAYER, ScribeBase, TopicState, TreeRole
 from .messages import (
     MAX_CATCH_UP_AGE,
@@ -43,13 +44,31 @@ class StreamRepair(ScribeBase):
         if epoch == state.epoch:
             epoch = epoch % MAX_EPOCH + 1
         self._switch_stream(topic, state, epoch)  # a root has everything of its own stream
+        if self._shared:
+            self._start_from_history(topic, state)
+
+    def _start_from_history(self, topic: str, state: TopicState) -> None:
+        """A new root with a replicated orderer: its stream holds what the group decided
+        before (the last ``topic_log_limit``), so the tree fetches what an old root took and
+        did not pass down; what comes next is numbered from there."""
+        assert isinstance(self.orderer, ReplicatedOrderer)
+        state.order_base = 0
+        for pos, item in self.orderer.history(topic):
+            data = ScribeData(topic=topic, origin=item.origin, seq=item.seq,
+                              payload=item.payload, epoch=state.epoch, pos=pos)
+            self._log(state, data)
+            self._hold(topic, state, data)
+            state.high = state.done = max(state.high, pos)
+        self._deliver_ready(topic, state)
 
     def _switch_stream(self, topic: str, state: TopicState, epoch: int) -> None:
         """Follow (or number, as root) stream ``epoch`` from its start, forgetting the old."""
         self.env.trace("stream", layer=LAYER, key=topic, seq=epoch, old=state.epoch)
         self._cancel_nack(state)
         state.epoch = epoch
-        state.high = state.done = 0
+        # with a replicated orderer positions go on across streams: fetch what follows our
+        # last delivery (a forwarder, which delivers nothing, fetches the whole stream)
+        state.high = state.done = state.delivered_pos if self._shared else 0
         state.order_base = None  # a root's next decided message is this stream's first
         state.got.clear()
         state.log.clear()
@@ -126,8 +145,13 @@ class StreamRepair(ScribeBase):
         mid = message_id(msg.origin, msg.seq)
         state.handover.pop(mid, None)  # the tree has it now
         if mid in self._seen:
+            if self._shared and state.ready:
+                self._hold_at_first(state, msg)
             self._note_position(msg.topic, state, msg.pos)
-            if msg.repair and msg.pos not in state.log and self.config.loss_recovery:
+            # a repair we fetched for a child, or (replicated order) a publish decided at two
+            # positions, both of which are positions of the stream: pass it on
+            fresh = msg.repair or (self._shared and msg.pos > state.delivered_pos)
+            if fresh and msg.pos not in state.log and self.config.loss_recovery:
                 self._log(state, msg)  # we fetched it for a child that lacks it: pass it on
                 for child in state.children:
                     self.env.send(child, msg)
@@ -138,8 +162,11 @@ class StreamRepair(ScribeBase):
 
     def _take(self, topic: str, state: TopicState, data: ScribeData) -> None:
         """A message new here: deliver it (if subscribed), log it, send it to our children."""
-        self._accept(topic, message_id(data.origin, data.seq), data.origin, data.seq,
-                     data.payload)
+        if self._shared:
+            self._hold(topic, state, data)  # delivered once every position before it is
+        else:
+            self._accept(topic, message_id(data.origin, data.seq), data.origin, data.seq,
+                         data.payload)
         self._note_position(topic, state, data.pos)
         if self.config.loss_recovery and data.pos not in state.log:
             self._log(state, data)
@@ -155,7 +182,49 @@ class StreamRepair(ScribeBase):
             del log[oldest]
             state.log_at.pop(oldest, None)
 
-    def _accept(self, topic: str, mid: str, origin: NodeId, seq: int, payload: Any) -> None:
+    def _hold(self, topic: str, state: TopicState, data: ScribeData) -> None:
+        """Replicated order: keep ``data`` until the positions before it are had or given up."""
+        mid = message_id(data.origin, data.seq)
+        if mid in self._seen:
+            return
+        self._accept(topic, mid, data.origin, data.seq, data.payload)  # seen, not delivered yet
+        if not state.subscribed or data.pos <= state.delivered_pos:
+            return
+        state.ready[data.pos] = data
+        if len(state.ready) > 2 * self.config.topic_log_limit:
+            state.hold_until = 0.0  # the catch-up ends here: what waits must not grow more
+            # a gap that outlived its repair: give it up rather than hold without bound
+            self._give_up(topic, state, min(state.ready) - 1, "ordered_gap_too_large")
+
+    def _hold_at_first(self, state: TopicState, data: ScribeData) -> None:
+        """Replicated order: a publish decided twice (a retry proposed again) is delivered at
+        its first position, wherever its copies arrive first."""
+        for pos, held in state.ready.items():
+            if held.origin == data.origin and held.seq == data.seq:
+                if data.pos < pos and data.pos > state.delivered_pos:
+                    del state.ready[pos]
+                    state.ready[data.pos] = data
+                return
+
+    def _deliver_ready(self, topic: str, state: TopicState) -> None:
+        """Deliver what waits, in position order, up to the last position had or given up
+        (a new subscriber: once its catch-up is over)."""
+        if state.hold_until and self.env.now() < state.hold_until:
+            return  # ``_tick`` comes back
+        state.hold_until = 0.0
+        ready = state.ready
+        while ready:
+            pos = min(ready)
+            if pos > state.done:
+                return
+            data = ready.pop(pos)
+            if pos > state.delivered_pos:
+                state.delivered_pos = pos
+                self._accept(topic, message_id(data.origin, data.seq), data.origin, data.seq,
+                             data.payload, position=pos)
+
+    def _accept(self, topic: str, mid: str, origin: NodeId, seq: int, payload: Any, *,
+                position: int | None = None) -> None:
         seen = self._seen
         seen[mid] = None
         if len(seen) > self.config.seen_limit:
@@ -163,8 +232,15 @@ class StreamRepair(ScribeBase):
         state = self._topics.get(topic)
         if state is None or not state.subscribed:
             return
+        if self._shared and position is None:
+            return  # seen; delivered by ``_deliver_ready`` in the decided order, or not owed
         self.delivered += 1
-        self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic)
+        if position is not None:
+            # replicated order: ``seq`` is the decided position, ``pseq`` the publisher's
+            self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=position,
+                           key=topic, pseq=seq)
+        else:
+            self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin, seq=seq, key=topic)
         if self.on_deliver is not None:
             self.on_deliver(topic, mid, origin, payload)
 
@@ -183,6 +259,11 @@ class StreamRepair(ScribeBase):
             state.synced_at = self.env.now()
             if state.subscribed_at is not None:
                 state.catch_up = self.config.catch_up_requests
+                if self._shared:
+                    # replicated order: what its catch-up fetches lies before what arrives
+                    # live; hold deliveries until the last catch-up request was answered
+                    state.hold_until = self.env.now() + self.config.heartbeat_interval * (
+                        self.config.catch_up_requests + 1)
                 self._ask_since(topic, state)
         else:
             self._switch_stream(topic, state, epoch)  # the tree moved under a new root
@@ -196,6 +277,8 @@ class StreamRepair(ScribeBase):
         if pos > state.done:
             state.got.add(pos)
             self._advance(state)
+        if state.ready:
+            self._deliver_ready(topic, state)
         self._gap_changed(topic, state)
 
     def _parent_position(self, topic: str, state: TopicState, epoch: int, high: int,
@@ -238,6 +321,8 @@ class StreamRepair(ScribeBase):
         state.got = {pos for pos in state.got if pos > upto}
         self._advance(state)
         state.nack_rounds = 0
+        if state.ready:
+            self._deliver_ready(topic, state)
 
     def _gap_changed(self, topic: str, state: TopicState) -> None:
         limit = self.config.topic_log_limit

@@ -208,6 +208,8 @@ class TreeMembership(StreamRepair):
                         self._hand_over(topic, state)
                     if state.catch_up:
                         self._ask_since(topic, state)
+                    if state.hold_until and state.ready:
+                        self._deliver_ready(topic, state)  # once its catch-up is over
             elif self.chord.joined and self.chord.root_of(topic) is None:
                 state.not_root_ticks += 1
                 if state.not_root_ticks >= 2:

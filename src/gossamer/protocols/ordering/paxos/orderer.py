@@ -27,15 +27,21 @@ OrderedFn = Callable[[str, int, Any], None]
 class PaxosOrderer(Orderer):
     """Orders items per key through ``replica``'s log. It takes over ``replica.on_decided``:
     operations that are not its own go on to the callback that was there before.
-    ``encode`` / ``decode`` turn an item into the JSON value the log carries and back."""
+    ``encode`` / ``decode`` turn an item into the JSON value the log carries and back.
+    ``anywhere``: every member takes proposals (forwarded to the leader by the replica, so a
+    proposal made while the group elects a leader waits for it) instead of redirecting them;
+    a proposal whose outcome is not known is answered ``Redirected`` to this node (ask again
+    here: the layer above applies a retried item once)."""
 
-    __slots__ = ("_answers", "_decode", "_encode", "_passed_on", "_positions", "on_ordered",
-                 "replica")
+    __slots__ = ("_answers", "_anywhere", "_decode", "_encode", "_passed_on", "_positions",
+                 "on_ordered", "replica")
 
     def __init__(self, replica: PaxosReplica, *, on_ordered: OrderedFn | None = None,
                  encode: Callable[[Any], Any] = lambda item: item,
-                 decode: Callable[[Any], Any] = lambda value: value) -> None:
+                 decode: Callable[[Any], Any] = lambda value: value,
+                 anywhere: bool = False) -> None:
         self.replica = replica
+        self._anywhere = anywhere
         self.on_ordered = on_ordered
         self._encode = encode
         self._decode = decode
@@ -50,7 +56,8 @@ class PaxosOrderer(Orderer):
         if not callable(on_decided):
             raise ConfigError(f"on_decided must be callable, got {on_decided!r}")
         replica = self.replica
-        if replica.role is not Role.LEADER:
+        if replica.role is not Role.LEADER and not (
+                self._anywhere and replica.role is not Role.OUTSIDE):
             self._elsewhere(on_decided)
             return
 
@@ -58,6 +65,8 @@ class PaxosOrderer(Orderer):
             position = self._answers.pop(proposal_id, None)
             if isinstance(outcome, Committed) and position is not None:
                 on_decided(Accepted(position))
+            elif self._anywhere and (isinstance(outcome, Committed) or not outcome.definite):
+                on_decided(Redirected(replica.env.node))
             elif isinstance(outcome, Committed) or not outcome.definite:
                 # decided while this replica took a snapshot (its position is not known
                 # here), or perhaps decided: the proposer asks the leader again, and the

@@ -1,0 +1,239 @@
+"""gossamer's replicated log against PySyncObj (Raft), side by side in one run: 3 processes on
+loopback per system, every process a client, 10-byte commands (PySyncObj's own README
+benchmark), a bounded number in flight per process: committed operations/s and submit-to-commit
+latency (p50, p99), with the ratio gossamer / PySyncObj.
+
+Two durability levels, each system's own:
+- ``memory``: nothing on disk (gossamer: in-memory store; PySyncObj: its default).
+- ``durable``: gossamer's sqlite with group commit (``WriteBehindStore``: fsync'd before any
+  reply leaves); PySyncObj's ``journalFile`` (an mmap'd journal it never msyncs while running:
+  it survives ``kill -9``, not a power loss). Not equal: gossamer promises more here.
+
+Run ``python benchmarks/paxos.py [--quick] [--ops N] [--inflight K] [--json OUT]`` (PySyncObj
+is in the ``bench`` extra). Each worker is this file with ``--worker``; the parent starts three
+per system and mode, waits for each to see a leader, starts them together and merges what
+they report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("gossamer", "pysyncobj")
+MODES = ("memory", "durable")
+COMMAND = "x" * 10
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _say(obj: Any) -> None:
+    sys.stdout.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+    sys.stdout.flush()
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+async def _gossamer_worker(args: argparse.Namespace, members: list[str], me: str) -> None:
+    from gossamer.services.paxos import ReplicatedLog
+
+    data_dir = None if args.mode == "memory" else Path(args.dir) / me.replace(":", "_")
+    log = ReplicatedLog(me, members, data_dir=data_dir, group_commit=True)
+    await log.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await log.wait_leader(60.0)
+        _say("ready")
+        await loop.run_in_executor(None, sys.stdin.readline)  # "go"
+        gate = asyncio.Semaphore(args.inflight)
+        latencies: list[float] = []
+
+        async def one() -> None:
+            async with gate:
+                began = time.perf_counter()
+                await log.propose(COMMAND, timeout=120.0)
+                latencies.append(time.perf_counter() - began)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(args.ops)))
+        _say({"ops": args.ops, "seconds": time.perf_counter() - began, "latencies": latencies})
+        await loop.run_in_executor(None, sys.stdin.readline)  # "stop": the others are done
+    finally:
+        await log.stop()
+
+
+def _pysyncobj_worker(args: argparse.Namespace, members: list[str], me: str) -> None:
+    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+    class Counter(SyncObj):  # type: ignore[misc]
+        def __init__(self, conf: Any) -> None:
+            super().__init__(me, [m for m in members if m != me], conf)
+            self.count = 0
+
+        @replicated  # type: ignore[misc]
+        def add(self, command: str) -> int:
+            self.count += 1
+            return self.count
+
+    journal = None if args.mode == "memory" else str(Path(args.dir) / f"{me.replace(':', '_')}.j")
+    conf = SyncObjConf(journalFile=journal, dynamicMembershipChange=False)
+    obj = Counter(conf)
+    try:
+        deadline = time.monotonic() + 60.0
+        while obj._getLeader() is None or not obj.isReady():
+            if time.monotonic() > deadline:
+                raise RuntimeError("no leader within 60 s")
+            time.sleep(0.01)
+        _say("ready")
+        sys.stdin.readline()  # "go"
+        gate = threading.Semaphore(args.inflight)
+        latencies: list[float] = []
+        done = threading.Event()
+        lock = threading.Lock()
+        remaining = [args.ops]
+        failed = [0]
+
+        def submit() -> None:
+            began = time.perf_counter()
+
+            def callback(result: Any, error: Any) -> None:
+                if error != FAIL_REASON.SUCCESS:
+                    with lock:
+                        failed[0] += 1
+                    submit()  # not committed (no leader, queue full): again, in its slot
+                    return
+                with lock:
+                    latencies.append(time.perf_counter() - began)
+                    remaining[0] -= 1
+                    if remaining[0] == 0:
+                        done.set()
+                gate.release()
+
+            obj.add(COMMAND, callback=callback)
+
+        began = time.perf_counter()
+        for _ in range(args.ops):
+            gate.acquire()
+            submit()
+        done.wait(300.0)
+        _say({"ops": args.ops - remaining[0], "seconds": time.perf_counter() - began,
+              "latencies": latencies, "retried": failed[0]})
+        sys.stdin.readline()  # "stop"
+    finally:
+        obj.destroy()
+
+
+def worker(args: argparse.Namespace) -> None:
+    members = [f"127.0.0.1:{p}" for p in args.ports.split(",")]
+    me = members[args.me]
+    if args.worker == "gossamer":
+        asyncio.run(_gossamer_worker(args, members, me))
+    else:
+        _pysyncobj_worker(args, members, me)
+
+
+# -- the parent --------------------------------------------------------------------------------
+
+
+def one_run(system: str, mode: str, ops: int, inflight: int, base: Path) -> dict[str, Any]:
+    ports = ",".join(str(_port()) for _ in range(3))
+    data = base / f"{system}-{mode}"
+    data.mkdir(parents=True, exist_ok=True)
+    procs = [subprocess.Popen(
+        [sys.executable, __file__, "--worker", system, "--mode", mode, "--me", str(i),
+         "--ports", ports, "--ops", str(ops // 3), "--inflight", str(inflight),
+         "--dir", str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}) for i in range(3)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"{system} {mode}: a worker said {line!r}")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = []
+        for proc in procs:
+            assert proc.stdout is not None
+            results.append(json.loads(proc.stdout.readline()))
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        for proc in procs:
+            proc.wait(timeout=60)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    latencies = sorted(x for r in results for x in r["latencies"])
+    committed = sum(r["ops"] for r in results)
+    seconds = max(r["seconds"] for r in results)
+    return {"system": system, "mode": mode, "ops": committed, "seconds": round(seconds, 3),
+            "ops_per_s": round(committed / seconds, 1),
+            "p50_ms": round(_percentile(latencies, 0.5) * 1000, 2),
+            "p99_ms": round(_percentile(latencies, 0.99) * 1000, 2),
+            "retried": sum(r.get("retried", 0) for r in results)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (CI smoke)")
+    parser.add_argument("--ops", type=int, default=9000, help="operations in all")
+    parser.add_argument("--inflight", type=int, default=200, help="in flight per process")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--me", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ports", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    ops = 600 if args.quick else args.ops
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="paxos-bench-") as base:
+        for mode in MODES:
+            for system in SYSTEMS:
+                row = one_run(system, mode, ops, args.inflight, Path(base))
+                rows.append(row)
+                print(f"{system:10} {mode:8} {row['ops_per_s']:>9.1f} ops/s  p50 "
+                      f"{row['p50_ms']:>8.2f} ms  p99 {row['p99_ms']:>8.2f} ms  "
+                      f"({row['ops']} ops in {row['seconds']} s)", flush=True)
+            ours, theirs = rows[-2], rows[-1]
+            print(f"{'ratio':10} {mode:8} throughput {ours['ops_per_s'] / theirs['ops_per_s']:.2f}x"
+                  f"  p99 {ours['p99_ms'] / theirs['p99_ms']:.2f}x (gossamer / PySyncObj)",
+                  flush=True)
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
+          f"on {os.cpu_count()} cores")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

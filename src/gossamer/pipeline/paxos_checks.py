@@ -1,0 +1,158 @@
+"""Checks and metrics of the Multi-Paxos layer (issue 19 point 4), on the trace schema only.
+
+Checks (pure ``DataFrame -> DataFrame`` transforms yielding violation rows, and their ``Check``s):
+- **paxos agreement**: no two replicas of a group decide different values for one slot
+  (``decide`` rows, layer ``paxos``, ``key`` the group, ``seq`` the slot, ``info.digest``), and
+  no two nodes order different publishes at one position of a topic (``ordered`` rows: ``key``
+  the topic, ``seq`` the position, ``msg`` the publish);
+- **decided order**: every subscriber delivers a topic that was ordered (``ordered`` rows) at
+  the decided positions (a deliver row's ``seq``), each position's own publish, positions
+  rising (a publish decided twice counts at its first position);
+- **acknowledged kept**: every publish acknowledged to its publisher (``acked`` rows) was
+  decided (some ``ordered`` row holds it).
+Metrics (``paxos_metrics``): per run and group, decided slots, propose-to-decide latency at the
+leader (``propose`` to its own ``decide`` of the slot, one clock), paxos messages sent per
+decided slot, and leader changes (``elected`` rows).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from .check_rows import info_field, violation_rows
+from .checks import Check
+from .schema import ROW, with_row_order
+
+__all__ = [
+    "PAXOS_LAYER",
+    "acknowledged_lost_violations",
+    "decided_order_violations",
+    "paxos_agreement_violations",
+    "paxos_checks",
+    "paxos_metrics",
+]
+
+PAXOS_LAYER = "paxos"
+
+
+def _paxos(trace: DataFrame, event: str) -> DataFrame:
+    return trace.filter((F.col("layer") == PAXOS_LAYER) & (F.col("event") == event)
+                        & F.col("key").isNotNull() & F.col("seq").isNotNull())
+
+
+def _ordered(trace: DataFrame) -> DataFrame:
+    return _paxos(trace, "ordered").filter(F.col("msg").isNotNull())
+
+
+def paxos_agreement_violations(trace: DataFrame) -> DataFrame:
+    """A row per decision that disagrees with another node's decision of the same slot (or
+    the same position of a topic)."""
+    decided = _paxos(trace, "decide").withColumn("value", info_field("digest")).filter(
+        F.col("value").isNotNull())
+    ordered = _ordered(trace).withColumn("value", F.col("msg"))
+    out = []
+    for rows, what in ((decided, "slot %d of group %s decided as %s here, as %s elsewhere"),
+                       (ordered, "position %d of topic %s ordered as %s here, as %s elsewhere")):
+        per = Window.partitionBy("run", "key", "seq")
+        values = rows.withColumn("values", F.collect_set("value").over(per)).filter(
+            F.size("values") > 1)
+        first = values.withColumn("other", F.array_join(
+            F.array_remove(F.col("values"), F.col("value")), ","))
+        out.append(violation_rows(first, F.format_string(
+            what, F.col("seq"), F.col("key"), F.col("value"), F.col("other"))).distinct())
+    return out[0].unionByName(out[1])
+
+
+def decided_order_violations(trace: DataFrame, *, layer: str = "scribe") -> DataFrame:
+    """Deliveries of ordered topics in ``layer`` that are not at their decided position, or
+    that come at a position not above one the node delivered before."""
+    trace = with_row_order(trace)
+    ordered = _ordered(trace)
+    first_per_position = ordered.groupBy("run", "key", "seq").agg(
+        F.min("msg").alias("decided"))
+    first_of_msg = ordered.groupBy("run", "key", "msg").agg(F.min("seq").alias("first_pos"))
+    topics = ordered.select("run", "key").distinct()
+    delivered = (trace.filter((F.col("event") == "deliver") & (F.col("layer") == layer)
+                              & F.col("key").isNotNull())
+                 .join(F.broadcast(topics), ["run", "key"]))
+    in_order = Window.partitionBy("run", "node", "key").orderBy("t", ROW).rowsBetween(
+        Window.unboundedPreceding, -1)
+    rows = (delivered.withColumn("before", F.max("seq").over(in_order))
+            .join(first_per_position, ["run", "key", "seq"], "left")
+            .join(first_of_msg, ["run", "key", "msg"], "left"))
+    bad = rows.filter(F.col("seq").isNull() | (F.col("seq") <= F.col("before"))
+                      | F.col("decided").isNull() | (F.col("decided") != F.col("msg"))
+                      | (F.col("first_pos") != F.col("seq")))
+    detail = (F.when(F.col("seq").isNull(), F.format_string(
+                  "topic %s: delivered with no position", F.col("key")))
+              .when(F.col("seq") <= F.col("before"), F.format_string(
+                  "topic %s: position %d delivered after position %d", F.col("key"),
+                  F.col("seq"), F.col("before")))
+              .when(F.col("decided").isNull(), F.format_string(
+                  "topic %s: position %d was never decided", F.col("key"), F.col("seq")))
+              .otherwise(F.format_string(
+                  "topic %s: delivered at position %d, where %s was decided (first decided "
+                  "at %s)", F.col("key"), F.col("seq"), F.col("decided"),
+                  F.coalesce(F.col("first_pos").cast("string"), F.lit("no position")))))
+    return violation_rows(bad, detail)
+
+
+def acknowledged_lost_violations(trace: DataFrame) -> DataFrame:
+    """Publishes acknowledged to their publisher (``acked``) that no node ever ordered."""
+    acked = trace.filter((F.col("event") == "acked") & F.col("msg").isNotNull())
+    ordered = _ordered(trace).select("run", "msg").distinct()
+    lost = acked.join(ordered, ["run", "msg"], "left_anti")
+    return violation_rows(lost, F.format_string(
+        "topic %s: acknowledged to %s but never decided", F.col("key"), F.col("node")))
+
+
+def paxos_checks() -> list[Check]:
+    """The Paxos layer's checks; each is "not applicable" on a trace without its rows."""
+    decide = (F.col("layer") == PAXOS_LAYER) & F.col("event").isin("decide", "ordered")
+    ordered = (F.col("layer") == PAXOS_LAYER) & (F.col("event") == "ordered")
+    return [
+        Check("paxos agreement", decide & F.col("seq").isNotNull(),
+              "no decide or ordered rows (layer paxos): no Multi-Paxos group here",
+              paxos_agreement_violations, columns=("key", "seq", "msg", "info")),
+        Check("decided order", ordered & F.col("msg").isNotNull(),
+              "no ordered rows (layer paxos): no topic was ordered by replicated owners",
+              decided_order_violations, columns=("key", "seq", "msg")),
+        Check("acknowledged kept", F.col("event") == "acked",
+              "no acked rows: no publish was acknowledged by replicated owners",
+              acknowledged_lost_violations, columns=("key", "msg")),
+    ]
+
+
+def paxos_metrics(trace: DataFrame) -> DataFrame:
+    """Per (run, group): ``decided`` slots, ``decide_latency_p50/p95/p99`` (seconds from the
+    leader's ``propose`` of a slot to its own ``decide``), ``messages_per_decision`` (paxos
+    sends, traced with message rows, per decided slot; null without them) and
+    ``leader_changes`` (``elected`` rows)."""
+    decides = _paxos(trace, "decide")
+    proposes = _paxos(trace, "propose").groupBy("run", "key", "seq", "node").agg(
+        F.min("t").alias("t_propose"))
+    own = decides.groupBy("run", "key", "seq", "node").agg(F.min("t").alias("t_decide"))
+    latency = proposes.join(own, ["run", "key", "seq", "node"]).select(
+        "run", "key", (F.col("t_decide") - F.col("t_propose")).alias("latency"))
+    quantiles = F.percentile_approx("latency", [0.5, 0.95, 0.99], 10_000)
+    latencies = latency.groupBy("run", "key").agg(
+        *[quantiles[i].alias(f"decide_latency_p{p}") for i, p in enumerate((50, 95, 99))])
+    decided = decides.groupBy("run", "key").agg(F.countDistinct("seq").alias("decided"))
+    paxos = trace.filter(F.col("layer") == PAXOS_LAYER)
+    sends = paxos.filter(F.col("event") == "send").groupBy("run").agg(
+        F.count(F.lit(1)).alias("paxos_sends"))
+    elected = paxos.filter(F.col("event") == "elected").groupBy("run", "key").agg(
+        F.count(F.lit(1)).alias("leader_changes"))
+    groups_per_run = decided.groupBy("run").agg(F.sum("decided").alias("run_decided"))
+    groups = decided.select("run", "key").unionByName(elected.select("run", "key")).distinct()
+    return (groups.join(decided, ["run", "key"], "left")
+            .join(latencies, ["run", "key"], "left")
+            .join(elected, ["run", "key"], "left")
+            .join(groups_per_run, "run", "left")
+            .join(sends, "run", "left")
+            .select(F.col("run"), F.col("key").alias("group"),
+                    F.coalesce(F.col("decided"), F.lit(0)).alias("decided"),
+                    "decide_latency_p50", "decide_latency_p95", "decide_latency_p99",
+                    (F.col("paxos_sends") / F.col("run_decided")).alias("messages_per_decision"),
+                    F.coalesce(F.col("leader_changes"), F.lit(0)).alias("leader_changes")))

@@ -1,0 +1,224 @@
+"""Replicated topic owners (seed 001, phase 3): each node of the founding Chord ring owns a
+Multi-Paxos group with its next ``backups`` nodes on the ring, which orders its topics' publishes.
+
+``TopicOwners`` is the ``ReplicatedOrderer`` Scribe takes at construction. A topic belongs to
+the group of its founding owner (the founding node that follows the topic's identifier on the
+ring). The owner is that group's first leader; when it dies, Chord makes its successor the
+topic's root, and the successor is a member of the same group: it goes on proposing there (the
+group elects a new leader) and its stream starts from the group's decided log
+(``history``), so a publish decided before the crash is not lost and every subscriber delivers
+the topic in the one decided order. A retried publish already decided is answered with its
+decided position and not proposed again (the last ``history_limit`` of each topic).
+
+``ReplicatedScribe`` is the node's process: Scribe plus the groups, messages of the groups
+(``GroupMessage``) to them, the rest to Scribe.
+
+The groups are fixed when the node is built, from the founding ring: a node that joins later
+is no member of any group (its topics are redirected to their founding owner's group), and
+groups do not follow ring changes (README "Not built yet").
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from ....core.env import Env
+from ....core.errors import ConfigError
+from ....core.ids import NodeId, check_node_id
+from ....core.messages import Message
+from ...membership.chord import ChordHost
+from ...membership.chord.ring import chord_id
+from ...ordering.orderer import (
+    Accepted,
+    DecisionFn,
+    Redirected,
+    ReplicatedOrderer,
+)
+from ...ordering.paxos.config import PaxosConfig
+from ...ordering.paxos.groups import GroupMessage, PaxosGroups
+from ...ordering.paxos.orderer import PaxosOrderer
+from ...ordering.paxos.replica import PaxosReplica
+from .base import DeliverFn, ScribeConfig
+from .messages import Publish, message_id
+from .node import Scribe
+
+__all__ = ["ReplicatedScribe", "TopicOwners", "owner_groups"]
+
+
+def owner_groups(ring: Sequence[NodeId], *, bits: int,
+                 backups: int = 2) -> dict[NodeId, tuple[NodeId, ...]]:
+    """Each founding node -> its group: itself, then its next ``backups`` nodes on the ring."""
+    nodes = sorted({check_node_id(n) for n in ring}, key=lambda n: (chord_id(n, bits), n))
+    if backups < 0:
+        raise ConfigError(f"backups must be >= 0, got {backups}")
+    size = min(len(nodes), backups + 1)
+    return {node: tuple(nodes[(i + k) % len(nodes)] for k in range(size))
+            for i, node in enumerate(nodes)}
+
+
+def _encode(item: Publish) -> Any:
+    return [item.origin, item.seq, item.payload]
+
+
+class TopicOwners(ReplicatedOrderer):
+    """The groups this node is a member of, as Scribe's orderer (see the module docstring)."""
+
+    __slots__ = ("_decided", "_histories", "_keys", "_orderers", "bits", "env", "groups",
+                 "history_limit", "max_topics", "owners")
+
+    LAYER = "paxos"
+
+    def __init__(self, env: Env, ring: Sequence[NodeId], *, bits: int, backups: int = 2,
+                 config: PaxosConfig | None = None, history_limit: int = 256,
+                 max_topics: int = 4096) -> None:
+        if history_limit < 1 or max_topics < 1:
+            raise ConfigError(f"history_limit and max_topics must be >= 1, got "
+                              f"{history_limit} and {max_topics}")
+        self.env = env
+        self.max_topics = max_topics  # topics whose history a group keeps here
+        self.bits = bits
+        self.history_limit = history_limit
+        super().__init__()
+        every = owner_groups(ring, bits=bits, backups=backups)
+        self.owners = sorted(every, key=lambda n: (chord_id(n, bits), n))
+        self._keys = [chord_id(n, bits) for n in self.owners]
+        self.groups = PaxosGroups(env)
+        self._orderers: dict[NodeId, PaxosOrderer] = {}
+        # per owner: topic -> the last items ordered (position, Publish); mid -> position
+        self._histories: dict[NodeId, dict[str, collections.deque[tuple[int, Publish]]]] = {}
+        self._decided: dict[NodeId, dict[str, dict[str, int]]] = {}
+        for owner, members in every.items():
+            if env.node not in members:
+                continue
+            name = f"owner:{owner}"
+            replica = PaxosReplica(
+                self.groups.view(name), members, config=config, group=name,
+                initial_leader=owner)
+            orderer = PaxosOrderer(replica, on_ordered=functools.partial(self._ordered, owner),
+                                   encode=_encode, anywhere=True)
+            replica.snapshot_fn = functools.partial(self._snapshot, owner)
+            replica.restore_fn = functools.partial(self._restore, owner)
+            self.groups.add(replica)
+            self._orderers[owner] = orderer
+            self._histories[owner] = {}
+            self._decided[owner] = {}
+
+    # -- the Orderer ---------------------------------------------------------------------------
+
+    def owner_of(self, key: str) -> NodeId:
+        """The founding owner of ``key``: the first founding node at or after its identifier."""
+        i = bisect.bisect_left(self._keys, chord_id(key, self.bits))
+        return self.owners[i % len(self.owners)]
+
+    def propose(self, key: str, item: Any, on_decided: DecisionFn) -> None:
+        owner = self.owner_of(key)
+        orderer = self._orderers.get(owner)
+        if orderer is None:  # not a member of the key's group: its owner orders it
+            on_decided(Redirected(owner))
+            return
+        if isinstance(item, Publish):
+            position = self._decided[owner].get(key, {}).get(message_id(item.origin, item.seq))
+            if position is not None:  # a retry of a publish decided already: not again
+                on_decided(Accepted(position))
+                return
+        orderer.propose(key, item, on_decided)
+
+    def history(self, key: str) -> list[tuple[int, Any]]:
+        owner = self.owner_of(key)
+        return list(self._histories.get(owner, {}).get(key, ()))
+
+    def position(self, key: str) -> int:
+        """The last position ordered for ``key`` here (0: none, or not a member)."""
+        orderer = self._orderers.get(self.owner_of(key))
+        return 0 if orderer is None else orderer.position(key)
+
+    def replica(self, owner: NodeId) -> PaxosReplica | None:
+        orderer = self._orderers.get(owner)
+        return None if orderer is None else orderer.replica
+
+    def _ordered(self, owner: NodeId, key: str, position: int, value: Any) -> None:
+        origin, seq, payload = value
+        item = Publish(topic=key, origin=origin, seq=seq, payload=payload)
+        mid = message_id(origin, seq)
+        topics, decided_ids = self._histories[owner], self._decided[owner]
+        if key not in topics and len(topics) >= self.max_topics:
+            oldest_topic = next(iter(topics))  # bounded: the oldest topic's history goes
+            del topics[oldest_topic]
+            decided_ids.pop(oldest_topic, None)
+        history = topics.setdefault(key, collections.deque(maxlen=self.history_limit))
+        decided = decided_ids.setdefault(key, {})
+        if len(history) == history.maxlen:
+            _, oldest = history[0]
+            decided.pop(message_id(oldest.origin, oldest.seq), None)
+        history.append((position, item))
+        decided.setdefault(mid, position)
+        self.env.trace("ordered", layer=self.LAYER, msg=mid, origin=origin, key=key,
+                       seq=position, group=f"owner:{owner}")
+        if self.on_ordered is not None:
+            self.on_ordered(key, position, item)
+
+    def _snapshot(self, owner: NodeId) -> Any:
+        return {"positions": self._orderers[owner].snapshot(),
+                "history": {key: [[pos, _encode(item)] for pos, item in items]
+                            for key, items in self._histories[owner].items()}}
+
+    def _restore(self, owner: NodeId, state: Any) -> None:
+        self._orderers[owner].restore(state["positions"])
+        topics = self._histories[owner] = {}
+        decided = self._decided[owner] = {}
+        for key, items in state["history"].items():
+            history = topics[key] = collections.deque(maxlen=self.history_limit)
+            for pos, (origin, seq, payload) in items:
+                history.append((pos, Publish(topic=key, origin=origin, seq=seq,
+                                             payload=payload)))
+                decided.setdefault(key, {})[message_id(origin, seq)] = pos
+
+    def start(self) -> None:
+        self.groups.start()
+
+    def stop(self) -> None:
+        self.groups.stop()
+
+    def on_message(self, src: NodeId, msg: GroupMessage) -> None:
+        self.groups.on_message(src, msg)
+
+
+class ReplicatedScribe:
+    """A node's process: ``Scribe`` over ``chord`` with ``TopicOwners`` as its orderer."""
+
+    def __init__(self, env: Env, chord: ChordHost, ring: Sequence[NodeId], *,
+                 config: ScribeConfig | None = None, paxos: PaxosConfig | None = None,
+                 backups: int = 2, on_deliver: DeliverFn | None = None) -> None:
+        config = config if config is not None else ScribeConfig()
+        self.owners = TopicOwners(env, ring, bits=chord.config.bits, backups=backups,
+                                  config=paxos, history_limit=config.topic_log_limit,
+                                  max_topics=config.max_topics)
+        self.scribe = Scribe(env, chord, config=config, orderer=self.owners,
+                             on_deliver=on_deliver)
+
+    def start(self) -> None:
+        self.owners.start()
+        self.scribe.start()
+
+    def stop(self) -> None:
+        self.scribe.stop()
+        self.owners.stop()
+
+    def on_message(self, src: NodeId, msg: Message) -> None:
+        if isinstance(msg, GroupMessage):
+            self.owners.on_message(src, msg)
+        else:
+            self.scribe.on_message(src, msg)
+
+    def on_unreachable(self, node: NodeId) -> None:
+        self.scribe.on_unreachable(node)
+
+    def subscribe(self, topic: str) -> None:
+        self.scribe.subscribe(topic)
+
+    def publish(self, topic: str, payload: Any, **kw: Any) -> str:
+        return self.scribe.publish(topic, payload, **kw)
