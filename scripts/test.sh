@@ -24,10 +24,10 @@ if [ "$lane" = fast ]; then
 else
   # (xdist's --dist loadgroup would keep the Spark tests on one worker, but it does not group
   # under pytest 9.2: pytest-dev/pytest-xdist#1386)
-  .venv/bin/python -m pytest -n auto --lane rest "$@"
+  .venv/bin/python -m pytest -n auto --lane rest --durations=15 "$@"
   rest=$?
   echo "-- the Spark tests, in one process --"
-  .venv/bin/python -m pytest --lane spark "$@"
+  .venv/bin/python -m pytest --lane spark --durations=15 "$@"
   codes=("$rest" $?)
 fi
 

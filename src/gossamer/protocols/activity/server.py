@@ -359,6 +359,7 @@ class ActivityServer:
                 for origin, number in theirs.items():
                     if not self.relay_log.knows(origin):
                         self.relay_log.mark(origin, number)
+                self._joined_network()
             self._was_attached = True
             if msg.received is not None:
                 self._resend(conn, theirs)
@@ -377,6 +378,12 @@ class ActivityServer:
         self._trace("attach", peer=conn, parent=parent, level=self.level,
                     legacy=self._legacy_parent)
 
+    def _joined_network(self) -> None:
+        """This process's first attach to the tree: from here on it is owed what the network
+        relays (what was sent before is not resent to it). A session ``join`` of the activity
+        layer, so the pipeline owes it activities from now, not from its process start."""
+        self._trace("join", reason="attached", parent=self.parent_id)
+
     def _legacy_accepted(self, conn: Conn) -> None:
         """The parent we joined speaks the original course protocol: it never sends SERVER_INFO,
         success is silence (or its first server message). Attached, level unknown (1 is
@@ -389,6 +396,7 @@ class ActivityServer:
         self._attach(conn, None)
         if not self._was_attached:
             self._resend(conn, {})  # what was accepted while joining (the log holds no more)
+            self._joined_network()
         self._was_attached = True
 
     def _legacy_silence(self, conn: Conn) -> None:
