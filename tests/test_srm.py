@@ -158,7 +158,7 @@ def test_a_loss_nobody_repairs_is_given_up_after_max_rounds() -> None:
 
 
 def test_duplicates_and_own_items_are_delivered_never() -> None:
-    srm, env, delivered = member()
+    srm, _env, delivered = member()
     srm.on_message("s", SrmData("s", 1, "x"))
     srm.on_message("s", SrmData("s", 1, "x"))
     srm.on_message("b", SrmRepair("b", "s", 1, "x"))
