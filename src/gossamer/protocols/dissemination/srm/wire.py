@@ -87,7 +87,7 @@ class SrmSession(Message):
 
     def __post_init__(self) -> None:
         for source, seq in self.highest:
-            _check_item(source, seq)
+            _check_item(source, seq + 1)  # 0: a source that has sent nothing yet
         for _, _, held in self.echoes:
             if held < 0:
                 raise ValueError(f"an echo's held time must be >= 0, got {held}")
