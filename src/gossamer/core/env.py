@@ -57,7 +57,10 @@ def encode_datagram(msg: Message, limit: int = MAX_DATAGRAM) -> bytes:
     codec = type(msg).CODEC
     if codec is None:
         raise ConfigError(f"{type(msg).__name__} has no codec: it cannot be multicast")
-    data = codec.encode(msg)
+    try:
+        data = codec.encode(msg)
+    except ConfigError as exc:  # over the codec's own frame limit: too large all the same
+        raise DatagramTooLarge(f"{msg.TYPE} is over the datagram limit: {exc}") from exc
     if len(data) > limit:
         raise DatagramTooLarge(
             f"{msg.TYPE} encodes to {len(data)} bytes, over the datagram limit of {limit}")
