@@ -70,7 +70,8 @@ async def await_group(member: Member, names: set[str]) -> None:
 
 async def send(sender: Member, text: str) -> tuple[str, bool]:
     sender.write(f"send {text}")
-    line = await sender.expect(lambda line: line.startswith(("committed ", "aborted ")), "a decision")
+    line = await sender.expect(lambda line: line.startswith(("committed ", "aborted ")),
+                               "a decision")
     return line.split()[1], line.startswith("committed ")
 
 
