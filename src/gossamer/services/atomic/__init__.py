@@ -2,6 +2,7 @@
 message, or none does."""
 
 from .check import AtomicVerdict, judge_atomicity
-from .experiment import AtomicRunOptions, run_atomic_sim
+from .experiment import AtomicRunOptions, AtomicRunResult, run_atomic_experiment, run_atomic_sim
 
-__all__ = ["AtomicRunOptions", "AtomicVerdict", "judge_atomicity", "run_atomic_sim"]
+__all__ = ["AtomicRunOptions", "AtomicRunResult", "AtomicVerdict", "judge_atomicity",
+           "run_atomic_experiment", "run_atomic_sim"]

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from typing import Any
 
 from ...core.errors import ConfigError
-from ...core.trace import TraceSink
+from ...core.trace import MemorySink, Row, TraceSink
 from ...protocols.ordering.atomic import AtomicProcess, AtomicProcessConfig
 from ...runtimes.sim import LinkModel, NodeStatus, RouterTree, Simulation, Uniform
+from .check import judge_atomicity
 
-__all__ = ["AtomicRunOptions", "run_atomic_sim"]
+__all__ = ["AtomicRunOptions", "AtomicRunResult", "run_atomic_experiment", "run_atomic_sim"]
 
 GROUP = "239.1.2.3:5000"
 
@@ -41,6 +43,8 @@ class AtomicRunOptions:
     session_period: float = 0.5
     tree: bool = False
     settle: float = 40.0
+    seed: int = 0
+    run: str = "atomic"
 
     def __post_init__(self) -> None:
         if self.members < 2 or not 1 <= self.senders <= self.members:
@@ -81,6 +85,47 @@ def run_atomic_sim(seed: int, options: AtomicRunOptions, *, trace: TraceSink | N
     end = (sends[-1][0] if sends else start) + down + o.settle * o.session_period
     sim.run(until=end)
     return sim
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AtomicRunResult:
+    published: int
+    committed: int
+    aborted: int
+    undecided: int
+    deliveries: int
+    violations: int
+    events: int
+    wall_seconds: float
+
+
+def run_atomic_experiment(options: AtomicRunOptions, sink: TraceSink) -> AtomicRunResult:
+    """``gossamer experiment`` and the VOPR: one run into ``sink``, its seed and run id from
+    ``options``; the result counts what the plain-Python verdict saw (the pipeline judges the
+    trace on its own)."""
+    rows = MemorySink()
+    started = time.monotonic()
+    sim = run_atomic_sim(options.seed, options, trace=_Tee(rows, sink), run=options.run)
+    verdict = judge_atomicity(rows.named())
+    return AtomicRunResult(verdict.published, verdict.committed, verdict.aborted,
+                           verdict.undecided, verdict.deliveries, len(verdict.violations),
+                           sim.events, time.monotonic() - started)
+
+
+class _Tee(TraceSink):
+    """Rows to two sinks (the run's file, and memory for the quick verdict)."""
+
+    def __init__(self, first: TraceSink, second: TraceSink) -> None:
+        self.first = first
+        self.second = second
+
+    def append(self, row: Row) -> None:
+        self.first.append(row)
+        self.second.append(row)
+
+    def flush(self) -> None:
+        self.first.flush()
+        self.second.flush()
 
 
 def _send(sim: Simulation, sender: str, body: Any) -> None:
