@@ -55,14 +55,14 @@ class GroupState(Message):
     members: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        if len(self.members) > 500:
-            raise ValueError(f"a group state lists at most 500 members, got {len(self.members)}")
+        if len(self.members) > 300:
+            raise ValueError(f"a group state lists at most 300 members, got {len(self.members)}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GroupConfig:
     boot_periods: int = 5
-    max_members: int = 500
+    max_members: int = 300  # a snapshot lists them all in one datagram
 
     def __post_init__(self) -> None:
         if self.boot_periods < 1 or self.max_members < 2:

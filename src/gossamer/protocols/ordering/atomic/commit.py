@@ -105,6 +105,7 @@ class AtomicMember:
         self._ballots: dict[str, _Ballot] = {}
         self._pending: dict[str, Data] = {}
         self._outcomes: OrderedDict[str, tuple[bool, tuple[str, ...]]] = OrderedDict()
+        self._item_keys: OrderedDict[str, None] = OrderedDict()  # durable outcome items
         self._query_timers: dict[str, TimerHandle] = {}
         self._answer_timers: dict[str, TimerHandle] = {}
         self._booted: set[NodeId] = set()
@@ -121,6 +122,8 @@ class AtomicMember:
         for mid, raw in store.scan(_OUTCOME):
             record = orjson.loads(raw)
             self._outcomes[mid] = (bool(record["commit"]), tuple(record["snap"]))
+        for key, _ in store.scan(_ITEMS):
+            self._item_keys[key] = None
         for mid, raw in store.scan(_PENDING):
             record = orjson.loads(raw)
             self._pending[mid] = Data(mid, tuple(record["snap"]), record["body"])
@@ -330,9 +333,14 @@ class AtomicMember:
 
     def _keep_item(self, seq: int, outcome: Item, source: str | None = None) -> None:
         """Keep an outcome item durably under its SRM name, so a request for it is answered
-        when SRM's bounded cache has dropped it."""
-        put_json(self.env.store, _ITEMS, f"{source or self.env.node}:{seq}",
-                 payload_of(outcome))
+        when SRM's bounded cache has dropped it (as many as outcomes, the oldest go first)."""
+        key = f"{source or self.env.node}:{seq}"
+        put_json(self.env.store, _ITEMS, key, payload_of(outcome))
+        self._item_keys[key] = None
+        self._item_keys.move_to_end(key)
+        while len(self._item_keys) > self.config.max_outcomes:
+            old, _ = self._item_keys.popitem(last=False)
+            self.env.store.delete(_ITEMS, old)
 
     def _durable_item(self, source: str, seq: int) -> Any:
         return get_json(self.env.store, _ITEMS, f"{source}:{seq}")
