@@ -5,6 +5,7 @@ from __future__ import annotations
 from gossamer.protocols.dissemination.srm import SrmData
 from gossamer.protocols.membership.srm_group import GroupJoin
 from gossamer.protocols.ordering.atomic import (
+    AtomicConfig,
     AtomicProcess,
     AtomicProcessConfig,
     Data,
@@ -138,3 +139,17 @@ def test_the_sender_commits_on_every_yes_and_aborts_on_a_no() -> None:
     process.on_message("c", GroupJoin("c"))
     process.on_message("c", SrmData("c", 1, payload_of(Vote(third, "c", True))))
     assert "not_in_snapshot" in env.drop_reasons("atomic")
+
+
+def test_outcomes_kept_durably_are_bounded() -> None:
+    env = FakeEnv("b", seed=1)
+    process = AtomicProcess(env, AtomicProcessConfig(
+        group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
+    process.start()
+    process.on_message("a", GroupJoin("a"))
+    for seq in (1, 2, 3):
+        process.on_message("a", SrmData("a", seq, payload_of(
+            Outcome(f"a:{seq + 10}", False, ("a", "b")))))
+    env.run_due()
+    assert [k for k, _ in env.store.scan("atomic.outcome")] == ["a:12", "a:13"]
+    assert [k for k, _ in env.store.scan("atomic.items")] == ["a:2", "a:3"]
