@@ -143,3 +143,15 @@ def test_paxos_against_pysyncobj_quick_run_reports_both_systems_and_a_ratio(
     for row in rows:
         assert row["ops"] == 600 and row["ops_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
     assert done.stdout.count("ratio") == 2 and "load:" in done.stdout
+
+
+def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Path) -> None:
+    srm_recovery = load_benchmark("srm_recovery")
+    out = tmp_path / "srm.json"
+    assert srm_recovery.main(["--quick", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {(r["topology"], r["timers"]) for r in rows} == {
+        (t, m) for t in ("lossy link near source", "loss on every link")
+        for m in ("fixed", "adaptive")}
+    for row in rows:
+        assert row["losses"] > 0 and row["requests_per_loss"] > 0, row

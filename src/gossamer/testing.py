@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .core.conn import CloseCode, Conn, ConnGroup, Framing
-from .core.env import Env, Store, TimerHandle, TracesToSink
+from .core.env import Env, Store, TimerHandle, TracesToSink, encode_datagram
 from .core.errors import ConfigError
 from .core.ids import NodeId, check_node_id
 from .core.messages import Message
@@ -117,6 +117,7 @@ class FakeEnv(TracesToSink):
         self.incarnation = incarnation
         self.run = run
         self.sent: list[tuple[NodeId, Message]] = []
+        self.multicasts: list[tuple[str, Message]] = []
         self.backlogs: dict[NodeId, int] = {}  # what ``backlog(dst)`` answers
         self.rows: list[TraceRow] = []
         self._rows = _RowList(self.rows)
@@ -149,6 +150,12 @@ class FakeEnv(TracesToSink):
 
     def send(self, dst: NodeId, msg: Message) -> None:
         self.sent.append((dst, msg))
+
+    def multicast(self, group: str, msg: Message) -> None:
+        """Record ``(group, msg)`` in ``multicasts`` (nothing loops back: a test hands copies
+        to the other members); over ``MAX_DATAGRAM`` bytes raises ``DatagramTooLarge``."""
+        encode_datagram(msg)
+        self.multicasts.append((group, msg))
 
     def backlog(self, dst: NodeId) -> int:
         """What ``backlogs`` says for ``dst`` (a test sets it to model a slow link), else 0."""
@@ -256,6 +263,12 @@ class FakeEnv(TracesToSink):
     def take_sent(self) -> list[tuple[NodeId, Message]]:
         """What was sent since the last call, oldest first; ``sent`` starts empty again."""
         sent, self.sent = self.sent, []
+        return sent
+
+    def take_multicast(self) -> list[tuple[str, Message]]:
+        """What was multicast since the last call, oldest first; ``multicasts`` starts empty
+        again."""
+        sent, self.multicasts = self.multicasts, []
         return sent
 
     def take_written(self) -> list[tuple[Conn, bytes]]:

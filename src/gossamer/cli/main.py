@@ -47,6 +47,7 @@ from ..pipeline import (
     write_run_settings,
 )
 from ..services.activity.cli import add_activity_parser
+from ..services.atomic.cli import add_atomic_parser
 from ..services.broadcast import (
     FifoRunOptions,
     FifoRunResult,
@@ -478,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_activity_parser(verbs)
     add_pubsub_parser(verbs)
     add_paxos_parser(verbs)
+    add_atomic_parser(verbs)
 
     trace = verbs.add_parser("trace", help="inspect traces")
     trace_verbs = trace.add_subparsers(dest="trace_verb", metavar="ACTION", required=True)

@@ -20,6 +20,11 @@ from ..services.activity.experiment import (
     ActivityRunResult,
     run_activity_sim,
 )
+from ..services.atomic.experiment import (
+    AtomicRunOptions,
+    AtomicRunResult,
+    run_atomic_experiment,
+)
 from ..services.broadcast import (
     FifoRunOptions,
     FifoRunResult,
@@ -42,10 +47,11 @@ WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "activity": {"sim": ActivityRunOptions},
     "chord": {"sim": ChordRunOptions},
     "paxos": {"sim": PaxosRunOptions},
+    "atomic": {"sim": AtomicRunOptions},
 }
 
 Options = (FifoRunOptions | LoopbackOptions | ReplicaRunOptions | PubSubRunOptions
-           | ActivityRunOptions | ChordRunOptions | PaxosRunOptions)
+           | ActivityRunOptions | ChordRunOptions | PaxosRunOptions | AtomicRunOptions)
 
 
 def _options(spec: RunSpec) -> Options:
@@ -125,6 +131,10 @@ def _paxos_result(result: PaxosRunResult) -> dict[str, Any]:
             "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+def _atomic_result(result: AtomicRunResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
 #: options type -> (run it into a trace sink, its result as the run record): the simulated
 #: workloads whose trace is one file per run
 _SIMULATED: tuple[tuple[type[Any], Callable[[Any, Any], Any], Callable[[Any], dict[str, Any]]],
@@ -134,6 +144,7 @@ _SIMULATED: tuple[tuple[type[Any], Callable[[Any, Any], Any], Callable[[Any], di
     (PubSubRunOptions, run_pubsub_sim, _pubsub_result),
     (ChordRunOptions, run_chord_sim, _chord_result),
     (PaxosRunOptions, run_paxos_sim, _paxos_result),
+    (AtomicRunOptions, run_atomic_experiment, _atomic_result),
 )
 
 

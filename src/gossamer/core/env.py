@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import orjson
 
 from .conn import CloseCode, Conn, ConnGroup, Framing
+from .errors import ConfigError
 from .ids import NodeId
 from .messages import Message
 from .trace import TraceSink, encode_info
 
 __all__ = [
     "INCARNATION_SPAN",
+    "MAX_DATAGRAM",
+    "DatagramTooLarge",
     "DurableSequence",
     "Env",
     "MessageHandler",
@@ -29,6 +32,7 @@ __all__ = [
     "Store",
     "TimerHandle",
     "TracesToSink",
+    "encode_datagram",
     "get_json",
     "put_json",
     "scan_with_pending",
@@ -37,6 +41,30 @@ __all__ = [
 
 TimerHandle = object
 """Opaque: what ``env.set_timer`` returns; pass it back to ``env.cancel``."""
+
+MAX_DATAGRAM = 8 * 1024
+"""The largest encoded message ``env.multicast`` carries, in bytes (one UDP datagram on any
+network; IP fragments beyond one datagram are lost together, so bigger ones are refused)."""
+
+
+class DatagramTooLarge(ConfigError):
+    """``env.multicast`` of a message over ``MAX_DATAGRAM`` encoded bytes: refused, never sent
+    in part. The caller splits its data (the atomic service refuses such a send at once)."""
+
+
+def encode_datagram(msg: Message, limit: int = MAX_DATAGRAM) -> bytes:
+    """``msg`` through its protocol's codec, or ``DatagramTooLarge`` when over ``limit``."""
+    codec = type(msg).CODEC
+    if codec is None:
+        raise ConfigError(f"{type(msg).__name__} has no codec: it cannot be multicast")
+    try:
+        data = codec.encode(msg)
+    except ConfigError as exc:  # over the codec's own frame limit: too large all the same
+        raise DatagramTooLarge(f"{msg.TYPE} is over the datagram limit: {exc}") from exc
+    if len(data) > limit:
+        raise DatagramTooLarge(
+            f"{msg.TYPE} encodes to {len(data)} bytes, over the datagram limit of {limit}")
+    return data
 
 
 class Store(abc.ABC):
@@ -220,6 +248,16 @@ class Env(Protocol):
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle: ...
 
     def cancel(self, handle: TimerHandle) -> None: ...
+
+    def multicast(self, group: str, msg: Message) -> None:
+        """Datagram multicast (seed 004): one unreliable send of ``msg`` to every other member
+        of ``group`` that is up (never back to the sender); each copy may be lost, delayed or
+        duplicated on its own. Members receive it through ``on_message(src, msg)``, as with
+        ``send``. Which nodes belong to a group is the runtime's setting (the simulator's
+        ``Simulation.add_multicast_group``, the network's ``MulticastEnv`` bound to an IP
+        group), not the protocol's. A message encoding to more than ``MAX_DATAGRAM`` bytes
+        raises ``DatagramTooLarge`` and nothing is sent; a runtime without multicast raises
+        ``StateError``."""
 
     @property
     def rng(self) -> random.Random: ...

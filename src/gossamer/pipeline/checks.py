@@ -20,6 +20,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from .atomic_checks import atomicity_evidence, atomicity_violations
 from .check_rows import (
     VIOLATION_COLUMNS,
     info_field,
@@ -334,10 +335,11 @@ def convergence_check(*, layers: Sequence[str] | None = None,
 
 
 def atomicity_check() -> Check:
+    """Seed 004's all-or-none of the sender's snapshot (``atomic_checks``)."""
     return Check(
-        "atomicity", None,
-        "cannot apply: atomic multicast (seed 004) is not built; no trace records group "
-        "snapshots", None)
+        "atomicity", atomicity_evidence(),
+        "no atomic multicast here: no commit or abort rows in layer atomic",
+        atomicity_violations, columns=("msg", "origin", "seq", "info"))
 
 
 def default_checks(config: CheckConfig | None = None, *, complete: bool = True) -> list[Check]:

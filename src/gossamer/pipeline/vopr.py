@@ -487,6 +487,56 @@ def _activity_faults(o: Mapping[str, Scalar]) -> list[str]:
     return [f"crash {crashing}/{o['servers']} servers +{_s(o.get('recover_after'))}"]
 
 
+# -- atomic ------------------------------------------------------------------------------------
+
+_ATOMIC_KNOBS = (
+    Knob("members", 3, 8),
+    Knob("senders", 1, 3),
+    Knob("messages", 4, 15),
+    Knob("loss", 0.0, 0.3, note="independent per member and copy; SRM repairs it"),
+    Knob("duplicate", 0.0, 0.2),
+    Knob("reorder", 0.0, 0.3),
+    Knob("member_crashes", 0, 3, note="before or after the member's YES, as the draw falls"),
+    Knob("sender_crashes", 0, 2, note="at a random step between the sender's two phases"),
+    Knob("down_for", 4.0, 12.0, note="session periods a crashed member stays down"),
+    Knob("tree", choices=(False, True), note="a router tree (a loss drops for a subtree)"),
+)
+
+
+def _draw_atomic(d: _Draw) -> None:
+    members = d.integer("members")
+    d.integer("senders", high=members)
+    d.integer("messages")
+    d.maybe(0.7, "loss")
+    d.maybe(0.4, "duplicate")
+    d.maybe(0.4, "reorder")
+    d.integer("member_crashes")
+    d.integer("sender_crashes")
+    d.uniform("down_for")
+    d.choice("tree")
+
+
+def _atomic_faults(o: Mapping[str, Scalar]) -> list[str]:
+    faults = _link_faults(o)
+    if o.get("member_crashes"):
+        faults.append(f"{o['member_crashes']} member crashes +{o.get('down_for')} periods")
+    if o.get("sender_crashes"):
+        faults.append(f"{o['sender_crashes']} sender crashes between phases")
+    if o.get("tree"):
+        faults.append("router tree")
+    return faults
+
+
+_ATOMIC = Plan(
+    "atomic",
+    "Seed 004 atomic multicast over SRM (services/atomic/experiment.py): a committed message is "
+    "delivered exactly once by every member of the sender's snapshot (crashed members after "
+    "they recover) and by no one else, an aborted one by no one, under loss up to 30%, "
+    "duplication, reordering, members crashing before or after their YES and senders "
+    "crashing between the phases, everyone recovering.",
+    _ATOMIC_KNOBS, 0.02, _draw_atomic, _atomic_faults)
+
+
 # -- the plans ---------------------------------------------------------------------------------
 
 
@@ -552,7 +602,7 @@ _PAXOS_KNOBS = (
 _PAXOS = Plan("paxos", PAXOS_GUARANTEE, _PAXOS_KNOBS, PAXOS_SLOWEST, draw_paxos, paxos_faults)
 
 PLANS: Mapping[str, Plan] = {p.service: p for p in (_FIFO, _REPLICA, _PUBSUB, _ACTIVITY,
-                                                    _PAXOS)}
+                                                    _PAXOS, _ATOMIC)}
 SERVICES = tuple(PLANS)
 
 

@@ -7,6 +7,7 @@ on the loop, sqlite for storage.
 
 from .conns import Connections, NetConn
 from .host import NetHost, run_until_signalled
+from .multicast import GROUP_KEY_ENV, GroupKey, MulticastEnv, parse_group, resolve_group_key
 from .node import (
     PEER_LISTENER,
     Address,
@@ -21,10 +22,13 @@ from .node import (
 from .store import SqliteStore, WriteBehindStore
 
 __all__ = [
+    "GROUP_KEY_ENV",
     "PEER_LISTENER",
     "Address",
     "BackoffFactory",
     "Connections",
+    "GroupKey",
+    "MulticastEnv",
     "NetConn",
     "NetEnv",
     "NetHost",
@@ -35,5 +39,7 @@ __all__ = [
     "TransportKind",
     "WriteBehindStore",
     "host_port_address",
+    "parse_group",
+    "resolve_group_key",
     "run_until_signalled",
 ]

@@ -93,6 +93,9 @@ class LoopEnv:
         if not self.closed:
             self._send(dst, msg)
 
+    def multicast(self, group: str, msg: Message) -> None:
+        raise StateError("a LoopEnv has no multicast: run the process on a MulticastEnv")
+
     def backlog(self, dst: NodeId) -> int:
         return 0  # ``send`` hands each message on at once: this env holds none
 

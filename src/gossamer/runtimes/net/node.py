@@ -155,6 +155,10 @@ class NetEnv(TracesToSink):
     def backlog(self, dst: NodeId) -> int:
         return self._node.peer_links.backlog(dst)
 
+    def multicast(self, group: str, msg: Message) -> None:
+        raise StateError(f"node {self._node.node_id} has peer links, not multicast: run the "
+                         f"process on a gossamer.runtimes.net.MulticastEnv")
+
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
         if not (isinstance(delay, int | float) and math.isfinite(delay) and delay >= 0):
             raise ConfigError(f"timer delay must be a finite number >= 0, got {delay!r}")

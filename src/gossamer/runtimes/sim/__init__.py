@@ -4,6 +4,7 @@ One seed fixes every random choice, so a failing run replays exactly.
 """
 
 from .kernel import OWN_CODECS, STORE_LAYER, NodeStatus, SimEnv, Simulation, SimulationError
+from .multicast import MulticastGroup, RouterTree, TreeLink
 from .network import (
     Constant,
     Exponential,
@@ -28,12 +29,15 @@ __all__ = [
     "LinkModel",
     "LogNormal",
     "MemoryStore",
+    "MulticastGroup",
     "Network",
     "NodeStatus",
+    "RouterTree",
     "Scenario",
     "SimEnv",
     "Simulation",
     "SimulationError",
+    "TreeLink",
     "Uniform",
     "parse_latency",
 ]

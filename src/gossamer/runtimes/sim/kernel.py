@@ -29,12 +29,14 @@ from ...core.env import (
     Store,
     TimerHandle,
     TracesToSink,
+    encode_datagram,
 )
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec
 from ...core.trace import MemorySink, TraceSink, encode_info
 from .connections import SimConnections
+from .multicast import MulticastGroup, RouterTree
 from .network import LinkModel, Network
 from .store import MemoryStore
 
@@ -95,6 +97,9 @@ class SimEnv(TracesToSink):
 
     def backlog(self, dst: NodeId) -> int:
         return 0  # the simulated links carry any rate: nothing waits to be sent
+
+    def multicast(self, group: str, msg: Message) -> None:
+        self._sim._multicast(self, group, msg)
 
     def set_timer(self, delay: float, fn: Callable[[], None]) -> Entry:
         if delay < 0:
@@ -236,6 +241,7 @@ class Simulation:
         self._net_rng = random.Random(f"{seed}/network")
         self._sim_rng = random.Random(f"{seed}/scenario")
         self.connections = SimConnections(self)
+        self._groups: dict[str, MulticastGroup] = {}
 
     @property
     def wall(self) -> float:
@@ -444,6 +450,51 @@ class Simulation:
                         None]
         heapq.heappush(self._heap, entry)
         return entry
+
+    def add_multicast_group(self, group: str, members: Iterable[NodeId], *,
+                            tree: RouterTree | None = None, member_loss: float = 0.0) -> None:
+        """Make ``group`` a multicast group of ``members`` (see ``MulticastGroup``): flat
+        through the link model, or along ``tree``; setting it again replaces it."""
+        self._groups[group] = MulticastGroup(frozenset(members), tree, member_loss)
+
+    def _multicast(self, env: SimEnv, group_name: str, msg: Message) -> None:
+        data = encode_datagram(msg)  # raises DatagramTooLarge before anything leaves
+        if not env.alive:
+            return
+        group = self._groups.get(group_name)
+        if group is None:
+            raise ConfigError(f"no multicast group {group_name!r} in this simulation")
+        msg = type(msg).CODEC.decode(data)  # type: ignore[union-attr]
+        src = env.node
+        size = len(data)
+        if self.trace_messages:
+            mid, origin, key, seq = msg.trace_ids()
+            self.trace_sink.append(
+                (self.run_id, self.now, src, layer_of(msg), "send", mid, origin, group_name,
+                 key, seq, size, encode_info({"type": msg.TYPE, "multicast": True}),
+                 self.wall_epoch + self.now))
+        rng = self._net_rng
+        heap = self._heap
+        now = self.now
+        arrivals: list[tuple[NodeId, tuple[float, ...]]]
+        if group.tree is not None:
+            reached = group.tree.spread(src, rng)
+            arrivals = [(dst, (reached[dst],)) for dst in sorted(group.members)
+                        if dst != src and dst in reached]
+        else:
+            network = self.network
+            arrivals = [(dst, network.link(src, dst).delays(rng))
+                        for dst in sorted(group.members) if dst != src]
+        for dst, delays in arrivals:
+            if group.member_loss and rng.random() < group.member_loss:
+                continue
+            slot = self._slots.get(dst)
+            if slot is None or not self.network.connected(src, dst):
+                continue
+            packet = (src, dst, msg, size, slot.crashes)
+            for delay in delays:
+                heapq.heappush(heap, [now + delay, next(self._sequence), self._deliver,
+                                      packet, None])
 
     def call(self, node: NodeId, fn: Callable[[Process], object]) -> None:
         """Run ``fn(process)`` on a node now, with the node's protocol errors guarded."""

@@ -101,6 +101,10 @@ class GroupView:
     def backlog(self, dst: NodeId) -> int:
         return self._env.backlog(dst)
 
+    def multicast(self, group: str, msg: Message) -> None:
+        raise StateError(f"group {self.group_name!r}: a Paxos replica sends by send only, "
+                         f"never multicast")
+
     def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
         return self._env.set_timer(delay, fn)
 

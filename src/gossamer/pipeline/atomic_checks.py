@@ -1,0 +1,72 @@
+"""The atomicity check (seed 004): all of a sender's snapshot delivers a message, or none.
+
+Over the ``atomic`` layer's rows: ``commit`` and ``abort`` (the sender's decision, with
+``info.snapshot``) and ``deliver``. A committed message is delivered exactly once by every
+member of its snapshot that is up at the end of the run (a member that crashed and recovered
+is owed it) and by no one else; an aborted or never decided message is delivered by no one;
+no message is both committed and aborted.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .check_rows import info_field, violation_rows
+
+__all__ = ["ATOMIC_LAYER", "atomicity_evidence", "atomicity_violations"]
+
+ATOMIC_LAYER = "atomic"
+
+
+def atomicity_evidence() -> Column:
+    return (F.col("layer") == ATOMIC_LAYER) & F.col("event").isin("commit", "abort")
+
+
+def _down_at_end(trace: DataFrame) -> DataFrame:
+    """(run, node) of the nodes whose last life event is a crash or a leave."""
+    life = trace.filter((F.col("layer") == "sim")
+                        & F.col("event").isin("crash", "recover", "leave", "join"))
+    last = Window.partitionBy("run", "node").orderBy(F.col("t").desc())
+    return (life.select("run", "node", "event", F.row_number().over(last).alias("nth"))
+            .filter((F.col("nth") == 1) & F.col("event").isin("crash", "leave"))
+            .select("run", "node"))
+
+
+def atomicity_violations(trace: DataFrame) -> DataFrame:
+    atomic = trace.filter((F.col("layer") == ATOMIC_LAYER) & F.col("msg").isNotNull())
+    decided = atomic.filter(F.col("event").isin("commit", "abort")).select(
+        "run", "msg", "origin", "seq", F.col("event").alias("outcome"),
+        F.from_json(info_field("snapshot"), "array<string>").alias("snapshot"))
+    kinds = decided.groupBy("run", "msg").agg(
+        F.countDistinct("outcome").alias("kinds"), F.first("origin").alias("origin"),
+        F.first("seq").alias("seq"))
+    both = violation_rows(kinds.filter(F.col("kinds") > 1).select(
+        "run", F.lit(None).alias("node"), "msg", "origin", "seq"),
+        F.lit("both committed and aborted"))
+    commits = decided.filter(F.col("outcome") == "commit").dropDuplicates(["run", "msg"])
+    aborts = decided.filter(F.col("outcome") == "abort").select("run", "msg").distinct()
+    delivered = atomic.filter(F.col("event") == "deliver").select(
+        "run", "node", "msg", "origin", "seq")
+    counted = delivered.groupBy("run", "node", "msg").agg(
+        F.count(F.lit(1)).alias("times"), F.first("origin").alias("origin"),
+        F.first("seq").alias("seq"))
+    twice = violation_rows(counted.filter(F.col("times") > 1),
+                           F.format_string("delivered %d times", F.col("times")))
+    uncommitted = counted.join(commits.select("run", "msg"), ["run", "msg"], "left_anti")
+    not_committed = violation_rows(
+        uncommitted.join(aborts.withColumn("aborted", F.lit(True)), ["run", "msg"], "left"),
+        F.when(F.col("aborted"), F.lit("delivered an aborted message"))
+        .otherwise(F.lit("delivered a message that was never committed")))
+    with_snapshot = counted.join(commits.select("run", "msg", "snapshot"), ["run", "msg"])
+    outside = violation_rows(
+        with_snapshot.filter(~F.array_contains(F.col("snapshot"), F.col("node"))),
+        F.lit("delivered by a node outside the message's snapshot"))
+    owed = commits.select("run", "msg", "origin", "seq",
+                          F.explode("snapshot").alias("node"))
+    owed = owed.join(_down_at_end(trace), ["run", "node"], "left_anti")
+    missing = violation_rows(
+        owed.join(counted.select("run", "node", "msg"), ["run", "node", "msg"], "left_anti"),
+        F.lit("committed, but this snapshot member never delivered it"))
+    return (both.unionByName(twice).unionByName(not_committed).unionByName(outside)
+            .unionByName(missing))

@@ -1,0 +1,93 @@
+"""The messages of SRM (Floyd et al. 1997) and of the group state that rides with it.
+
+Data, requests and repairs name one item by (source, seq); session messages carry each
+source's highest sequence number and the timestamps every member turns into distances.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ....core.env import MAX_DATAGRAM
+from ....core.messages import Codec, Message, TraceIds, message
+
+__all__ = ["CODEC", "Echo", "SrmData", "SrmRepair", "SrmRequest", "SrmSession"]
+
+CODEC = Codec(max_frame=MAX_DATAGRAM)
+"""The SRM codec; a frame over one datagram is refused on decode too."""
+
+
+def _check_item(source: str, seq: int) -> None:
+    if not source:
+        raise ValueError("source must not be empty")
+    if seq < 1:
+        raise ValueError(f"seq must be >= 1, got {seq}")
+
+
+@message("srm.data", codec=CODEC)
+class SrmData(Message):
+    """Item ``seq`` of ``source``: an application payload (any JSON value)."""
+
+    source: str
+    seq: int
+    payload: Any
+
+    def __post_init__(self) -> None:
+        _check_item(self.source, self.seq)
+
+    def trace_ids(self) -> TraceIds:
+        return (f"{self.source}:{self.seq}", self.source, None, self.seq)
+
+
+@message("srm.request", codec=CODEC)
+class SrmRequest(Message):
+    """``requester`` misses item ``seq`` of ``source``."""
+
+    requester: str
+    source: str
+    seq: int
+
+    def __post_init__(self) -> None:
+        _check_item(self.source, self.seq)
+
+    def trace_ids(self) -> TraceIds:
+        return (f"{self.source}:{self.seq}", self.source, None, self.seq)
+
+
+@message("srm.repair", codec=CODEC)
+class SrmRepair(Message):
+    """A copy of item ``seq`` of ``source`` sent by ``repairer`` after a request."""
+
+    repairer: str
+    source: str
+    seq: int
+    payload: Any
+
+    def __post_init__(self) -> None:
+        _check_item(self.source, self.seq)
+
+    def trace_ids(self) -> TraceIds:
+        return (f"{self.source}:{self.seq}", self.source, None, self.seq)
+
+
+Echo = tuple[str, float, float]
+"""(member, the ``sent_at`` of its last session message I heard, seconds I held it since)."""
+
+
+@message("srm.session", codec=CODEC)
+class SrmSession(Message):
+    """The one periodic message of a member: its clock (``sent_at``), the highest sequence
+    number it knows of each source, echoes of other members' timestamps (for distances), and
+    its group status: ``joined`` (a member) or not (leaving)."""
+
+    sent_at: float
+    highest: tuple[tuple[str, int], ...]
+    echoes: tuple[Echo, ...]
+    joined: bool = True
+
+    def __post_init__(self) -> None:
+        for source, seq in self.highest:
+            _check_item(source, seq + 1)  # 0: a source that has sent nothing yet
+        for _, _, held in self.echoes:
+            if held < 0:
+                raise ValueError(f"an echo's held time must be >= 0, got {held}")

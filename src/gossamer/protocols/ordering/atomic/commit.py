@@ -1,0 +1,396 @@
+"""Atomic delivery over SRM (seed 004, section 6): a two-phase commit whose every step is an
+SRM item, so a lost vote or outcome is repaired like data, from whoever holds it.
+
+The sender snapshots the group and multicasts the data; each snapshot member writes it durably
+(committed through ``env.store`` before anything depends on it) and votes YES, or NO when it
+cannot keep it. All YES within the atomic period: the sender writes CONFIRM durably and
+multicasts it with the snapshot; a NO, the deadline, or a snapshot member booted first: ABORT.
+A member delivers on CONFIRM only if it is in the snapshot and holds the data; delivery is
+marked durably before the application hears it, so a restart never delivers twice.
+
+Termination (the seed leaves the sender's crash open). Only the sender decides, and it writes
+its decision before it sends it, so two outcomes of one message never exist. A NO from any
+snapshot member makes ABORT certain, so whoever sees a NO vote may abort at once; a snapshot
+member that gets the data only after the sender was booted votes NO (the sender cannot have
+committed without its YES). A member holding a pending message with no outcome asks the group
+(``OutcomeQuery``) every few session periods; whoever keeps the outcome durably answers, the
+nearest first (the others suppressed). A sender that restarts aborts what it had not decided,
+and answers queries about messages of its own it has no record of with ABORT. The one blocking
+case: every snapshot member voted YES and the sender crashed before anyone learned its
+decision; then the members wait (their data kept durably) until the sender recovers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from ....core.env import Env, TimerHandle, encode_datagram, get_json, put_json
+from ....core.errors import ConfigError, InvalidMessage, StateError
+from ....core.ids import NodeId
+from ....core.messages import Message
+from ...dissemination.srm import Srm, SrmData
+from ...membership.srm_group import SrmGroup
+from .records import (
+    Data,
+    Item,
+    Outcome,
+    OutcomeAnswer,
+    OutcomeQuery,
+    Vote,
+    item_of,
+    origin_of,
+    payload_of,
+)
+
+__all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
+
+LAYER = "atomic"
+_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS = (
+    "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items")
+
+DeliverFn = Callable[[str, str, Any], None]
+OutcomeFn = Callable[[str, bool], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AtomicConfig:
+    """``atomic_periods``: session periods the sender waits for every vote; ``query_periods``:
+    session periods a pending message waits for its outcome before asking; ``max_pending``:
+    messages a member holds undecided (more: it votes NO); ``max_outcomes``: outcomes kept
+    durably (the oldest go first)."""
+
+    atomic_periods: float = 5.0
+    query_periods: float = 3.0
+    max_pending: int = 10_000
+    max_sending: int = 1_000
+    max_outcomes: int = 100_000
+
+    def __post_init__(self) -> None:
+        if not (self.atomic_periods > 0 and self.query_periods > 0):
+            raise ConfigError(f"periods must be > 0, got {self}")
+        if min(self.max_pending, self.max_sending, self.max_outcomes) < 1:
+            raise ConfigError(f"bounds must be >= 1, got {self}")
+
+
+class _Ballot:
+    """A message this member sent and has not decided: its snapshot and the votes so far."""
+
+    __slots__ = ("deadline", "snapshot", "yes")
+
+    def __init__(self, snapshot: tuple[NodeId, ...], deadline: TimerHandle | None) -> None:
+        self.snapshot = snapshot
+        self.yes: set[NodeId] = set()
+        self.deadline = deadline
+
+
+class AtomicMember:
+    """One member's atomic layer over ``srm`` and ``group``. ``send(body)`` returns the
+    message id; ``on_outcome(mid, committed)`` tells the sender; ``on_deliver(mid, origin,
+    body)`` delivers confirmed messages, once."""
+
+    def __init__(self, env: Env, srm: Srm, group: SrmGroup,
+                 config: AtomicConfig | None = None) -> None:
+        self.env = env
+        self.srm = srm
+        self.group = group
+        self.config = config if config is not None else AtomicConfig()
+        self.on_deliver: DeliverFn = lambda mid, origin, body: None
+        self.on_outcome: OutcomeFn = lambda mid, committed: None
+        self.refuse: Callable[[str], bool] = lambda mid: False  # a test's "disk full"
+        self._ballots: dict[str, _Ballot] = {}
+        self._pending: dict[str, Data] = {}
+        self._outcomes: OrderedDict[str, tuple[bool, tuple[str, ...]]] = OrderedDict()
+        self._item_keys: OrderedDict[str, None] = OrderedDict()  # durable outcome items
+        self._query_timers: dict[str, TimerHandle] = {}
+        self._answer_timers: dict[str, TimerHandle] = {}
+        self._booted: set[NodeId] = set()
+        srm.on_deliver = self._item_arrived
+        srm.holder = self._durable_item
+        group.on_change = self._member_changed
+
+    # -- life ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Reload what the store kept: outcomes, pending messages (their outcome is asked
+        for) and this sender's undecided messages (aborted: it cannot know what it missed)."""
+        store = self.env.store
+        for mid, raw in store.scan(_OUTCOME):
+            record = orjson.loads(raw)
+            self._outcomes[mid] = (bool(record["commit"]), tuple(record["snap"]))
+        for key, _ in store.scan(_ITEMS):
+            self._item_keys[key] = None
+        for mid, raw in store.scan(_PENDING):
+            record = orjson.loads(raw)
+            self._pending[mid] = Data(mid, tuple(record["snap"]), record["body"])
+            self.env.trace("reload", layer=LAYER, msg=mid, origin=origin_of(mid))
+            self._ask_later(mid, first=True)
+        for mid, raw in store.scan(_SENT):
+            if mid not in self._outcomes:
+                self._decide(mid, False, tuple(orjson.loads(raw)["snap"]), "restarted")
+
+    def stop(self) -> None:
+        for timer in [*self._query_timers.values(), *self._answer_timers.values()]:
+            self.env.cancel(timer)
+        for ballot in self._ballots.values():
+            if ballot.deadline is not None:
+                self.env.cancel(ballot.deadline)
+
+    # -- sending -------------------------------------------------------------------------
+
+    @property
+    def period(self) -> float:
+        return self.srm.config.session_period
+
+    def send(self, body: Any) -> str:
+        """Multicast ``body`` atomically to the group as it is now; returns its id. Raises
+        ``DatagramTooLarge`` (nothing sent) when it does not fit one datagram, and
+        ``StateError`` when ``max_sending`` messages are still undecided."""
+        if len(self._ballots) >= self.config.max_sending:
+            raise StateError(f"{len(self._ballots)} messages still undecided: wait")
+        snapshot = self.group.members()
+        mid = f"{self.env.node}:{self.srm.highest_sent + 1}"
+        item = Data(mid, snapshot, body)
+        encode_datagram(SrmData(self.env.node, self.srm.highest_sent + 1, payload_of(item)))
+        put_json(self.env.store, _SENT, mid, {"snap": list(snapshot)})
+        put_json(self.env.store, _PENDING, mid, {"snap": list(snapshot), "body": body})
+        self.env.store.commit()  # before the data leaves: a restart then knows to abort it
+        self._pending[mid] = item
+        seq = self.srm.multicast(payload_of(item))
+        if f"{self.env.node}:{seq}" != mid:
+            raise StateError(f"srm numbered {mid} as {seq}")
+        self.env.trace("publish", layer=LAYER, msg=mid, origin=self.env.node,
+                       key=self.srm.config.group, seq=seq, snapshot=list(snapshot))
+        deadline = self.env.set_timer(self.config.atomic_periods * self.period,
+                                      lambda: self._deadline(mid))
+        ballot = self._ballots[mid] = _Ballot(snapshot, deadline)
+        ballot.yes.add(self.env.node)  # the sender holds its own message
+        self._count(mid)
+        return mid
+
+    def _count(self, mid: str) -> None:
+        ballot = self._ballots.get(mid)
+        if ballot is not None and ballot.yes.issuperset(ballot.snapshot):
+            self._decide(mid, True, ballot.snapshot, "all_yes")
+
+    def _deadline(self, mid: str) -> None:
+        ballot = self._ballots.get(mid)
+        if ballot is not None:
+            ballot.deadline = None
+            missing = sorted(set(ballot.snapshot) - ballot.yes)
+            self._decide(mid, False, ballot.snapshot, "deadline", missing=missing)
+
+    def _decide(self, mid: str, commit: bool, snapshot: tuple[str, ...], why: str,
+                **info: Any) -> None:
+        """The sender's decision: durable first, then multicast as an SRM item."""
+        ballot = self._ballots.pop(mid, None)
+        if ballot is not None and ballot.deadline is not None:
+            self.env.cancel(ballot.deadline)
+        self.env.store.delete(_SENT, mid)
+        outcome = Outcome(mid, commit, snapshot)
+        self._keep_outcome(outcome)
+        self.env.store.commit()
+        seq = self.srm.multicast(payload_of(outcome))
+        self._keep_item(seq, outcome)
+        self.env.trace("commit" if commit else "abort", layer=LAYER, msg=mid,
+                       origin=origin_of(mid), key=self.srm.config.group,
+                       snapshot=list(snapshot), why=why, **info)
+        self.on_outcome(mid, commit)
+        self._apply(outcome)
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def on_message(self, src: NodeId, msg: Message) -> bool:
+        if isinstance(msg, OutcomeQuery):
+            self._query_heard(msg)
+        elif isinstance(msg, OutcomeAnswer):
+            timer = self._answer_timers.pop(msg.mid, None)
+            if timer is not None:  # answered by someone nearer
+                self.env.cancel(timer)
+            if not self.group.is_member(msg.answerer):
+                self._drop(msg.mid, msg.answerer, "not_member")
+                return True
+            self._learn(Outcome(msg.mid, msg.commit, msg.snapshot), msg.answerer)
+        else:
+            return False
+        return True
+
+    def _drop(self, mid: str | None, peer: str, reason: str) -> None:
+        self.env.trace("drop", layer=LAYER, msg=mid, peer=peer, reason=reason)
+
+    def _item_arrived(self, source: str, seq: int, payload: Any) -> None:
+        try:
+            item = item_of(payload)
+        except InvalidMessage as exc:
+            self.env.trace("drop", layer=LAYER, peer=source, reason=exc.reason, error=str(exc))
+            return
+        if not (self.group.is_member(source)
+                or (isinstance(item, Outcome) and source == origin_of(item.mid))):
+            # (an outcome from its own sender counts even before the sender's rejoin is heard)
+            self._drop(item.mid, source, "not_member")
+            return
+        if isinstance(item, Data):
+            self._data(source, seq, item)
+        elif isinstance(item, Vote):
+            self._vote(source, item)
+        else:
+            self._keep_item(seq, item, source)
+            self._learn(item, source)
+
+    def _data(self, source: str, seq: int, data: Data) -> None:
+        if data.mid != f"{source}:{seq}":
+            self._drop(data.mid, source, "forged_id")
+            return
+        mid = data.mid
+        if (mid in self._pending or mid in self._outcomes
+                or self.env.store.get(_DELIVERED, mid) is not None):
+            self._drop(mid, source, "replay")
+            return
+        if self.env.node not in data.snapshot:
+            self._drop(mid, source, "not_in_snapshot")
+            return
+        yes = (len(self._pending) < self.config.max_pending and not self.refuse(mid)
+               and source not in self._booted)
+        if yes:
+            self._pending[mid] = data
+            put_json(self.env.store, _PENDING, mid, {"snap": list(data.snapshot),
+                                                     "body": data.body})
+        vote = Vote(mid, self.env.node, yes)
+        # the data is on disk before the YES leaves (group commit: the vote waits for it)
+        self.env.store.commit_then(lambda: self._cast(vote))
+        if yes:
+            self._ask_later(mid, first=False)
+
+    def _cast(self, vote: Vote) -> None:
+        self.srm.multicast(payload_of(vote))
+        self.env.trace("vote", layer=LAYER, msg=vote.mid, origin=origin_of(vote.mid),
+                       yes=vote.yes)
+
+    def _vote(self, source: str, vote: Vote) -> None:
+        if vote.voter != source:
+            self._drop(vote.mid, source, "forged_voter")
+            return
+        ballot = self._ballots.get(vote.mid)
+        if ballot is not None and source not in ballot.snapshot:
+            self._drop(vote.mid, source, "not_in_snapshot")
+            return
+        if not vote.yes:  # a NO makes ABORT certain: anyone may apply it
+            if ballot is not None:
+                self._decide(vote.mid, False, ballot.snapshot, "no", voter=source)
+            elif vote.mid in self._pending and vote.mid not in self._outcomes:
+                data = self._pending[vote.mid]
+                self._learn(Outcome(vote.mid, False, data.snapshot), source)
+            return
+        if ballot is not None:
+            ballot.yes.add(source)
+            self._count(vote.mid)
+        elif origin_of(vote.mid) == self.env.node and vote.mid not in self._outcomes:
+            # a vote for a message of ours we have no record of: sent before a crash
+            self._decide(vote.mid, False, (self.env.node, source), "restarted")
+
+    def _learn(self, outcome: Outcome, source: str) -> None:
+        if outcome.mid in self._outcomes:
+            return
+        self._keep_outcome(outcome)
+        self._apply(outcome)
+
+    def _apply(self, outcome: Outcome) -> None:
+        """Act on a decision: deliver (once, durably marked first) or drop the data."""
+        mid = outcome.mid
+        timer = self._query_timers.pop(mid, None)
+        if timer is not None:
+            self.env.cancel(timer)
+        data = self._pending.pop(mid, None)
+        store = self.env.store
+        store.delete(_PENDING, mid)
+        if data is None or not outcome.commit or self.env.node not in outcome.snapshot:
+            if data is not None:
+                self.env.trace("discard", layer=LAYER, msg=mid, origin=origin_of(mid),
+                               commit=outcome.commit)
+            store.commit()
+            return
+        store.put(_DELIVERED, mid, b"1")
+        store.commit_then(lambda: self._delivered(mid, origin_of(mid), data.body))
+
+    def _delivered(self, mid: str, origin: str, body: Any) -> None:
+        self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin,
+                       key=self.srm.config.group)
+        self.on_deliver(mid, origin, body)
+
+    # -- durable outcomes and their repair -----------------------------------------------
+
+    def _keep_outcome(self, outcome: Outcome) -> None:
+        self._outcomes[outcome.mid] = (outcome.commit, outcome.snapshot)
+        put_json(self.env.store, _OUTCOME, outcome.mid,
+                 {"commit": outcome.commit, "snap": list(outcome.snapshot)})
+        while len(self._outcomes) > self.config.max_outcomes:
+            old, _ = self._outcomes.popitem(last=False)
+            self.env.store.delete(_OUTCOME, old)
+
+    def _keep_item(self, seq: int, outcome: Item, source: str | None = None) -> None:
+        """Keep an outcome item durably under its SRM name, so a request for it is answered
+        when SRM's bounded cache has dropped it (as many as outcomes, the oldest go first)."""
+        key = f"{source or self.env.node}:{seq}"
+        put_json(self.env.store, _ITEMS, key, payload_of(outcome))
+        self._item_keys[key] = None
+        self._item_keys.move_to_end(key)
+        while len(self._item_keys) > self.config.max_outcomes:
+            old, _ = self._item_keys.popitem(last=False)
+            self.env.store.delete(_ITEMS, old)
+
+    def _durable_item(self, source: str, seq: int) -> Any:
+        return get_json(self.env.store, _ITEMS, f"{source}:{seq}")
+
+    def _ask_later(self, mid: str, *, first: bool) -> None:
+        delay = (0.5 if first else self.config.query_periods) * self.period
+        delay *= 1 + self.env.rng.random()
+        old = self._query_timers.pop(mid, None)
+        if old is not None:
+            self.env.cancel(old)
+        self._query_timers[mid] = self.env.set_timer(delay, lambda: self._ask(mid))
+
+    def _ask(self, mid: str) -> None:
+        self._query_timers.pop(mid, None)
+        if mid not in self._pending:
+            return
+        self.env.multicast(self.srm.config.group, OutcomeQuery(self.env.node, mid))
+        self._ask_later(mid, first=False)
+
+    def _query_heard(self, query: OutcomeQuery) -> None:
+        mid = query.mid
+        if mid in self._answer_timers:
+            return
+        known = self._outcomes.get(mid)
+        if known is None:
+            if origin_of(mid) == self.env.node and mid not in self._ballots:
+                # ours, and we kept no record: we never decided it, so it is aborted
+                self._decide(mid, False, (self.env.node, query.asker), "restarted")
+            return
+        d = self.srm.distance(query.asker)
+        delay = d * (1 + self.env.rng.random())
+        self._answer_timers[mid] = self.env.set_timer(delay, lambda: self._answer(mid))
+
+    def _answer(self, mid: str) -> None:
+        self._answer_timers.pop(mid, None)
+        known = self._outcomes.get(mid)
+        if known is not None:
+            self.env.multicast(self.srm.config.group,
+                               OutcomeAnswer(self.env.node, mid, known[0], known[1]))
+
+    # -- the group -----------------------------------------------------------------------
+
+    def _member_changed(self, member: NodeId, joined: bool, reason: str) -> None:
+        if joined:
+            self._booted.discard(member)
+            return
+        if reason == "boot":
+            self._booted.add(member)
+            if len(self._booted) > self.config.max_pending:
+                self._booted.pop()
+        for mid, ballot in list(self._ballots.items()):
+            if member in ballot.snapshot and member not in ballot.yes:
+                self._decide(mid, False, ballot.snapshot, "member_gone", member=member)

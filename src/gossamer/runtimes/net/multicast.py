@@ -1,0 +1,238 @@
+"""``env.multicast`` on a network: UDP on an IP multicast group, each datagram authenticated.
+
+A ``MulticastEnv`` is a ``LoopEnv`` (the loop's clock and timers, a store, a trace) whose
+``multicast`` sends one UDP datagram to the group and whose ``send`` answers one member by UDP
+unicast, at the address its own datagrams came from. Anyone on the segment can send to a
+group, so every datagram carries an HMAC-SHA256 tag (16 bytes) under the group key; a datagram
+without a good tag, malformed, or from this node itself is dropped with a traced reason.
+Datagrams are bounded by ``MAX_DATAGRAM``: a bigger message is refused (``DatagramTooLarge``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from ...core.env import MAX_DATAGRAM, Process, Store, encode_datagram
+from ...core.errors import ConfigError, ProtocolError
+from ...core.ids import NodeId, check_node_id
+from ...core.messages import Codec, Message
+from ...core.trace import TraceSink
+from .loopenv import LoopEnv
+
+__all__ = ["GROUP_KEY_ENV", "GroupKey", "MulticastEnv", "parse_group", "resolve_group_key"]
+
+log = logging.getLogger("gossamer.net")
+
+GROUP_KEY_ENV = "GOSSAMER_GROUP_KEY"
+_LOOPBACK_GROUP_KEY = b"gossamer: the built-in multicast group key, loopback only"
+_TAG = 16
+_MAGIC = b"G4"
+_OVERHEAD = 512  # the envelope around a message: magic, tag, node id, group
+
+
+class GroupKey:
+    """The secret the members of one multicast group share (at least 16 bytes)."""
+
+    __slots__ = ("builtin", "secret")
+
+    def __init__(self, secret: bytes, *, builtin: bool = False) -> None:
+        if not isinstance(secret, bytes) or len(secret) < 16:
+            raise ConfigError("a group key has at least 16 bytes")
+        self.secret = secret
+        self.builtin = builtin
+
+    def tag(self, body: bytes) -> bytes:
+        return hmac.new(self.secret, body, hashlib.sha256).digest()[:_TAG]
+
+
+def resolve_group_key(given: str | None, interface: str,
+                      environ: Mapping[str, str] | None = None) -> GroupKey:
+    """``given`` (``--group-key``), else ``$GOSSAMER_GROUP_KEY``, else on a loopback interface
+    the built-in key, said in a log line; elsewhere a missing key is a ``ConfigError``."""
+    if given is None:
+        given = (os.environ if environ is None else environ).get(GROUP_KEY_ENV) or None
+    if given is not None:
+        return GroupKey(given.encode())
+    if not ipaddress.ip_address(interface).is_loopback:
+        raise ConfigError(f"multicast on {interface} needs a group key (--group-key or "
+                          f"${GROUP_KEY_ENV}); only loopback has a built-in one")
+    log.info("multicast on %s uses the built-in group key (loopback only); set %s or "
+             "--group-key for a key of your own", interface, GROUP_KEY_ENV)
+    return GroupKey(_LOOPBACK_GROUP_KEY, builtin=True)
+
+
+def parse_group(text: str) -> tuple[str, int]:
+    """``239.x.y.z:port`` -> (address, port); the address must be IPv4 multicast."""
+    host, sep, port_text = text.rpartition(":")
+    try:
+        address = ipaddress.IPv4Address(host)
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"a group is IPv4-multicast-address:port, got {text!r}") from None
+    if not sep or not address.is_multicast or not 0 < port < 65536:
+        raise ConfigError(f"a group is IPv4-multicast-address:port, got {text!r}")
+    return str(address), port
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, env: MulticastEnv) -> None:
+        self.env = env
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        self.env._received(data, (str(addr[0]), int(addr[1])))
+
+    def error_received(self, exc: Exception) -> None:
+        self.env.trace("drop", layer="multicast", reason="socket_error", error=str(exc))
+
+
+class MulticastEnv(LoopEnv):
+    """An ``Env`` on the group ``group`` (address, port) through ``interface``: call ``await
+    open(factory)`` to bind, build the process and start it, ``close_group()`` to stop."""
+
+    def __init__(
+        self,
+        node: NodeId,
+        *,
+        group: tuple[str, int],
+        key: GroupKey,
+        codec: Codec,
+        store: Store,
+        interface: str = "127.0.0.1",
+        ttl: int = 1,
+        trace: TraceSink | None = None,
+        run: str = "live",
+        seed: int | str | None = None,
+        incarnation: int = 1,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        super().__init__(check_node_id(node), send=self._unicast, store=store, trace=trace,
+                         run=run, seed=seed, on_failure=on_failure)
+        if not 0 <= ttl <= 255:
+            raise ConfigError(f"ttl must be in [0, 255], got {ttl}")
+        self.group_name = f"{group[0]}:{group[1]}"
+        self._group = group
+        self._key = key
+        self._codec = codec
+        self._interface = interface
+        self._ttl = ttl
+        self.incarnation = incarnation
+        self._addresses: dict[NodeId, tuple[str, int]] = {}
+        self._send_transport: asyncio.DatagramTransport | None = None
+        self._recv_transport: asyncio.DatagramTransport | None = None
+        self.process: Process | None = None
+
+    async def open(self, factory: Callable[[MulticastEnv], Process]) -> None:
+        loop = asyncio.get_running_loop()
+        address, port = self._group
+        recv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # several processes, one port
+        recv.bind(("", port))
+        membership = struct.pack("4s4s", socket.inet_aton(address),
+                                 socket.inet_aton(self._interface))
+        recv.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+        send = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        send.bind((self._interface, 0))
+        send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                        socket.inet_aton(self._interface))
+        send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        send.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, self._ttl)
+        self._recv_transport, _ = await loop.create_datagram_endpoint(
+            lambda: _Datagrams(self), sock=recv)
+        self._send_transport, _ = await loop.create_datagram_endpoint(
+            lambda: _Datagrams(self), sock=send)
+        self.process = factory(self)
+        self.process.start()
+
+    def close_group(self) -> None:
+        """Stop: the process's ``stop()`` (it may say goodbye), then the sockets close."""
+        if self.process is not None and not self.closed:
+            self.process.stop()
+        self.shutdown()
+        for transport in (self._recv_transport, self._send_transport):
+            if transport is not None:
+                transport.close()
+
+    # -- sending -------------------------------------------------------------------------
+
+    def _frame(self, msg: Message) -> bytes:
+        body = orjson.dumps({"n": self.node, "g": self.group_name,
+                             "m": self._codec.to_dict(msg)})
+        return _MAGIC + self._key.tag(body) + body
+
+    def multicast(self, group: str, msg: Message) -> None:
+        encode_datagram(msg)  # the size limit, before anything leaves
+        if group != self.group_name:
+            raise ConfigError(f"this env is on group {self.group_name}, not {group!r}")
+        if self.closed or self._send_transport is None:
+            return
+        self._send_transport.sendto(self._frame(msg), self._group)
+
+    def _unicast(self, dst: NodeId, msg: Message) -> None:
+        encode_datagram(msg)
+        address = self._addresses.get(dst)
+        if address is None:
+            self.trace("drop", layer="multicast", peer=dst, reason="no_address")
+            return
+        if self._send_transport is not None:
+            self._send_transport.sendto(self._frame(msg), address)
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def _received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if self.closed or self.process is None:
+            return
+        try:
+            src, msg = self._open_frame(data)
+        except ProtocolError as exc:
+            self.trace("drop", layer="multicast", peer=f"{addr[0]}:{addr[1]}",
+                       reason=exc.reason, error=str(exc))
+            return
+        if src == self.node:
+            return  # our own datagram, looped back
+        self._addresses[src] = addr
+        try:
+            self.process.on_message(src, msg)  # type: ignore[attr-defined]
+        except ProtocolError as exc:
+            self.trace("drop", layer="multicast", peer=src, reason=exc.reason, error=str(exc))
+        except Exception as exc:
+            self._failed(exc)
+
+    def _open_frame(self, data: bytes) -> tuple[NodeId, Message]:
+        if len(data) > MAX_DATAGRAM + _OVERHEAD or not data.startswith(_MAGIC):
+            raise _Refused("malformed", "not a gossamer datagram or too large")
+        tag, body = data[2:2 + _TAG], data[2 + _TAG:]
+        if not hmac.compare_digest(tag, self._key.tag(body)):
+            raise _Refused("auth", "bad tag: not from a holder of the group key")
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise _Refused("malformed", f"not JSON: {exc}") from exc
+        if not isinstance(obj, dict) or set(obj) != {"n", "g", "m"}:
+            raise _Refused("malformed", "bad envelope")
+        if obj["g"] != self.group_name:
+            raise _Refused("other_group", f"for group {obj['g']!r}")
+        if not isinstance(obj["n"], str):
+            raise _Refused("malformed", "bad sender id")
+        try:
+            src = check_node_id(obj["n"])
+        except ConfigError as exc:
+            raise _Refused("malformed", str(exc)) from exc
+        return src, self._codec.from_dict(obj["m"])
+
+
+class _Refused(ProtocolError):
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason

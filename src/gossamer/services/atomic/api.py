@@ -1,0 +1,190 @@
+"""``AtomicGroup``: atomic multicast for an asyncio program, on a real IP multicast group.
+
+    group = AtomicGroup("239.1.2.3:5000", data_dir="node-a")
+    await group.join()
+    result = await group.send({"text": "hi"})     # Sent(mid, committed=True/False)
+    async for message in group:                   # Delivered(mid, origin, body), once each
+        ...
+    await group.leave()
+
+``data_dir`` keeps the member's name, pending messages, outcomes and delivery marks in sqlite
+(fsync'd), so a member killed and restarted with the same directory delivers what it voted YES
+for, exactly once; without it the member is in memory only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from ...core.env import Store
+from ...core.errors import OperationError, StateError
+from ...core.trace import TraceSink
+from ...protocols.ordering.atomic import CODEC, AtomicProcess, AtomicProcessConfig
+from ...runtimes.net import MulticastEnv, SqliteStore, parse_group, resolve_group_key
+from ...runtimes.sim import MemoryStore
+
+__all__ = ["AtomicGroup", "Delivered", "Sent"]
+
+log = logging.getLogger("gossamer.atomic")
+_names = itertools.count(1)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sent:
+    """What became of a ``send``: committed (every snapshot member will deliver it) or
+    aborted (no member delivers it)."""
+
+    mid: str
+    committed: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delivered:
+    mid: str
+    origin: str
+    body: Any
+
+
+def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int]:
+    """A member's stable name and a new incarnation, kept in ``data_dir``."""
+    if data_dir is None:
+        return f"m{os.getpid()}-{next(_names)}", 1
+    data_dir.mkdir(parents=True, exist_ok=True)
+    name_file, inc_file = data_dir / "node_id", data_dir / "incarnation"
+    if not name_file.exists():
+        name_file.write_text(f"m{os.urandom(4).hex()}\n")
+    incarnation = int(inc_file.read_text()) + 1 if inc_file.exists() else 1
+    tmp = inc_file.with_suffix(".tmp")
+    tmp.write_text(f"{incarnation}\n")
+    os.replace(tmp, inc_file)
+    return name_file.read_text().strip(), incarnation
+
+
+class AtomicGroup:
+    """One member of the atomic multicast group ``group`` (``239.x.y.z:port``)."""
+
+    def __init__(self, group: str, *, data_dir: str | Path | None = None,
+                 name: str | None = None, group_key: str | None = None,
+                 interface: str = "127.0.0.1", ttl: int = 1, session_period: float = 1.0,
+                 trace: TraceSink | None = None, run: str = "live",
+                 max_delivered: int = 10_000) -> None:
+        self._address = parse_group(group)
+        self._data_dir = None if data_dir is None else Path(data_dir)
+        stored_name, self._incarnation = _name_and_incarnation(self._data_dir)
+        self.name = name if name is not None else stored_name
+        self._key = resolve_group_key(group_key, interface)
+        self._interface = interface
+        self._ttl = ttl
+        self._config = AtomicProcessConfig(group=f"{self._address[0]}:{self._address[1]}",
+                                           session_period=session_period)
+        self._trace = trace
+        self._run = run
+        self._delivered: asyncio.Queue[Delivered] = asyncio.Queue(max_delivered)
+        self._waiting: dict[str, asyncio.Future[Sent]] = {}
+        self._early: dict[str, bool] | None = None  # outcomes decided during a send call
+        self._env: MulticastEnv | None = None
+        self._process: AtomicProcess | None = None
+        self._store: Store | None = None
+        #: hears ``(member, joined)`` for each change of the group as this member sees it
+        self.on_member: Callable[[str, bool], None] = lambda member, joined: None
+
+    async def join(self) -> None:
+        if self._env is not None:
+            raise StateError("this member has joined already")
+        self._store = (MemoryStore() if self._data_dir is None
+                       else SqliteStore(self._data_dir / "atomic.sqlite"))
+        env = MulticastEnv(self.name, group=self._address, key=self._key, codec=CODEC,
+                           store=self._store, interface=self._interface, ttl=self._ttl,
+                           trace=self._trace, run=self._run, incarnation=self._incarnation)
+        self._env = env
+
+        def build(env: MulticastEnv) -> AtomicProcess:
+            process = AtomicProcess(env, self._config)
+            process.atomic.on_deliver = self._on_deliver
+            process.atomic.on_outcome = self._on_outcome
+            inner = process.group.on_change
+
+            def changed(member: str, joined: bool, reason: str) -> None:
+                inner(member, joined, reason)
+                self.on_member(member, joined)
+
+            process.group.on_change = changed
+            self._process = process
+            return process
+
+        await env.open(build)
+
+    def _on_deliver(self, mid: str, origin: str, body: Any) -> None:
+        try:
+            self._delivered.put_nowait(Delivered(mid, origin, body))
+        except asyncio.QueueFull:
+            # delivered (marked durably) but nobody reads: said loudly, never silently
+            log.error("%s: delivered %s but the reader is %d messages behind: dropped",
+                      self.name, mid, self._delivered.qsize())
+            if self._env is not None:
+                self._env.trace("drop", layer="atomic", msg=mid, reason="slow_reader")
+
+    def _on_outcome(self, mid: str, committed: bool) -> None:
+        if self._early is not None:
+            self._early[mid] = committed
+            return
+        future = self._waiting.pop(mid, None)
+        if future is not None and not future.done():
+            future.set_result(Sent(mid, committed))
+
+    def _member(self) -> AtomicProcess:
+        if self._process is None or self._env is None or self._env.closed:
+            raise StateError("not a member: join() first")
+        return self._process
+
+    async def send(self, body: Any, *, timeout: float | None = None) -> Sent:
+        """Multicast ``body`` to the group as it is now and wait for the decision. Raises
+        ``DatagramTooLarge`` (nothing sent) for a body over one datagram; a ``timeout`` raises
+        ``OperationError`` (not definite: it may still commit)."""
+        process = self._member()
+        self._early = {}
+        try:
+            mid = process.atomic.send(body)
+        finally:
+            early, self._early = self._early, None
+        if mid in early:  # decided inside send (a group of one)
+            return Sent(mid, early[mid])
+        future: asyncio.Future[Sent] = asyncio.get_running_loop().create_future()
+        self._waiting[mid] = future
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            self._waiting.pop(mid, None)
+            raise OperationError(f"{mid}: no decision within {timeout} s; it may still "
+                                 f"commit", definite=False) from None
+
+    def members(self) -> tuple[str, ...]:
+        return self._member().group.members()
+
+    def __aiter__(self) -> AsyncIterator[Delivered]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delivered]:
+        while True:
+            yield await self._delivered.get()
+
+    async def leave(self) -> None:
+        """Say LEAVE and close; what was delivered stays readable."""
+        if self._env is not None and not self._env.closed:
+            self._env.close_group()
+            await asyncio.sleep(0)  # the transports finish closing on the next loop turn
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(OperationError("left the group before the decision",
+                                                    definite=False))
+        self._waiting.clear()
+        if self._store is not None:
+            self._store.close()
+            self._store = None

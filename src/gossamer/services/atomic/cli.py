@@ -1,0 +1,187 @@
+"""``gossamer atomic node``: one member of an atomic multicast group on an IP multicast group
+(``--group 239.x.y.z:port``; loopback by default). It prints ``ready NAME``, then
+``delivered MID ORIGIN BODY`` for each confirmed message (once, even across restarts with the
+same ``--data-dir``), ``committed MID`` / ``aborted MID`` for its own sends, and
+``member+ NAME`` / ``member- NAME`` as the group changes. With ``--interactive`` it reads
+commands from stdin, one a line:
+
+  send TEXT   multicast TEXT atomically (a JSON value, or else the text)
+  members     ``members A,B,C`` as this member knows the group
+  leave       leave the group and exit (so do the end of input, SIGINT and SIGTERM)
+
+``--send-every SECONDS --count N`` sends N numbered messages on its own (an automated sender).
+The datagrams are authenticated with the group key (``--group-key``, else
+``$GOSSAMER_GROUP_KEY``, else on loopback a built-in key, said in a log line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+from ...core.argtypes import seconds as _seconds
+from ...core.errors import ConfigError, OperationError
+from ...core.segments import SegmentSink
+from ...core.traceio import trace_path, write_settings
+from .api import AtomicGroup
+
+__all__ = ["add_atomic_parser"]
+
+MAX_LINE = 8_192
+#: what the pipeline checks on an atomic trace (the atomicity check of its ``atomic`` rows)
+ANALYSIS_SETTINGS: dict[str, Any] = {"services": ["atomic"], "replay": None,
+                                     "checks": {"layers": ["atomic"]}}
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        return
+
+
+def _value(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+async def _stdin_lines() -> asyncio.StreamReader:
+    """stdin as an asyncio stream (no reader thread: the loop's timers never wait on it)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    return reader
+
+
+async def _send(group: AtomicGroup, body: Any) -> None:
+    try:
+        sent = await group.send(body)
+        _say(f"{'committed' if sent.committed else 'aborted'} {sent.mid}")
+    except (OperationError, ConfigError) as exc:
+        _say(f"error: {exc}")
+
+
+async def run_node(args: argparse.Namespace) -> int:
+    sink = None
+    if args.trace_dir is not None:
+        sink = SegmentSink(None)
+    group = AtomicGroup(args.group, data_dir=args.data_dir, group_key=args.group_key,
+                        ttl=args.ttl, session_period=args.session_period, trace=sink,
+                        run=args.run)
+    if sink is not None:
+        sink.path = trace_path(args.trace_dir, args.run, group.name)
+        write_settings(args.trace_dir, args.run, ANALYSIS_SETTINGS)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(coro: Any) -> None:
+        task = loop.create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    try:
+        group.on_member = lambda member, joined: _say(f"member{'+' if joined else '-'} {member}")
+        await group.join()
+        _say(f"ready {group.name}")
+
+        async def deliveries() -> None:
+            async for message in group:
+                body = orjson.dumps(message.body).decode()
+                _say(f"delivered {message.mid} {message.origin} {body}")
+
+        spawn(deliveries())
+        waits: list[asyncio.Task[Any]] = [loop.create_task(stop.wait())]
+        if args.count:
+            async def automated() -> None:
+                for n in range(1, args.count + 1):
+                    await asyncio.sleep(args.send_every)
+                    spawn(_send(group, {"from": group.name, "n": n}))
+
+            spawn(automated())
+        if args.interactive:
+            stdin = await _stdin_lines()
+
+            async def read() -> None:
+                while True:
+                    try:
+                        raw = await stdin.readline()
+                    except ValueError:  # a line over MAX_LINE
+                        _say(f"error: a command line has at most {MAX_LINE} bytes")
+                        continue
+                    if not raw:
+                        return
+                    verb, _, rest = raw.decode(errors="replace").strip().partition(" ")
+                    if verb == "leave":
+                        return
+                    if verb == "send" and rest:
+                        spawn(_send(group, _value(rest)))
+                    elif verb == "members":
+                        _say("members " + ",".join(group.members()))
+                    elif verb:
+                        _say("error: commands: send TEXT | members | leave")
+
+            waits.append(loop.create_task(read()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await group.leave()
+        if sink is not None:
+            sink.close()
+    return 0
+
+
+def add_atomic_parser(
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add the ``atomic`` verb to ``verbs``."""
+    atomic = verbs.add_parser("atomic", help="atomic multicast over SRM (seed 004)")
+    sub = atomic.add_subparsers(dest="atomic_verb", metavar="ACTION", required=True)
+    node = sub.add_parser("node", help="run one member of an atomic multicast group",
+                          description=__doc__,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    node.add_argument("--group", required=True, metavar="ADDR:PORT",
+                      help="the IPv4 multicast group, e.g. 239.1.2.3:5000")
+    node.add_argument("--data-dir", type=Path, default=None,
+                      help="the member's name and sqlite store (default: in memory)")
+    node.add_argument("--group-key", default=None, metavar="KEY",
+                      help="the group's secret (default: $GOSSAMER_GROUP_KEY; on loopback a "
+                           "built-in key)")
+    node.add_argument("--ttl", type=int, default=1, help="multicast TTL (default 1)")
+    node.add_argument("--session-period", type=_seconds, default=1.0, metavar="SECONDS",
+                      help="SRM session message period (default 1 s)")
+    node.add_argument("--send-every", type=_seconds, default=1.0, metavar="SECONDS",
+                      help="the automated sender's interval")
+    node.add_argument("--count", type=int, default=0, help="messages the automated sender "
+                                                             "sends (default 0: none)")
+    node.add_argument("--interactive", action="store_true", help="read commands from stdin")
+    node.add_argument("--trace-dir", type=Path, default=None,
+                      help="write the trace under DIR/trace/RUN/NAME.parquet")
+    node.add_argument("--run", default="atomic-live", help="the run id of the trace")
+    node.add_argument("--log-level", default="WARNING",
+                      choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    node.set_defaults(handler=_cmd_node)
+    return atomic
+
+
+def _cmd_node(args: argparse.Namespace, console: Console) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return asyncio.run(run_node(args))

@@ -1,0 +1,155 @@
+"""The atomic layer driven by hand: durable before YES, delivery once, and what it drops."""
+
+from __future__ import annotations
+
+from gossamer.protocols.dissemination.srm import SrmData
+from gossamer.protocols.membership.srm_group import GroupJoin
+from gossamer.protocols.ordering.atomic import (
+    AtomicConfig,
+    AtomicProcess,
+    AtomicProcessConfig,
+    Data,
+    Outcome,
+    OutcomeAnswer,
+    OutcomeQuery,
+    Vote,
+)
+from gossamer.protocols.ordering.atomic.records import payload_of
+from gossamer.testing import FakeEnv
+
+CONFIG = AtomicProcessConfig(group="g", session_period=1e6)
+
+
+def member(node: str = "b", env: FakeEnv | None = None) -> tuple[AtomicProcess, FakeEnv,
+                                                                 list[str]]:
+    env = env if env is not None else FakeEnv(node, seed=1)
+    process = AtomicProcess(env, CONFIG)
+    delivered: list[str] = []
+    process.atomic.on_deliver = lambda mid, origin, body: delivered.append(mid)
+    process.start()
+    process.on_message("a", GroupJoin("a"))
+    env.run_due()
+    env.take_multicast()
+    return process, env, delivered
+
+
+def data(mid: str = "a:1", snapshot: tuple[str, ...] = ("a", "b"), body: object = "hi",
+         seq: int = 1, source: str = "a") -> SrmData:
+    return SrmData(source, seq, payload_of(Data(mid, snapshot, body)))
+
+
+def votes(env: FakeEnv) -> list[Vote]:
+    out = []
+    for _, msg in env.take_multicast():
+        if isinstance(msg, SrmData) and msg.payload.get("k") == "vote":
+            out.append(Vote(msg.payload["mid"], msg.payload["voter"], msg.payload["yes"]))
+    return out
+
+
+def test_the_yes_leaves_only_after_the_data_is_durable() -> None:
+    process, env, _ = member()
+    process.on_message("a", data())
+    assert votes(env) == []  # the group commit has not landed yet
+    env.crash()  # ... and a crash now loses the write and the vote together
+    assert list(env.store.scan("atomic.pending")) == []
+    process, env, _ = member()
+    process.on_message("a", data())
+    env.run_due()
+    assert votes(env) == [Vote("a:1", "b", True)]
+    assert [k for k, _ in env.store.scan("atomic.pending")] == ["a:1"]
+
+
+def test_confirm_delivers_once_and_survives_a_restart() -> None:
+    process, env, delivered = member()
+    process.on_message("a", data())
+    env.run_due()
+    confirm = SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b"))))
+    process.on_message("a", confirm)
+    env.run_due()
+    assert delivered == ["a:1"]
+    env.crash()
+    again, env2, delivered2 = member(env=FakeEnv("b", store=env.store, seed=2))
+    again.on_message("a", data())  # the same message once more, after the restart
+    again.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b")))))
+    env2.run_due()
+    assert delivered2 == []
+    assert "replay" in env2.drop_reasons("atomic")
+
+
+def test_a_member_that_crashed_after_yes_recovers_the_outcome_by_asking() -> None:
+    process, env, _ = member()
+    process.on_message("a", data())
+    env.run_due()
+    env.crash()
+    again, env2, delivered = member(env=FakeEnv("b", store=env.store, seed=2))
+    env2.advance(1e6)  # the reloaded pending message asks for its outcome
+    asked = [m for _, m in env2.take_multicast() if isinstance(m, OutcomeQuery)]
+    assert asked and asked[0].mid == "a:1"
+    again.on_message("c", GroupJoin("c"))
+    again.on_message("c", OutcomeAnswer("c", "a:1", True, ("a", "b")))
+    env2.run_due()
+    assert delivered == ["a:1"]
+
+
+def test_abort_and_a_no_deliver_nothing() -> None:
+    process, env, delivered = member()
+    process.on_message("a", data())
+    env.run_due()
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", False, ("a", "b")))))
+    env.run_due()
+    assert delivered == [] and list(env.store.scan("atomic.pending")) == []
+    assert votes(env) == [Vote("a:1", "b", True)]
+    process.atomic.refuse = lambda mid: True  # the disk is full
+    process.on_message("a", data("a:3", seq=3))
+    env.run_due()
+    assert votes(env) == [Vote("a:3", "b", False)]
+
+
+def test_malformed_forged_outsiders_and_strangers_are_dropped_with_a_reason() -> None:
+    process, env, delivered = member()
+    process.on_message("a", SrmData("a", 1, {"k": "data", "mid": 5}))
+    process.on_message("a", data(mid="a:9", seq=2))  # id does not match its SRM name
+    process.on_message("x", data(mid="x:1", source="x", snapshot=("x", "b")))  # not a member
+    process.on_message("a", data(mid="a:3", seq=3, snapshot=("a", "c")))  # b not in it
+    env.run_due()
+    assert env.drop_reasons("atomic") == ["invalid", "forged_id", "not_member",
+                                          "not_in_snapshot"]
+    assert votes(env) == [] and delivered == []
+    assert list(env.store.scan("atomic.pending")) == []
+
+
+def test_the_sender_commits_on_every_yes_and_aborts_on_a_no() -> None:
+    process, env, delivered = member("a")
+    process.on_message("b", GroupJoin("b"))
+    env.run_due()
+    env.take_multicast()
+    outcomes: list[tuple[str, bool]] = []
+    process.atomic.on_outcome = lambda mid, ok: outcomes.append((mid, ok))
+    first = process.atomic.send("one")
+    assert first == "a:1"
+    process.on_message("b", SrmData("b", 1, payload_of(Vote(first, "b", True))))
+    env.run_due()
+    second = process.atomic.send("two")
+    process.on_message("b", SrmData("b", 2, payload_of(Vote(second, "b", False))))
+    env.run_due()
+    assert outcomes == [(first, True), (second, False)]
+    assert delivered == [first]
+    # a vote by someone outside the snapshot counts for nothing
+    third = process.atomic.send("three")
+    process.on_message("c", GroupJoin("c"))
+    process.on_message("c", SrmData("c", 1, payload_of(Vote(third, "c", True))))
+    assert "not_in_snapshot" in env.drop_reasons("atomic")
+
+
+def test_outcomes_kept_durably_are_bounded() -> None:
+    env = FakeEnv("b", seed=1)
+    process = AtomicProcess(env, AtomicProcessConfig(
+        group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
+    process.start()
+    process.on_message("a", GroupJoin("a"))
+    for seq in (1, 2, 3):
+        process.on_message("a", SrmData("a", seq, payload_of(
+            Outcome(f"a:{seq + 10}", False, ("a", "b")))))
+    env.run_due()
+    assert [k for k, _ in env.store.scan("atomic.outcome")] == ["a:12", "a:13"]
+    assert [k for k, _ in env.store.scan("atomic.items")] == ["a:2", "a:3"]

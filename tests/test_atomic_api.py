@@ -1,0 +1,59 @@
+"""``AtomicGroup`` on a loopback multicast group, two members in one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from pathlib import Path
+
+import pytest
+
+from gossamer.core.env import DatagramTooLarge
+from gossamer.core.errors import ConfigError, StateError
+from gossamer.services.atomic.api import AtomicGroup, Delivered, Sent
+
+
+def _group() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"239.255.{random.randrange(1, 255)}.{random.randrange(1, 255)}:{port}"
+
+
+async def _until(condition: object, timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+
+def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
+    async def main() -> None:
+        address = _group()
+        a = AtomicGroup(address, data_dir=tmp_path / "a", session_period=0.1)
+        b = AtomicGroup(address, data_dir=tmp_path / "b", session_period=0.1)
+        await a.join()
+        await b.join()
+        try:
+            await _until(lambda: len(a.members()) == 2 and len(b.members()) == 2)
+            sent = await a.send({"text": "hi"}, timeout=20)
+            assert sent == Sent(sent.mid, True)
+            got = await asyncio.wait_for(anext(aiter(b)), 20)
+            assert got == Delivered(sent.mid, a.name, {"text": "hi"})
+            own = await asyncio.wait_for(anext(aiter(a)), 20)
+            assert own.mid == sent.mid
+            with pytest.raises(DatagramTooLarge):
+                await a.send("x" * 10_000)
+        finally:
+            await b.leave()
+        await _until(lambda: a.members() == (a.name,))
+        await a.leave()
+        with pytest.raises(StateError):
+            a.members()
+
+    asyncio.run(main())
+
+
+def test_a_bad_group_address_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        AtomicGroup("10.1.2.3:5000")

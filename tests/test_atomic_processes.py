@@ -1,0 +1,124 @@
+"""Atomic multicast between real processes on a loopback IP multicast group: four members,
+one killed with SIGKILL mid-stream and restarted on its data directory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness_procs import WAIT, LineProc
+
+CLI = (sys.executable, "-m", "gossamer.cli.main", "atomic", "node")
+
+
+class Member(LineProc):
+    async def expect(self, pred: Callable[[str], bool], what: str,
+                     timeout: float = WAIT) -> str:
+        try:
+            return await super().expect(pred, what, timeout)
+        except TimeoutError:
+            raise AssertionError(f"{self.name}: no {what} in {timeout}s; output: {self.lines}"
+                                 ) from None
+
+    async def delivers(self, mid: str) -> None:
+        """Returns once this member printed ``delivered MID`` (before now or later)."""
+        if mid not in self.delivered():
+            await self.expect(lambda line: line.startswith(f"delivered {mid} "),
+                              f"delivered {mid}")
+
+    def delivered(self) -> list[str]:
+        return [line.split()[1] for line in self.lines if line.startswith("delivered ")]
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def spawn(tmp: Path, label: str, group: str) -> Member:
+    args = ["--group", group, "--data-dir", str(tmp / label), "--interactive",
+            "--session-period", "0.2"]
+    with (tmp / f"{label}.stderr").open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=err)
+    member = Member(label, proc)
+    ready = await member.expect(lambda line: line.startswith("ready "), "ready")
+    member.name = ready.split()[1]
+    return member
+
+
+async def await_group(member: Member, names: set[str]) -> None:
+    """Ask ``members`` until ``member`` knows all of ``names`` (each answer waited for)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            member.write("members")
+            line = await member.expect(lambda line: line.startswith("members "), "members")
+            if set(line.split()[1].split(",")) >= names:
+                return
+            await asyncio.sleep(0.1)  # poll interval, not a wait for an event
+
+
+async def send(sender: Member, text: str) -> tuple[str, bool]:
+    sender.write(f"send {text}")
+    line = await sender.expect(lambda line: line.startswith(("committed ", "aborted ")),
+                               "a decision")
+    return line.split()[1], line.startswith("committed ")
+
+
+async def four_members_and_a_killed_one(tmp: Path) -> None:
+    group = f"239.255.{random.randrange(1, 255)}.{random.randrange(1, 255)}:{free_udp_port()}"
+    members = {label: await spawn(tmp, label, group) for label in "abcd"}
+    first_d = members["d"]
+    try:
+        sender = members["a"]
+        names = {m.name for m in members.values()}
+        for member in members.values():
+            await await_group(member, names)
+        outcomes = [await send(sender, f'"m{i}"') for i in range(3)]
+        assert all(ok for _, ok in outcomes), outcomes  # everyone up: all commit
+        for mid, _ in outcomes:
+            await first_d.delivers(mid)
+        first_d.proc.send_signal(signal.SIGKILL)
+        await first_d.proc.wait()
+        outcomes += [await send(sender, f'"k{i}"') for i in range(2)]  # d is down
+        members["d"] = await spawn(tmp, "d", group)  # the same data dir, the same name
+        assert members["d"].name == first_d.name
+        for member in members.values():
+            await await_group(member, names)
+        outcomes += [await send(sender, f'"r{i}"') for i in range(2)]
+        committed = {mid for mid, ok in outcomes if ok}
+        aborted = {mid for mid, ok in outcomes if not ok}
+        assert {mid for mid, _ in outcomes[-2:]} <= committed, outcomes
+        for label in "abc":
+            for mid in committed:
+                await members[label].delivers(mid)
+        for mid, _ in outcomes[-2:]:
+            await members["d"].delivers(mid)
+        at_d = first_d.delivered() + members["d"].delivered()
+        assert len(at_d) == len(set(at_d)), f"d delivered twice: {at_d}"  # never twice
+        for member in [*members.values(), first_d]:
+            assert not set(member.delivered()) & aborted, (member.name, aborted)
+            assert set(member.delivered()) <= committed, (member.name, committed)
+    finally:
+        for member in members.values():
+            if member.proc.returncode is None:
+                member.proc.send_signal(signal.SIGTERM)
+        for member in members.values():
+            with contextlib.suppress(ProcessLookupError):
+                async with asyncio.timeout(WAIT):
+                    await member.proc.wait()
+
+
+@pytest.mark.processes
+def test_four_members_and_a_killed_one(tmp_path: Path) -> None:
+    asyncio.run(four_members_and_a_killed_one(tmp_path))

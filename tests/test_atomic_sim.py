@@ -1,0 +1,109 @@
+"""Atomic multicast in the simulator: all of the snapshot or none, under loss, duplication,
+reordering, member crashes around the vote and the sender crashing between the phases."""
+
+from __future__ import annotations
+
+from gossamer.core.trace import MemorySink
+from gossamer.protocols.ordering.atomic import AtomicProcess, AtomicProcessConfig
+from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
+from gossamer.services.atomic import AtomicRunOptions, judge_atomicity, run_atomic_sim
+
+GROUP = "g"
+PERIOD = 0.5
+
+
+def rows(sim: Simulation) -> list:  # type: ignore[type-arg]
+    sink = sim.trace_sink
+    assert isinstance(sink, MemorySink)
+    return sink.named()
+
+
+def test_without_faults_every_message_commits_everywhere() -> None:
+    sim = run_atomic_sim(1, AtomicRunOptions(members=5, messages=10))
+    verdict = judge_atomicity(rows(sim))
+    assert verdict.ok, f"seed=1 {verdict.violations}"
+    assert verdict.committed == verdict.published == 10 and verdict.deliveries == 50
+
+
+def test_loss_duplication_and_reordering_keep_atomicity() -> None:
+    for seed in (2, 3):
+        sim = run_atomic_sim(seed, AtomicRunOptions(members=6, messages=12, loss=0.15,
+                                                    duplicate=0.1, reorder=0.2))
+        verdict = judge_atomicity(rows(sim))
+        assert verdict.ok, f"seed={seed} {verdict.violations}"
+        assert verdict.committed >= 9, f"seed={seed}: SRM should repair most of it: {verdict}"
+
+
+def test_crashes_of_members_and_senders_keep_atomicity() -> None:
+    for seed in (4, 5, 6):
+        sim = run_atomic_sim(seed, AtomicRunOptions(members=5, messages=12, loss=0.05,
+                                                    member_crashes=2, sender_crashes=1))
+        verdict = judge_atomicity(rows(sim))
+        assert verdict.ok, f"seed={seed} {verdict.violations}"
+        assert verdict.undecided == 0, f"seed={seed}: every sender recovered: {verdict}"
+
+
+def _group(seed: int, members: int = 3) -> Simulation:
+    sim = Simulation(seed=seed, link=LinkModel(latency=Uniform(0.005, 0.01)))
+    names = [f"m{i}" for i in range(members)]
+    sim.add_multicast_group(GROUP, names)
+    config = AtomicProcessConfig(group=GROUP, session_period=PERIOD)
+    sim.add_nodes(names, lambda env: AtomicProcess(env, config))
+    sim.run(until=3 * PERIOD)
+    return sim
+
+
+def _voted(sim: Simulation, node: str) -> bool:
+    return any(r.event == "vote" and r.node == node for r in rows(sim))
+
+
+def test_a_member_that_crashed_after_yes_delivers_after_recovery_exactly_once() -> None:
+    sim = _group(7)
+    sim.call("m0", lambda p: p.atomic.send("x"))  # type: ignore[attr-defined]
+    sim.run(stop_when=lambda: _voted(sim, "m2"))
+    sim.crash("m2", recover_after=3.0)  # its YES left; the CONFIRM has not reached it
+    sim.run(until=sim.now + 10.0)
+    verdict = judge_atomicity(rows(sim))
+    assert verdict.ok and verdict.committed == 1, verdict
+    delivered = [r.node for r in rows(sim) if r.event == "deliver"]
+    assert sorted(delivered) == ["m0", "m1", "m2"]
+    recovered_at = next(r.t for r in rows(sim) if r.event == "recover")
+    assert next(r.t for r in rows(sim) if r.event == "deliver" and r.node == "m2") > recovered_at
+
+
+def test_a_member_down_before_it_could_vote_makes_the_sender_abort() -> None:
+    sim = _group(8)
+    sim.crash("m2", recover_after=8.0)
+    sim.call("m0", lambda p: p.atomic.send("x"))  # type: ignore[attr-defined]
+    sim.run(until=sim.now + 12.0)
+    verdict = judge_atomicity(rows(sim))
+    assert verdict.ok and verdict.aborted == 1 and verdict.deliveries == 0, verdict
+
+
+def test_the_sender_crashing_after_every_yes_blocks_until_it_recovers_then_aborts() -> None:
+    sim = _group(9)
+    sim.call("m0", lambda p: p.atomic.send("x"))  # type: ignore[attr-defined]
+    sim.run(stop_when=lambda: _voted(sim, "m1") and _voted(sim, "m2"))
+    sim.crash("m0", recover_after=6.0)  # before any vote reached it: nobody knows a decision
+    sim.run(until=sim.now + 5.0)
+    blocked = judge_atomicity(rows(sim))
+    assert blocked.undecided == 1 and blocked.deliveries == 0, blocked  # the blocking case
+    sim.run(until=sim.now + 10.0)
+    verdict = judge_atomicity(rows(sim))
+    assert verdict.ok and verdict.aborted == 1 and verdict.deliveries == 0, verdict
+    for node in ("m1", "m2"):
+        assert list(sim.store(node).scan("atomic.pending")) == [], node
+
+
+def test_a_no_vote_aborts_for_everyone() -> None:
+    sim = _group(10)
+    sim.call("m2", lambda p: setattr(p.atomic, "refuse", lambda mid: True))  # type: ignore[attr-defined]
+    sim.call("m0", lambda p: p.atomic.send("x"))  # type: ignore[attr-defined]
+    sim.run(until=sim.now + 5.0)
+    verdict = judge_atomicity(rows(sim))
+    assert verdict.ok and verdict.aborted == 1 and verdict.deliveries == 0, verdict
+
+
+def test_same_seed_same_trace() -> None:
+    options = AtomicRunOptions(members=4, messages=5, loss=0.1, member_crashes=1)
+    assert rows(run_atomic_sim(11, options)) == rows(run_atomic_sim(11, options))

@@ -1,0 +1,195 @@
+"""``env.multicast`` in every runtime: the simulator's flat groups and router trees, FakeEnv,
+and UDP on a loopback IP multicast group with authenticated datagrams."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+
+import orjson
+import pytest
+
+from gossamer.core.env import MAX_DATAGRAM, DatagramTooLarge, Env
+from gossamer.core.errors import ConfigError, StateError
+from gossamer.core.messages import Codec, Message, message
+from gossamer.core.trace import MemorySink
+from gossamer.runtimes.net import GroupKey, MulticastEnv, parse_group, resolve_group_key
+from gossamer.runtimes.net.loopenv import LoopEnv
+from gossamer.runtimes.sim import LinkModel, RouterTree, Simulation, TreeLink
+from gossamer.runtimes.sim.store import MemoryStore
+from gossamer.testing import FakeEnv
+
+CODEC = Codec()
+
+
+@message("mctest.note", codec=CODEC)
+class Note(Message):
+    text: str
+
+
+class Ear:
+    """Multicasts on request, records what it hears."""
+
+    def __init__(self, env: object) -> None:
+        self.env = env
+        self.heard: list[tuple[str, str]] = []
+
+    def start(self) -> None:
+        """Nothing to do at start."""
+
+    def stop(self) -> None:
+        """Nothing to say at stop."""
+
+    def on_message(self, src: str, msg: Message) -> None:
+        assert isinstance(msg, Note)
+        self.heard.append((src, msg.text))
+
+
+def _sim(seed: int, nodes: list[str], *, tree: RouterTree | None = None,
+         member_loss: float = 0.0) -> tuple[Simulation, dict[str, Ear]]:
+    sim = Simulation(seed=seed, link=LinkModel())
+    ears: dict[str, Ear] = {}
+
+    def factory(env: Env) -> Ear:
+        ear = Ear(env)
+        ears[env.node] = ear
+        return ear
+
+    sim.add_nodes(nodes, factory)
+    sim.add_multicast_group("g", nodes, tree=tree, member_loss=member_loss)
+    return sim, ears
+
+
+def test_flat_group_reaches_every_other_member_once() -> None:
+    nodes = ["a", "b", "c", "d"]
+    sim, ears = _sim(1, nodes)
+    sim.call("a", lambda p: p.env.multicast("g", Note("hi")))  # type: ignore[attr-defined]
+    sim.run()
+    assert ears["a"].heard == []
+    assert [ears[n].heard for n in "bcd"] == [[("a", "hi")]] * 3
+
+
+def test_a_lossy_link_near_the_source_drops_for_its_whole_subtree() -> None:
+    members = [f"m{i}" for i in range(12)]
+    tree = RouterTree.two_level("m0", members, fanout=3, lossy_link_loss=1.0)
+    sim, ears = _sim(2, members, tree=tree)
+    sim.call("m0", lambda p: p.env.multicast("g", Note("x")))  # type: ignore[attr-defined]
+    sim.run()
+    behind_r1 = {m for m in members[1:] if any(
+        link.b == m and link.a == "r1" for link in tree.links)}
+    assert len(behind_r1) == 4
+    for member in members[1:]:
+        assert (ears[member].heard == []) == (member in behind_r1), member
+
+
+def test_tree_delay_adds_up_along_the_path() -> None:
+    tree = RouterTree([TreeLink("a", "r", 0.01), TreeLink("r", "b", 0.02),
+                       TreeLink("r", "c", 0.05)])
+    assert tree.spread("a", random.Random(0)) == pytest.approx(
+        {"r": 0.01, "b": 0.03, "c": 0.06})
+
+
+def test_member_loss_is_independent_per_member() -> None:
+    members = [f"m{i}" for i in range(200)]
+    sim, ears = _sim(3, members, member_loss=0.5)
+    sim.call("m0", lambda p: p.env.multicast("g", Note("x")))  # type: ignore[attr-defined]
+    sim.run()
+    heard = sum(1 for m in members[1:] if ears[m].heard)
+    assert 60 < heard < 140, heard
+
+
+def test_a_tree_that_is_not_a_tree_is_refused() -> None:
+    with pytest.raises(ConfigError, match="not a tree"):
+        RouterTree([TreeLink("a", "b"), TreeLink("b", "c"), TreeLink("c", "a")])
+
+
+def test_oversized_datagram_is_refused_everywhere() -> None:
+    big = Note("x" * (MAX_DATAGRAM + 1))
+    with pytest.raises(DatagramTooLarge):
+        FakeEnv("a").multicast("g", big)
+    sim, _ = _sim(4, ["a", "b"])
+    with pytest.raises(DatagramTooLarge):
+        sim.env("a").multicast("g", big)
+
+
+def test_fake_env_records_multicasts() -> None:
+    env = FakeEnv("a")
+    env.multicast("g", Note("one"))
+    assert env.take_multicast() == [("g", Note("one"))]
+    assert env.take_multicast() == []
+
+
+def test_runtimes_without_multicast_say_so() -> None:
+    async def main() -> None:
+        env = LoopEnv("a", send=lambda dst, msg: None, store=MemoryStore())
+        with pytest.raises(StateError, match="MulticastEnv"):
+            env.multicast("g", Note("x"))
+
+    asyncio.run(main())
+
+
+def test_group_address_and_key_are_checked() -> None:
+    assert parse_group("239.1.2.3:5000") == ("239.1.2.3", 5000)
+    for bad in ("10.0.0.1:5000", "239.1.2.3", "239.1.2.3:0", "x:1"):
+        with pytest.raises(ConfigError):
+            parse_group(bad)
+    assert resolve_group_key(None, "127.0.0.1", environ={}).builtin
+    with pytest.raises(ConfigError, match="group key"):
+        resolve_group_key(None, "10.0.0.1", environ={})
+    assert resolve_group_key(None, "10.0.0.1", environ={"GOSSAMER_GROUP_KEY": "k" * 16}).secret
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait(condition: object, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+
+def test_loopback_multicast_delivers_and_drops_forgeries() -> None:
+    group = ("239.255.77.1", _free_udp_port())
+    key = GroupKey(b"k" * 16)
+
+    async def main() -> None:
+        sinks = {n: MemorySink() for n in ("a", "b", "c")}
+        envs = [MulticastEnv(n, group=group, key=key, codec=CODEC, store=MemoryStore(),
+                             trace=sinks[n]) for n in ("a", "b", "c")]
+        ears: dict[str, Ear] = {}
+        for env in envs:
+            await env.open(lambda e: ears.setdefault(e.node, Ear(e)))
+        try:
+            envs[0].multicast(envs[0].group_name, Note("hello"))
+            await _wait(lambda: ears["b"].heard and ears["c"].heard)
+            assert ears["b"].heard == [("a", "hello")] and ears["c"].heard == [("a", "hello")]
+            envs[1].send("a", Note("reply"))  # unicast, to the address a's datagram came from
+            await _wait(lambda: ears["a"].heard)
+            assert ears["a"].heard == [("b", "reply")]
+            # a datagram tagged with another key, and garbage: dropped, nothing delivered
+            stranger = MulticastEnv("x", group=group, key=GroupKey(b"z" * 16), codec=CODEC,
+                                    store=MemoryStore())
+            await stranger.open(Ear)
+            stranger.multicast(stranger.group_name, Note("forged"))
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+                raw.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                               socket.inet_aton("127.0.0.1"))
+                raw.sendto(b"G4" + b"\0" * 40, group)
+            envs[0].multicast(envs[0].group_name, Note("after"))
+            await _wait(lambda: len(ears["b"].heard) == 2)
+            assert ears["b"].heard[-1] == ("a", "after")
+            assert all(text != "forged" for _, text in ears["b"].heard)
+            await _wait(lambda: len([r for r in sinks["b"].named() if r.event == "drop"]) >= 2)
+            reasons = {orjson.loads(r.info or "{}")["reason"] for r in sinks["b"].named()
+                       if r.event == "drop"}
+            assert reasons == {"auth"}  # the raw one fails the tag check too
+            stranger.close_group()
+        finally:
+            for env in envs:
+                env.close_group()
+
+    asyncio.run(main())

@@ -1,0 +1,195 @@
+"""SRM timers, suppression, backoff, distances and bounds, one member driven by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gossamer.core.errors import ConfigError
+from gossamer.protocols.dissemination.srm import (
+    Srm,
+    SrmConfig,
+    SrmData,
+    SrmRepair,
+    SrmRequest,
+    SrmSession,
+    SrmTimerConfig,
+)
+from gossamer.testing import FakeEnv
+
+D = 0.05  # the default distance before any estimate
+
+
+def member(node: str = "a", *, adaptive: bool = False, **config: Any) -> tuple[Srm, FakeEnv,
+                                                                             list[Any]]:
+    env = FakeEnv(node, seed=7)
+    config.setdefault("session_period", 1e6)  # no session messages unless a test sends one
+    srm = Srm(env, SrmConfig(group="g", timers=SrmTimerConfig(adaptive=adaptive), **config))
+    delivered: list[Any] = []
+    srm.on_deliver = lambda source, seq, payload: delivered.append((source, seq, payload))
+    srm.start()
+    return srm, env, delivered
+
+
+def requests(env: FakeEnv) -> list[tuple[str, int]]:
+    return [(m.source, m.seq) for _, m in env.take_multicast() if isinstance(m, SrmRequest)]
+
+
+def test_a_gap_is_requested_after_a_timer_in_c1d_to_c1_plus_c2_d() -> None:
+    srm, env, delivered = member()
+    srm.on_message("s", SrmData("s", 1, "one"))
+    srm.on_message("s", SrmData("s", 3, "three"))
+    assert [seq for _, seq, _ in delivered] == [1, 3]
+    env.advance(2 * D - 1e-9)
+    assert requests(env) == []
+    env.advance(2 * D + 1e-9)  # by (C1 + C2) d it has fired
+    assert requests(env) == [("s", 2)]
+
+
+def test_a_repeated_request_backs_off_exponentially() -> None:
+    srm, env, _ = member()
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("s", SrmData("s", 3, "x"))
+    times = []
+    for _ in range(3):
+        while not requests(env):
+            env.advance(0.001)
+        times.append(env.now())
+    first, second = times[1] - times[0], times[2] - times[1]
+    assert 2 * 2 * D - 0.002 <= first <= 2 * 4 * D + 0.002  # round 1: 2 x [2d, 4d]
+    assert 4 * 2 * D - 0.002 <= second <= 4 * 4 * D + 0.002  # round 2: 4 x [2d, 4d]
+
+
+def test_a_request_heard_first_suppresses_ours() -> None:
+    srm, env, _ = member()
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("s", SrmData("s", 3, "x"))
+    env.advance(D)  # before our timer (>= 2d)
+    srm.on_message("b", SrmRequest("b", "s", 2))
+    env.advance(4 * D)  # our first timer would have fired by now
+    assert requests(env) == []
+    srm.on_message("b", SrmRepair("b", "s", 2, "two"))
+    env.advance(100 * D)
+    assert requests(env) == []  # recovered: nothing more asked
+    assert srm.stats["recovered"] == 1 and srm.stats["requests"] == 0
+
+
+def test_a_holder_repairs_after_d1d_to_d1_plus_d2_d_unless_it_hears_a_repair() -> None:
+    srm, env, _ = member("h")
+    srm.on_message("s", SrmData("s", 1, "one"))
+    srm.on_message("a", SrmRequest("a", "s", 1))
+    env.advance(D - 1e-9)
+    assert env.take_multicast() == []
+    env.advance(D + 1e-9)
+    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "one"))]
+    # a second request that crossed the repair is ignored (hold-down of 3 d)
+    srm.on_message("b", SrmRequest("b", "s", 1))
+    env.advance(2 * D)
+    assert env.take_multicast() == []
+    # another holder answers first: ours is suppressed
+    other, env2, _ = member("k")
+    other.on_message("s", SrmData("s", 1, "one"))
+    other.on_message("a", SrmRequest("a", "s", 1))
+    env2.advance(D / 2)
+    other.on_message("h", SrmRepair("h", "s", 1, "one"))
+    env2.advance(10 * D)
+    assert env2.take_multicast() == []
+
+
+def test_a_session_message_reveals_a_lost_last_item() -> None:
+    srm, env, _ = member()
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("s", SrmSession(0.0, (("s", 3),), ()))
+    env.advance(4 * D + 1e-9)
+    assert sorted(requests(env)) == [("s", 2), ("s", 3)]
+
+
+def test_a_new_member_does_not_ask_for_history_it_never_had() -> None:
+    srm, env, _ = member()
+    srm.on_message("s", SrmSession(0.0, (("s", 50),), ()))
+    env.advance(10 * D)
+    assert requests(env) == []
+    srm.on_message("s", SrmData("s", 52, "x"))  # 51 is a real loss
+    env.advance(4 * D + 1e-9)
+    assert requests(env) == [("s", 51)]
+
+
+def test_distance_comes_from_echoed_timestamps_with_a_floor() -> None:
+    srm, env, _ = member(min_distance=0.01)
+    env.advance(1.0)
+    srm.send_session()
+    (_, mine), = env.take_multicast()
+    assert isinstance(mine, SrmSession)
+    env.advance(0.3)  # b held our timestamp 0.1 s: rtt 0.2, distance 0.1
+    srm.on_message("b", SrmSession(5.0, (), (("a", mine.sent_at, 0.1),)))
+    assert srm.distance("b") == pytest.approx(0.1)
+    env.advance(0.001)
+    srm.on_message("c", SrmSession(5.0, (), (("a", env.now(), 0.0),)))
+    assert srm.distance("c") == 0.01  # a zero distance counts as the floor
+    srm.send_session()
+    (_, echo), = env.take_multicast()
+    assert isinstance(echo, SrmSession)
+    ((_member_b, sent_at, held),) = [e for e in echo.echoes if e[0] == "b"]
+    assert sent_at == 5.0 and held == pytest.approx(0.001)
+
+
+def test_the_cache_is_bounded_and_the_holder_answers_for_what_it_lost() -> None:
+    srm, env, _ = member("h", max_cache=2)
+    for seq in (1, 2, 3):
+        srm.on_message("s", SrmData("s", seq, f"p{seq}"))
+    srm.on_message("a", SrmRequest("a", "s", 1))
+    env.advance(10 * D)
+    assert env.take_multicast() == []  # evicted and nobody holds it
+    srm.holder = lambda source, seq: "durable" if (source, seq) == ("s", 1) else None
+    srm.on_message("a", SrmRequest("a", "s", 1))
+    env.advance(10 * D)
+    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "durable"))]
+
+
+def test_a_loss_nobody_repairs_is_given_up_after_max_rounds() -> None:
+    srm, env, _ = member(max_request_rounds=3)
+    srm.on_message("s", SrmData("s", 2, "x"))
+    srm.on_message("s", SrmSession(0.0, (("s", 3),), ()))
+    env.advance(1000 * D)
+    assert requests(env) == [("s", 3)] * 3
+    assert srm.stats["gave_up"] == 1
+    assert env.traced("gave_up", layer="srm")
+
+
+def test_duplicates_and_own_items_are_delivered_never() -> None:
+    srm, _env, delivered = member()
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("b", SrmRepair("b", "s", 1, "x"))
+    seq = srm.multicast("mine")
+    srm.on_message("b", SrmRepair("b", "a", seq, "mine"))
+    assert delivered == [("s", 1, "x")]
+
+
+def test_adaptive_timers_move_c1_up_on_duplicate_requests() -> None:
+    srm, _env, _ = member(adaptive=True)
+    for other in ("s", "b", "c", "d"):  # a group of five: C2 may grow up to 5
+        srm.on_message(other, SrmSession(0.0, (), ()))
+    srm.on_message("s", SrmData("s", 1, "x"))
+    for seq in range(2, 12, 2):  # five losses, each requested by three others
+        srm.on_message("s", SrmData("s", seq + 1, "x"))
+        for other in ("b", "c", "d"):
+            srm.on_message(other, SrmRequest(other, "s", seq))
+        srm.on_message("b", SrmRepair("b", "s", seq, "x"))
+    assert srm.timers.c2 > 2.0  # wider: fewer duplicates next time
+    fixed, _fixed_env, _ = member(adaptive=False)
+    fixed.on_message("s", SrmData("s", 1, "x"))
+    fixed.on_message("s", SrmData("s", 3, "x"))
+    fixed.on_message("b", SrmRequest("b", "s", 2))
+    fixed.on_message("b", SrmRepair("b", "s", 2, "x"))
+    assert (fixed.timers.c1, fixed.timers.c2) == (2.0, 2.0)
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        SrmConfig(group="g", session_period=0)
+    with pytest.raises(ConfigError):
+        SrmTimerConfig(c1=-1)
+    with pytest.raises(ValueError):
+        SrmData("s", 0, "x")
