@@ -15,13 +15,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
-
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from .analysis import Analysis
 from .checks import PARTIAL_NOTE, Status
+
+if TYPE_CHECKING:  # matplotlib is imported when a report is drawn, not with the pipeline
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = ["format_value", "plots", "sweep_points", "write_report"]
 
@@ -78,6 +79,8 @@ def _png(figure: Figure) -> str:
 
 
 def _figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(6.4, 4.0))
     axes = figure.subplots()
     axes.set_title(title)
