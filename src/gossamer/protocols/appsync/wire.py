@@ -1,0 +1,535 @@
+"""The wire format of seed 002 (APSYN/01), spoken exactly: join, init, sync and rqst with their
+create/update/delete actions. Every gap of the seed is decided in docs/appsync-wire.md.
+
+Decoding raises only ``AppSyncProtocolError`` subclasses, each carrying the status the server
+answers with (40 bad request, 55 version not supported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+from typing import Any, ClassVar
+
+import orjson
+
+from ...core.errors import InvalidMessage, ProtocolError
+from ...core.messages import Message
+
+__all__ = [
+    "CODES",
+    "MAX_ACTIONS",
+    "MAX_DEPTH",
+    "PROTOCOL",
+    "ROUND_MAX",
+    "Action",
+    "AppSyncCodec",
+    "AppSyncMessage",
+    "AppSyncProtocolError",
+    "BadRequest",
+    "Create",
+    "Delete",
+    "Header",
+    "Init",
+    "Join",
+    "Mode",
+    "ObjectInfo",
+    "Rqst",
+    "Scope",
+    "SessionConfig",
+    "Status",
+    "Sync",
+    "Update",
+    "VersionNotSupported",
+    "next_round",
+]
+
+VERSION = "01"
+PROTOCOL = f"APSYN/{VERSION}"
+ROUND_MAX = 0xFFFF
+MAX_ACTIONS = 256  # actions in one rqst
+MAX_DEPTH = 32  # JSON nesting
+MAX_NAME = 256
+MAX_LIST = 1 << 16  # actions in an init or a sync
+
+_HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
+_PROTO = re.compile(r"APSYN/[0-9]{2}")
+_NAME = re.compile(r"[A-Za-z0-9$_]+(?:\.[A-Za-z0-9$_]+)*")
+
+
+class Status(enum.IntEnum):
+    """The seed's code table."""
+
+    OK = 20
+    ACCEPTED = 21
+    PREFERRED = 22
+    MULTIPLE_ACCEPTED = 23
+    MAJORITY_ACCEPTED = 24
+    CONFLICT = 30
+    REFUSED_TEMPORARY = 31
+    INFERIOR = 32
+    INFERIOR_TO_MULTIPLE = 33
+    INFERIOR_TO_MAJORITY = 34
+    PERMANENT_CONFLICT = 39
+    BAD_REQUEST = 40
+    UNAUTHORIZED = 41
+    VALIDATION_FAILED = 42
+    FORBIDDEN = 43
+    NOT_FOUND = 44
+    ALREADY_EXISTS = 45
+    INTERNAL_ERROR = 50
+    NOT_IMPLEMENTED = 51
+    SERVICE_UNAVAILABLE = 53
+    VERSION_NOT_SUPPORTED = 55
+
+    @property
+    def phrase(self) -> str:
+        return self.name.replace("_", " ").title()
+
+    @property
+    def accepted(self) -> bool:
+        return 20 <= self.value < 30
+
+
+CODES = frozenset(int(s) for s in Status)
+
+
+class AppSyncProtocolError(ProtocolError):
+    """Bad APSYN input; ``status`` is what the server answers with."""
+
+    status: Status = Status.BAD_REQUEST
+
+
+class BadRequest(AppSyncProtocolError, InvalidMessage):
+    reason = "bad_request"
+    status = Status.BAD_REQUEST
+
+
+class VersionNotSupported(AppSyncProtocolError):
+    reason = "version"
+    status = Status.VERSION_NOT_SUPPORTED
+
+
+class Scope(enum.Enum):
+    GLOBAL = "G"
+    LOCAL = "L"
+    CLIENT = "C"
+
+
+class Mode(enum.Enum):
+    NA = "NA"
+    RO = "RO"
+    RW = "RW"
+
+
+def next_round(number: int) -> int:
+    """The round after ``number``: FFFF wraps to 0001, 0000 is reserved."""
+    return 1 if number >= ROUND_MAX else number + 1
+
+
+def _hex4(value: int) -> str:
+    return f"{value:04X}"
+
+
+def _is_hex4(text: str) -> bool:
+    return _HEX4.fullmatch(text) is not None
+
+
+def _check_json_depth(value: Any, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_json_depth(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json_depth(item, depth + 1)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """``s`` scope, optional ``i`` scope id (4 hex digits, upper case), ``n`` name."""
+
+    scope: Scope
+    name: str
+    scope_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, Scope):
+            raise ValueError(f"scope must be a Scope, got {self.scope!r}")
+        if (not isinstance(self.name, str) or len(self.name) > MAX_NAME
+                or _NAME.fullmatch(self.name) is None):
+            raise ValueError(f"bad object name {str(self.name)[:40]!r}")
+        if self.scope_id is not None:
+            if not isinstance(self.scope_id, str) or not _is_hex4(self.scope_id):
+                raise ValueError("a scope id is 4 hex digits")
+            object.__setattr__(self, "scope_id", self.scope_id.upper())
+        if self.scope is Scope.CLIENT and self.scope_id is None:
+            raise ValueError("a C object needs its owner's client id as scope id")
+        if self.scope is Scope.GLOBAL and self.scope_id is not None:
+            raise ValueError("a G object has no scope id")
+
+    @property
+    def root(self) -> str:
+        """The object's own name (the first segment)."""
+        return self.name.split(".", 1)[0]
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The property path inside the object (empty: the whole object)."""
+        return tuple(self.name.split(".")[1:])
+
+    @property
+    def object_key(self) -> str:
+        """One string per object: scope, scope id and root name."""
+        return f"{self.scope.value}/{self.scope_id or ''}/{self.root}"
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"s": self.scope.value}
+        if self.scope_id is not None:
+            out["i"] = self.scope_id
+        out["n"] = self.name
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Create:
+    info: ObjectInfo
+    mode: Mode
+    data: Any
+
+    TAG: ClassVar[str] = "cre"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, Mode):
+            raise ValueError(f"mode must be a Mode, got {self.mode!r}")
+        if self.info.path:
+            raise ValueError("a create is of a whole object: no dotted name")
+        _check_json_depth(self.data)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"t": "cre", "i": self.info.to_wire(), "m": self.mode.value, "d": self.data}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Update:
+    info: ObjectInfo
+    data: Any
+
+    TAG: ClassVar[str] = "upd"
+
+    def __post_init__(self) -> None:
+        _check_json_depth(self.data)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"t": "upd", "i": self.info.to_wire(), "d": self.data}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delete:
+    info: ObjectInfo
+
+    TAG: ClassVar[str] = "del"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"t": "del", "i": self.info.to_wire()}
+
+
+Action = Create | Update | Delete
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Header:
+    """``c`` client id ("" or 4 hex digits, upper case), ``r`` round, ``l`` last received."""
+
+    client_id: str
+    round: int
+    last: int
+    version: str = VERSION
+
+    def __post_init__(self) -> None:
+        if self.client_id != "" and not (isinstance(self.client_id, str)
+                                         and _is_hex4(self.client_id)):
+            raise ValueError("a client id is empty or 4 hex digits")
+        object.__setattr__(self, "client_id", self.client_id.upper())
+        for name in ("round", "last"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ROUND_MAX:
+                raise ValueError(f"{name} must be in 0..FFFF")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"p": f"APSYN/{self.version}", "c": self.client_id, "r": _hex4(self.round),
+                "l": _hex4(self.last)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """``min``/``max`` round time in milliseconds, ``tout`` in rounds."""
+
+    min_ms: int
+    max_ms: int
+    tout: int
+
+    def __post_init__(self) -> None:
+        for name, limit in (("min_ms", 0xFFFFFFFF), ("max_ms", 0xFFFFFFFF), ("tout", 0xFFFF)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+                raise ValueError(f"{name} out of range")
+        if self.max_ms < 1 or self.tout < 1 or self.min_ms > self.max_ms:
+            raise ValueError("need 0 <= min <= max, max >= 1 and tout >= 1")
+
+    def to_wire(self) -> dict[str, str]:
+        return {"min": f"{self.min_ms:X}", "max": f"{self.max_ms:X}", "tout": f"{self.tout:X}"}
+
+
+class AppSyncMessage(Message):
+    """Base of the four APSYN messages."""
+
+    __slots__ = ()
+
+
+def _check_actions(actions: tuple[Any, ...], allowed: tuple[type, ...]) -> None:
+    if not isinstance(actions, tuple):
+        raise ValueError("actions must be a tuple")
+    for action in actions:
+        if not isinstance(action, allowed):
+            raise ValueError(f"{type(action).__name__} is not allowed here")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Join(AppSyncMessage):
+    TYPE: ClassVar[str] = "join"
+    header: Header
+    id: str
+
+    def __post_init__(self) -> None:
+        if self.header.round != 0 or self.header.last != 0:
+            raise ValueError("a join has round and last received 0000")
+        if not isinstance(self.id, str) or not 1 <= len(self.id) <= 512:
+            raise ValueError("a join id is 1..512 characters")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Init(AppSyncMessage):
+    TYPE: ClassVar[str] = "init"
+    header: Header
+    config: SessionConfig
+    creates: tuple[Create, ...]
+
+    def __post_init__(self) -> None:
+        if self.header.round != 0 or self.header.client_id == "":
+            raise ValueError("an init has round 0000 and the peer's client id")
+        _check_actions(self.creates, (Create,))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sync(AppSyncMessage):
+    TYPE: ClassVar[str] = "sync"
+    header: Header
+    acks: tuple[int, ...]
+    actions: tuple[Action, ...]
+
+    def __post_init__(self) -> None:
+        if self.header.round == 0:
+            raise ValueError("a sync has a round number other than 0000")
+        if not isinstance(self.acks, tuple) or any(
+                isinstance(a, bool) or a not in CODES for a in self.acks):
+            raise ValueError("acks are codes of the code table")
+        _check_actions(self.actions, (Create, Update, Delete))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rqst(AppSyncMessage):
+    TYPE: ClassVar[str] = "rqst"
+    header: Header
+    actions: tuple[Action, ...]
+
+    def __post_init__(self) -> None:
+        if self.header.round == 0:
+            raise ValueError("a rqst has a round number other than 0000")
+        if self.header.client_id == "":
+            raise ValueError("a rqst carries the peer's client id")
+        if len(self.actions) > MAX_ACTIONS:
+            raise ValueError(f"more than {MAX_ACTIONS} actions in a rqst")
+        _check_actions(self.actions, (Create, Update, Delete))
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise BadRequest("duplicate key in a JSON object")
+    return out
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not JSON")
+
+
+def _parse_int(text: str) -> int:
+    value = int(text)
+    if not -(1 << 63) <= value < (1 << 64):
+        raise BadRequest("an integer beyond 64 bits")
+    return value
+
+
+def _loads(data: bytes | str) -> Any:
+    try:
+        orjson.loads(data)  # strict: UTF-8, no lone surrogates, no NaN, no infinity
+        return json.loads(data, object_pairs_hook=_no_duplicates, parse_int=_parse_int,
+                          parse_constant=_refuse_constant)
+    except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, BadRequest):
+            raise
+        raise BadRequest(f"not JSON: {str(exc)[:80]}") from exc
+
+
+def _obj(value: Any, keys: set[str], what: str, optional: frozenset[str] = frozenset()
+         ) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    have = set(value)
+    if not keys - optional <= have or not have <= keys:
+        raise BadRequest(f"{what} has keys {sorted(have)}, expected {sorted(keys)}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"{what} must be a string")
+    return value
+
+
+def _round(value: Any, what: str) -> int:
+    text = _str(value, what)
+    if not _is_hex4(text):
+        raise BadRequest(f"{what} must be 4 hex digits")
+    return int(text, 16)
+
+
+def _hex_field(value: Any, what: str, digits: int) -> int:
+    text = _str(value, what)
+    if not 1 <= len(text) <= digits or any(ch not in "0123456789abcdefABCDEF" for ch in text):
+        raise BadRequest(f"{what} must be 1..{digits} hex digits")
+    return int(text, 16)
+
+
+def _decode_header(value: Any) -> Header:
+    head = _obj(value, {"p", "c", "r", "l"}, "head")
+    proto = _str(head["p"], "p")
+    if _PROTO.fullmatch(proto) is None:
+        raise BadRequest("p must be APSYN/ and 2 digits")
+    if proto != PROTOCOL:
+        raise VersionNotSupported(f"{proto} is not supported, {PROTOCOL} is")
+    client = _str(head["c"], "c")
+    if client and not _is_hex4(client):
+        raise BadRequest("c must be empty or 4 hex digits")
+    return Header(client_id=client, round=_round(head["r"], "r"), last=_round(head["l"], "l"))
+
+
+def _decode_info(value: Any) -> ObjectInfo:
+    info = _obj(value, {"s", "i", "n"}, "object info", frozenset({"i"}))
+    scope_text = _str(info["s"], "s")
+    try:
+        scope = Scope(scope_text)
+    except ValueError as exc:
+        raise BadRequest("s must be G, L or C") from exc
+    scope_id = _str(info["i"], "i") if "i" in info else None
+    return ObjectInfo(scope=scope, name=_str(info["n"], "n"), scope_id=scope_id)
+
+
+def _decode_action(value: Any) -> Action:
+    if not isinstance(value, dict) or "t" not in value:
+        raise BadRequest("an action is an object with t")
+    tag = value["t"]
+    if tag == "cre":
+        body = _obj(value, {"t", "i", "m", "d"}, "cre")
+        try:
+            mode = Mode(_str(body["m"], "m"))
+        except ValueError as exc:
+            raise BadRequest("m must be NA, RO or RW") from exc
+        return Create(info=_decode_info(body["i"]), mode=mode, data=body["d"])
+    if tag == "upd":
+        body = _obj(value, {"t", "i", "d"}, "upd")
+        return Update(info=_decode_info(body["i"]), data=body["d"])
+    if tag == "del":
+        body = _obj(value, {"t", "i"}, "del")
+        return Delete(info=_decode_info(body["i"]))
+    raise BadRequest(f"unknown action {str(tag)[:10]!r}")
+
+
+def _actions(value: Any, what: str) -> tuple[Action, ...]:
+    if not isinstance(value, list):
+        raise BadRequest(f"{what} must be an array")
+    if len(value) > MAX_LIST:
+        raise BadRequest(f"{what} is too long")
+    return tuple(_decode_action(item) for item in value)
+
+
+class AppSyncCodec:
+    """Bytes <-> messages. ``decode_from_peer`` gives a Join or Rqst, ``decode_from_server``
+    an Init or Sync; both raise ``BadRequest`` (40) or ``VersionNotSupported`` (55)."""
+
+    def __init__(self, *, max_frame: int = 64 * 1024) -> None:
+        self.max_frame = max_frame
+
+    def encode(self, msg: Message) -> bytes:
+        if isinstance(msg, Join):
+            body: Any = {"id": msg.id}
+        elif isinstance(msg, Init):
+            body = {"sc": msg.config.to_wire(), "cr": [c.to_wire() for c in msg.creates]}
+        elif isinstance(msg, Sync):
+            body = {"ack": list(msg.acks), "syn": [a.to_wire() for a in msg.actions]}
+        elif isinstance(msg, Rqst):
+            body = [a.to_wire() for a in msg.actions]
+        else:
+            raise TypeError(f"not an APSYN message: {type(msg).__name__}")
+        return orjson.dumps({"h": msg.header.to_wire(), "b": body})
+
+    def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
+        if len(data) > self.max_frame:
+            raise BadRequest(f"frame of {len(data)} bytes over {self.max_frame}")
+        message = _obj(_loads(data), {"h", "b"}, "message")
+        return _decode_header(message["h"]), message["b"]
+
+    def decode_from_peer(self, data: bytes | str) -> Join | Rqst:
+        header, body = self._envelope(data)
+        try:
+            if header.round == 0:
+                join = _obj(body, {"id"}, "join body")
+                return Join(header=header, id=_str(join["id"], "id"))
+            return Rqst(header=header, actions=_actions(body, "rqst body"))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+
+    def decode_from_server(self, data: bytes | str) -> Init | Sync:
+        header, body = self._envelope(data)
+        try:
+            if header.round == 0:
+                init = _obj(body, {"sc", "cr"}, "init body")
+                sc = _obj(init["sc"], {"min", "max", "tout"}, "sc")
+                config = SessionConfig(min_ms=_hex_field(sc["min"], "min", 8),
+                                       max_ms=_hex_field(sc["max"], "max", 8),
+                                       tout=_hex_field(sc["tout"], "tout", 4))
+                creates = _actions(init["cr"], "cr")
+                if not all(isinstance(c, Create) for c in creates):
+                    raise BadRequest("an init holds only cre actions")
+                return Init(header=header, config=config,
+                            creates=tuple(c for c in creates if isinstance(c, Create)))
+            sync = _obj(body, {"ack", "syn"}, "sync body")
+            acks = sync["ack"]
+            if not isinstance(acks, list) or any(
+                    isinstance(a, bool) or not isinstance(a, int) or a not in CODES
+                    for a in acks):
+                raise BadRequest("ack must be a list of codes of the code table")
+            return Sync(header=header, acks=tuple(acks), actions=_actions(sync["syn"], "syn"))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+
+    def decode(self, data: bytes | str) -> Message:
+        """For a runtime that wants one ``decode``: the messages a peer sends."""
+        return self.decode_from_peer(data)

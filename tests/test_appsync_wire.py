@@ -1,0 +1,226 @@
+"""APSYN/01 wire format (seed 002): the vectors of docs/appsync-wire.md, accepted and refused
+inputs for every rule, the round wrap, and a fuzz test (only typed errors, never a crash)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gossamer.protocols.appsync import (
+    AppSyncCodec,
+    AppSyncProtocolError,
+    BadRequest,
+    Create,
+    Delete,
+    Header,
+    Init,
+    Join,
+    Mode,
+    ObjectInfo,
+    Rqst,
+    Scope,
+    SessionConfig,
+    Status,
+    Sync,
+    Update,
+    VersionNotSupported,
+    next_round,
+)
+
+codec = AppSyncCodec()
+DOC = Path(__file__).resolve().parent.parent / "docs" / "appsync-wire.md"
+
+WIRE = {
+    "join": Join(header=Header("", 0, 0), id="appName-sessionId-salt"),
+    "init": Init(header=Header("0001", 0, 1), config=SessionConfig(20, 200, 10),
+                 creates=(Create(ObjectInfo(Scope.GLOBAL, "quiz"), Mode.RW, {"round": 1}),)),
+    "sync": Sync(header=Header("0001", 2, 1), acks=(21, 32),
+                 actions=(Update(ObjectInfo(Scope.GLOBAL, "quiz.round"), 2),)),
+    "beat": Sync(header=Header("0001", 3, 2), acks=(), actions=()),
+    "rqst": Rqst(header=Header("0001", 2, 2), actions=(
+        Create(ObjectInfo(Scope.CLIENT, "me", "0001"), Mode.RO, {"x": 1}),
+        Delete(ObjectInfo(Scope.GLOBAL, "old")))),
+    "empty": Rqst(header=Header("0001", 0xFFFF, 0xFFFF), actions=()),
+}
+
+
+def doc_vectors() -> dict[str, bytes]:
+    text = DOC.read_text()
+    block = text.split("Wire (our encoder, byte for byte):", 1)[1].split("```")[1]
+    out = {}
+    for line in block.strip().splitlines():
+        name, frame = line.split(None, 1)
+        out[name] = frame.strip().encode()
+    return out
+
+
+def test_every_wire_vector_of_the_doc_is_what_the_encoder_writes_and_decodes_back() -> None:
+    vectors = doc_vectors()
+    assert set(vectors) == set(WIRE)
+    for name, msg in WIRE.items():
+        assert codec.encode(msg) == vectors[name], name
+        decoded = (codec.decode_from_peer(vectors[name]) if isinstance(msg, Join | Rqst)
+                   else codec.decode_from_server(vectors[name]))
+        assert decoded == msg, name
+
+
+def test_the_seeds_own_examples_parse() -> None:
+    # {"id":"appName-sessionId-salt"} and the heartbeat {"ack":[],"syn":[]}
+    assert codec.decode_from_peer(doc_vectors()["join"]).id == "appName-sessionId-salt"
+    beat = codec.decode_from_server(
+        b'{"h":{"p":"APSYN/01","c":"0001","r":"0003","l":"0002"},"b":{"ack":[],"syn":[]}}')
+    assert isinstance(beat, Sync) and beat.acks == () and beat.actions == ()
+
+
+def test_any_key_order_whitespace_and_lower_case_hex_are_accepted() -> None:
+    msg = codec.decode_from_peer(
+        b'{ "h" : { "l":"0000", "r":"0000", "c":"", "p":"APSYN/01" },\t"b" :\r\n{"id":"s"} }')
+    assert msg == Join(header=Header("", 0, 0), id="s")
+    rqst = codec.decode_from_peer(b'{"h":{"p":"APSYN/01","c":"00ab","r":"00ff","l":"00fe"},'
+                                  b'"b":[]}')
+    assert rqst == Rqst(header=Header("00AB", 0xFF, 0xFE), actions=())
+    assert codec.encode(rqst) == (b'{"h":{"p":"APSYN/01","c":"00AB","r":"00FF","l":"00FE"},'
+                                  b'"b":[]}')
+
+
+def test_the_round_wraps_from_ffff_to_0001_and_0000_is_reserved() -> None:
+    assert next_round(0xFFFE) == 0xFFFF
+    assert next_round(0xFFFF) == 1
+    assert next_round(0) == 1
+    with pytest.raises(ValueError):
+        Rqst(header=Header("0001", 0, 0), actions=())
+    with pytest.raises(ValueError):
+        Sync(header=Header("0001", 0, 0), acks=(), actions=())
+
+
+HEAD = '{"p":"APSYN/01","c":"0001","r":"0002","l":"0002"}'
+JOINHEAD = '{"p":"APSYN/01","c":"","r":"0000","l":"0000"}'
+
+
+def rqst_with(action: str) -> bytes:
+    return f'{{"h":{HEAD},"b":[{action}]}}'.encode()
+
+
+REFUSED_40 = [
+    f'{{"h":{JOINHEAD}}}',  # no body
+    '{"h":{"p":"APSYN/01","c":"","r":"000","l":"0000"},"b":{"id":"s"}}',
+    '{"h":{"p":"APSYN/01","c":"","r":"00G0","l":"0000"},"b":{"id":"s"}}',
+    '{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0001"},"b":{"id":"s"}}',  # join with l
+    f'{{"h":{JOINHEAD},"b":{{"id":"s","id":"t"}}}}',  # duplicate key
+    f'{{"h":{JOINHEAD},"b":{{"id":"s","x":1}}}}',  # extra key
+    f'{{"h":{JOINHEAD},"b":{{"id":""}}}}',
+    '{"h":{"p":"APSYN/1","c":"","r":"0000","l":"0000"},"b":{"id":"s"}}',
+    '{"h":{"p":"APSYN/01","c":"001","r":"0001","l":"0001"},"b":[]}',
+    '{"h":{"p":"APSYN/01","c":"","r":"0001","l":"0001"},"b":[]}',  # rqst without client id
+    f'{{"h":{HEAD},"b":{{}}}}',
+    '[1,2]',
+    'NaN',
+    '{"h":' + HEAD + ',"b":[' + ",".join(['{"t":"del","i":{"s":"G","n":"a"}}'] * 257) + "]}",
+    '{"h":{"p":"APSYN/01","c":"0001","r":"0002","l":"0002"},"b":[],"x":1}',
+    "not json",
+]
+REFUSED_ACTIONS = [
+    '{"t":"upd","i":{"s":"G","i":"0001","n":"a"},"d":1}',  # G with i
+    '{"t":"upd","i":{"s":"C","n":"a"},"d":1}',  # C without i
+    '{"t":"upd","i":{"s":"C","i":"01","n":"a"},"d":1}',  # short scope id
+    '{"t":"upd","i":{"s":"X","n":"a"},"d":1}',
+    '{"t":"upd","i":{"s":"G","n":"a..b"},"d":1}',
+    '{"t":"upd","i":{"s":"G","n":"1-x"},"d":1}',
+    '{"t":"upd","i":{"s":"G","n":""},"d":1}',
+    '{"t":"upd","i":{"s":"G","n":"a"}}',  # no d
+    '{"t":"cre","i":{"s":"G","n":"a.b"},"m":"RW","d":1}',  # dotted create
+    '{"t":"cre","i":{"s":"G","n":"a"},"m":"rw","d":1}',
+    '{"t":"cre","i":{"s":"G","n":"a"},"d":1}',
+    '{"t":"put","i":{"s":"G","n":"a"}}',
+    '{"t":"del","i":{"s":"G","n":"a"},"d":1}',
+    '{"t":"upd","i":{"s":"G","n":"a"},"d":123456789012345678901234567890}',
+    '{"t":"upd","i":{"s":"G","n":"a"},"d":' + "[" * 40 + "]" * 40 + "}",
+    '"del"',
+]
+
+
+@pytest.mark.parametrize("frame", REFUSED_40 + [rqst_with(a).decode() for a in REFUSED_ACTIONS])
+def test_refused_inputs_are_status_40(frame: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        codec.decode_from_peer(frame.encode())
+    assert info.value.status is Status.BAD_REQUEST
+
+
+@pytest.mark.parametrize("frame", [
+    '{"h":{"p":"APSYN/01","c":"0001","r":"0002","l":"0001"},"b":{"ack":[99],"syn":[]}}',
+    '{"h":{"p":"APSYN/01","c":"0001","r":"0002","l":"0001"},"b":{"ack":[true],"syn":[]}}',
+    '{"h":{"p":"APSYN/01","c":"0001","r":"0000","l":"0001"},"b":{"sc":{"min":"C9","max":"C8",'
+    '"tout":"1"},"cr":[]}}',
+    '{"h":{"p":"APSYN/01","c":"0001","r":"0000","l":"0001"},"b":{"sc":{"min":"1","max":"C8",'
+    '"tout":"12345"},"cr":[]}}',
+    '{"h":{"p":"APSYN/01","c":"0001","r":"0000","l":"0001"},"b":{"sc":{"min":"1","max":"C8",'
+    '"tout":"1"},"cr":[{"t":"del","i":{"s":"G","n":"a"}}]}}',
+    '{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0001"},"b":{"sc":{"min":"1","max":"C8",'
+    '"tout":"1"},"cr":[]}}',
+])
+def test_refused_server_frames_are_status_40(frame: str) -> None:
+    with pytest.raises(BadRequest):
+        codec.decode_from_server(frame.encode())
+
+
+def test_an_empty_init_is_accepted() -> None:
+    init = codec.decode_from_server(b'{"h":{"p":"APSYN/01","c":"0001","r":"0000","l":"0001"},'
+                                    b'"b":{"sc":{"min":"0","max":"c8","tout":"a"},"cr":[]}}')
+    assert init == Init(header=Header("0001", 0, 1), config=SessionConfig(0, 200, 10),
+                        creates=())
+
+
+def test_another_version_is_status_55() -> None:
+    with pytest.raises(VersionNotSupported) as info:
+        codec.decode_from_peer(b'{"h":{"p":"APSYN/02","c":"","r":"0000","l":"0000"},'
+                               b'"b":{"id":"s"}}')
+    assert info.value.status is Status.VERSION_NOT_SUPPORTED
+
+
+def test_every_action_and_name_rule_round_trips() -> None:
+    actions = (Create(ObjectInfo(Scope.LOCAL, "$a_1", "0001"), Mode.NA, [1, "x", None]),
+               Update(ObjectInfo(Scope.GLOBAL, "a.b.$c_9"), {"k": None}),
+               Delete(ObjectInfo(Scope.CLIENT, "x.y", "ffff")))
+    frame = codec.encode(Rqst(header=Header("0002", 5, 5), actions=actions))
+    back = codec.decode_from_peer(frame)
+    assert isinstance(back, Rqst)
+    assert back.actions[2].info.scope_id == "FFFF"
+    assert back.actions[:2] == actions[:2]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["h", "b", "p", "c", "r", "l", "id", "t", "i", "n", "s", "m", "d",
+                         "ack", "syn"]), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode())))
+def test_fuzz_decoding_raises_only_typed_errors(frame: bytes) -> None:
+    for decode in (codec.decode_from_peer, codec.decode_from_server):
+        try:
+            decode(frame)
+        except AppSyncProtocolError as exc:
+            assert exc.status in (Status.BAD_REQUEST, Status.VERSION_NOT_SUPPORTED)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(list(WIRE.values())), st.integers(0, 200), st.integers(0, 255))
+def test_fuzz_one_byte_changed_is_a_typed_error_or_a_valid_message(msg: object, where: int,
+                                                                   byte: int) -> None:
+    frame = bytearray(codec.encode(msg))  # type: ignore[arg-type]
+    frame[where % len(frame)] = byte
+    for decode in (codec.decode_from_peer, codec.decode_from_server):
+        try:
+            decoded = decode(bytes(frame))
+        except AppSyncProtocolError:
+            continue
+        assert codec.encode(decoded) is not None
+        assert re.match(rb'\{"h":\{"p":"APSYN/01"', codec.encode(decoded))
