@@ -71,7 +71,8 @@ def test_every_wire_vector_of_the_doc_is_what_the_encoder_writes_and_decodes_bac
 
 def test_the_seeds_own_examples_parse() -> None:
     # {"id":"appName-sessionId-salt"} and the heartbeat {"ack":[],"syn":[]}
-    assert codec.decode_from_peer(doc_vectors()["join"]).id == "appName-sessionId-salt"
+    join = codec.decode_from_peer(doc_vectors()["join"])
+    assert isinstance(join, Join) and join.id == "appName-sessionId-salt"
     beat = codec.decode_from_server(
         b'{"h":{"p":"APSYN/01","c":"0001","r":"0003","l":"0002"},"b":{"ack":[],"syn":[]}}')
     assert isinstance(beat, Sync) and beat.acks == () and beat.actions == ()

@@ -490,6 +490,9 @@ class AppSyncCodec:
             raise TypeError(f"not an APSYN message: {type(msg).__name__}")
         return orjson.dumps({"h": msg.header.to_wire(), "b": body})
 
+    def encode_action(self, action: Action) -> bytes:
+        return orjson.dumps(action.to_wire())
+
     def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
         if len(data) > self.max_frame:
             raise BadRequest(f"frame of {len(data)} bytes over {self.max_frame}")

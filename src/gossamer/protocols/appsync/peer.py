@@ -1,0 +1,252 @@
+"""The APSYN peer core (PEER) as a service of the connection contract: join, take the init,
+answer every sync with a rqst holding the queued requests, apply each round's updates, match
+acks to requests (oldest first), detect lost syncs from the round numbers, rejoin after a
+broken connection with its client id.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from ...core.conn import Conn, Framing
+from ...core.env import Env, TimerHandle
+from ...core.errors import ConfigError, StateError
+from .server import LAYER, action_id, value_digest
+from .state import ActionRefused, SharedObject, apply_action
+from .wire import (
+    MAX_ACTIONS,
+    Action,
+    AppSyncCodec,
+    AppSyncProtocolError,
+    Header,
+    Init,
+    Join,
+    Rqst,
+    SessionConfig,
+    Status,
+    Sync,
+    next_round,
+)
+
+__all__ = ["AppSyncPeer", "PeerPhase", "ResultFn"]
+
+ResultFn = Callable[[int, "int | None"], None]
+"""(request number, status code or None: unknown, the connection broke first)."""
+ChangeFn = Callable[[str, "SharedObject | None"], None]
+
+
+class PeerPhase(enum.Enum):
+    CONNECTING = "connecting"
+    JOINING = "joining"
+    SYNCING = "syncing"
+    CLOSED = "closed"  # refused or stopped: no reconnect
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PeerConfig:
+    address: str
+    session: str
+    key: str | None = None
+    framing: Framing = Framing.LINES
+    reconnect_delay: float = 0.5
+    max_queue: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.reconnect_delay <= 0 or self.max_queue < 1:
+            raise ConfigError("reconnect_delay > 0 and max_queue >= 1")
+
+
+class AppSyncPeer:
+    """One peer of one session. ``request(action)`` queues a request and returns its number;
+    ``on_result(number, code)`` and ``on_change(key, object or None)`` report back."""
+
+    def __init__(self, env: Env, config: PeerConfig) -> None:
+        self.env = env
+        self.config = config
+        self.codec = AppSyncCodec()
+        self.phase = PeerPhase.CONNECTING
+        self.client_id = ""
+        self.round = 0
+        self.objects: dict[str, SharedObject] = {}
+        self.session_config: SessionConfig | None = None
+        self.conn: Conn | None = None
+        self.queue: collections.deque[tuple[int, Action]] = collections.deque()
+        self.in_flight: collections.deque[int] = collections.deque()
+        self.results: dict[int, int | None] = {}
+        self.refused: tuple[int, str] | None = None
+        self.rounds_seen = 0
+        self._numbers = 0
+        self._timer: TimerHandle | None = None
+        self.on_result: ResultFn | None = None
+        self.on_change: ChangeFn | None = None
+        self.on_round: Callable[[int], None] | None = None
+
+    # -- application ---------------------------------------------------------------------
+
+    def request(self, action: Action) -> int:
+        if len(self.queue) >= self.config.max_queue:
+            raise StateError(f"{len(self.queue)} requests queued: the peer is not keeping up")
+        self._numbers += 1
+        self.queue.append((self._numbers, action))
+        return self._numbers
+
+    @property
+    def synced(self) -> bool:
+        return self.phase is PeerPhase.SYNCING and not self.queue and not self.in_flight
+
+    # -- process ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._dial()
+
+    def stop(self) -> None:
+        self.phase = PeerPhase.CLOSED
+        if self._timer is not None:
+            self.env.cancel(self._timer)
+        if self.conn is not None:
+            self.env.close(self.conn)
+
+    def _dial(self) -> None:
+        self._timer = None
+        if self.phase is PeerPhase.CLOSED:
+            return
+        self.phase = PeerPhase.CONNECTING
+        self.conn = self.env.connect(self.config.address, framing=self.config.framing)
+
+    def opened(self, conn: Conn, peer_address: str) -> None:
+        if conn is not self.conn:
+            return
+        self.phase = PeerPhase.JOINING
+        join_id = self.config.session + (f";key={self.config.key}" if self.config.key else "")
+        self.env.write(conn, self.codec.encode(Join(header=Header(self.client_id, 0, 0),
+                                                    id=join_id)))
+
+    def closed(self, conn: Conn, reason: str) -> None:
+        if conn is not self.conn:
+            return
+        self.conn = None
+        for number in self.in_flight:  # sent, never acknowledged: might have happened
+            self._result(number, None)
+        self.in_flight.clear()
+        self.env.trace("leave", layer=LAYER, key=self.config.session, peer=self.client_id,
+                       reason=reason)
+        code = getattr(conn, "close_code", None)  # the runtimes keep the close code
+        if isinstance(code, int) and 4000 <= code < 5000:  # a refused join: do not retry
+            self.refused = (code, reason)
+            self.phase = PeerPhase.CLOSED
+        if self.phase is not PeerPhase.CLOSED:
+            self.phase = PeerPhase.CONNECTING
+            self._timer = self.env.set_timer(self.config.reconnect_delay, self._dial)
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        if conn is not self.conn:
+            return
+        try:
+            msg = self.codec.decode_from_server(frame)
+        except AppSyncProtocolError as exc:
+            self.env.trace("drop", layer=LAYER, key=self.config.session, reason=exc.reason)
+            return
+        if isinstance(msg, Init):
+            self._init(msg)
+        else:
+            self._sync(msg)
+
+    def _init(self, msg: Init) -> None:
+        self.client_id = msg.header.client_id
+        self.session_config = msg.config
+        self.round = msg.header.last
+        old, self.objects = self.objects, {}
+        for create in msg.creates:
+            obj = apply_action(None, create, _acting_owner(None, create))
+            assert obj is not None
+            self.objects[obj.key] = obj
+        self.phase = PeerPhase.SYNCING
+        self.env.trace("init", layer=LAYER, key=self.config.session, peer=self.client_id,
+                       seq=self.round, objects=len(self.objects))
+        if self.on_change is not None:
+            for key in sorted(set(old) | set(self.objects)):
+                if old.get(key) != self.objects.get(key):
+                    self.on_change(key, self.objects.get(key))
+        self._answer()
+
+    def _sync(self, msg: Sync) -> None:
+        if self.phase is not PeerPhase.SYNCING:
+            return
+        number = msg.header.round
+        if number != next_round(self.round):
+            if number != self.round:  # a gap: ask again, telling the server what we have
+                self.env.trace("gap", layer=LAYER, key=self.config.session,
+                               peer=self.client_id, seq=number, have=self.round)
+                self._write_rqst(())
+            return
+        self.round = number
+        self.rounds_seen += 1
+        for code in msg.acks:
+            if self.in_flight:
+                self._result(self.in_flight.popleft(), code)
+        for action in msg.actions:
+            key = action.info.object_key
+            try:
+                after = apply_action(self.objects.get(key), action, _acting_owner(
+                    self.objects.get(key), action))
+            except ActionRefused as exc:  # the server applied it: our copy is off, resync
+                self.env.trace("drop", layer=LAYER, key=key, reason=f"diverged:{exc.status}")
+                continue
+            if after is None:
+                self.objects.pop(key, None)
+            else:
+                self.objects[key] = after
+            if self.env.tracing:
+                self.env.trace("apply", layer=LAYER, key=f"{self.config.session}/{key}",
+                               seq=number, msg=action_id(self.config.session, number, action),
+                               peer=self.client_id, digest=value_digest(after))
+            if self.on_change is not None:
+                self.on_change(key, after)
+        if self.on_round is not None:
+            self.on_round(number)
+        self._answer()
+
+    def _answer(self) -> None:
+        batch: list[Action] = []
+        while self.queue and len(batch) < MAX_ACTIONS:
+            number, action = self.queue.popleft()
+            self.in_flight.append(number)
+            batch.append(action)
+        self._write_rqst(tuple(batch))
+
+    def _write_rqst(self, actions: tuple[Action, ...]) -> None:
+        if self.conn is None or not self.client_id:
+            return
+        rqst = Rqst(header=Header(self.client_id, self.round or 1, self.round or 1),
+                    actions=actions)
+        self.env.write(self.conn, self.codec.encode(rqst))
+
+    def _result(self, number: int, code: int | None) -> None:
+        self.results[number] = code
+        if len(self.results) > self.config.max_queue:
+            del self.results[next(iter(self.results))]
+        if self.on_result is not None:
+            self.on_result(number, code)
+
+    def value(self, key: str) -> Any:
+        obj = self.objects.get(key)
+        return None if obj is None else obj.value
+
+    def visible_state(self) -> dict[str, Any]:
+        return {key: obj.value for key, obj in sorted(self.objects.items())}
+
+    def status_of(self, number: int) -> Status | None:
+        code = self.results.get(number)
+        return None if code is None else Status(code)
+
+
+def _acting_owner(current: SharedObject | None, action: Action) -> str:
+    """Apply a server-accepted action locally whatever its author: act as the owner."""
+    if current is not None:
+        return current.owner
+    info = action.info
+    return info.scope_id if info.scope.value == "C" and info.scope_id else ""

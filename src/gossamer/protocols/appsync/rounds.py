@@ -1,0 +1,241 @@
+"""One round of an APSYN session, processed as simultaneous: each request checked on its own,
+conflicts between peers resolved (majority, then a rotating priority), the accepted requests
+applied in one order, and a status code for every request (docs/appsync-wire.md, Conflicts).
+Pure: objects in, objects and codes out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from .state import ActionRefused, SharedObject, apply_action, schema_errors, touched_paths
+from .wire import Action, Create, Scope, Status
+
+__all__ = ["Request", "RoundResult", "RuleCall", "priority_order", "process_round"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RuleCall:
+    """What an application rule is asked: may ``client_id`` do ``action`` (``before`` ->
+    ``after``, None: absent)? A rule answering False refuses with 39."""
+
+    session: str
+    client_id: str
+    action: Action
+    before: Any
+    after: Any
+
+
+Rule = Callable[[RuleCall], bool]
+
+
+@dataclasses.dataclass(slots=True)
+class Request:
+    """One request action of a peer; ``status`` preset (40, 55) for what did not parse."""
+
+    client_id: str
+    action: Action | None
+    status: Status | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class RoundResult:
+    codes: list[Status]  # one per request, in the order given
+    applied: list[tuple[str, Action, SharedObject | None, SharedObject | None]]
+    # (client, action, object before, object after), in the one apply order
+
+
+def priority_order(clients: list[str], round_number: int) -> list[str]:
+    """Client ids sorted, rotated by the round: each is first in turn."""
+    ordered = sorted(clients)
+    if not ordered:
+        return ordered
+    k = round_number % len(ordered)
+    return ordered[k:] + ordered[:k]
+
+
+def _overlap(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _conflict(x: Action, y: Action) -> bool:
+    return any(_overlap(p, q) for p in touched_paths(x) for q in touched_paths(y))
+
+
+def _signature(action: Action) -> bytes:
+    return orjson.dumps([type(action).__name__, action.info.object_key, action.info.name,
+                         getattr(action, "data", None),
+                         getattr(getattr(action, "mode", None), "value", None)],
+                        option=orjson.OPT_SORT_KEYS)
+
+
+class _Round:
+    def __init__(self, session: str, objects: Mapping[str, SharedObject], round_number: int,
+                 *, zone: str, max_objects: int, schemas: Mapping[str, Mapping[str, Any]],
+                 rule: Rule | None) -> None:
+        self.session = session
+        self.objects = objects
+        self.round = round_number
+        self.zone = zone
+        self.max_objects = max_objects
+        self.schemas = schemas
+        self.rule = rule
+
+    def check(self, current: SharedObject | None, action: Action, client: str,
+              count: int) -> SharedObject | None:
+        """The object after ``action``, or ``ActionRefused`` (any status but 2x)."""
+        info = action.info
+        if info.scope is Scope.LOCAL and info.scope_id not in (None, self.zone):
+            raise ActionRefused(Status.NOT_IMPLEMENTED, "L objects of another zone")
+        if isinstance(action, Create) and current is None and count >= self.max_objects:
+            raise ActionRefused(Status.SERVICE_UNAVAILABLE, "the session is full")
+        after = apply_action(current, action, client)
+        schema = self.schemas.get(info.root)
+        if after is not None and schema is not None and schema_errors(after.value, schema):
+            raise ActionRefused(Status.VALIDATION_FAILED, "; ".join(
+                schema_errors(after.value, schema)[:3]))
+        if self.rule is not None:
+            try:
+                allowed = self.rule(RuleCall(
+                    session=self.session, client_id=client, action=action,
+                    before=None if current is None else current.value,
+                    after=None if after is None else after.value))
+            except Exception as exc:  # an application rule's fault is the server's: 50
+                raise ActionRefused(Status.INTERNAL_ERROR, f"rule failed: {exc!r}") from exc
+            if not allowed:
+                raise ActionRefused(Status.PERMANENT_CONFLICT, "refused by an application rule")
+        return after
+
+
+def process_round(session: str, objects: dict[str, SharedObject], requests: list[Request],
+                  round_number: int, *, zone: str = "0001", max_objects: int = 10_000,
+                  schemas: Mapping[str, Mapping[str, Any]] | None = None,
+                  rule: Rule | None = None) -> RoundResult:
+    """Process one round's ``requests`` against ``objects`` (changed in place)."""
+    rnd = _Round(session, objects, round_number, zone=zone, max_objects=max_objects,
+                 schemas=schemas or {}, rule=rule)
+    codes: list[Status | None] = [r.status for r in requests]
+    # 1. each request on its own, against the round's start plus the peer's own earlier ones
+    views: dict[str, dict[str, SharedObject | None]] = {}
+    valid: list[int] = []
+    for index, request in enumerate(requests):
+        if codes[index] is not None or request.action is None:
+            codes[index] = codes[index] or Status.BAD_REQUEST
+            continue
+        view = views.setdefault(request.client_id, {})
+        key = request.action.info.object_key
+        current = view[key] if key in view else objects.get(key)
+        try:
+            view[key] = rnd.check(current, request.action, request.client_id, len(objects))
+        except ActionRefused as refused:
+            codes[index] = refused.status
+            continue
+        valid.append(index)
+    # 2. conflicts between peers, per object
+    by_object: dict[str, list[int]] = {}
+    for index in valid:
+        action = requests[index].action
+        assert action is not None
+        by_object.setdefault(action.info.object_key, []).append(index)
+    represented: set[int] = set()  # accepted requests that apply (majority: one copy)
+    for indices in by_object.values():
+        parent = {i: i for i in indices}
+
+        def find(i: int, parent: dict[int, int] = parent) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for a_pos, a in enumerate(indices):
+            for b in indices[a_pos + 1:]:
+                ra, rb = requests[a], requests[b]
+                if ra.client_id != rb.client_id and ra.action is not None and \
+                        rb.action is not None and _conflict(ra.action, rb.action):
+                    parent[find(a)] = find(b)
+        groups: dict[int, list[int]] = {}
+        for i in indices:
+            groups.setdefault(find(i), []).append(i)
+        accepted_clients: set[str] = set()
+        solo: list[int] = []
+        for group in groups.values():
+            clients = sorted({requests[i].client_id for i in group})
+            if len(clients) == 1:
+                solo += group
+                accepted_clients.add(clients[0])
+                continue
+            _resolve(requests, group, clients, round_number, codes, represented,
+                     accepted_clients)
+        for i in solo:
+            codes[i] = (Status.ACCEPTED if accepted_clients == {requests[i].client_id}
+                        else Status.MULTIPLE_ACCEPTED)
+            represented.add(i)
+    # 3. apply in the round's priority order, each peer's requests in its order
+    applied: list[tuple[str, Action, SharedObject | None, SharedObject | None]] = []
+    clients = sorted({r.client_id for r in requests})
+    position = {c: n for n, c in enumerate(priority_order(clients, round_number))}
+    order = sorted(represented, key=lambda i: (position[requests[i].client_id], i))
+    for index in order:
+        request = requests[index]
+        action = request.action
+        assert action is not None
+        key = action.info.object_key
+        before = objects.get(key)
+        try:
+            after = rnd.check(before, action, request.client_id, len(objects))
+        except ActionRefused as refused:
+            codes[index] = (Status.INTERNAL_ERROR if refused.status is Status.INTERNAL_ERROR
+                            else Status.REFUSED_TEMPORARY)
+            continue
+        if after is None:
+            objects.pop(key, None)
+        else:
+            objects[key] = after
+        applied.append((request.client_id, action, before, after))
+    return RoundResult(codes=[c if c is not None else Status.INTERNAL_ERROR for c in codes],
+                       applied=applied)
+
+
+def _resolve(requests: list[Request], group: list[int], clients: list[str], round_number: int,
+             codes: list[Status | None], represented: set[int],
+             accepted_clients: set[str]) -> None:
+    """A group of conflicting requests of several peers: majority, else rotating priority."""
+    by_client: dict[str, list[int]] = {c: [] for c in clients}
+    for i in group:
+        by_client[requests[i].client_id].append(i)
+    signatures: dict[bytes, list[str]] = {}
+    for client, mine in by_client.items():
+        sig = b"|".join(_signature(requests[i].action) for i in mine  # type: ignore[arg-type]
+                        )
+        signatures.setdefault(sig, []).append(client)
+    best = max(signatures.values(), key=len)
+    if len(best) >= 2 and 2 * len(best) > len(clients):
+        winner = priority_order(best, round_number)[0]
+        for client, mine in by_client.items():
+            for i in mine:
+                codes[i] = (Status.MAJORITY_ACCEPTED if client in best
+                            else Status.INFERIOR_TO_MAJORITY)
+                if client == winner:
+                    represented.add(i)
+        accepted_clients.update(best)
+        return
+    accepted: list[int] = []
+    for client in priority_order(clients, round_number):
+        for i in by_client[client]:
+            action = requests[i].action
+            assert action is not None
+            rivals = {requests[j].client_id for j in accepted
+                      if requests[j].client_id != client
+                      and _conflict(action, requests[j].action)}  # type: ignore[arg-type]
+            if rivals:
+                codes[i] = Status.INFERIOR if len(rivals) == 1 else Status.INFERIOR_TO_MULTIPLE
+            else:
+                codes[i] = Status.PREFERRED
+                accepted.append(i)
+                represented.add(i)
+                accepted_clients.add(client)

@@ -1,0 +1,462 @@
+"""The APSYN sync server (CTRL) as a service of the connection contract: sessions created on
+first join, rounds (wait for every peer between the min and max round time, process all
+requests as simultaneous, one sync per peer), timeouts, gap repair, session keys and the
+session state kept in ``env.store`` so a restarted server gives it back in an init.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from ...core.conn import CloseCode, Conn
+from ...core.env import Env, TimerHandle
+from ...core.errors import ConfigError
+from .rounds import Request, Rule, priority_order, process_round
+from .state import SharedObject, object_from_json, object_to_json, visible_to
+from .wire import (
+    Action,
+    AppSyncCodec,
+    AppSyncProtocolError,
+    BadRequest,
+    Header,
+    Init,
+    Join,
+    Rqst,
+    SessionConfig,
+    Status,
+    Sync,
+    next_round,
+)
+
+__all__ = ["LAYER", "AppSyncConfig", "AppSyncServer", "KeyHash", "hash_session_key",
+           "parse_join_id", "refusal"]
+
+LAYER = "appsync"
+TABLE = "appsync"
+_SESSION = re.compile(r"[A-Za-z0-9._$-]{1,128}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyHash:
+    """A session key at rest: PBKDF2-SHA256 of the key with ``salt``."""
+
+    salt: bytes
+    digest: bytes
+    iterations: int
+
+    def matches(self, key: str) -> bool:
+        candidate = hashlib.pbkdf2_hmac("sha256", key.encode(), self.salt, self.iterations)
+        return hmac.compare_digest(candidate, self.digest)
+
+
+def hash_session_key(key: str, salt: bytes, *, iterations: int = 100_000) -> KeyHash:
+    if not key or ";" in key:
+        raise ConfigError("a session key is 1..256 characters without ';'")
+    return KeyHash(salt=salt, iterations=iterations,
+                   digest=hashlib.pbkdf2_hmac("sha256", key.encode(), salt, iterations))
+
+
+def parse_join_id(text: str) -> tuple[str, str | None]:
+    """``session [";key=" key]`` -> (session, key or None); ValueError if malformed."""
+    session, sep, rest = text.partition(";")
+    if _SESSION.fullmatch(session) is None:
+        raise ValueError("a session id is 1..128 of A-Z a-z 0-9 . _ $ -")
+    if not sep:
+        return session, None
+    if not rest.startswith("key=") or not 1 <= len(rest) - 4 <= 256 or ";" in rest:
+        raise ValueError("the only join parameter is ;key=KEY")
+    return session, rest[4:]
+
+
+def refusal(status: Status, why: str) -> tuple[int, str]:
+    """The close code and reason of a refused join: 4000 + status, "NN Phrase: why"."""
+    return 4000 + int(status), f"{int(status)} {status.phrase}: {why}"[:120]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AppSyncConfig:
+    """``min_ms``/``max_ms`` round time, ``tout`` rounds of silence before a peer is dropped;
+    ``session_key`` (None: any session is accepted); limits per session; ``schemas`` JSON
+    Schemas by object name (status 42); ``rule`` an application rule (status 39)."""
+
+    min_ms: int = 20
+    max_ms: int = 200
+    tout: int = 10
+    session_key: KeyHash | None = None
+    zone: str = "0001"
+    max_sessions: int = 1000
+    max_peers: int = 1000
+    max_objects: int = 10_000
+    history: int = 16
+    schemas: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    rule: Rule | None = None
+
+    def __post_init__(self) -> None:
+        SessionConfig(self.min_ms, self.max_ms, self.tout)  # validates the three
+        for name in ("max_sessions", "max_peers", "max_objects", "history"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if self.max_peers > 0xFFFF:
+            raise ConfigError("at most 65535 peers in a session (4-hex client ids)")
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"  # no peer: no rounds
+    WAITING = "waiting"  # a round runs: waiting for requests
+    COMMITTING = "committing"  # processed, waiting for the store before the syncs go out
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class PeerState:
+    conn: Conn
+    client_id: str
+    answered: int = 0  # the last round this peer answered
+    silent: int = 0  # rounds in a row without an answer
+    requests: int = 0  # its requests this round (acks owed in the next sync)
+    history: collections.deque[tuple[int, bytes]] = dataclasses.field(
+        default_factory=collections.deque)
+
+
+class Session:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.objects: dict[str, SharedObject] = {}
+        self.round = 0  # 0: no round yet
+        self.rounds_done = 0
+        self.phase = Phase.IDLE
+        self.peers: dict[str, PeerState] = {}  # by client id
+        self.joining: list[PeerState] = []
+        self.requests: list[Request] = []
+        self.timer: TimerHandle | None = None
+        self.min_passed = False
+
+    def free_id(self, wanted: str) -> str | None:
+        taken = set(self.peers) | {p.client_id for p in self.joining}
+        if wanted and wanted not in taken:
+            return wanted
+        for number in range(1, 0x10000):
+            candidate = f"{number:04X}"
+            if candidate not in taken:
+                return candidate
+        return None
+
+
+class AppSyncServer:
+    """CTRL: ``opened``/``received``/``closed``; everything through ``env``."""
+
+    def __init__(self, env: Env, config: AppSyncConfig | None = None, *,
+                 log: Any = None) -> None:
+        self.env = env
+        self.config = config or AppSyncConfig()
+        self.codec = AppSyncCodec()
+        self.sessions: dict[str, Session] = {}
+        self.peers: dict[Conn, tuple[Session, PeerState]] = {}
+        self.pending: set[Conn] = set()  # opened, no join yet
+        self.log = log
+        self.sc = SessionConfig(self.config.min_ms, self.config.max_ms, self.config.tout)
+
+    def start(self) -> None:
+        if self.config.session_key is None:
+            self.env.trace("open_sessions", layer=LAYER)
+            if self.log is not None:
+                self.log("no session key: every session is accepted")
+
+    def stop(self) -> None:
+        for session in self.sessions.values():
+            if session.timer is not None:
+                self.env.cancel(session.timer)
+                session.timer = None
+
+    # -- connections -----------------------------------------------------------------------
+
+    def opened(self, conn: Conn, peer_address: str) -> None:
+        self.pending.add(conn)
+
+    def closed(self, conn: Conn, reason: str) -> None:
+        self.pending.discard(conn)
+        entry = self.peers.pop(conn, None)
+        if entry is None:
+            return
+        session, peer = entry
+        self._remove(session, peer, reason)
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        if conn in self.pending:
+            self._join(conn, frame)
+            return
+        entry = self.peers.get(conn)
+        if entry is None:
+            return
+        session, peer = entry
+        try:
+            msg = self.codec.decode_from_peer(frame)
+            if not isinstance(msg, Rqst) or msg.header.client_id != peer.client_id:
+                raise _bad("a joined peer sends rqst with its own client id")
+        except AppSyncProtocolError as exc:
+            self.env.trace("drop", layer=LAYER, key=session.name, peer=peer.client_id,
+                           reason=exc.reason, status=int(exc.status))
+            session.requests.append(Request(peer.client_id, None, exc.status))
+            peer.requests += 1
+            return
+        self._request(session, peer, msg)
+
+    # -- join ------------------------------------------------------------------------------
+
+    def _refuse(self, conn: Conn, status: Status, why: str) -> None:
+        code, reason = refusal(status, why)
+        self.env.trace("refuse", layer=LAYER, peer=conn.id, status=int(status), reason=why)
+        self.pending.discard(conn)
+        self.env.close(conn, code, reason)
+
+    def _join(self, conn: Conn, frame: bytes) -> None:
+        try:
+            msg = self.codec.decode_from_peer(frame)
+        except AppSyncProtocolError as exc:
+            self._refuse(conn, exc.status, str(exc)[:80])
+            return
+        if not isinstance(msg, Join):
+            self._refuse(conn, Status.BAD_REQUEST, "the first frame must be a join")
+            return
+        try:
+            name, key = parse_join_id(msg.id)
+        except ValueError as exc:
+            self._refuse(conn, Status.BAD_REQUEST, str(exc))
+            return
+        expected = self.config.session_key
+        if expected is not None and (key is None or not expected.matches(key)):
+            self._refuse(conn, Status.UNAUTHORIZED,
+                         "a session key is required" if key is None else "wrong session key")
+            return
+        session = self.sessions.get(name)
+        if session is None:
+            if len(self.sessions) >= self.config.max_sessions:
+                self._refuse(conn, Status.SERVICE_UNAVAILABLE, "too many sessions")
+                return
+            session = self._load(name)
+            self.sessions[name] = session
+        client_id = session.free_id(msg.header.client_id)
+        if client_id is None or len(session.peers) + len(session.joining) >= \
+                self.config.max_peers:
+            self._refuse(conn, Status.SERVICE_UNAVAILABLE, "the session is full")
+            return
+        self.pending.discard(conn)
+        peer = PeerState(conn=conn, client_id=client_id)
+        self.peers[conn] = (session, peer)
+        session.joining.append(peer)
+        self.env.trace("join", layer=LAYER, key=name, peer=client_id)
+        if session.phase is Phase.IDLE:
+            self._end_round(session)
+
+    # -- rounds ----------------------------------------------------------------------------
+
+    def _request(self, session: Session, peer: PeerState, msg: Rqst) -> None:
+        for action in msg.actions:
+            session.requests.append(Request(peer.client_id, action))
+        peer.requests += len(msg.actions)
+        peer.silent = 0
+        if msg.header.round == session.round:
+            peer.answered = session.round
+        behind = self._rounds_between(msg.header.last, session.round)
+        if behind > 0 and peer.client_id in session.peers:
+            self._repair(session, peer, behind)
+        if session.phase is Phase.WAITING and session.min_passed and self._all_answered(session):
+            self._end_round(session)
+
+    def _rounds_between(self, older: int, newer: int) -> int:
+        if older == 0 or older == newer:
+            return 0
+        return (newer - older) % 0xFFFF
+
+    def _repair(self, session: Session, peer: PeerState, behind: int) -> None:
+        kept = [frame for number, frame in peer.history
+                if 0 < self._rounds_between(number, session.round) < behind
+                or number == session.round]
+        if behind < len(peer.history) and len(kept) == behind:
+            self.env.trace("repair", layer=LAYER, key=session.name, peer=peer.client_id,
+                           resent=len(kept))
+            for frame in kept:
+                self.env.write(peer.conn, frame)
+            return
+        self.env.trace("repair", layer=LAYER, key=session.name, peer=peer.client_id,
+                       init=True)
+        self.env.write(peer.conn, self.codec.encode(self._init_for(session, peer)))
+
+    def _all_answered(self, session: Session) -> bool:
+        return all(p.answered == session.round for p in session.peers.values())
+
+    def _start_round(self, session: Session) -> None:
+        session.phase = Phase.WAITING
+        session.min_passed = False
+        session.timer = self.env.set_timer(self.config.min_ms / 1000,
+                                           lambda: self._min_passed(session))
+
+    def _min_passed(self, session: Session) -> None:
+        session.min_passed = True
+        if self._all_answered(session):
+            self._end_round(session)
+        else:
+            session.timer = self.env.set_timer(
+                (self.config.max_ms - self.config.min_ms) / 1000,
+                lambda: self._end_round(session))
+
+    def _end_round(self, session: Session) -> None:
+        if session.timer is not None:
+            self.env.cancel(session.timer)
+            session.timer = None
+        processed = session.round
+        new_round = next_round(session.round)
+        requests, session.requests = session.requests, []
+        result = process_round(session.name, session.objects, requests, processed,
+                               zone=self.config.zone, max_objects=self.config.max_objects,
+                               schemas=self.config.schemas, rule=self.config.rule)
+        session.rounds_done += 1
+        self._trace_round(session, new_round, requests, result.codes, result.applied)
+        acks: dict[str, list[int]] = {}
+        for request, code in zip(requests, result.codes, strict=True):
+            acks.setdefault(request.client_id, []).append(int(code))
+        for client, peer in list(session.peers.items()):
+            if peer.answered != processed and session.round != 0:
+                peer.silent += 1
+                if peer.silent >= self.config.tout:
+                    self.env.trace("timeout", layer=LAYER, key=session.name, peer=client)
+                    del session.peers[client]
+                    self.peers.pop(peer.conn, None)
+                    self.env.close(peer.conn, CloseCode.NORMAL, "timeout")
+        self._persist(session, result.applied, new_round)
+        session.round = new_round
+        session.phase = Phase.COMMITTING
+        outgoing: list[tuple[Conn, bytes]] = []
+        for client, peer in session.peers.items():
+            syn = tuple(action for _, action, before, after in result.applied
+                        if self._sees(before, after, client))
+            sync = Sync(header=Header(client, new_round, peer.answered),
+                        acks=tuple(acks.get(client, ())), actions=syn)
+            frame = self.codec.encode(sync)
+            peer.history.append((new_round, frame))
+            while len(peer.history) > self.config.history:
+                peer.history.popleft()
+            peer.requests = 0
+            outgoing.append((peer.conn, frame))
+        for peer in session.joining:
+            session.peers[peer.client_id] = peer
+            peer.answered = 0
+            outgoing.append((peer.conn, self.codec.encode(self._init_for(session, peer))))
+            self.env.trace("init", layer=LAYER, key=session.name, peer=peer.client_id,
+                           seq=new_round, objects=sum(
+                               1 for o in session.objects.values()
+                               if visible_to(o, peer.client_id)))
+        session.joining = []
+        self.env.store.commit_then(lambda: self._send_round(session, outgoing))
+
+    def _sees(self, before: SharedObject | None, after: SharedObject | None,
+              client: str) -> bool:
+        obj = after if after is not None else before
+        return obj is not None and visible_to(obj, client)
+
+    def _init_for(self, session: Session, peer: PeerState) -> Init:
+        creates = tuple(obj.as_create() for _, obj in sorted(session.objects.items())
+                        if visible_to(obj, peer.client_id))
+        return Init(header=Header(peer.client_id, 0, session.round), config=self.sc,
+                    creates=creates)
+
+    def _send_round(self, session: Session, outgoing: list[tuple[Conn, bytes]]) -> None:
+        for conn, frame in outgoing:
+            if conn in self.peers:
+                self.env.write(conn, frame)
+        if session.peers or session.joining:
+            self._start_round(session)
+        else:
+            session.phase = Phase.IDLE
+
+    def _remove(self, session: Session, peer: PeerState, reason: str) -> None:
+        if session.peers.get(peer.client_id) is peer:
+            del session.peers[peer.client_id]
+        if peer in session.joining:
+            session.joining.remove(peer)
+        self.env.trace("leave", layer=LAYER, key=session.name, peer=peer.client_id,
+                       reason=reason)
+        if session.phase is Phase.WAITING:
+            if not session.peers and not session.joining:
+                if session.timer is not None:
+                    self.env.cancel(session.timer)
+                    session.timer = None
+                self._end_round(session)
+            elif session.min_passed and self._all_answered(session):
+                self._end_round(session)
+
+    # -- trace and store -------------------------------------------------------------------
+
+    def _trace_round(self, session: Session, sync_round: int, requests: list[Request],
+                     codes: list[Status], applied: list[Any]) -> None:
+        env = self.env
+        if not env.tracing:
+            return
+        counts: dict[int, int] = {}
+        for code in codes:
+            counts[int(code)] = counts.get(int(code), 0) + 1
+        env.trace("round", layer=LAYER, key=session.name, seq=sync_round,
+                  peers=len(session.peers), requests=len(requests), applied=len(applied),
+                  codes={str(k): v for k, v in sorted(counts.items())})
+        for index, (client, action, _before, after) in enumerate(applied):
+            env.trace("apply", layer=LAYER, key=f"{session.name}/{action.info.object_key}",
+                      seq=sync_round, origin=client, msg=action_id(session.name, sync_round,
+                                                                    action),
+                      index=index, digest=value_digest(after))
+        for request, code in zip(requests, codes, strict=True):
+            env.trace("ack", layer=LAYER, key=session.name, seq=sync_round,
+                      peer=request.client_id, code=int(code),
+                      msg=None if request.action is None else action_id(
+                          session.name, sync_round, request.action))
+
+    def _persist(self, session: Session, applied: list[Any], new_round: int) -> None:
+        store = self.env.store
+        for _, action, _before, after in applied:
+            key = f"{session.name}/o/{action.info.object_key}"
+            if after is None:
+                store.delete(TABLE, key)
+            else:
+                store.put(TABLE, key, object_to_json(after))
+        store.put(TABLE, f"{session.name}/meta", orjson.dumps({"round": new_round}))
+
+    def _load(self, name: str) -> Session:
+        session = Session(name)
+        prefix = f"{name}/o/"
+        for key, raw in self.env.store.scan(TABLE):
+            if key.startswith(prefix):
+                obj = object_from_json(raw)
+                session.objects[obj.key] = obj
+        meta = self.env.store.get(TABLE, f"{name}/meta")
+        if meta is not None:
+            session.round = int(orjson.loads(meta)["round"])
+        return session
+
+    def order_of(self, session: str) -> list[str]:
+        """This round's priority order of the session's peers (for tests and tools)."""
+        found = self.sessions[session]
+        return priority_order(list(found.peers), found.round)
+
+
+def _bad(why: str) -> AppSyncProtocolError:
+    return BadRequest(why)
+
+
+def action_id(session: str, sync_round: int, action: Action) -> str:
+    """The trace id of an applied action: the same at the server and at every peer."""
+    digest = hashlib.blake2b(AppSyncCodec().encode_action(action), digest_size=6).hexdigest()
+    return f"{session}:{sync_round:04X}:{digest}"
+
+
+def value_digest(obj: SharedObject | None) -> str:
+    if obj is None:
+        return "deleted"
+    return hashlib.blake2b(orjson.dumps(obj.value, option=orjson.OPT_SORT_KEYS),
+                           digest_size=8).hexdigest()

@@ -1,0 +1,301 @@
+"""The APSYN sync server on FakeEnv: rounds, every reachable status code provoked, scopes,
+modes and privacy on the wire bytes, session keys, timeouts, gap repair, persistence, fuzz."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from appsync_harness import Bench, codec
+from gossamer.protocols.appsync import (
+    Create,
+    Header,
+    Init,
+    Join,
+    Mode,
+    ObjectInfo,
+    Scope,
+    Sync,
+    Update,
+)
+from gossamer.protocols.appsync.server import AppSyncConfig, hash_session_key
+from gossamer.runtimes.sim import MemoryStore
+from gossamer.testing import FakeConn, FakeEnv
+
+G = Scope.GLOBAL
+
+
+def g(name: str) -> ObjectInfo:
+    return ObjectInfo(G, name)
+
+
+def cre(name: str, data: object, mode: Mode = Mode.RW) -> Create:
+    return Create(g(name), mode, data)
+
+
+def acks(bench: Bench, conn: FakeConn) -> tuple[int, ...]:
+    msg = bench.last(conn)
+    assert isinstance(msg, Sync), msg
+    return msg.acks
+
+
+def round_trip(bench: Bench, *pairs: tuple[object, tuple[object, ...]]) -> None:
+    for conn, actions in pairs:
+        bench.rqst(conn, *actions)  # type: ignore[arg-type]
+    bench.advance(0.01)
+
+
+def test_a_first_join_starts_a_round_and_the_init_names_the_round_and_client_id() -> None:
+    bench = Bench()
+    conn, init = bench.join()
+    assert init.header == Header("0001", 0, 1)
+    assert init.creates == ()
+    assert (init.config.min_ms, init.config.max_ms, init.config.tout) == (10, 100, 3)
+    round_trip(bench, (conn, (cre("quiz", {"round": 1}),)))
+    sync = bench.last(conn)
+    assert isinstance(sync, Sync) and sync.header == Header("0001", 2, 1)
+    assert sync.acks == (21,) and sync.actions == (cre("quiz", {"round": 1}),)
+
+
+def test_the_round_waits_for_every_peer_never_less_than_min_never_more_than_max() -> None:
+    bench = Bench()
+    a, _ = bench.join()
+    b = bench.join_later()  # joins during round 1: its init starts round 2
+    assert bench.frames(b) == []
+    bench.rqst(a)
+    bench.advance(0.01)
+    assert isinstance(bench.last(b), Init)
+    start = bench.env.now()
+    bench.rqst(a)
+    bench.rqst(b)
+    assert bench.last(a).header.round == 2  # both answered, min not yet passed
+    bench.advance(0.01)
+    assert bench.last(a).header.round == 3 and bench.env.now() - start == pytest.approx(0.01)
+    bench.rqst(a)  # b stays silent: the round ends at max
+    bench.advance(0.05)
+    assert bench.last(a).header.round == 3
+    bench.advance(0.05)
+    assert bench.last(a).header.round == 4
+
+
+def two_peers(config: AppSyncConfig | None = None) -> tuple[Bench, FakeConn, FakeConn]:
+    bench = Bench(config)
+    a, _ = bench.join()
+    b = bench.join_later()
+    bench.rqst(a)
+    bench.advance(0.01)  # b's init
+    return bench, a, b
+
+
+def test_conflicting_requests_rotate_22_and_32_so_no_peer_always_wins() -> None:
+    bench, a, b = two_peers()
+    round_trip(bench, (a, (cre("x", 0),)), (b, ()))
+    winners = []
+    for value in range(4):
+        round_trip(bench, (a, (Update(g("x"), {"v": value}),)),
+                   (b, (Update(g("x"), {"v": value + 100}),)))
+        pair = (acks(bench, a), acks(bench, b))
+        assert pair in (((22,), (32,)), ((32,), (22,)))
+        winners.append("a" if pair[0] == (22,) else "b")
+    assert set(winners) == {"a", "b"}
+
+
+def test_non_conflicting_requests_on_one_object_are_23_and_alone_21() -> None:
+    bench, a, b = two_peers()
+    round_trip(bench, (a, (cre("x", {}),)), (b, ()))
+    assert acks(bench, a) == (21,)
+    round_trip(bench, (a, (Update(g("x"), {"p": 1}),)), (b, (Update(g("x"), {"q": 2}),)))
+    assert (acks(bench, a), acks(bench, b)) == ((23,), (23,))
+    sync = bench.last(b)
+    assert isinstance(sync, Sync) and len(sync.actions) == 2
+
+
+def test_a_majority_is_24_and_the_rest_34() -> None:
+    bench = Bench()
+    conns = [bench.join()[0]]
+    for _ in range(2):
+        conns.append(bench.join()[0])
+    round_trip(bench, *[(c, ()) for c in conns])
+    round_trip(bench, (conns[0], (cre("x", {}),)), *[(c, ()) for c in conns[1:]])
+    round_trip(bench, (conns[0], (Update(g("x.v"), 1),)), (conns[1], (Update(g("x.v"), 1),)),
+               (conns[2], (Update(g("x.v"), 2),)))
+    assert [acks(bench, c) for c in conns] == [(24,), (24,), (34,)]
+    sync = bench.last(conns[2])
+    assert isinstance(sync, Sync) and sync.actions == (Update(g("x.v"), 1),)
+
+
+def test_33_when_refused_by_several_accepted_rivals() -> None:
+    bench = Bench()
+    conns = [bench.join()[0]]
+    for _ in range(2):
+        conns.append(bench.join()[0])
+    round_trip(bench, *[(c, ()) for c in conns])
+    round_trip(bench, (conns[0], (cre("x", {"a": {}, "b": 0}),)),
+               *[(c, ()) for c in conns[1:]])
+    seen = set()
+    for _ in range(3):  # the whole-object patch {a, b} against x.a and x.b: rotate until
+        round_trip(bench, (conns[0], (Update(g("x"), {"a": {"k": 1}, "b": 1}),)),
+                   (conns[1], (Update(g("x.a"), {"k": 2}),)), (conns[2], (Update(g("x.b"), 3),)))
+        seen.add(tuple(acks(bench, c) for c in conns))
+    assert ((33,), (22,), (22,)) in seen
+
+
+def test_31_when_an_accepted_request_no_longer_applies_after_another_was_applied() -> None:
+    # one object slot left: each create is fine alone, the second to apply finds it taken
+    bench, a, b = two_peers(AppSyncConfig(min_ms=10, max_ms=100, tout=3, max_objects=1))
+    round_trip(bench, (a, (cre("p", 1),)), (b, (cre("q", 2),)))
+    assert sorted(acks(bench, a) + acks(bench, b)) == [21, 31]
+
+
+def test_client_errors_42_43_44_45_39_50_51_53_and_the_state_is_unchanged() -> None:
+    def rule(call: object) -> bool:
+        after = getattr(call, "after", None)
+        if isinstance(after, dict) and after.get("boom"):
+            raise RuntimeError("rule bug")
+        return not (isinstance(after, dict) and after.get("score", 0) < 0)
+
+    config = AppSyncConfig(min_ms=10, max_ms=100, tout=3, max_objects=3, rule=rule,
+                           schemas={"typed": {"type": "object",
+                                              "properties": {"n": {"type": "integer"}}}})
+    bench, a, b = two_peers(config)
+    round_trip(bench, (a, (cre("ro", {}, Mode.RO), cre("typed", {"n": 1}),
+                           Create(ObjectInfo(Scope.CLIENT, "mine", "0002"), Mode.RW, {}))),
+               (b, ()))
+    assert acks(bench, a) == (21, 21, 43)
+    round_trip(bench, (a, (cre("third", {}),)), (b, ()))
+    round_trip(bench, (a, ()), (b, (Update(g("ro"), {"x": 1}), Update(g("typed"), {"n": "x"}),
+                                    Update(g("nothing"), {}), cre("ro", {}),
+                                    Update(g("typed"), {"score": -1}),
+                                    Update(g("typed"), {"boom": True}),
+                                    Update(ObjectInfo(Scope.LOCAL, "z", "0002"), {}),
+                                    cre("fourth", {}))))
+    assert acks(bench, b) == (43, 42, 44, 45, 39, 50, 51, 53)
+    last = bench.last(b)
+    assert isinstance(last, Sync) and last.actions == ()
+
+
+def test_an_unparseable_rqst_is_one_40_and_a_wrong_version_55() -> None:
+    bench, a, b = two_peers()
+    bench.raw(a, b'{"h":{"p":"APSYN/01"')
+    head = bench.last(a).header
+    number = f"{head.round:04X}"
+    bench.raw(a, (f'{{"h":{{"p":"APSYN/07","c":"0001","r":"{number}","l":"{number}"}},"b":[]}}').encode())
+    bench.rqst(a)
+    bench.rqst(b)
+    bench.advance(0.01)
+    assert acks(bench, a) == (40, 55)
+
+
+@pytest.mark.parametrize(("frame", "code"), [
+    (b"{", 4040),
+    (b'{"h":{"p":"APSYN/02","c":"","r":"0000","l":"0000"},"b":{"id":"s"}}', 4055),
+    (b'{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"bad id!"}}', 4040),
+    (b'{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"s"}}', 4041),
+    (b'{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"s;key=nope"}}', 4041),
+    (b'{"h":{"p":"APSYN/01","c":"0001","r":"0001","l":"0001"},"b":[]}', 4040),
+])
+def test_refused_joins_are_closed_with_4000_plus_the_status(frame: bytes, code: int) -> None:
+    key = hash_session_key("sesame", os.urandom(8), iterations=10)
+    bench = Bench(AppSyncConfig(session_key=key))
+    conn = bench.connect()
+    bench.raw(conn, frame)
+    [(closed, got, reason)] = bench.env.closes
+    assert closed is conn and got == code and reason.startswith(str(code - 4000))
+    assert bench.server.sessions == {} or code != 4041
+
+
+def test_a_session_key_admits_the_right_key_and_a_keyless_server_logs_it() -> None:
+    key = hash_session_key("sesame", os.urandom(8), iterations=10)
+    bench = Bench(AppSyncConfig(session_key=key))
+    _conn, init = bench.join("s;key=sesame")
+    assert init.header.client_id == "0001"
+    lines: list[str] = []
+    open_env = FakeEnv("c2")
+    from gossamer.protocols.appsync.server import AppSyncServer
+    AppSyncServer(open_env, log=lines.append).start()
+    assert lines == ["no session key: every session is accepted"]
+    assert open_env.traced("open_sessions")
+
+
+def test_a_session_full_is_refused_53() -> None:
+    bench = Bench(AppSyncConfig(max_peers=1))
+    bench.join()
+    conn = bench.connect()
+    bench.raw(conn, codec.encode(Join(header=Header("", 0, 0), id="s")))
+    assert bench.env.closes[-1][1] == 4053
+
+
+def test_privacy_a_peer_never_receives_an_object_it_may_not_see() -> None:
+    bench, a, b = two_peers()
+    secret = Create(ObjectInfo(Scope.CLIENT, "diary", "0001"), Mode.NA, {"pin": "s3cr3t"})
+    round_trip(bench, (a, (secret, cre("hidden", {"pin": "s3cr3t"}, Mode.NA),
+                           cre("shown", {"pin": "public"}, Mode.RO))), (b, ()))
+    round_trip(bench, (a, (Update(ObjectInfo(Scope.CLIENT, "diary", "0001"), {"x": "s3cr3t"}),)),
+               (b, (Update(g("hidden"), {"y": 1}), Update(g("shown"), {"y": 1}))))
+    assert acks(bench, b) == (43, 43)  # NA and RO both refuse b
+    c, init = bench.join()
+    for conn in (b, c):
+        wire = b"".join(bench.frames(conn))
+        assert b"s3cr3t" not in wire and b"public" in wire
+    assert [x.info.name for x in init.creates] == ["shown"]
+    assert b"s3cr3t" in b"".join(bench.frames(a))
+
+
+def test_a_silent_peer_is_dropped_after_tout_rounds() -> None:
+    bench, a, b = two_peers()
+    for _ in range(3):
+        bench.rqst(a)
+        bench.advance(0.1)
+    assert any(conn is b and reason == "timeout" for conn, _, reason in bench.env.closes)
+    assert bench.env.traced("timeout")
+    before = bench.last(a).header.round
+    bench.rqst(a)
+    bench.advance(0.01)  # a alone now: the round ends as soon as a answered (and min passed)
+    assert bench.last(a).header.round == before + 1
+
+
+def test_lost_syncs_are_resent_and_a_long_gap_gets_a_fresh_init() -> None:
+    bench, a, b = two_peers()
+    round_trip(bench, (a, (cre("x", {"v": 1}),)), (b, ()))
+    behind = bench.last(b).header.round
+    sent_before = len(bench.frames(b))
+    round_trip(bench, (a, (Update(g("x.v"), 2),)), (b, ()))
+    round_trip(bench, (a, ()), (b, ()))
+    now = bench.last(a).header.round
+    # b says its last sync was `behind`: the two after it are resent, as they were
+    bench.rqst(b, round_number=now, last=behind)
+    resent = bench.frames(b)[-2:]
+    assert resent == bench.frames(b)[sent_before:sent_before + 2]
+    bench.rqst(b, round_number=now, last=1)  # further back than the history: a fresh init
+    init = bench.last(b)
+    assert isinstance(init, Init) and init.creates == (cre("x", {"v": 2}),)
+
+
+def test_a_restarted_server_gives_the_state_back_in_a_later_init() -> None:
+    store = MemoryStore()
+    bench = Bench(env=FakeEnv("ctrl", store=store))
+    a, _ = bench.join()
+    round_trip(bench, (a, (cre("board", {"cells": [1, 2]}),)))
+    bench.server.closed(a, "peer_closed")
+    bench.env.crash()
+    again = Bench(env=FakeEnv("ctrl", store=store))
+    _, init = again.join()
+    assert init.creates == (cre("board", {"cells": [1, 2]}),)
+    assert init.header.last > 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=120))
+def test_fuzz_garbage_from_a_joined_peer_is_40_and_changes_nothing(frame: bytes) -> None:
+    bench, a, b = two_peers()
+    round_trip(bench, (a, (cre("x", {"v": 1}),)), (b, ()))
+    before = dict(bench.server.sessions["s"].objects)
+    bench.raw(a, frame)
+    bench.rqst(a)
+    bench.rqst(b)
+    bench.advance(0.1)
+    assert bench.server.sessions["s"].objects == before
+    assert set(acks(bench, a)) <= {40, 55}
