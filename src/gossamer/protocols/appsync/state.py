@@ -146,12 +146,13 @@ def apply_action(current: SharedObject | None, action: Action, client_id: str
     if isinstance(action, Delete):
         if not path:
             return None
-        return dataclasses.replace(current, value=_set_path(current.value, path, None,
-                                                            delete=True))
-    if not path:
-        return dataclasses.replace(current, value=merge_patch(current.value, action.data))
-    return dataclasses.replace(current, value=_set_path(current.value, path, action.data,
-                                                        delete=False))
+        value = _set_path(current.value, path, None, delete=True)
+    elif not path:
+        value = merge_patch(current.value, action.data)
+    else:
+        value = _set_path(current.value, path, action.data, delete=False)
+    return SharedObject(current.scope, current.scope_id, current.name, current.mode,
+                        current.owner, value)
 
 
 _TYPES: Mapping[str, tuple[type, ...]] = {

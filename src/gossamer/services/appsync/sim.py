@@ -1,0 +1,152 @@
+"""An APSYN session in the simulator: the unchanged ``AppSyncServer`` and ``AppSyncPeer`` on
+simulated connections, a workload (each peer changes its own C object and one shared G object
+every round, with contention on one property), and faults (cut connections, peers leaving and
+rejoining, the server restarting). ``visible_states`` is what each peer and the server hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+from ...core.conn import ListenerSpec
+from ...core.env import Env
+from ...core.trace import TraceSink
+from ...protocols.appsync import Create, Mode, ObjectInfo, Scope, Update
+from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
+from ...protocols.appsync.server import AppSyncConfig, AppSyncServer
+from ...protocols.appsync.state import visible_to
+from ...runtimes.sim import LinkModel, NodeStatus, Simulation, Uniform
+
+__all__ = ["AppSyncWorld", "WorldConfig"]
+
+PORT = 4100
+SERVER = "ctrl"
+SESSION = "quiz"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorldConfig:
+    peers: int = 10
+    seed: int = 1
+    latency: tuple[float, float] = (0.001, 0.02)
+    min_ms: int = 20
+    max_ms: int = 100
+    tout: int = 20
+    request_chance: float = 0.5  # per peer per round
+
+
+class _WorkloadPeer(AppSyncPeer):
+    """A peer that, on each round, may change its own C object and the shared board."""
+
+    def __init__(self, env: Env, config: PeerConfig, world: AppSyncWorld) -> None:
+        super().__init__(env, config)
+        self.world = world
+        self.counter = 0
+        self.on_round = self._round
+        self._made_own = ""
+
+    def _init(self, msg: Any) -> None:  # after an init: make sure our C object exists
+        super()._init(msg)
+        if self._made_own != self.client_id and self.world.active:
+            own = ObjectInfo(Scope.CLIENT, "me", self.client_id)
+            if own.object_key not in self.objects:
+                self.request(Create(own, Mode.RO, {"n": 0}))
+            self._made_own = self.client_id
+
+    def _round(self, number: int) -> None:
+        if not self.world.active or self.env.rng.random() >= self.world.config.request_chance:
+            return
+        self.counter += 1
+        own = ObjectInfo(Scope.CLIENT, "me", self.client_id)
+        if own.object_key in self.objects:
+            self.request(Update(own, {"n": self.counter}))
+        board = ObjectInfo(Scope.GLOBAL, "board")
+        if board.object_key not in self.objects:
+            self.request(Create(board, Mode.RW, {"hot": 0}))
+        else:
+            self.request(Update(ObjectInfo(Scope.GLOBAL, f"board.p{self.client_id}"),
+                                self.counter))
+            self.request(Update(ObjectInfo(Scope.GLOBAL, "board.hot"), self.counter))
+
+
+class AppSyncWorld:
+    def __init__(self, config: WorldConfig, *, trace: TraceSink | None = None,
+                 run: str = "appsync") -> None:
+        self.config = config
+        self.rng = random.Random(f"appsync-world/{config.seed}")
+        self.sim = Simulation(seed=config.seed, link=LinkModel(latency=Uniform(*config.latency)),
+                              trace=trace, run=run)
+        self.active = True
+        self.server_config = AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
+                                           tout=config.tout)
+        spec = ListenerSpec(name="appsync", port=PORT, handshake_timeout=None)
+        self.sim.add_node(SERVER, lambda env: AppSyncServer(env, self.server_config),
+                          listeners=[spec])
+        self.peer_names = [f"p{n:03d}" for n in range(config.peers)]
+        peer_config = PeerConfig(address=f"{SERVER}:{PORT}", session=SESSION,
+                                 reconnect_delay=0.2)
+        for name in self.peer_names:
+            self.sim.add_node(name, lambda env: _WorkloadPeer(env, peer_config, self))
+
+    def run_for(self, seconds: float) -> None:
+        self.sim.run(until=self.sim.now + seconds)
+
+    def server(self) -> AppSyncServer | None:
+        if self.sim.status(SERVER) is not NodeStatus.UP:
+            return None
+        process = self.sim.process(SERVER)
+        assert isinstance(process, AppSyncServer)
+        return process
+
+    def peers(self) -> dict[str, AppSyncPeer]:
+        out = {}
+        for name in self.peer_names:
+            if self.sim.status(name) is NodeStatus.UP:
+                process = self.sim.process(name)
+                assert isinstance(process, AppSyncPeer)
+                out[name] = process
+        return out
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def faults(self, seconds: float, *, cuts: int, leaves: int, server_restarts: int) -> None:
+        """Spread the faults over ``seconds`` of workload, at times the seed chooses."""
+        start = self.sim.now
+        events: list[tuple[float, str]] = (
+            [(self.rng.uniform(0, seconds), "cut") for _ in range(cuts)]
+            + [(self.rng.uniform(0, seconds), "leave") for _ in range(leaves)]
+            + [(self.rng.uniform(0.2, 0.8) * seconds, "restart")
+               for _ in range(server_restarts)])
+        for at, kind in sorted(events):
+            self.sim.run(until=start + at)
+            name = self.rng.choice(self.peer_names)
+            if kind == "cut" and self.sim.status(name) is NodeStatus.UP:
+                self.sim.cut(name, SERVER)
+            elif kind == "leave" and self.sim.status(name) is NodeStatus.UP:
+                self.sim.crash(name, recover_after=self.rng.uniform(0.1, 1.0))
+            elif kind == "restart" and self.sim.status(SERVER) is NodeStatus.UP:
+                self.sim.crash(SERVER, recover_after=self.rng.uniform(0.2, 1.0))
+        self.sim.run(until=start + seconds)
+
+    # -- verdict ---------------------------------------------------------------------------
+
+    def quiesce(self, seconds: float = 3.0) -> None:
+        """Stop the workload and let the queued requests drain."""
+        self.active = False
+        self.run_for(seconds)
+
+    def visible_states(self) -> dict[str, dict[str, Any]]:
+        """Each joined peer's objects, and what the server says it may see (``=name``)."""
+        server = self.server()
+        out: dict[str, dict[str, Any]] = {}
+        session = None if server is None else server.sessions.get(SESSION)
+        for name, peer in self.peers().items():
+            if peer.phase is not PeerPhase.SYNCING:
+                continue
+            out[name] = peer.visible_state()
+            if session is not None:
+                out[f"={name}"] = {key: obj.value for key, obj in sorted(session.objects.items())
+                                   if visible_to(obj, peer.client_id)}
+        return out
