@@ -182,7 +182,8 @@ def test_an_unparseable_rqst_is_one_40_and_a_wrong_version_55() -> None:
     bench.raw(a, b'{"h":{"p":"APSYN/01"')
     head = bench.last(a).header
     number = f"{head.round:04X}"
-    bench.raw(a, (f'{{"h":{{"p":"APSYN/07","c":"0001","r":"{number}","l":"{number}"}},"b":[]}}').encode())
+    head_07 = '{"p":"APSYN/07","c":"0001","r":"' + number + '","l":"' + number + '"}'
+    bench.raw(a, ('{"h":' + head_07 + ',"b":[]}').encode())
     bench.rqst(a)
     bench.rqst(b)
     bench.advance(0.01)

@@ -4,13 +4,15 @@ peer holding exactly what the server says it may see."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gossamer.core import MemorySink
 from gossamer.services.appsync.sim import AppSyncWorld, WorldConfig
 
 
-def converge(world: AppSyncWorld) -> dict[str, dict[str, object]]:
+def converge(world: AppSyncWorld) -> dict[str, dict[str, Any]]:
     world.quiesce(4.0)
     states = world.visible_states()
     peers = [name for name in states if not name.startswith("=")]

@@ -84,6 +84,7 @@ class AppSyncPeer:
         self.on_result: ResultFn | None = None
         self.on_change: ChangeFn | None = None
         self.on_round: Callable[[int], None] | None = None
+        self.on_closed: Callable[[str], None] | None = None
 
     # -- application ---------------------------------------------------------------------
 
@@ -141,6 +142,8 @@ class AppSyncPeer:
         if self.phase is not PeerPhase.CLOSED:
             self.phase = PeerPhase.CONNECTING
             self._timer = self.env.set_timer(self.config.reconnect_delay, self._dial)
+        if self.on_closed is not None:
+            self.on_closed(reason)
 
     def received(self, conn: Conn, frame: bytes) -> None:
         if conn is not self.conn:

@@ -1,0 +1,255 @@
+"""APSYN over WebSocket: ``AppSyncWsServer`` (the sync server on the network runtime, path ``/``,
+state in ``DATA_DIR/appsync.sqlite``) and ``AppSyncClient``, an asyncio peer whose shared
+objects feel local: set a property and it is requested, callbacks on change, ``await
+synced()``, the result code of each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...core.conn import Framing, ListenerSpec
+from ...core.env import Env
+from ...core.errors import ConfigError, OperationError, StateError
+from ...core.trace import TraceSink
+from ...protocols.appsync import Action, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
+from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
+from ...protocols.appsync.server import AppSyncConfig, AppSyncServer, hash_session_key
+from ...protocols.appsync.state import SharedObject
+from ...runtimes.net import NetNode, NodeState, SqliteStore
+
+__all__ = ["DEFAULT_PORT", "AppSyncClient", "AppSyncWsServer", "Shared"]
+
+log = logging.getLogger("gossamer.appsync")
+DEFAULT_PORT = 3790
+STORE_FILE = "appsync.sqlite"
+LISTENER = "appsync"
+
+
+class AppSyncWsServer:
+    """``await start()``, then ``address``; ``await stop()``. ``session_key``: joins must carry
+    it (kept only as a salted hash); None: every session is accepted (logged)."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                 session_key: str | None = None, data_dir: Path | None = None,
+                 min_ms: int = 20, max_ms: int = 200, tout: int = 50,
+                 max_frame: int = 64 * 1024, max_connections: int = 2000,
+                 trace: TraceSink | None = None, run: str = "appsync",
+                 key_iterations: int = 100_000) -> None:
+        if data_dir is not None and not Path(data_dir).is_dir():
+            raise ConfigError(f"data_dir {data_dir} is not a directory")
+        key = (None if session_key is None else
+               hash_session_key(session_key, secrets.token_bytes(16),
+                                iterations=key_iterations))
+        self.config = AppSyncConfig(min_ms=min_ms, max_ms=max_ms, tout=tout, session_key=key)
+        self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
+                                 path="/", max_frame=max_frame,
+                                 max_connections=max_connections, handshake_timeout=10.0)
+        self.data_dir = data_dir
+        self.trace = trace
+        self.run = run
+        self.core: AppSyncServer | None = None
+        self._node: NetNode | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._node is None:
+            raise StateError("the server has not started")
+        return self._node.listener_address(LISTENER)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"ws://{host}:{port}/"
+
+    def _build(self, env: Env) -> AppSyncServer:
+        self.core = AppSyncServer(env, self.config, log=log.warning)
+        return self.core
+
+    async def start(self) -> None:
+        if self._node is not None:
+            raise StateError("start() called twice")
+        path = ":memory:" if self.data_dir is None else Path(self.data_dir) / STORE_FILE
+        self._node = NetNode(node_id="appsync-ctrl", factory=self._build, listen=None,
+                             listeners=[self.spec], store=SqliteStore(path), trace=self.trace,
+                             run=self.run)
+        await self._node.start()
+
+    async def stop(self) -> None:
+        if self._node is not None:
+            await self._node.close()
+        self._node = None
+        self.core = None
+
+    async def __aenter__(self) -> AppSyncWsServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+
+class Shared:
+    """One shared object as the application sees it: reads give the synced value; setting a
+    property requests the change (``client.result(number)`` / the returned future tells)."""
+
+    def __init__(self, client: AppSyncClient, info: ObjectInfo) -> None:
+        self._client = client
+        self.info = info
+
+    @property
+    def key(self) -> str:
+        return self.info.object_key
+
+    @property
+    def value(self) -> Any:
+        return self._client.value(self.key)
+
+    def __getitem__(self, name: str) -> Any:
+        value = self.value
+        if not isinstance(value, dict) or name not in value:
+            raise KeyError(name)
+        return value[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.set(name, value)
+
+    def set(self, name: str, value: Any) -> asyncio.Future[Status | None]:
+        info = ObjectInfo(self.info.scope, f"{self.info.name}.{name}", self.info.scope_id)
+        return self._client.request(Update(info, value))
+
+    def update(self, patch: dict[str, Any]) -> asyncio.Future[Status | None]:
+        return self._client.request(Update(self.info, patch))
+
+    def delete(self) -> asyncio.Future[Status | None]:
+        return self._client.request(Delete(self.info))
+
+    def on_change(self, fn: Callable[[Any], None]) -> None:
+        self._client.watch(lambda key, value: fn(value) if key == self.key else None)
+
+
+class AppSyncClient:
+    """``async with AppSyncClient(url, session) as peer:``; ``peer.share(name, initial)`` gives
+    a ``Shared``; ``await peer.synced()`` waits until every request was answered."""
+
+    def __init__(self, url: str, session: str, *, key: str | None = None,
+                 timeout: float = 10.0, node: str = "appsync-peer",
+                 trace: TraceSink | None = None, run: str = "appsync") -> None:
+        self.url = url
+        self.config = PeerConfig(address=url, session=session, key=key, framing=Framing.WS)
+        self.timeout = timeout
+        self.node = node
+        self.trace = trace
+        self.run = run
+        self.core: AppSyncPeer | None = None
+        self._net: NetNode | None = None
+        self._futures: dict[int, asyncio.Future[Status | None]] = {}
+        self._watchers: list[Callable[[str, Any], None]] = []
+        self._changed = asyncio.Event()
+
+    @property
+    def client_id(self) -> str:
+        return "" if self.core is None else self.core.client_id
+
+    def _build(self, env: Env) -> AppSyncPeer:
+        core = AppSyncPeer(env, self.config)
+        core.on_result = self._result
+        core.on_change = self._change
+        core.on_round = lambda _n: self._changed.set()
+        core.on_closed = lambda _reason: self._changed.set()
+        self.core = core
+        return core
+
+    def _result(self, number: int, code: int | None) -> None:
+        future = self._futures.pop(number, None)
+        if future is not None and not future.done():
+            future.set_result(None if code is None else Status(code))
+        self._changed.set()
+
+    def _change(self, key: str, obj: SharedObject | None) -> None:
+        value = None if obj is None else obj.value
+        for fn in list(self._watchers):
+            fn(key, value)
+        self._changed.set()
+
+    async def connect(self) -> None:
+        if self._net is not None:
+            raise OperationError("connect() called twice", definite=True)
+        self._net = NetNode(node_id=self.node, factory=self._build, listen=None,
+                            trace=self.trace, run=self.run)
+        await self._net.start()
+        await self.wait_until(lambda: self.core is not None and (
+            self.core.phase in (PeerPhase.SYNCING, PeerPhase.CLOSED)))
+        core = self.core
+        if core is None or core.phase is PeerPhase.CLOSED:
+            code = None if core is None or core.refused is None else core.refused[0]
+            await self.close()
+            raise OperationError(f"join refused (close code {code})", definite=True)
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None
+                         ) -> None:
+        try:
+            async with asyncio.timeout(self.timeout if timeout is None else timeout):
+                while not predicate():
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise OperationError("timed out waiting", definite=False) from None
+
+    async def synced(self, timeout: float | None = None) -> None:
+        """Every request so far was answered (and the state holds what was accepted)."""
+        await self.wait_until(lambda: self.core is not None and self.core.synced, timeout)
+
+    def request(self, action: Action) -> asyncio.Future[Status | None]:
+        """Queue ``action``; the future gives its status (None: the connection broke before
+        the answer, so it may or may not have been applied)."""
+        net, core = self._net, self.core
+        if net is None or core is None or net.state is not NodeState.RUNNING:
+            raise OperationError("not connected", definite=True)
+        future: asyncio.Future[Status | None] = asyncio.get_running_loop().create_future()
+        numbers: list[int] = []
+        net.call(lambda _p: numbers.append(core.request(action)))
+        self._futures[numbers[0]] = future
+        return future
+
+    def share(self, name: str, initial: Any = None, *, scope: str = "G", mode: str = "RW",
+              owner: str | None = None) -> Shared:
+        """The object ``name``; created with ``initial`` when it does not exist yet (a create
+        that finds it existing is answered 45 and changes nothing)."""
+        scope_id = (owner or self.client_id) if scope == "C" else None
+        info = ObjectInfo(Scope(scope), name, scope_id)
+        if info.object_key not in self.objects():
+            self.request(Create(info, Mode(mode), {} if initial is None else initial))
+        return Shared(self, info)
+
+    def objects(self) -> dict[str, Any]:
+        return {} if self.core is None else self.core.visible_state()
+
+    def value(self, key: str) -> Any:
+        return None if self.core is None else self.core.value(key)
+
+    def watch(self, fn: Callable[[str, Any], None]) -> None:
+        self._watchers.append(fn)
+
+    async def close(self) -> None:
+        net, core = self._net, self.core
+        if net is None:
+            return
+        if net.state is NodeState.RUNNING and core is not None:
+            with contextlib.suppress(Exception):
+                net.call(lambda _p: core.stop())
+        await net.close()
+        self._net = None
+
+    async def __aenter__(self) -> AppSyncClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,76 @@
+"""APSYN over real WebSocket connections on 127.0.0.1: the first frame is the peer's join, two
+asyncio clients share an object, request results arrive, a refused join closes with 4041, and a
+restarted server gives the state back from its sqlite file."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gossamer.core.errors import OperationError
+from gossamer.protocols.appsync import Status
+from gossamer.services.appsync.net import AppSyncClient, AppSyncWsServer
+
+FAST: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations": 10}
+
+
+def test_two_clients_share_an_object_with_results_and_callbacks() -> None:
+    asyncio.run(_two_clients())
+
+
+async def _two_clients() -> None:
+    async with AppSyncWsServer(**FAST) as server, \
+            AppSyncClient(server.url, "quiz", timeout=5) as alice, \
+            AppSyncClient(server.url, "quiz", timeout=5) as bob:
+        board = alice.share("board", {"question": 1})
+        await alice.synced()
+        seen: list[object] = []
+        await bob.wait_until(lambda: "G//board" in bob.objects())
+        bob_board = bob.share("board")
+        bob_board.on_change(seen.append)
+        board["question"] = 2  # requested, not yet applied
+        result = board.update({"answer": "x"})
+        assert await asyncio.wait_for(result, 5) in (Status.ACCEPTED, Status.MULTIPLE_ACCEPTED)
+        await alice.synced()
+        await bob.wait_until(lambda: bob_board.value == {"question": 2, "answer": "x"})
+        assert seen and seen[-1] == {"question": 2, "answer": "x"}
+        assert board["question"] == 2
+        assert alice.client_id != bob.client_id
+
+
+def test_the_first_frame_is_the_join_and_a_bad_key_is_closed_4041() -> None:
+    asyncio.run(_bad_key())
+
+
+async def _bad_key() -> None:
+    async with AppSyncWsServer(session_key="sesame", **FAST) as server:
+        async with aiohttp.ClientSession() as http, http.ws_connect(server.url) as ws:
+            await ws.send_str('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},'
+                              '"b":{"id":"s;key=wrong"}}')
+            msg = await asyncio.wait_for(ws.receive(), 5)
+            assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 4041
+            assert str(msg.extra).startswith("41 Unauthorized")
+        with pytest.raises(OperationError):
+            async with AppSyncClient(server.url, "s", key="wrong", timeout=5):
+                pass
+        async with AppSyncClient(server.url, "s", key="sesame", timeout=5) as peer:
+            assert peer.client_id == "0001"
+
+
+def test_a_restarted_server_gives_the_state_back(tmp_path: Path) -> None:
+    asyncio.run(_restart(tmp_path))
+
+
+async def _restart(tmp_path: Path) -> None:
+    async with AppSyncWsServer(data_dir=tmp_path, **FAST) as server:
+        url = server.url
+        async with AppSyncClient(url, "keep", timeout=5) as peer:
+            peer.share("notes", {"text": "hello"})
+            await peer.synced()
+    async with AppSyncWsServer(data_dir=tmp_path, **FAST) as server, \
+            AppSyncClient(server.url, "keep", timeout=5) as peer:
+        assert peer.objects() == {"G//notes": {"text": "hello"}}
