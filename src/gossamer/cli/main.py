@@ -47,6 +47,7 @@ from ..pipeline import (
     write_run_settings,
 )
 from ..services.activity.cli import add_activity_parser
+from ..services.appsync.cli import add_appsync_parser
 from ..services.atomic.cli import add_atomic_parser
 from ..services.broadcast import (
     FifoRunOptions,
@@ -477,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_hub_parser(verbs)
     add_activity_parser(verbs)
+    add_appsync_parser(verbs)
     add_pubsub_parser(verbs)
     add_paxos_parser(verbs)
     add_atomic_parser(verbs)

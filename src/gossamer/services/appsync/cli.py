@@ -1,0 +1,133 @@
+"""``gossamer appsync server|peer``: run the APSYN sync server over WebSocket, or be a peer of
+one of its sessions (set values, print every change as a JSON line).
+
+``add_appsync_parser(verbs)`` plugs the verb into ``gossamer.cli.main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+
+from ...core.argtypes import port as _port
+from ...core.argtypes import positive_int as _positive_int
+from ...core.argtypes import seconds as _seconds
+from ...core.errors import ConfigError, OperationError
+from .net import DEFAULT_PORT, AppSyncClient, AppSyncWsServer
+
+__all__ = ["add_appsync_parser"]
+
+
+def add_appsync_parser(
+    verbs: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    appsync = verbs.add_parser("appsync", help="seed 002: APSYN shared state (server, peer)")
+    sub = appsync.add_subparsers(dest="appsync_verb", metavar="ACTION", required=True)
+
+    server = sub.add_parser("server", help="the sync server (CTRL), WebSocket at path /")
+    server.add_argument("--host", default="127.0.0.1")
+    server.add_argument("--port", type=_port, default=DEFAULT_PORT)
+    server.add_argument("--session-key", default=None,
+                        help="joins must carry ;key=KEY in their id (kept as a salted hash); "
+                             "without it every session is accepted")
+    server.add_argument("--data-dir", default=None, help="directory for session state (sqlite)")
+    server.add_argument("--min-ms", type=int, default=20, help="min round time")
+    server.add_argument("--max-ms", type=_positive_int, default=200, help="max round time")
+    server.add_argument("--tout", type=_positive_int, default=50,
+                        help="rounds a silent peer is kept")
+    server.set_defaults(handler=_cmd_server)
+
+    peer = sub.add_parser("peer", help="join a session; set values; print changes (JSON lines)")
+    peer.add_argument("--url", default=f"ws://127.0.0.1:{DEFAULT_PORT}/")
+    peer.add_argument("--session", default="demo")
+    peer.add_argument("--key", default=None, help="the session key, if the server has one")
+    peer.add_argument("--set", action="append", default=[], metavar="NAME.PROP=JSON",
+                      help="set a property of a G object (created RW if missing); repeatable")
+    peer.add_argument("--watch", type=_seconds, default=None,
+                      help="print changes for this long, then exit (default: until Ctrl-C; "
+                           "0: exit once the sets are answered)")
+    peer.set_defaults(handler=_cmd_peer)
+    return appsync
+
+
+def _cmd_server(args: argparse.Namespace, console: Console) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    data_dir = None
+    if args.data_dir is not None:
+        data_dir = Path(args.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+    server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
+                             data_dir=data_dir, min_ms=args.min_ms, max_ms=args.max_ms,
+                             tout=args.tout)
+    return asyncio.run(_serve(server, console))
+
+
+async def _serve(server: AppSyncWsServer, console: Console) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            await server.start()
+        except OSError as exc:
+            console.print(f"[red]error:[/] cannot listen on {server.spec.host}:"
+                          f"{server.spec.port}: {exc.strerror or exc}", highlight=False)
+            return 1
+        console.print(f"appsync server listening on {server.url}", highlight=False)
+        await stop.wait()
+    finally:
+        await server.stop()
+    return 0
+
+
+def _parse_set(text: str) -> tuple[str, str, object]:
+    target, sep, raw = text.partition("=")
+    name, dot, prop = target.partition(".")
+    if not sep or not dot or not name or not prop:
+        raise ConfigError(f"--set takes NAME.PROP=JSON, got {text!r}")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"--set {target}: {raw!r} is not JSON") from exc
+    return name, prop, value
+
+
+def _cmd_peer(args: argparse.Namespace, console: Console) -> int:
+    sets = [_parse_set(text) for text in args.set]
+    try:
+        return asyncio.run(_peer(args, sets))
+    except OperationError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
+
+
+async def _peer(args: argparse.Namespace, sets: list[tuple[str, str, object]]) -> int:
+    def show(key: str, value: object) -> None:
+        sys.stdout.write(orjson.dumps({"key": key, "value": value}).decode() + "\n")
+        sys.stdout.flush()
+
+    async with AppSyncClient(args.url, args.session, key=args.key) as client:
+        for key, value in client.objects().items():
+            show(key, value)
+        client.watch(show)
+        results = []
+        for name, prop, value in sets:
+            shared = client.share(name, {})
+            results.append(shared.set(prop, value))
+        for name_prop, future in zip(args.set, results, strict=True):
+            status = await asyncio.wait_for(future, client.timeout)
+            code = "unknown" if status is None else f"{int(status)} {status.phrase}"
+            sys.stderr.write(f"{name_prop.partition('=')[0]}: {code}\n")
+        if args.watch is None:
+            await asyncio.Event().wait()
+        elif args.watch > 0:
+            await asyncio.sleep(args.watch)  # the user asked to watch this long
+    return 0

@@ -1,0 +1,68 @@
+"""``gossamer appsync server`` and ``gossamer appsync peer`` as processes on 127.0.0.1: a peer
+sets a value and gets its status, another peer sees it in its init, a keyed server refuses a
+peer without the key, and a restarted server (same --data-dir) still holds the value."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from harness_procs import WAIT, LineProc
+
+pytestmark = pytest.mark.processes
+
+GOSSAMER = [sys.executable, "-m", "gossamer.cli.main"]
+
+
+async def start_server(*extra: str) -> tuple[LineProc, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *GOSSAMER, "appsync", "server", "--port", "0", "--min-ms", "5", *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"})
+    server = LineProc("server", proc)
+    line = await server.expect(lambda text: "listening on" in text, "its address")
+    return server, line.split("listening on", 1)[1].strip()
+
+
+async def peer(url: str, *extra: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *GOSSAMER, "appsync", "peer", "--url", url, "--session", "cli", "--watch", "0", *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def stop(server: LineProc) -> None:
+    server.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(server.proc.wait(), WAIT) == 0
+
+
+async def scenario(data_dir: Path) -> None:
+    server, url = await start_server("--data-dir", str(data_dir))
+    try:
+        rc, _out, err = await peer(url, "--set", "board.x=1")
+        assert rc == 0 and "board.x: 21 Accepted" in err, err
+        rc, out, _err = await peer(url)
+        assert rc == 0
+        assert {"key": "G//board", "value": {"x": 1}} in [orjson.loads(x) for x in
+                                                          out.splitlines()]
+    finally:
+        await stop(server)
+    server, url = await start_server("--data-dir", str(data_dir), "--session-key", "k1")
+    try:
+        rc, out, err = await peer(url)
+        assert rc == 1 and "4041" in out + err
+        rc, out, _err = await peer(url, "--key", "k1")
+        assert rc == 0 and '"value":{"x":1}' in out
+    finally:
+        await stop(server)
+
+
+def test_server_and_peers_as_processes(tmp_path: Path) -> None:
+    asyncio.run(scenario(tmp_path))
