@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+
 from harness_procs import WAIT, LineProc
 
 pytestmark = pytest.mark.processes
