@@ -40,7 +40,7 @@ def test_fifty_peers_under_cuts_delays_churn_and_a_server_restart_converge(seed:
     states = converge(world)
     assert len({str(sorted(s["G//board"].items())) for s in states.values()}) == 1
     events = {row[4] for row in sink.rows}
-    assert {"cut", "crash", "recover", "init", "apply"} <= events, f"seed {seed}"
+    assert {"cut", "crash", "recover", "sync_init", "sync_apply", "round"} <= events, f"seed {seed}"
 
 
 def test_one_seed_one_trace() -> None:

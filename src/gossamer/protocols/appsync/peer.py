@@ -133,7 +133,7 @@ class AppSyncPeer:
         for number in self.in_flight:  # sent, never acknowledged: might have happened
             self._result(number, None)
         self.in_flight.clear()
-        self.env.trace("leave", layer=LAYER, key=self.config.session, peer=self.client_id,
+        self.env.trace("peer_leave", layer=LAYER, key=self.config.session, peer=self.client_id,
                        reason=reason)
         code = getattr(conn, "close_code", None)  # the runtimes keep the close code
         if isinstance(code, int) and 4000 <= code < 5000:  # a refused join: do not retry
@@ -168,7 +168,7 @@ class AppSyncPeer:
             assert obj is not None
             self.objects[obj.key] = obj
         self.phase = PeerPhase.SYNCING
-        self.env.trace("init", layer=LAYER, key=self.config.session, peer=self.client_id,
+        self.env.trace("sync_init", layer=LAYER, key=self.config.session, peer=self.client_id,
                        seq=self.round, objects=len(self.objects))
         if self.on_change is not None:
             for key in sorted(set(old) | set(self.objects)):
@@ -204,7 +204,7 @@ class AppSyncPeer:
             else:
                 self.objects[key] = after
             if self.env.tracing:
-                self.env.trace("apply", layer=LAYER, key=f"{self.config.session}/{key}",
+                self.env.trace("sync_apply", layer=LAYER, key=f"{self.config.session}/{key}",
                                seq=number, msg=action_id(self.config.session, number, action),
                                peer=self.client_id, digest=value_digest(after))
             if self.on_change is not None:

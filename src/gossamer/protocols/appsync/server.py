@@ -252,7 +252,7 @@ class AppSyncServer:
         peer = PeerState(conn=conn, client_id=client_id)
         self.peers[conn] = (session, peer)
         session.joining.append(peer)
-        self.env.trace("join", layer=LAYER, key=name, peer=client_id)
+        self.env.trace("peer_join", layer=LAYER, key=name, peer=client_id)
         if session.phase is Phase.IDLE:
             self._end_round(session)
 
@@ -319,7 +319,6 @@ class AppSyncServer:
                                zone=self.config.zone, max_objects=self.config.max_objects,
                                schemas=self.config.schemas, rule=self.config.rule)
         session.rounds_done += 1
-        self._trace_round(session, new_round, requests, result.codes, result.applied)
         acks: dict[str, list[int]] = {}
         for request, code in zip(requests, result.codes, strict=True):
             acks.setdefault(request.client_id, []).append(int(code))
@@ -350,12 +349,17 @@ class AppSyncServer:
             session.peers[peer.client_id] = peer
             peer.answered = 0
             outgoing.append((peer.conn, self.codec.encode(self._init_for(session, peer))))
-            self.env.trace("init", layer=LAYER, key=session.name, peer=peer.client_id,
+            self.env.trace("sync_init", layer=LAYER, key=session.name, peer=peer.client_id,
                            seq=new_round, objects=sum(
                                1 for o in session.objects.values()
                                if visible_to(o, peer.client_id)))
         session.joining = []
-        self.env.store.commit_then(lambda: self._send_round(session, outgoing))
+
+        def send() -> None:  # rows only for a round that was committed and sent
+            self._trace_round(session, new_round, requests, result.codes, result.applied)
+            self._send_round(session, outgoing)
+
+        self.env.store.commit_then(send)
 
     def _sees(self, before: SharedObject | None, after: SharedObject | None,
               client: str) -> bool:
@@ -382,7 +386,7 @@ class AppSyncServer:
             del session.peers[peer.client_id]
         if peer in session.joining:
             session.joining.remove(peer)
-        self.env.trace("leave", layer=LAYER, key=session.name, peer=peer.client_id,
+        self.env.trace("peer_leave", layer=LAYER, key=session.name, peer=peer.client_id,
                        reason=reason)
         if session.phase is Phase.WAITING:
             if not session.peers and not session.joining:
@@ -407,12 +411,12 @@ class AppSyncServer:
                   peers=len(session.peers), requests=len(requests), applied=len(applied),
                   codes={str(k): v for k, v in sorted(counts.items())})
         for index, (client, action, _before, after) in enumerate(applied):
-            env.trace("apply", layer=LAYER, key=f"{session.name}/{action.info.object_key}",
+            env.trace("sync_apply", layer=LAYER, key=f"{session.name}/{action.info.object_key}",
                       seq=sync_round, origin=client, msg=action_id(session.name, sync_round,
                                                                     action),
                       index=index, digest=value_digest(after))
         for request, code in zip(requests, codes, strict=True):
-            env.trace("ack", layer=LAYER, key=session.name, seq=sync_round,
+            env.trace("sync_ack", layer=LAYER, key=session.name, seq=sync_round,
                       peer=request.client_id, code=int(code),
                       msg=None if request.action is None else action_id(
                           session.name, sync_round, request.action))
