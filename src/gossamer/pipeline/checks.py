@@ -38,6 +38,7 @@ from .delivery_checks import (
 )
 from .errors import PipelineError
 from .order_checks import causal_violations, fifo_violations, vector_column
+from .round_checks import ROUND, round_consistency_violations
 from .schema import sharing_intermediates, with_row_order
 from .state_checks import convergence_violations, object_states, total_order_violations
 
@@ -67,6 +68,7 @@ __all__ = [
     "reliability_check",
     "reliability_summary",
     "reliability_violations",
+    "round_consistency_check",
     "subscription_intervals",
     "total_order_check",
     "total_order_violations",
@@ -125,7 +127,7 @@ class CheckResult:
 
 
 _LAYER_LISTS = ("layers", "total_order_layers", "fifo_layers", "session_layers",
-                "causal_layers", "own_delivery_layers")
+                "causal_layers", "own_delivery_layers", "round_layers")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,6 +155,8 @@ class CheckConfig:
     #: up); None: the layers of ``layers`` in which some origin does, which shows the service
     #: promises it; () none
     own_delivery_layers: tuple[str, ...] | None = None
+    #: layers of round-based state sync (seed 002: ``appsync``), judged by round consistency
+    round_layers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in _LAYER_LISTS:
@@ -334,6 +338,16 @@ def convergence_check(*, layers: Sequence[str] | None = None,
         lacking=f"apply rows carry no key and revision (info.{revision_field})")
 
 
+def round_consistency_check(*, layers: Sequence[str]) -> Check:
+    """Seed 002: every peer applies what CTRL applied to each object in a round, in its order
+    and with its result, and acknowledgements match what was applied (``round_checks``)."""
+    return Check(
+        "round consistency", (F.col("event") == ROUND) & layer_filter(layers),
+        f"no sync round was traced in {', '.join(layers)}",
+        lambda trace: round_consistency_violations(trace, layers=layers),
+        columns=("key", "seq", "msg", "peer", "info"))
+
+
 def atomicity_check() -> Check:
     """Seed 004's all-or-none of the sender's snapshot (``atomic_checks``)."""
     return Check(
@@ -368,6 +382,8 @@ def default_checks(config: CheckConfig | None = None, *, complete: bool = True) 
         convergence_check(layers=layers, revision_field=config.revision_field),
         atomicity_check(),
         *paxos_checks(),
+        *([round_consistency_check(layers=config.round_layers)] if config.round_layers
+          else []),
     ]
 
 

@@ -1,0 +1,78 @@
+"""Round consistency for round-based state sync (seed 002, APSYN): every peer applies the same
+updates to each object in a round, in the same order, with the same result as the sync
+server (CTRL), and every acknowledgement matches what CTRL applied.
+
+Reads ``round`` rows (which node is a CTRL of a run), ``sync_apply`` rows (``key`` the object,
+``seq`` the sync round, ``msg`` the action's id, ``info.digest`` the value after it) and
+``sync_ack`` rows (``info.code``, ``msg``). A peer that applied nothing of an object in a round
+(it was away, or may not see the object) is not judged for that object and round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from .check_rows import info_field, layer_filter, violation_rows
+from .schema import with_row_order
+
+__all__ = ["ACK", "APPLY", "ROUND", "round_consistency_violations"]
+
+ROUND = "round"
+APPLY = "sync_apply"
+ACK = "sync_ack"
+
+
+def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> DataFrame:
+    rows = with_row_order(trace).filter(layer_filter(layers))
+    ctrl_nodes = rows.filter(F.col("event") == ROUND).select("run", "node").distinct()
+    applies = rows.filter(F.col("event") == APPLY).select(
+        "run", "node", "key", "seq", "msg", "origin", "row",
+        info_field("digest").alias("digest"))
+    at_ctrl = applies.join(ctrl_nodes, ["run", "node"], "left_semi")
+    at_peer = applies.join(ctrl_nodes, ["run", "node"], "left_anti")
+
+    def sequence(frame: DataFrame, by: list[str]) -> DataFrame:
+        ordered = Window.partitionBy(*by).orderBy("row")
+        return (frame.withColumn("pos", F.row_number().over(ordered))
+                .groupBy(*by)
+                .agg(F.sort_array(F.collect_list(F.struct("pos", "msg", "digest")))
+                     .alias("steps"))
+                .withColumn("steps", F.transform("steps", lambda s: F.struct(
+                    s["msg"].alias("msg"), s["digest"].alias("digest")))))
+
+    ctrl_seq = sequence(at_ctrl, ["run", "key", "seq"]).withColumnRenamed("steps", "expected")
+    peer_seq = sequence(at_peer, ["run", "node", "key", "seq"])
+    compared = peer_seq.join(ctrl_seq, ["run", "key", "seq"], "left")
+    differ = compared.filter(F.col("expected").isNull()
+                             | (F.col("steps") != F.col("expected")))
+    first_wrong = F.element_at(F.col("steps"), 1)["msg"]
+    order_violations = violation_rows(
+        differ.withColumn("msg", first_wrong).withColumn("origin", F.lit(None)),
+        F.when(F.col("expected").isNull(),
+               F.concat(F.lit("applied to "), F.col("key"),
+                        F.lit(" in a round where CTRL applied nothing to it")))
+        .otherwise(F.concat(F.lit("applied to "), F.col("key"), F.lit(" "),
+                            F.to_json(F.col("steps")), F.lit(" where CTRL applied "),
+                            F.to_json(F.col("expected")))))
+
+    acks = rows.filter(F.col("event") == ACK).join(ctrl_nodes, ["run", "node"], "left_semi") \
+        .select("run", "node", "seq", "msg", F.col("peer").alias("origin"),
+                info_field("code").cast("int").alias("code"))
+    accepted = acks.filter((F.col("code") >= 20) & (F.col("code") < 30))
+    applied_msgs = at_ctrl.select("run", "seq", "msg").distinct()
+    accepted_msgs = accepted.select("run", "seq", "msg").distinct()
+    accepted_not_applied = accepted.join(applied_msgs, ["run", "seq", "msg"], "left_anti")
+    applied_not_accepted = at_ctrl.join(accepted_msgs, ["run", "seq", "msg"], "left_anti")
+    ack_violations = violation_rows(
+        accepted_not_applied,
+        F.concat(F.lit("acknowledged "), F.col("code").cast("string"),
+                 F.lit(" but never applied")),
+    ).unionByName(violation_rows(
+        applied_not_accepted,
+        F.concat(F.lit("applied to "), F.col("key"),
+                 F.lit(" without an accepting acknowledgement")),
+    ))
+    return order_violations.unionByName(ack_violations)

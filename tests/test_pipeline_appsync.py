@@ -1,0 +1,108 @@
+"""The round-consistency check of seed 002 (``pipeline.round_checks``): a trace of a simulated
+APSYN session with faults passes, and planted faults are caught: a peer that reorders a round's
+updates, one whose value diverged, one that applied an update CTRL never applied, an
+acknowledgement of something never applied and an update applied without an accepting one."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import orjson
+import pytest
+
+from gossamer.core import MemorySink
+from gossamer.pipeline.checks import CheckConfig, Status, default_checks, evaluate
+from gossamer.pipeline.schema import trace_schema
+from gossamer.services.appsync.sim import SERVER, AppSyncWorld, WorldConfig
+
+pytestmark = pytest.mark.spark
+
+Rows = list[list[Any]]
+EVENT, NODE, MSG, KEY, SEQ, INFO = 4, 2, 5, 8, 9, 11
+
+
+@functools.cache
+def _recorded() -> tuple[tuple[Any, ...], ...]:
+    sink = MemorySink()
+    world = AppSyncWorld(WorldConfig(peers=4, seed=5, request_chance=0.8), trace=sink)
+    world.run_for(0.5)
+    world.faults(1.5, cuts=2, leaves=1, server_restarts=1)
+    world.quiesce(1.0)
+    return tuple(tuple(row) for row in sink.rows)
+
+
+def recorded() -> Rows:
+    return [list(row) for row in _recorded()]
+
+
+def peer_applies(rows: Rows) -> list[int]:
+    return [i for i, r in enumerate(rows) if r[EVENT] == "sync_apply" and r[NODE] != SERVER]
+
+
+def as_run(rows: Rows, run: str) -> Rows:
+    return [[run, *row[1:]] for row in rows]
+
+
+def plants() -> dict[str, tuple[Rows, str | None]]:
+    """Each planted trace, as its own run, with the node whose fault must be found (None: the
+    clean run) -- all judged in one Spark job."""
+    rows = recorded()
+    applies = peer_applies(rows)
+    assert applies, "the run applied updates at the peers"
+    # two updates of one object in one round at one peer, swapped
+    pairs = [(a, b) for a, b in itertools.pairwise(applies)
+             if rows[a][NODE] == rows[b][NODE] and rows[a][KEY] == rows[b][KEY]
+             and rows[a][SEQ] == rows[b][SEQ] and rows[a][MSG] != rows[b][MSG]]
+    assert pairs, "some round had two updates of one object"
+    a, b = pairs[0]
+    swapped = recorded()
+    swapped[a], swapped[b] = swapped[b], swapped[a]
+    diverged = recorded()
+    info = orjson.loads(diverged[applies[-1]][INFO])
+    diverged[applies[-1]][INFO] = orjson.dumps({**info, "digest": "0" * 16}).decode()
+    extra = recorded()
+    extra.append([*extra[applies[0]][:SEQ], 0xFFFE, *extra[applies[0]][SEQ + 1:]])
+    acks = [i for i, r in enumerate(rows) if r[EVENT] == "sync_ack"]
+    accepted = [i for i in acks if 20 <= orjson.loads(rows[i][INFO])["code"] < 30]
+    refused = [i for i in acks if orjson.loads(rows[i][INFO])["code"] >= 30
+               and rows[i][MSG] is not None]
+    assert accepted and refused
+    lying = recorded()  # a refused request reported accepted: never applied
+    lying[refused[0]][INFO] = orjson.dumps({"code": 21}).decode()
+    hidden = recorded()  # every accepting ack of an applied update turned into a refusal
+    for i in accepted:
+        if rows[i][MSG] == rows[accepted[0]][MSG] and rows[i][SEQ] == rows[accepted[0]][SEQ]:
+            hidden[i][INFO] = orjson.dumps({"code": 32}).decode()
+    return {"clean": (rows, None), "swapped": (swapped, rows[a][NODE]),
+            "diverged": (diverged, rows[applies[-1]][NODE]),
+            "extra": (extra, rows[applies[0]][NODE]), "lying": (lying, SERVER),
+            "hidden": (hidden, SERVER)}
+
+
+def test_a_clean_run_passes_and_every_planted_fault_is_caught(spark: Any) -> None:
+    runs = plants()
+    rows = [tuple(r) for name, (planted, _) in runs.items() for r in as_run(planted, name)]
+    frame = spark.createDataFrame(rows, trace_schema())
+    config = CheckConfig(layers=("appsync",), round_layers=("appsync",))
+    [result] = [r for r in evaluate(frame, default_checks(config))
+                if r.name == "round consistency"]
+    assert result.status is Status.FAIL and result.violations is not None
+    found: dict[str, set[str]] = {}
+    details: dict[str, list[str]] = {}
+    for violation in result.violations.collect():
+        found.setdefault(violation.run, set()).add(violation.node)
+        details.setdefault(violation.run, []).append(violation.detail)
+    assert "clean" not in found, details.get("clean")
+    for name, (_, node) in runs.items():
+        if node is not None:
+            assert found.get(name) == {node}, (name, details.get(name))
+    assert any("never applied" in d for d in details["lying"])
+    assert any("without an accepting" in d for d in details["hidden"])
+
+
+def test_round_consistency_is_judged_only_where_round_layers_are_declared() -> None:
+    assert "round consistency" not in [c.name for c in default_checks(CheckConfig())]
+    names = [c.name for c in default_checks(CheckConfig(round_layers=("appsync",)))]
+    assert names[-1] == "round consistency"
