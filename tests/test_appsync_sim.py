@@ -33,7 +33,7 @@ def test_two_peers_share_a_board_and_see_each_others_changes() -> None:
 @pytest.mark.parametrize("seed", [1])
 def test_fifty_peers_under_cuts_delays_churn_and_a_server_restart_converge(seed: int) -> None:
     sink = MemorySink()
-    world = AppSyncWorld(WorldConfig(peers=50, seed=seed, latency=(0.001, 0.05),
+    world = AppSyncWorld(WorldConfig(peers=50, seed=seed, latency="uniform:0.001,0.05",
                                      request_chance=0.2), trace=sink)
     world.run_for(0.5)
     world.faults(3.0, cuts=10, leaves=8, server_restarts=1)

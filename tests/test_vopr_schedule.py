@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 SEEDS = range(1, 301)
 
 
-def test_the_vopr_covers_the_six_services() -> None:
-    assert SERVICES == ("fifo", "replica", "pubsub", "activity", "paxos", "atomic")
+def test_the_vopr_covers_the_seven_services() -> None:
+    assert SERVICES == ("fifo", "replica", "pubsub", "activity", "paxos", "atomic", "appsync")
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -20,6 +20,11 @@ from ..services.activity.experiment import (
     ActivityRunResult,
     run_activity_sim,
 )
+from ..services.appsync.experiment import (
+    AppSyncRunOptions,
+    AppSyncRunResult,
+    run_appsync_sim,
+)
 from ..services.atomic.experiment import (
     AtomicRunOptions,
     AtomicRunResult,
@@ -48,10 +53,12 @@ WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "chord": {"sim": ChordRunOptions},
     "paxos": {"sim": PaxosRunOptions},
     "atomic": {"sim": AtomicRunOptions},
+    "appsync": {"sim": AppSyncRunOptions},
 }
 
 Options = (FifoRunOptions | LoopbackOptions | ReplicaRunOptions | PubSubRunOptions
-           | ActivityRunOptions | ChordRunOptions | PaxosRunOptions | AtomicRunOptions)
+           | ActivityRunOptions | ChordRunOptions | PaxosRunOptions | AtomicRunOptions
+           | AppSyncRunOptions)
 
 
 def _options(spec: RunSpec) -> Options:
@@ -120,6 +127,11 @@ def _pubsub_result(result: PubSubRunResult) -> dict[str, Any]:
             "events": result.events, "wall_seconds": result.wall_seconds}
 
 
+def _appsync_result(result: AppSyncRunResult) -> dict[str, Any]:
+    return {"rounds": result.rounds, "converged": result.converged, "events": result.events,
+            "wall_seconds": result.wall_seconds}
+
+
 def _chord_result(result: ChordRunResult) -> dict[str, Any]:
     return {"lookups": result.lookups, "completed": result.completed,
             "right_root": result.right_root, "hops_mean": result.hops_mean,
@@ -145,6 +157,7 @@ _SIMULATED: tuple[tuple[type[Any], Callable[[Any, Any], Any], Callable[[Any], di
     (ChordRunOptions, run_chord_sim, _chord_result),
     (PaxosRunOptions, run_paxos_sim, _paxos_result),
     (AtomicRunOptions, run_atomic_experiment, _atomic_result),
+    (AppSyncRunOptions, run_appsync_sim, _appsync_result),
 )
 
 

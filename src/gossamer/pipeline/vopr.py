@@ -30,6 +30,7 @@ from .checks import VIOLATION_COLUMNS, CheckConfig, Status
 from .errors import PipelineError
 from .experiment import RunFunction, RunOutcome, RunSpec, Scalar, run_experiment
 from .settings import RunSettings, write_run_settings
+from .vopr_appsync import APPSYNC_GUARANTEE, APPSYNC_SLOWEST, appsync_faults, draw_appsync
 from .vopr_paxos import PAXOS_GUARANTEE, PAXOS_SLOWEST, draw_paxos, paxos_faults
 
 __all__ = [
@@ -59,6 +60,7 @@ VOPR_CHECKS = CheckConfig(
     total_order_layers=("replica",),
     total_order_per_key=True,
     own_delivery_layers=("fifo", "pubsub"),
+    round_layers=("appsync",),
 )
 _MARKER = "vopr.json"  # in OUT: this directory belongs to a VOPR campaign (may be cleared)
 _OWNED = ("trace", "runs", "analysis")  # what a campaign rewrites in OUT
@@ -600,9 +602,22 @@ _PAXOS_KNOBS = (
     Knob("settle", 10.0, 10.0, note="fixed: after the last proposal or fault"),
 )
 _PAXOS = Plan("paxos", PAXOS_GUARANTEE, _PAXOS_KNOBS, PAXOS_SLOWEST, draw_paxos, paxos_faults)
+_APPSYNC_KNOBS = (
+    Knob("peers", 2, 12),
+    Knob("request_chance", 0.2, 1.0, note="per peer per round: its C object, its property of "
+                                          "the board and the board's contended property"),
+    Knob("max_ms", 40, 200, note="max round time (min 20 ms)"), _LATENCY,
+    Knob("cuts", 0, 6, note="peer-server connection resets (70% of the seeds)"),
+    Knob("leaves", 0, 4, note="peers crashing and rejoining (half of the seeds)"),
+    Knob("server_restart", choices=(False, True), note="on its store (40% of the seeds)"),
+    Knob("workload", 2.0, 4.0, note="virtual seconds of requests; the faults fall within"),
+    Knob("settle", 3.0, 3.0, note="fixed: the last syncs arrive well before the end"),
+)
+_APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
+                appsync_faults)
 
 PLANS: Mapping[str, Plan] = {p.service: p for p in (_FIFO, _REPLICA, _PUBSUB, _ACTIVITY,
-                                                    _PAXOS, _ATOMIC)}
+                                                    _PAXOS, _ATOMIC, _APPSYNC)}
 SERVICES = tuple(PLANS)
 
 

@@ -17,7 +17,7 @@ from ...protocols.appsync import Create, Mode, ObjectInfo, Scope, Update
 from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
 from ...protocols.appsync.server import AppSyncConfig, AppSyncServer
 from ...protocols.appsync.state import visible_to
-from ...runtimes.sim import LinkModel, NodeStatus, Simulation, Uniform
+from ...runtimes.sim import LinkModel, NodeStatus, Simulation, parse_latency
 
 __all__ = ["AppSyncWorld", "WorldConfig"]
 
@@ -30,7 +30,7 @@ SESSION = "quiz"
 class WorldConfig:
     peers: int = 10
     seed: int = 1
-    latency: tuple[float, float] = (0.001, 0.02)
+    latency: str = "uniform:0.001,0.02"  # a parse_latency text
     min_ms: int = 20
     max_ms: int = 100
     tout: int = 20
@@ -76,8 +76,8 @@ class AppSyncWorld:
                  run: str = "appsync") -> None:
         self.config = config
         self.rng = random.Random(f"appsync-world/{config.seed}")
-        self.sim = Simulation(seed=config.seed, link=LinkModel(latency=Uniform(*config.latency)),
-                              trace=trace, run=run)
+        link = LinkModel(latency=parse_latency(config.latency))
+        self.sim = Simulation(seed=config.seed, link=link, trace=trace, run=run)
         self.active = True
         self.server_config = AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
                                            tout=config.tout)

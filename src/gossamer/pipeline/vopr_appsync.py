@@ -1,0 +1,42 @@
+"""The VOPR's plan for seed 002 (``gossamer vopr appsync``): how a seed draws the faults of the
+``appsync`` workload (``services/appsync/experiment.py``) and how they read. The knobs and
+their documented ranges are in ``vopr`` (``_APPSYNC_KNOBS``), beside the other plans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from .experiment import Scalar
+
+if TYPE_CHECKING:
+    from .vopr import _Draw
+
+__all__ = ["APPSYNC_GUARANTEE", "APPSYNC_SLOWEST", "appsync_faults", "draw_appsync"]
+
+APPSYNC_SLOWEST = 0.05  # the latency knob's ceiling: below the 20 ms .. 200 ms rounds
+APPSYNC_GUARANTEE = (
+    "Seed 002 APSYN (services/appsync/experiment.py): every peer applies the same updates to "
+    "each object it sees in the same round order as the sync server, and every "
+    "acknowledgement matches what was applied, under connection cuts, peers leaving and "
+    "rejoining and a server restart.")
+
+
+def draw_appsync(d: _Draw) -> None:
+    d.integer("peers")
+    d.uniform("request_chance")
+    d.integer("max_ms")
+    d.latency(slowest=APPSYNC_SLOWEST)
+    d.set("cuts", d.integer("cuts") if d.rng.random() < 0.7 else 0)
+    d.set("leaves", d.integer("leaves") if d.rng.random() < 0.5 else 0)
+    d.flag(0.4, "server_restart")
+    d.uniform("workload")
+    d.uniform("settle")
+
+
+def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
+    out = [f"{o[name]} {name}" for name in ("cuts", "leaves") if o.get(name)]
+    if o.get("server_restart"):
+        out.append("server restart")
+    return out
