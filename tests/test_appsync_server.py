@@ -221,6 +221,17 @@ def test_a_session_key_admits_the_right_key_and_a_keyless_server_logs_it() -> No
     assert open_env.traced("open_sessions")
 
 
+def test_a_session_with_a_key_of_its_own_needs_it_and_others_stay_open() -> None:
+    key = hash_session_key("mine", os.urandom(8), iterations=10)
+    bench = Bench(AppSyncConfig(session_keys={"private": key}))
+    bench.join("open")
+    conn = bench.connect()
+    bench.raw(conn, codec.encode(Join(header=Header("", 0, 0), id="private")))
+    assert bench.env.closes[-1][:2] == (conn, 4041)
+    _, init = bench.join("private;key=mine")
+    assert init.header.client_id == "0001"
+
+
 def test_a_session_full_is_refused_53() -> None:
     bench = Bench(AppSyncConfig(max_peers=1))
     bench.join()

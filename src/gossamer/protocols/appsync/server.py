@@ -85,13 +85,15 @@ def refusal(status: Status, why: str) -> tuple[int, str]:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AppSyncConfig:
     """``min_ms``/``max_ms`` round time, ``tout`` rounds of silence before a peer is dropped;
-    ``session_key`` (None: any session is accepted); limits per session; ``schemas`` JSON
+    ``session_key`` guards every session, ``session_keys`` the sessions they name (their own
+    key instead); neither: any session is accepted; limits per session; ``schemas`` JSON
     Schemas by object name (status 42); ``rule`` an application rule (status 39)."""
 
     min_ms: int = 20
     max_ms: int = 200
     tout: int = 10
     session_key: KeyHash | None = None
+    session_keys: Mapping[str, KeyHash] = dataclasses.field(default_factory=dict)
     zone: str = "0001"
     max_sessions: int = 1000
     max_peers: int = 1000
@@ -166,9 +168,12 @@ class AppSyncServer:
 
     def start(self) -> None:
         if self.config.session_key is None:
-            self.env.trace("open_sessions", layer=LAYER)
+            self.env.trace("open_sessions", layer=LAYER, keyed=len(self.config.session_keys))
             if self.log is not None:
-                self.log("no session key: every session is accepted")
+                self.log("no session key: every session is accepted" if not
+                         self.config.session_keys else
+                         f"sessions without a key of their own are accepted (keyed: "
+                         f"{', '.join(sorted(self.config.session_keys))})")
 
     def stop(self) -> None:
         for session in self.sessions.values():
@@ -231,7 +236,7 @@ class AppSyncServer:
         except ValueError as exc:
             self._refuse(conn, Status.BAD_REQUEST, str(exc))
             return
-        expected = self.config.session_key
+        expected = self.config.session_keys.get(name, self.config.session_key)
         if expected is not None and (key is None or not expected.matches(key)):
             self._refuse(conn, Status.UNAUTHORIZED,
                          "a session key is required" if key is None else "wrong session key")

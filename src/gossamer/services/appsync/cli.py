@@ -37,6 +37,9 @@ def add_appsync_parser(
     server.add_argument("--session-key", default=None,
                         help="joins must carry ;key=KEY in their id (kept as a salted hash); "
                              "without it every session is accepted")
+    server.add_argument("--session-key-for", action="append", default=[],
+                        metavar="SESSION=KEY", help="a key of its own for one session "
+                                                    "(repeatable)")
     server.add_argument("--data-dir", default=None, help="directory for session state (sqlite)")
     server.add_argument("--min-ms", type=int, default=20, help="min round time")
     server.add_argument("--max-ms", type=_positive_int, default=200, help="max round time")
@@ -63,7 +66,14 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
     if args.data_dir is not None:
         data_dir = Path(args.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+    own: dict[str, str] = {}
+    for pair in args.session_key_for:
+        name, sep, key = pair.partition("=")
+        if not sep or not name or not key:
+            raise ConfigError(f"--session-key-for takes SESSION=KEY, got {pair!r}")
+        own[name] = key
     server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
+                             session_keys=own,
                              data_dir=data_dir, min_ms=args.min_ms, max_ms=args.max_ms,
                              tout=args.tout)
     return asyncio.run(_serve(server, console))

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,12 @@ from ...core.errors import ConfigError, OperationError, StateError
 from ...core.trace import TraceSink
 from ...protocols.appsync import Action, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
 from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
-from ...protocols.appsync.server import AppSyncConfig, AppSyncServer, hash_session_key
+from ...protocols.appsync.server import (
+    AppSyncConfig,
+    AppSyncServer,
+    KeyHash,
+    hash_session_key,
+)
 from ...protocols.appsync.state import SharedObject
 from ...runtimes.net import NetNode, NodeState, SqliteStore
 
@@ -34,20 +39,25 @@ LISTENER = "appsync"
 
 class AppSyncWsServer:
     """``await start()``, then ``address``; ``await stop()``. ``session_key``: joins must carry
-    it (kept only as a salted hash); None: every session is accepted (logged)."""
+    it (kept only as a salted hash); ``session_keys``: a key per named session instead; none:
+    every session is accepted (logged)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 session_key: str | None = None, data_dir: Path | None = None,
+                 session_key: str | None = None,
+                 session_keys: Mapping[str, str] | None = None, data_dir: Path | None = None,
                  min_ms: int = 20, max_ms: int = 200, tout: int = 50,
                  max_frame: int = 64 * 1024, max_connections: int = 2000,
                  trace: TraceSink | None = None, run: str = "appsync",
                  key_iterations: int = 100_000) -> None:
         if data_dir is not None and not Path(data_dir).is_dir():
             raise ConfigError(f"data_dir {data_dir} is not a directory")
-        key = (None if session_key is None else
-               hash_session_key(session_key, secrets.token_bytes(16),
-                                iterations=key_iterations))
-        self.config = AppSyncConfig(min_ms=min_ms, max_ms=max_ms, tout=tout, session_key=key)
+        def hashed(key: str) -> KeyHash:
+            return hash_session_key(key, secrets.token_bytes(16), iterations=key_iterations)
+
+        self.config = AppSyncConfig(
+            min_ms=min_ms, max_ms=max_ms, tout=tout,
+            session_key=None if session_key is None else hashed(session_key),
+            session_keys={name: hashed(key) for name, key in (session_keys or {}).items()})
         self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
                                  path="/", max_frame=max_frame,
                                  max_connections=max_connections, handshake_timeout=10.0)
