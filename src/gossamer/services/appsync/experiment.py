@@ -28,6 +28,7 @@ class AppSyncRunOptions:
     leaves: int = 0  # peers that crash and rejoin
     server_restart: bool = False  # the server crashes once and recovers on its store
     settle: float = 4.0  # seconds without requests at the end
+    drop_updates: bool = False  # peers skip one property's updates (broken on purpose)
     seed: int = 1
     run: str | None = None
 
@@ -52,7 +53,8 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
     world = AppSyncWorld(WorldConfig(peers=options.peers, seed=options.seed,
                                      latency=options.latency, min_ms=options.min_ms,
                                      max_ms=options.max_ms,
-                                     request_chance=options.request_chance),
+                                     request_chance=options.request_chance,
+                                     drop_updates=options.drop_updates),
                          trace=trace_sink, run=options.run or f"appsync-s{options.seed}")
     world.run_for(0.2)
     world.faults(options.workload, cuts=options.cuts, leaves=options.leaves,

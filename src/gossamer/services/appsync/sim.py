@@ -35,6 +35,7 @@ class WorldConfig:
     max_ms: int = 100
     tout: int = 20
     request_chance: float = 0.5  # per peer per round
+    drop_updates: bool = False  # peers skip the board's contended property (broken on purpose)
 
 
 class _WorkloadPeer(AppSyncPeer):
@@ -54,6 +55,12 @@ class _WorkloadPeer(AppSyncPeer):
             if own.object_key not in self.objects:
                 self.request(Create(own, Mode.RO, {"n": 0}))
             self._made_own = self.client_id
+
+    def _sync(self, msg: Any) -> None:
+        if self.world.config.drop_updates:  # a broken peer, for tests of the checks
+            msg = dataclasses.replace(msg, actions=tuple(
+                a for a in msg.actions if a.info.name != "board.hot"))
+        super()._sync(msg)
 
     def _round(self, number: int) -> None:
         if not self.world.active or self.env.rng.random() >= self.world.config.request_chance:
