@@ -232,6 +232,25 @@ def test_a_session_with_a_key_of_its_own_needs_it_and_others_stay_open() -> None
     assert init.header.client_id == "0001"
 
 
+def test_requests_over_the_round_limit_are_53_and_a_flood_is_closed() -> None:
+    bench, a, b = two_peers(AppSyncConfig(min_ms=10, max_ms=100, tout=3, max_requests=2))
+    round_trip(bench, (a, (cre("x", {}), cre("y", {}), cre("z", {}))), (b, ()))
+    assert acks(bench, a) == (21, 21, 53)
+    bench.rqst(a, *[cre(f"n{i}", 1) for i in range(9)])
+    assert bench.env.closes[-1][:3] == (a, 1008, "too many requests")
+
+
+def test_a_session_nobody_is_in_leaves_memory_and_comes_back_from_the_store() -> None:
+    bench = Bench()
+    a, _ = bench.join("gone")
+    round_trip(bench, (a, (cre("kept", 1),)))
+    bench.server.closed(a, "peer_closed")
+    bench.advance(0.2)
+    assert "gone" not in bench.server.sessions
+    _, init = bench.join("gone")
+    assert init.creates == (cre("kept", 1),)
+
+
 def test_a_session_full_is_refused_53() -> None:
     bench = Bench(AppSyncConfig(max_peers=1))
     bench.join()

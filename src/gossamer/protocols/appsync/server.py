@@ -99,12 +99,13 @@ class AppSyncConfig:
     max_peers: int = 1000
     max_objects: int = 10_000
     history: int = 16
+    max_requests: int = 1024  # request actions of one peer in one round (more: 53)
     schemas: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     rule: Rule | None = None
 
     def __post_init__(self) -> None:
         SessionConfig(self.min_ms, self.max_ms, self.tout)  # validates the three
-        for name in ("max_sessions", "max_peers", "max_objects", "history"):
+        for name in ("max_sessions", "max_peers", "max_objects", "history", "max_requests"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         if self.max_peers > 0xFFFF:
@@ -264,9 +265,15 @@ class AppSyncServer:
     # -- rounds ----------------------------------------------------------------------------
 
     def _request(self, session: Session, peer: PeerState, msg: Rqst) -> None:
-        for action in msg.actions:
-            session.requests.append(Request(peer.client_id, action))
-        peer.requests += len(msg.actions)
+        limit = self.config.max_requests
+        if peer.requests + len(msg.actions) > 4 * limit:  # flooding: not a peer we can serve
+            self._drop_peer(session, peer, "too many requests")
+            return
+        for action in msg.actions:  # over the limit: answered 53, kept as the code only
+            session.requests.append(Request(peer.client_id, action) if peer.requests < limit
+                                    else Request(peer.client_id, None,
+                                                 Status.SERVICE_UNAVAILABLE))
+            peer.requests += 1
         peer.silent = 0
         if msg.header.round == session.round:
             peer.answered = session.round
@@ -383,8 +390,16 @@ class AppSyncServer:
                 self.env.write(conn, frame)
         if session.peers or session.joining:
             self._start_round(session)
-        else:
+        else:  # nobody left: its state is in the store, the next join loads it again
             session.phase = Phase.IDLE
+            if self.sessions.get(session.name) is session:
+                del self.sessions[session.name]
+
+    def _drop_peer(self, session: Session, peer: PeerState, why: str) -> None:
+        self.env.trace("drop", layer=LAYER, key=session.name, peer=peer.client_id, reason=why)
+        self.peers.pop(peer.conn, None)
+        self.env.close(peer.conn, CloseCode.POLICY, why)
+        self._remove(session, peer, why)
 
     def _remove(self, session: Session, peer: PeerState, reason: str) -> None:
         if session.peers.get(peer.client_id) is peer:
