@@ -1,0 +1,109 @@
+"""The APSYN peer core on FakeEnv: join first, answer every round, acks matched to requests
+oldest first, a skipped round reported back with its last round, a broken connection leaves
+unanswered requests unknown and rejoins with the same client id, a refused join never retries."""
+
+from __future__ import annotations
+
+from gossamer.protocols.appsync import (
+    AppSyncCodec,
+    Create,
+    Header,
+    Init,
+    Join,
+    Mode,
+    ObjectInfo,
+    Rqst,
+    Scope,
+    SessionConfig,
+    Sync,
+    Update,
+)
+from gossamer.protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
+from gossamer.testing import FakeConn, FakeEnv
+
+codec = AppSyncCodec()
+BOARD = ObjectInfo(Scope.GLOBAL, "board")
+
+
+def started() -> tuple[FakeEnv, AppSyncPeer, FakeConn, list[tuple[int, int | None]]]:
+    env = FakeEnv("p1")
+    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s", key="k"))
+    results: list[tuple[int, int | None]] = []
+    peer.on_result = lambda number, code: results.append((number, code))
+    peer.start()
+    [conn] = env.dialed
+    assert isinstance(conn, FakeConn)
+    peer.opened(conn, "ctrl:1")
+    [(_, frame)] = env.take_written()
+    assert codec.decode_from_peer(frame) == Join(header=Header("", 0, 0), id="s;key=k")
+    init = Init(header=Header("0007", 0, 5), config=SessionConfig(20, 200, 10),
+                creates=(Create(BOARD, Mode.RW, {"a": 1}),))
+    peer.received(conn, codec.encode(init))
+    return env, peer, conn, results
+
+
+def sent(env: FakeEnv) -> list[Rqst]:
+    out = []
+    for _, frame in env.take_written():
+        msg = codec.decode_from_peer(frame)
+        assert isinstance(msg, Rqst)
+        out.append(msg)
+    return out
+
+
+def test_the_init_is_answered_and_each_sync_applied_and_answered_with_acks_matched() -> None:
+    env, peer, conn, results = started()
+    assert sent(env) == [Rqst(header=Header("0007", 5, 5), actions=())]
+    assert peer.visible_state() == {"G//board": {"a": 1}}
+    first = peer.request(Update(BOARD, {"b": 2}))
+    second = peer.request(Update(ObjectInfo(Scope.GLOBAL, "board.a"), 3))
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 6, 5), acks=(), actions=())))
+    [rqst] = sent(env)
+    assert rqst.header == Header("0007", 6, 6) and len(rqst.actions) == 2
+    assert not peer.synced
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 7, 6), acks=(21, 32),
+                                          actions=(Update(BOARD, {"b": 2}),))))
+    assert results == [(first, 21), (second, 32)]
+    assert peer.visible_state() == {"G//board": {"a": 1, "b": 2}}
+    assert peer.synced
+
+
+def test_a_skipped_round_is_reported_with_the_last_round_and_a_repeat_is_ignored() -> None:
+    env, peer, conn, _ = started()
+    sent(env)
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 8, 5), acks=(),
+                                          actions=(Update(BOARD, {"z": 1}),))))
+    assert sent(env) == [Rqst(header=Header("0007", 5, 5), actions=())]
+    assert peer.visible_state() == {"G//board": {"a": 1}}  # nothing applied out of order
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 5, 5), acks=(), actions=())))
+    assert sent(env) == []
+
+
+def test_a_broken_connection_makes_answers_unknown_and_rejoins_with_the_same_id() -> None:
+    env, peer, conn, results = started()
+    number = peer.request(Update(BOARD, {"x": 1}))
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 6, 5), acks=(), actions=())))
+    env.take_written()
+    peer.closed(conn, "reset")
+    assert results == [(number, None)] and peer.phase is PeerPhase.CONNECTING
+    env.advance(peer.config.reconnect_delay)
+    again = env.dialed[-1]
+    peer.opened(again, "ctrl:1")
+    [(_, frame)] = env.take_written()
+    assert codec.decode_from_peer(frame) == Join(header=Header("0007", 0, 0), id="s;key=k")
+
+
+def test_a_refused_join_is_not_retried() -> None:
+    env = FakeEnv("p1")
+    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s"))
+    peer.start()
+    [conn] = env.dialed
+
+    class Refused:  # what a runtime's connection carries after the server closed it
+        close_code = 4041
+
+    peer.conn = Refused()  # type: ignore[assignment]
+    peer.closed(peer.conn, "peer_closed")  # type: ignore[arg-type]
+    assert peer.phase is PeerPhase.CLOSED and peer.refused == (4041, "peer_closed")
+    env.advance(10.0)
+    assert env.dialed == [conn]
