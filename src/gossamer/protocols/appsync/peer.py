@@ -54,10 +54,12 @@ class PeerConfig:
     framing: Framing = Framing.LINES
     reconnect_delay: float = 0.5
     max_queue: int = 10_000
+    # a sync carries every visible update of a round: with many peers it outgrows 64 KiB
+    max_frame: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        if self.reconnect_delay <= 0 or self.max_queue < 1:
-            raise ConfigError("reconnect_delay > 0 and max_queue >= 1")
+        if self.reconnect_delay <= 0 or self.max_queue < 1 or self.max_frame < 1024:
+            raise ConfigError("reconnect_delay > 0, max_queue >= 1 and max_frame >= 1024")
 
 
 class AppSyncPeer:
@@ -67,7 +69,7 @@ class AppSyncPeer:
     def __init__(self, env: Env, config: PeerConfig) -> None:
         self.env = env
         self.config = config
-        self.codec = AppSyncCodec()
+        self.codec = AppSyncCodec(max_frame=config.max_frame)
         self.phase = PeerPhase.CONNECTING
         self.client_id = ""
         self.round = 0
@@ -116,7 +118,8 @@ class AppSyncPeer:
         if self.phase is PeerPhase.CLOSED:
             return
         self.phase = PeerPhase.CONNECTING
-        self.conn = self.env.connect(self.config.address, framing=self.config.framing)
+        self.conn = self.env.connect(self.config.address, framing=self.config.framing,
+                                     max_frame=self.config.max_frame)
 
     def opened(self, conn: Conn, peer_address: str) -> None:
         if conn is not self.conn:
