@@ -152,12 +152,11 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
                 i = parent[i]
             return i
 
-        for a_pos, a in enumerate(indices):
-            for b in indices[a_pos + 1:]:
-                ra, rb = requests[a], requests[b]
-                if ra.client_id != rb.client_id and ra.action is not None and \
-                        rb.action is not None and _conflict(ra.action, rb.action):
-                    parent[find(a)] = find(b)
+        for a, b in _candidate_pairs(requests, indices):
+            ra, rb = requests[a], requests[b]
+            if ra.client_id != rb.client_id and ra.action is not None and \
+                    rb.action is not None and _conflict(ra.action, rb.action):
+                parent[find(a)] = find(b)
         groups: dict[int, list[int]] = {}
         for i in indices:
             groups.setdefault(find(i), []).append(i)
@@ -199,6 +198,55 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         applied.append((request.client_id, action, before, after))
     return RoundResult(codes=[c if c is not None else Status.INTERNAL_ERROR for c in codes],
                        applied=applied)
+
+
+def _candidate_pairs(requests: list[Request], indices: list[int]
+                     ) -> set[tuple[int, int]]:
+    """Pairs of requests on one object to test for a conflict, enough for the groups to come
+    out as if every pair were tested. Only paths with one first segment (or the whole object)
+    overlap; a request writing a whole first-level property (a hub) overlaps every other in
+    its bucket, so each of those is paired with one hub of another client (O(n), so 1,000
+    peers on one property are no n^2); deeper paths are paired among themselves."""
+    buckets: dict[str | None, list[int]] = {}
+    exact: dict[str | None, list[int]] = {}
+    for i in indices:
+        action = requests[i].action
+        assert action is not None
+        for path in touched_paths(action):
+            head = path[0] if path else None
+            buckets.setdefault(head, []).append(i)
+            if len(path) <= 1:
+                exact.setdefault(head, []).append(i)
+    pairs: set[tuple[int, int]] = set()
+
+    def one_of_another_client(among: list[int]) -> tuple[int, int | None]:
+        first = among[0]
+        other = next((i for i in among if requests[i].client_id != requests[first].client_id),
+                     None)
+        return first, other
+
+    def pair_each(sources: list[int], among: list[int]) -> None:
+        """Each of ``sources`` with one of ``among`` of another client, if there is one."""
+        first, other = one_of_another_client(among)
+        for m in sources:
+            target = first if requests[m].client_id != requests[first].client_id else other
+            if target is not None and target != m:
+                pairs.add((m, target))
+
+    def hubs_with(hubs: list[int], members: list[int]) -> None:
+        pair_each(members, hubs)  # a member overlaps every hub
+        pair_each(hubs, members)  # and a hub every member
+
+    if None in exact:  # the whole object: every request overlaps
+        hubs_with(exact[None], indices)
+    for head, members in buckets.items():
+        if head is None:
+            continue
+        if head in exact:
+            hubs_with(exact[head], members)
+        deeper = [i for i in members if i not in set(exact.get(head, ()))]
+        pairs.update((a, b) for n, a in enumerate(deeper) for b in deeper[n + 1:])
+    return pairs
 
 
 def _resolve(requests: list[Request], group: list[int], clients: list[str], round_number: int,
