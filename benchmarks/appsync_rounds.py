@@ -97,13 +97,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--peers", type=int, nargs="+", default=None)
+    parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
-    sizes, rounds = ((50,), 5) if args.quick else ((100, 300, 1000), 20)
-    results = [measure(n, rounds) for n in sizes]
-    for r in results:
+    sizes, rounds = ((50,), 5) if args.quick else ((100, 300, 1000), 10)
+    sizes = tuple(args.peers) if args.peers else sizes
+    rounds = args.rounds or rounds
+    results = []
+    for n in sizes:
+        r = measure(n, rounds)
+        results.append(r)
         print(f"{r['peers']:>5} peers: {r['median_ms']:8.2f} ms per round (max "
               f"{r['max_ms']:.2f}), round time {r['round_ms']} ms: headroom "
-              f"{r['headroom']:.2f}x")
+              f"{r['headroom']:.2f}x", flush=True)
     if args.json:
         print(json.dumps(results))
 

@@ -225,3 +225,13 @@ def test_fuzz_one_byte_changed_is_a_typed_error_or_a_valid_message(msg: object, 
             continue
         assert codec.encode(decoded) is not None
         assert re.match(rb'\{"h":\{"p":"APSYN/01"', codec.encode(decoded))
+
+
+def test_a_sync_built_from_shared_encoded_actions_is_the_same_bytes() -> None:
+    sync = WIRE["sync"]
+    assert isinstance(sync, Sync)
+    syn = b"[" + b",".join(codec.encode_action(a) for a in sync.actions) + b"]"
+    assert codec.encode_sync(sync.header, sync.acks, syn) == codec.encode(sync)
+    assert codec.encode_sync(Header("0001", 3, 2), (), b"[]") == doc_vectors()["beat"]
+    with pytest.raises(ValueError):
+        codec.encode_sync(Header("0001", 3, 2), (99,), b"[]")

@@ -12,7 +12,7 @@ import enum
 import hashlib
 import hmac
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -30,10 +30,10 @@ from .wire import (
     Header,
     Init,
     Join,
+    Mode,
     Rqst,
     SessionConfig,
     Status,
-    Sync,
     next_round,
 )
 
@@ -98,14 +98,16 @@ class AppSyncConfig:
     max_sessions: int = 1000
     max_peers: int = 1000
     max_objects: int = 10_000
-    history: int = 16
+    history: int = 16  # syncs kept per peer to resend a lost one ...
+    history_bytes: int = 256 * 1024  # ... and at most this many bytes of them (else: init)
     max_requests: int = 1024  # request actions of one peer in one round (more: 53)
     schemas: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     rule: Rule | None = None
 
     def __post_init__(self) -> None:
         SessionConfig(self.min_ms, self.max_ms, self.tout)  # validates the three
-        for name in ("max_sessions", "max_peers", "max_objects", "history", "max_requests"):
+        for name in ("max_sessions", "max_peers", "max_objects", "history", "history_bytes",
+                     "max_requests"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         if self.max_peers > 0xFFFF:
@@ -127,6 +129,7 @@ class PeerState:
     requests: int = 0  # its requests this round (acks owed in the next sync)
     history: collections.deque[tuple[int, bytes]] = dataclasses.field(
         default_factory=collections.deque)
+    history_bytes: int = 0
 
 
 class Session:
@@ -346,15 +349,15 @@ class AppSyncServer:
         session.round = new_round
         session.phase = Phase.COMMITTING
         outgoing: list[tuple[Conn, bytes]] = []
+        syn_for = self._syn_lists(result.applied)
         for client, peer in session.peers.items():
-            syn = tuple(action for _, action, before, after in result.applied
-                        if self._sees(before, after, client))
-            sync = Sync(header=Header(client, new_round, peer.answered),
-                        acks=tuple(acks.get(client, ())), actions=syn)
-            frame = self.codec.encode(sync)
+            frame = self.codec.encode_sync(Header(client, new_round, peer.answered),
+                                           tuple(acks.get(client, ())), syn_for(client))
             peer.history.append((new_round, frame))
-            while len(peer.history) > self.config.history:
-                peer.history.popleft()
+            peer.history_bytes += len(frame)
+            while len(peer.history) > self.config.history or (
+                    len(peer.history) > 1 and peer.history_bytes > self.config.history_bytes):
+                peer.history_bytes -= len(peer.history.popleft()[1])
             peer.requests = 0
             outgoing.append((peer.conn, frame))
         for peer in session.joining:
@@ -373,10 +376,27 @@ class AppSyncServer:
 
         self.env.store.commit_then(send)
 
-    def _sees(self, before: SharedObject | None, after: SharedObject | None,
-              client: str) -> bool:
-        obj = after if after is not None else before
-        return obj is not None and visible_to(obj, client)
+    def _syn_lists(self, applied: list[Any]) -> Callable[[str], bytes]:
+        """The round's updates as each peer may see them, encoded once: the updates of NA
+        objects go only to their owners; everyone else shares one encoding."""
+        encoded = [self.codec.encode_action(action) for _, action, _b, _a in applied]
+        private: dict[str, list[int]] = {}
+        public: list[int] = []
+        for index, (_, _action, before, after) in enumerate(applied):
+            obj = after if after is not None else before
+            if obj is not None and obj.mode is Mode.NA:
+                private.setdefault(obj.owner, []).append(index)
+            else:
+                public.append(index)
+        shared = b"[" + b",".join(encoded[i] for i in public) + b"]"
+
+        def syn_for(client: str) -> bytes:
+            own = private.get(client)
+            if not own:
+                return shared
+            return b"[" + b",".join(encoded[i] for i in sorted(public + own)) + b"]"
+
+        return syn_for
 
     def _init_for(self, session: Session, peer: PeerState) -> Init:
         creates = tuple(obj.as_create() for _, obj in sorted(session.objects.items())

@@ -493,6 +493,14 @@ class AppSyncCodec:
     def encode_action(self, action: Action) -> bytes:
         return orjson.dumps(action.to_wire())
 
+    def encode_sync(self, header: Header, acks: tuple[int, ...], syn: bytes) -> bytes:
+        """The bytes ``encode(Sync(header, acks, actions))`` gives, from the actions already
+        encoded as a JSON array (shared by every peer that sees the same updates)."""
+        if header.round == 0 or any(a not in CODES for a in acks):
+            raise ValueError("a sync has a round other than 0000 and codes of the table")
+        return b"".join((b'{"h":', orjson.dumps(header.to_wire()), b',"b":{"ack":',
+                         orjson.dumps(list(acks)), b',"syn":', syn, b"}}"))
+
     def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
         if len(data) > self.max_frame:
             raise BadRequest(f"frame of {len(data)} bytes over {self.max_frame}")
