@@ -144,14 +144,20 @@ class Session:
         self.requests: list[Request] = []
         self.timer: TimerHandle | None = None
         self.min_passed = False
+        self.last_id = 0  # the last client id given (as a number)
+        self.joining_ids: set[str] = set()  # the client ids of ``joining``
 
     def free_id(self, wanted: str) -> str | None:
-        taken = set(self.peers) | {p.client_id for p in self.joining}
-        if wanted and wanted not in taken:
+        """``wanted`` if no live peer holds it, else the next free id after the last one
+        given (so a join costs O(1) while ids are free)."""
+        joining = self.joining_ids
+        if wanted and wanted not in self.peers and wanted not in joining:
             return wanted
-        for number in range(1, 0x10000):
+        for step in range(1, 0x10000):
+            number = (self.last_id + step - 1) % 0xFFFF + 1
             candidate = f"{number:04X}"
-            if candidate not in taken:
+            if candidate not in self.peers and candidate not in joining:
+                self.last_id = number
                 return candidate
         return None
 
@@ -261,6 +267,7 @@ class AppSyncServer:
         peer = PeerState(conn=conn, client_id=client_id)
         self.peers[conn] = (session, peer)
         session.joining.append(peer)
+        session.joining_ids.add(client_id)
         self.env.trace("peer_join", layer=LAYER, key=name, peer=client_id)
         if session.phase is Phase.IDLE:
             self._end_round(session)
@@ -369,6 +376,7 @@ class AppSyncServer:
                                1 for o in session.objects.values()
                                if visible_to(o, peer.client_id)))
         session.joining = []
+        session.joining_ids.clear()
 
         def send() -> None:  # rows only for a round that was committed and sent
             self._trace_round(session, new_round, requests, result.codes, result.applied)
@@ -426,6 +434,7 @@ class AppSyncServer:
             del session.peers[peer.client_id]
         if peer in session.joining:
             session.joining.remove(peer)
+            session.joining_ids.discard(peer.client_id)
         self.env.trace("peer_leave", layer=LAYER, key=session.name, peer=peer.client_id,
                        reason=reason)
         if session.phase is Phase.WAITING:

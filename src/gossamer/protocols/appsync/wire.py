@@ -392,6 +392,8 @@ def _obj(value: Any, keys: set[str], what: str, optional: frozenset[str] = froze
          ) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be a JSON object")
+    if value.keys() == keys:  # the common case, without building sets
+        return value
     have = set(value)
     if not keys - optional <= have or not have <= keys:
         raise BadRequest(f"{what} has keys {sorted(have)}, expected {sorted(keys)}")
