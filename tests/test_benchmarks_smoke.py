@@ -155,3 +155,45 @@ def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Pat
         for m in ("fixed", "adaptive")}
     for row in rows:
         assert row["losses"] > 0 and row["requests_per_loss"] > 0, row
+
+
+def test_pipeline_quick_run_compares_duckdb_and_spark_on_the_planted_faults(
+        tmp_path: Path) -> None:
+    pytest.importorskip("duckdb")  # the "bench" extra
+    pipeline = load_benchmark("pipeline")
+    out = tmp_path / "pipeline.json"
+    env = {**os.environ, "COLUMNS": "200"}  # rich wraps a table to the terminal's width
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "pipeline.py"), "--rows", "20000", "30000",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = done.stdout
+    assert re.search(r"Spark session start \(fixed cost.*\): \d+\.\d s; load average", printed)
+    result = json.loads(out.read_text())
+    assert result["session_start_s"] > 0
+    assert [size["rows"] for size in result["sizes"]] == [19_966, 29_949]
+    for size in result["sizes"]:
+        # the run itself asserts DuckDB's counts equal Spark's; each check caught its faults
+        assert size["violations"] == pipeline.PLANTED
+        assert set(size["verdicts"]) >= set(pipeline.CHECKS)
+        assert size["duckdb_checks_s"] > 0 and size["spark_checks_s"] > 0
+        assert size["checks_ratio"] == pytest.approx(
+            size["spark_checks_s"] / size["duckdb_checks_s"])
+        # rows, violations, DuckDB s, Spark checks s, Spark/DuckDB, whole s, whole/DuckDB
+        assert re.search(rf"^. +{size['rows']:,} . +9 . +[\d.]+ . +[\d.]+ . "
+                         rf"+{size['checks_ratio']:.1f}x . +[\d.]+ . "
+                         rf"+{size['whole_ratio']:.1f}x .$", printed, re.M), size["rows"]
+        assert "cli_s" not in size  # --against only
+    assert "against" not in printed
+
+
+def test_pipeline_duckdb_checks_find_exactly_the_planted_faults(tmp_path: Path) -> None:
+    pytest.importorskip("duckdb")  # the "bench" extra
+    pipeline = load_benchmark("pipeline")
+    pipeline.synthetic_trace(tmp_path / "clean", pipeline.MIN_ROWS, planted=False)
+    pipeline.synthetic_trace(tmp_path / "planted", pipeline.MIN_ROWS)
+    clean = pipeline.duckdb_checks(tmp_path / "clean")["violations"]
+    assert clean == dict.fromkeys(pipeline.CHECKS, 0)
+    assert pipeline.duckdb_checks(tmp_path / "planted")["violations"] == pipeline.PLANTED
