@@ -270,11 +270,11 @@ def _check_source(src: Path) -> None:
 
 
 def cli_analyze(src: Path, run_dir: Path, out: Path, master: str) -> float:
-    """Seconds of ``gossamer --master M analyze RUN_DIR --out OUT`` run from ``src`` in a new
+    """Seconds of ``gossamer analyze RUN_DIR --out OUT --master M`` run from ``src`` in a new
     process (the session start included); exit 0 or 1 (the planted violations) only."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _CLI, "--master", master, "analyze",
-                           str(run_dir), "--out", str(out)],
+    done = subprocess.run([sys.executable, "-c", _CLI, "analyze", str(run_dir), "--out",
+                           str(out), "--master", master],
                           env=dict(os.environ, PYTHONPATH=str(src)), capture_output=True,
                           text=True, check=False)
     seconds = time.perf_counter() - started
@@ -285,6 +285,10 @@ def cli_analyze(src: Path, run_dir: Path, out: Path, master: str) -> float:
 
 
 # -- the run ------------------------------------------------------------------------------------
+
+
+def _say(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
@@ -306,6 +310,7 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
     root = Path(tempfile.mkdtemp(prefix="gossamer-bench-pipeline-"))
     results = []
     try:
+        _say(f"session started in {session_start:.1f} s; warm-up")
         warm = root / "warm"  # JIT and code generation happen here, not in a timed run
         synthetic_trace(warm, MIN_ROWS)
         analyze(spark, warm, out_dir=warm / "analysis", config=config)
@@ -314,8 +319,11 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
         for size in sizes:
             run_dir = root / f"rows{size}"
             rows = synthetic_trace(run_dir, size)
+            _say(f"{rows:,} rows: DuckDB")
             duck = duckdb_checks(run_dir)
+            _say(f"{rows:,} rows: Spark, the checks alone")
             checks = spark_checks(spark, run_dir)
+            _say(f"{rows:,} rows: Spark, the whole analysis")
             started = time.perf_counter()
             analysis = analyze(spark, run_dir, out_dir=run_dir / "analysis", config=config)
             seconds = time.perf_counter() - started
@@ -335,6 +343,7 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
                 "whole_ratio": seconds / duck["seconds"],
             }
             if against is not None:
+                _say(f"{rows:,} rows: gossamer analyze from {here} and from {against}")
                 result["cli_s"] = cli_analyze(here, run_dir, run_dir / "cli-here", master)
                 result["cli_base_s"] = cli_analyze(against, run_dir, run_dir / "cli-base",
                                                    master)
