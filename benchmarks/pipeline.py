@@ -348,6 +348,9 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
                 result["cli_base_s"] = cli_analyze(against, run_dir, run_dir / "cli-base",
                                                    master)
                 result["speedup"] = result["cli_base_s"] / result["cli_s"]
+            _say(f"{rows:,} rows: " + ", ".join(
+                f"{key} {value:.2f}" for key, value in result.items()
+                if key.endswith(("_s", "ratio", "speedup")) or key == "seconds"))
             results.append(result)
             shutil.rmtree(run_dir, ignore_errors=True)
     finally:
