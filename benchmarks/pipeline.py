@@ -292,7 +292,8 @@ def _say(what: str) -> None:
 
 
 def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
-        master: str = "local[2]", against: Path | None = None) -> dict[str, Any]:
+        master: str = "local[2]", against: Path | None = None,
+        warm_up: bool = True) -> dict[str, Any]:
     sizes = sizes or (QUICK_ROWS if quick else FULL_ROWS)
     if len(sizes) < 2 or sorted(sizes) != list(sizes):
         raise ValueError("need at least two sizes, smallest first")
@@ -310,12 +311,13 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
     root = Path(tempfile.mkdtemp(prefix="gossamer-bench-pipeline-"))
     results = []
     try:
-        _say(f"session started in {session_start:.1f} s; warm-up")
-        warm = root / "warm"  # JIT and code generation happen here, not in a timed run
-        synthetic_trace(warm, MIN_ROWS)
-        analyze(spark, warm, out_dir=warm / "analysis", config=config)
-        spark_checks(spark, warm)
-        duckdb_checks(warm)
+        _say(f"session started in {session_start:.1f} s")
+        if warm_up:  # JIT and code generation happen here, not in a timed run
+            warm = root / "warm"
+            synthetic_trace(warm, MIN_ROWS)
+            analyze(spark, warm, out_dir=warm / "analysis", config=config)
+            spark_checks(spark, warm)
+            duckdb_checks(warm)
         for size in sizes:
             run_dir = root / f"rows{size}"
             rows = synthetic_trace(run_dir, size)
@@ -368,6 +370,7 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
                     "master": master, "spark": spark.version, "load": os.getloadavg(),
                     "against": str(against) if against is not None else None},
         "session_start_s": session_start,
+        "warm_up": warm_up,
         "sizes": results,
         "target": {"name": "time growth vs rows", "ratio": last["time_ratio"],
                    "allowed": last["allowed_ratio"],
@@ -422,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--against", metavar="SRC", default=None,
                         help="also time gossamer analyze from another checkout's src")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="no untimed warm-up analysis (the smoke test's figures only)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     against = None
@@ -430,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (against / "gossamer").is_dir():
             parser.error(f"--against {args.against}: no gossamer package there")
     result = run(quick=args.quick, sizes=tuple(args.rows) if args.rows else None,
-                 master=args.master, against=against)
+                 master=args.master, against=against, warm_up=not args.no_warm_up)
     render(result, Console())
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
