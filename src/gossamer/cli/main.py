@@ -46,6 +46,7 @@ from ..pipeline import (
     write_report,
     write_run_settings,
 )
+from ..pipeline.analysis import refuse_uri
 from ..services.activity.cli import add_activity_parser
 from ..services.appsync.cli import add_appsync_parser
 from ..services.atomic.cli import add_atomic_parser
@@ -299,8 +300,9 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     if args.run_dir is None:
         _error(console, "analyze needs RUN_DIR (or --follow DIR)")
         return 2
-    run_dir = Path(args.run_dir)
     try:
+        refuse_uri(args.run_dir)
+        run_dir = Path(args.run_dir)
         overrides = _check_overrides(args)
         bucket = args.bucket if args.bucket is not None else _stored_bucket(run_dir) or 1.0
         config = AnalysisConfig(throughput_bucket=bucket)

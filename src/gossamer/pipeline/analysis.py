@@ -29,7 +29,8 @@ from .paxos_checks import paxos_metrics
 from .schema import inspect_trace_files, load_trace, sharing_intermediates, unreadable_files
 from .settings import RunSettings, read_run_settings
 
-__all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params"]
+__all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params",
+           "refuse_uri"]
 
 Progress = Callable[[str, int, int], None]
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -226,10 +227,7 @@ def analyze(
     listed in ``Analysis.left_out``.
     """
     config = config if config is not None else AnalysisConfig()
-    if _URI.match(str(run_dir)):
-        raise TraceInputError(f"{run_dir}: a URI is not read directly (the driver inspects every "
-                              "trace file first); mount the store and give the mount point "
-                              "(README: On a cluster)")
+    refuse_uri(str(run_dir))
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir is not None else run_dir / "analysis"
     steps = 4 + len(default_checks(config.checks))
@@ -279,6 +277,16 @@ def analyze(
         with sharing_intermediates():
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
                             files.absent_columns, recovered, left_out + bad, overrides or {})
+
+
+def refuse_uri(run_dir: str) -> None:
+    """A run directory given as a URI (``hdfs://``, ``s3a://``) is refused, saying what to do:
+    the driver inspects every trace file as a local path before Spark reads it. (Call it
+    before the text becomes a ``Path``, which folds ``//`` into ``/``.)"""
+    if _URI.match(run_dir):
+        raise TraceInputError(f"{run_dir}: a URI is not read directly (the driver inspects every "
+                              "trace file first); mount the store and give the mount point "
+                              "(README: On a cluster)")
 
 
 def _first_problem(problems: Sequence[tuple[Path, str]]) -> str:
