@@ -56,7 +56,7 @@ async def _bad_key() -> None:
             assert str(msg.extra).startswith("41 Unauthorized")
         with pytest.raises(OperationError):
             async with AppSyncClient(server.url, "s", key="wrong", timeout=5):
-                pass
+                raise AssertionError("a peer with the wrong session key joined")
         async with AppSyncClient(server.url, "s", key="sesame", timeout=5) as peer:
             assert peer.client_id == "0001"
 

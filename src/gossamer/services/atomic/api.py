@@ -4,7 +4,7 @@
     await group.join()
     result = await group.send({"text": "hi"})     # Sent(mid, committed=True/False)
     async for message in group:                   # Delivered(mid, origin, body), once each
-        ...
+        print(message.body)
     await group.leave()
 
 ``data_dir`` keeps the member's name, pending messages, outcomes and delivery marks in sqlite
