@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .experiment import Scalar
 
 if TYPE_CHECKING:
-    from .vopr import _Draw
+    from .vopr_knobs import _Draw
 
 __all__ = ["APPSYNC_GUARANTEE", "APPSYNC_SLOWEST", "appsync_faults", "draw_appsync"]
 
