@@ -150,8 +150,10 @@ def _slug(name: str) -> str:
 
 
 def _write(frame: DataFrame, path: Path) -> DataFrame:
+    """``frame`` written as Parquet at ``path``, and read back from there (computed once).
+    The read is given the schema, which spares the job that would infer it from the files."""
     frame.write.mode("overwrite").parquet(str(path))
-    return frame.sparkSession.read.parquet(str(path))
+    return frame.sparkSession.read.schema(frame.schema).parquet(str(path))
 
 
 def _as_dicts(frame: DataFrame) -> list[dict[str, Any]]:
@@ -314,6 +316,7 @@ def _analyze(
     if not files:
         raise TraceInputError(f"no readable trace files (*.parquet) under {run_dir / 'trace'}")
     trace = load_trace(spark, files).persist(StorageLevel.MEMORY_AND_DISK)
+    held: list[DataFrame] = []  # each check's violations, in memory until the end
     try:
         per_run = {r["run"]: int(r["count"]) for r in trace.groupBy("run").count().collect()}
         rows = sum(per_run.values())
@@ -335,10 +338,15 @@ def _analyze(
         absent = [column for column in absent_columns if column != "wall"]
         for index, group in enumerate(groups):
 
-            def materialize(name: str, violations: DataFrame, index: int = index) -> DataFrame:
+            def materialize(name: str, violations: DataFrame) -> DataFrame:
+                # kept in memory: counted, then written only if there are any, and the
+                # summary's examples come from here (no table of a passing check to write
+                # and read back: a clean analysis writes no violations at all)
                 with_seed = violations.join(run_params.select("run", "seed"), "run", "left")
-                return _write(with_seed.withColumn("check", F.lit(name)),
-                              violations_dir / f"check={_slug(name)}" / f"group={index}")
+                kept = with_seed.withColumn("check", F.lit(name)).persist(
+                    StorageLevel.MEMORY_AND_DISK)
+                held.append(kept)
+                return kept
 
             results = evaluate(group.trace, default_checks(group.checks,
                                                            complete=not left_out),
@@ -346,6 +354,9 @@ def _analyze(
                                on_check=(lambda name: step(f"check: {name}")) if index == 0
                                else None)
             for result in results:
+                if result.violations is not None and result.violation_count:
+                    result.violations.write.mode("overwrite").parquet(str(
+                        violations_dir / f"check={_slug(result.name)}" / f"group={index}"))
                 if result.name not in per_check:
                     names.append(result.name)
                 per_check.setdefault(result.name, []).append((group, result))
@@ -453,6 +464,8 @@ def _analyze(
             .orderBy(F.col("stored").desc(), "run", "node").limit(config.stored_nodes)
             .select("run", "node", "stored", "stored_items", "sent", "received"))
     finally:
+        for frame in held:
+            frame.unpersist()
         trace.unpersist()
     if progress is not None:
         progress("done", steps, steps)
