@@ -18,12 +18,12 @@ from typing import Any
 from ...core.conn import CloseCode, Conn, ConnGroup
 from ...core.env import Env, TimerHandle
 from ...core.errors import ProtocolError
+from .locks import UsernameLocks
 from .relay_log import RelayLog
 from .server_state import (
     FORGET_WINDOWS,
     LAYER,
     LOG_ORIGINS,
-    MAX_CANCELLED,
     ORIGIN_KEY,
     RELAY_KEY,
     RELAY_SEQ_KEY,
@@ -34,7 +34,6 @@ from .server_state import (
     KnownServer,
     ServerConfig,
     TreeState,
-    UsernameLock,
     activity_ids,
     digest_of,
     relay_ids,
@@ -61,8 +60,6 @@ from .wire import (
     Logout,
     Redirect,
     Register,
-    RegisterFailed,
-    RegisterSuccess,
     ServerAnnounce,
     ServerInfo,
 )
@@ -123,10 +120,9 @@ class ActivityServer:
         self._legacy_parent = False  # attached to a server of the original course protocol
         self._legacy_timer: TimerHandle | None = None
         self._dials = 0
-        self._locks: dict[str, UsernameLock] = {}
-        self._lock_numbers = 0
-        self._registering: set[Conn] = set()
-        self._cancelled: OrderedDict[str, None] = OrderedDict()
+        self.locks = UsernameLocks(self.users, server_id=self.id, send=self._send,
+                                   close=self._close, server_conns=self.server_conns,
+                                   connected=self.roles.__contains__, trace=self._trace)
         self._last_seq: OrderedDict[str, int] = OrderedDict()
         self._legacy: set[Conn] = set()  # child conns that authenticated without ``protocol``
         self._tick: TimerHandle | None = None
@@ -229,10 +225,10 @@ class ActivityServer:
         elif isinstance(msg, Login):
             self._login(conn, msg)
         elif isinstance(msg, Register):
-            if conn in self._registering:
+            if self.locks.registering(conn):
                 self._invalid(conn, "a registration is already in progress on this connection")
             else:
-                self._register(conn, msg)
+                self.locks.register(conn, msg)
         elif isinstance(msg, ActivityMessage):
             self._auth_fail(conn, "the user has not logged in")
         elif isinstance(msg, Logout):
@@ -261,14 +257,8 @@ class ActivityServer:
             self._announce(conn, msg)
         elif isinstance(msg, ActivityBroadcast):
             self._broadcast(conn, msg, frame)
-        elif isinstance(msg, LockRequest):
-            self._lock_request(conn, msg)
-        elif isinstance(msg, LockAllowed):
-            self._lock_allowed(conn, msg)
-        elif isinstance(msg, LockDenied):
-            self._lock_denied(conn, msg)
-        elif isinstance(msg, LockCancel):
-            self._lock_cancel(conn, msg)
+        elif isinstance(msg, LockRequest | LockAllowed | LockDenied | LockCancel):
+            self.locks.received(conn, msg)
         elif isinstance(msg, Authenticate):
             self._invalid(conn, "AUTHENTICATE received on an already authenticated connection")
         elif isinstance(msg, InvalidMessageReply | AuthenticationFail):
@@ -571,122 +561,6 @@ class ActivityServer:
             self._close(conn, "redirected")
         self._load_changed()
 
-    def _register(self, conn: Conn, msg: Register) -> None:
-        if msg.username == ANONYMOUS or msg.username in self.users:
-            self._send(conn, RegisterFailed(
-                info=f"{msg.username} is already registered with the system"))
-            self._close(conn, "register failed")
-            return
-        self._lock_numbers += 1
-        lock_id = f"{self.id}:{self._lock_numbers}"
-        self.users.add(msg.username, msg.secret, lock=lock_id)
-        self.users.commit()  # saved before LOCK_REQUEST is sent (seed: concurrency issues)
-        waiting = set(self.server_conns())
-        self._locks[lock_id] = UsernameLock(msg.username, msg.secret, None, conn, waiting)
-        self._registering.add(conn)
-        self._trace("lock_request", peer=conn, user=msg.username, lock=lock_id,
-                    waiting=len(waiting))
-        request = LockRequest(username=msg.username, secret=msg.secret, id=lock_id)
-        for server in waiting:
-            self._send(server, request)
-        self._maybe_allowed(lock_id)
-
-    @staticmethod
-    def _lock_key(msg: LockRequest | LockAllowed | LockDenied | LockCancel) -> str:
-        return msg.id if msg.id is not None else f"{msg.username}:{msg.secret}"
-
-    def _lock_request(self, conn: Conn, msg: LockRequest) -> None:
-        lock_id = self._lock_key(msg)
-        if msg.username in self.users or lock_id in self._locks:
-            self._send(conn, LockDenied(username=msg.username, secret=msg.secret, id=msg.id))
-            return
-        if msg.secret is None:  # a reference server's request: the name is taken, no login
-            self.users.add_record(msg.username, UNKNOWN_SECRET, lock=lock_id)
-        else:
-            self.users.add(msg.username, msg.secret, lock=lock_id)
-        self.users.commit()
-        waiting = {c for c in self.server_conns() if c != conn}
-        self._locks[lock_id] = UsernameLock(msg.username, msg.secret, conn, None, waiting)
-        for server in waiting:
-            self._send(server, msg)
-        self._maybe_allowed(lock_id)
-
-    def _answered_lock(self, msg: LockAllowed | LockDenied) -> str:
-        """The lock an answer is for: by id, or (a legacy peer echoes no id) by name+secret."""
-        lock_id = self._lock_key(msg)
-        if msg.id is None and lock_id not in self._locks:
-            for key, lock in self._locks.items():
-                if lock.username == msg.username and lock.secret == msg.secret:
-                    return key
-        return lock_id
-
-    def _lock_allowed(self, conn: Conn, msg: LockAllowed) -> None:
-        lock_id = self._answered_lock(msg)
-        lock = self._locks.get(lock_id)
-        if lock is not None:
-            lock.waiting.discard(conn)
-            self._maybe_allowed(lock_id)
-
-    def _maybe_allowed(self, lock_id: str) -> None:
-        lock = self._locks[lock_id]
-        if lock.waiting & set(self.server_conns()):
-            return
-        del self._locks[lock_id]
-        key_id = None if lock_id == f"{lock.username}:{lock.secret}" else lock_id
-        if lock.upstream is not None:
-            self._send(lock.upstream, LockAllowed(username=lock.username, secret=lock.secret,
-                                                  id=key_id))
-            return
-        record = self.users.record(lock.username)
-        if record is not None:  # registered for good: no lock owns it now
-            self.users.add_record(lock.username, record)
-            self.users.commit()
-        self._trace("registered", user=lock.username, lock=lock_id)
-        if lock.client is not None and lock.client in self.roles:
-            self._registering.discard(lock.client)
-            self._send(lock.client, RegisterSuccess(info=f"register success for {lock.username}"))
-
-    def _lock_denied(self, conn: Conn, msg: LockDenied) -> None:
-        lock_id = self._answered_lock(msg)
-        lock = self._locks.pop(lock_id, None)
-        if lock is None:
-            return
-        self._unlock(lock.username, lock_id)
-        if lock.upstream is not None:
-            self._send(lock.upstream, msg)
-            return
-        self._trace("register_failed", user=lock.username, lock=lock_id)
-        cancel = LockCancel(username=lock.username, secret=lock.secret,
-                            id=None if lock_id == f"{lock.username}:{lock.secret}" else lock_id)
-        for server in self.server_conns():
-            self._send(server, cancel)
-        if lock.client is not None and lock.client in self.roles:
-            self._registering.discard(lock.client)
-            self._send(lock.client, RegisterFailed(
-                info=f"{lock.username} is already registered with the system"))
-            self._close(lock.client, "register failed")
-
-    def _lock_cancel(self, conn: Conn, msg: LockCancel) -> None:
-        lock_id = self._lock_key(msg)
-        if lock_id in self._cancelled:
-            return  # only possible while the tree is briefly not a tree
-        self._cancelled[lock_id] = None
-        while len(self._cancelled) > MAX_CANCELLED:
-            self._cancelled.popitem(last=False)
-        self._locks.pop(lock_id, None)
-        self._unlock(msg.username, lock_id)
-        for server in self.server_conns():
-            if server != conn:
-                self._send(server, msg)
-
-    def _unlock(self, username: str, lock_id: str) -> bool:
-        """Remove ``username`` if lock ``lock_id`` saved it; True when it did."""
-        if self.users.lock_of(username) != lock_id:
-            return False
-        self.users.remove(username)
-        self.users.commit()
-        return True
-
     # -- activities -----------------------------------------------------------------------------
 
     def _activity(self, conn: Conn, msg: ActivityMessage) -> None:
@@ -803,18 +677,10 @@ class ActivityServer:
         self.fanout.discard(conn)
         if self.clients.pop(conn, None) is not None:
             self._load_changed()
-        self._registering.discard(conn)
         self._legacy.discard(conn)
         if role in (ConnRole.CHILD, ConnRole.PARENT):
             self._trace("link_down", peer=conn, role=role.value, reason=reason[:200])
-        for lock_id, lock in list(self._locks.items()):
-            if lock.upstream == conn:
-                del self._locks[lock_id]  # nobody to answer; the record stays registered
-            elif lock.client == conn:
-                lock.client = None
-            elif conn in lock.waiting:
-                lock.waiting.discard(conn)
-                self._maybe_allowed(lock_id)
+        self.locks.forget(conn)
         if conn == self.parent:
             self._parent_gone(was_attached=role is ConnRole.PARENT)
 
