@@ -1,6 +1,7 @@
-"""``gossamer appsync server`` and ``gossamer appsync peer`` as processes on 127.0.0.1: a peer
-sets a value and gets its status, another peer sees it in its init, a keyed server refuses a
-peer without the key, and a restarted server (same --data-dir) still holds the value."""
+"""``gossamer appsync server`` and ``gossamer appsync peer`` as processes on 127.0.0.1: the server
+serves the demo page beside the protocol, a peer sets a value and gets its status, another peer
+sees it in its init, a keyed server refuses a peer without the key, and a restarted server
+(same --data-dir) still holds the value."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
 
@@ -47,6 +49,11 @@ async def stop(server: LineProc) -> None:
 async def scenario(data_dir: Path) -> None:
     server, url = await start_server("--data-dir", str(data_dir))
     try:
+        line = await server.expect(lambda text: "demo page:" in text, "the demo page")
+        page_url = line.split("demo page:", 1)[1].split()[0]
+        assert page_url == url.replace("ws://", "http://")
+        async with aiohttp.ClientSession() as http, http.get(page_url) as page:
+            assert page.status == 200 and "demo.js" in await page.text()
         rc, _out, err = await peer(url, "--set", "board.x=1")
         assert rc == 0 and "board.x: 21 Accepted" in err, err
         rc, out, _err = await peer(url)

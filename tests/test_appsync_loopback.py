@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gossamer.core.errors import OperationError
+from gossamer.core.errors import ConfigError, OperationError
 from gossamer.protocols.appsync import Status
 from gossamer.services.appsync.net import AppSyncClient, AppSyncWsServer
 
@@ -74,3 +74,33 @@ async def _restart(tmp_path: Path) -> None:
     async with AppSyncWsServer(data_dir=tmp_path, **FAST) as server, \
             AppSyncClient(server.url, "keep", timeout=5) as peer:
         assert peer.objects() == {"G//notes": {"text": "hello"}}
+
+
+WEB_ROOT = Path(__file__).resolve().parent.parent / "web" / "appsync"
+
+
+def test_the_demo_page_and_the_protocol_share_the_port() -> None:
+    asyncio.run(_page_beside_protocol())
+
+
+async def _page_beside_protocol() -> None:
+    async with AppSyncWsServer(web_root=WEB_ROOT, **FAST) as server, \
+            aiohttp.ClientSession() as http:
+        url = server.page_url
+        assert url is not None and url == server.url.replace("ws://", "http://")
+        async with http.get(url) as page:  # a plain GET of / is the page
+            assert page.status == 200 and page.content_type == "text/html"
+            assert 'src="demo.js"' in await page.text()
+        async with http.get(url + "apsyn.js") as module:  # ES modules need JS
+            assert module.status == 200 and "javascript" in module.content_type
+            assert "export class ApsynClient" in await module.text()
+        async with http.get(url + "../../pyproject.toml") as escape:
+            assert escape.status in (403, 404)
+        async with AppSyncClient(server.url, "page", timeout=5) as peer:  # an upgrade at /
+            assert peer.client_id == "0001"
+    with pytest.raises(ConfigError):
+        AppSyncWsServer(web_root=WEB_ROOT.parent / "missing", **FAST)
+    async with AppSyncWsServer(**FAST) as bare, aiohttp.ClientSession() as http:
+        assert bare.page_url is None
+        async with http.get(bare.url.replace("ws://", "http://")) as plain:
+            assert plain.status == 400  # no page: / is the protocol only

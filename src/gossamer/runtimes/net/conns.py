@@ -120,13 +120,15 @@ class Connections:
         app = web.Application()
 
         async def upgrade(request: web.Request) -> web.StreamResponse:
+            if spec.path == "/" and spec.static_root is not None and not _is_upgrade(request):
+                return _index(spec.static_root)  # a browser opening the page at /
             return await self._serve_ws(listening, request)
 
         app.router.add_get(spec.path, upgrade)
         if spec.path != "/":
             async def root(request: web.Request) -> web.StreamResponse:
                 # a client that connects to ws://host:port/ upgrades there too
-                if request.headers.get("Upgrade", "").lower() == "websocket":
+                if _is_upgrade(request):
                     return await self._serve_ws(listening, request)
                 return _index(spec.static_root)
             app.router.add_get("/", root)
@@ -743,6 +745,10 @@ class Connections:
 
     def _trace_conn(self, conn: NetConn, event: str, **info: Any) -> None:
         self.node.conn_row(event, peer=conn.remote, conn=conn.id, **info)
+
+
+def _is_upgrade(request: web.Request) -> bool:
+    return request.headers.get("Upgrade", "").lower() == "websocket"
 
 
 def _index(static_root: str | None) -> web.StreamResponse:

@@ -22,7 +22,13 @@ from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
 from .net import DEFAULT_PORT, AppSyncClient, AppSyncWsServer
 
-__all__ = ["add_appsync_parser"]
+__all__ = ["add_appsync_parser", "default_web_root"]
+
+
+def default_web_root() -> str | None:
+    """The repository's ``web/appsync`` (demo page and browser client), for a source checkout."""
+    candidate = Path(__file__).resolve().parents[4] / "web" / "appsync"
+    return str(candidate) if (candidate / "index.html").is_file() else None
 
 
 def add_appsync_parser(
@@ -45,6 +51,10 @@ def add_appsync_parser(
     server.add_argument("--max-ms", type=_positive_int, default=200, help="max round time")
     server.add_argument("--tout", type=_positive_int, default=50,
                         help="rounds a silent peer is kept")
+    server.add_argument("--web-root", default=default_web_root(),
+                        help="directory served over HTTP beside the protocol, its index.html "
+                             "at / (default: the repository's web/appsync, the demo page and "
+                             "the browser client, when it exists)")
     server.set_defaults(handler=_cmd_server)
 
     peer = sub.add_parser("peer", help="join a session; set values; print changes (JSON lines)")
@@ -75,7 +85,8 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
     server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
                              session_keys=own,
                              data_dir=data_dir, min_ms=args.min_ms, max_ms=args.max_ms,
-                             tout=args.tout)
+                             tout=args.tout,
+                             web_root=None if not args.web_root else Path(args.web_root))
     return asyncio.run(_serve(server, console))
 
 
@@ -92,6 +103,9 @@ async def _serve(server: AppSyncWsServer, console: Console) -> int:
                           f"{server.spec.port}: {exc.strerror or exc}", highlight=False)
             return 1
         console.print(f"appsync server listening on {server.url}", highlight=False)
+        if server.page_url is not None:
+            console.print(f"demo page: {server.page_url} (open it in several tabs)",
+                          highlight=False)
         await stop.wait()
     finally:
         await server.stop()

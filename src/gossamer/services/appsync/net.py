@@ -1,7 +1,7 @@
 """APSYN over WebSocket: ``AppSyncWsServer`` (the sync server on the network runtime, path ``/``,
-state in ``DATA_DIR/appsync.sqlite``) and ``AppSyncClient``, an asyncio peer whose shared
-objects feel local: set a property and it is requested, callbacks on change, ``await
-synced()``, the result code of each request.
+state in ``DATA_DIR/appsync.sqlite``, the browser demo from ``web_root`` on the same port) and
+``AppSyncClient``, an asyncio peer whose shared objects feel local: set a property and it is
+requested, callbacks on change, ``await synced()``, the result code of each request.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ LISTENER = "appsync"
 class AppSyncWsServer:
     """``await start()``, then ``address``; ``await stop()``. ``session_key``: joins must carry
     it (kept only as a salted hash); ``session_keys``: a key per named session instead; none:
-    every session is accepted (logged)."""
+    every session is accepted (logged). ``web_root``: a directory served over HTTP beside the
+    protocol (a plain GET of ``/`` gets its ``index.html``: the repository's ``web/appsync``
+    is the demo page and the browser client)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  session_key: str | None = None,
@@ -48,9 +50,11 @@ class AppSyncWsServer:
                  min_ms: int = 20, max_ms: int = 200, tout: int = 50,
                  max_frame: int = 64 * 1024, max_connections: int = 2000,
                  trace: TraceSink | None = None, run: str = "appsync",
-                 key_iterations: int = 100_000) -> None:
+                 key_iterations: int = 100_000, web_root: Path | None = None) -> None:
         if data_dir is not None and not Path(data_dir).is_dir():
             raise ConfigError(f"data_dir {data_dir} is not a directory")
+        if web_root is not None and not (Path(web_root) / "index.html").is_file():
+            raise ConfigError(f"web_root {web_root} has no index.html")
         def hashed(key: str) -> KeyHash:
             return hash_session_key(key, secrets.token_bytes(16), iterations=key_iterations)
 
@@ -60,7 +64,9 @@ class AppSyncWsServer:
             session_keys={name: hashed(key) for name, key in (session_keys or {}).items()})
         self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
                                  path="/", max_frame=max_frame,
-                                 max_connections=max_connections, handshake_timeout=10.0)
+                                 max_connections=max_connections, handshake_timeout=10.0,
+                                 static_root=None if web_root is None else str(
+                                     Path(web_root).resolve()))
         self.data_dir = data_dir
         self.trace = trace
         self.run = run
@@ -77,6 +83,14 @@ class AppSyncWsServer:
     def url(self) -> str:
         host, port = self.address
         return f"ws://{host}:{port}/"
+
+    @property
+    def page_url(self) -> str | None:
+        """The demo page (None without a ``web_root``)."""
+        if self.spec.static_root is None:
+            return None
+        host, port = self.address
+        return f"http://{host}:{port}/"
 
     def _build(self, env: Env) -> AppSyncServer:
         self.core = AppSyncServer(env, self.config, log=log.warning)
