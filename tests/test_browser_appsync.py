@@ -56,7 +56,7 @@ class Stack:
         self.first_frames: list[list[str]] = []
         self.errors: list[str] = []
 
-    async def open(self) -> Any:
+    async def open(self, query: str = f"session={SESSION}", ready: str = READY_JS) -> Any:
         page = await self.context.new_page()
         sent: list[str] = []
         name = f"page{len(self.pages)}"
@@ -65,8 +65,8 @@ class Stack:
                 if msg.type == "error" else None)
         page.on("websocket", lambda ws: ws.on("framesent", lambda payload: sent.append(
             payload if isinstance(payload, str) else payload.decode())))
-        await page.goto(f"{self.server.page_url}?session={SESSION}&reconnect=0.1")
-        await page.wait_for_function(READY_JS, timeout=WAIT * 1000)
+        await page.goto(f"{self.server.page_url}?{query}&reconnect=0.1")
+        await page.wait_for_function(ready, timeout=WAIT * 1000)
         self.pages.append(page)
         self.first_frames.append(sent)
         return page
@@ -103,7 +103,7 @@ class Stack:
 @contextlib.asynccontextmanager
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     server = AppSyncWsServer(port=0, min_ms=20, max_ms=500, tout=100, key_iterations=10,
-                             web_root=WEB_ROOT)
+                             web_root=WEB_ROOT, session_keys={"locked": "sesame"})
     async with server, async_api.async_playwright() as pw:
         context = await pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=str(CHROMIUM), headless=True, args=ARGS)
@@ -208,9 +208,10 @@ async def _conflict(st: Stack, a: Any, b: Any, ids: list[str]) -> tuple[str, str
     return prop, winner
 
 
-def test_the_module_speaks_the_docs_vectors(tmp_path: Path) -> None:
+def test_the_module_speaks_the_docs_vectors_and_a_refused_join_stops(tmp_path: Path) -> None:
     """apsyn.js writes the doc's wire vectors byte for byte and refuses what the Python codec
-    refuses (but for what JSON.parse cannot see), with the same status."""
+    refuses (but for what JSON.parse cannot see), with the same status; a join with the wrong
+    session key is closed 4041, shown on the page and not retried; the right key joins."""
     asyncio.run(asyncio.wait_for(_vectors(tmp_path), 100))
 
 
@@ -250,3 +251,14 @@ async def _vectors(tmp_path: Path) -> None:
         assert got["lower"] == '{"h":{"p":"APSYN/01","c":"00AB","r":"00FF","l":"00FE"},"b":[]}'
         assert got["wrap"] == [1, 2]
         assert got["badAck"] == 40
+        wrong = await st.open("session=locked&key=wrong",
+                              "() => window.apsyn && apsyn.phase === 'closed'")
+        state = await wrong.evaluate("apsyn.state()")
+        assert state["refused"]["code"] == 4041 and state["joins"] == 1, state
+        assert state["refused"]["reason"].startswith("41 Unauthorized")
+        await wrong.wait_for_selector("#refused:text('join refused: 4041 41 Unauthorized')",
+                                      timeout=WAIT * 1000)
+        right = await st.open("session=locked&key=sesame")
+        assert (await right.evaluate("apsyn.state()"))["joins"] == 1
+        assert st.first_frames[-1][0].endswith('"b":{"id":"locked;key=sesame"}}')
+        assert await wrong.evaluate("apsyn.joins") == 1  # still: a refused join is final
