@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,11 @@ class Stack:
         self.first_frames: list[list[str]] = []
         self.errors: list[str] = []
 
-    async def open(self, query: str = f"session={SESSION}", ready: str = READY_JS) -> Any:
+    async def open(self, query: str = f"session={SESSION}", ready: str = READY_JS,
+                   route: Callable[[Any], None] | None = None) -> Any:
         page = await self.context.new_page()
+        if route is not None:  # the page's WebSocket through this handler
+            await page.route_web_socket(self.server.url, route)
         sent: list[str] = []
         name = f"page{len(self.pages)}"
         page.on("pageerror", lambda exc: self.errors.append(f"{name}: {exc}"))
@@ -71,8 +74,8 @@ class Stack:
         self.first_frames.append(sent)
         return page
 
-    async def states(self) -> list[dict[str, Any]]:
-        return [await page.evaluate("apsyn.state()") for page in self.pages]
+    async def states(self, pages: list[Any]) -> list[dict[str, Any]]:
+        return [await page.evaluate("apsyn.state()") for page in pages]
 
     def py_shared(self) -> dict[str, Any]:
         core = self.py.core
@@ -80,14 +83,14 @@ class Stack:
         return {key: obj.value for key, obj in sorted(core.objects.items())
                 if obj.mode is not Mode.NA}
 
-    async def converged(self) -> dict[str, Any]:
-        """Wait until both pages and the Python peer answered every request and see the same
+    async def converged(self, *pages: Any) -> dict[str, Any]:
+        """Wait until ``pages`` and the Python peer answered every request and see the same
         objects (an NA object is seen by its owner only: left out of the comparison);
         returns that state."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT
         while True:
-            states = await self.states()
+            states = await self.states(list(pages))
             want = self.py_shared()
             shared = [{k: v for k, v in s["objects"].items() if s["modes"][k] != "NA"}
                       for s in states]
@@ -146,7 +149,7 @@ async def _share_a_board(tmp_path: Path) -> None:
             apsyn.share('note', {}, {scope: 'C', mode: 'NA'}).set('text', 'b only');
         }""")
         board["r2c2"] = py.client_id
-        state = await st.converged()
+        state = await st.converged(a, b)
         assert state["G//board"] == {"r0c0": ids[0], "r1c1": ids[1], "r2c2": py.client_id}
         seen = await a.evaluate("seen")  # the change callback saw each step, the last one too
         assert len(seen) == 3 and seen[-1] == state["G//board"], seen
@@ -166,9 +169,12 @@ async def _share_a_board(tmp_path: Path) -> None:
         code = await a.evaluate("(id) => apsyn.set('player', 'clicks', 99, {scope: 'C', "
                                 "owner: id})", ids[1])
         assert code == 43
+        await a.click("#clear")  # a merge patch of nulls: every cell removed, everywhere
+        await py.wait_until(lambda: py.value("G//board") == {})
+        assert (await st.converged(a, b))["G//board"] == {}
         prop, winner = await _conflict(st, a, b, ids)
-        final = await st.converged()
-        assert final["G//board"][prop] == winner
+        final = await st.converged(a, b)
+        assert final["G//board"] == {prop: winner}
         assert final[f"C/{ids[0]}/player"] == {"clicks": 1}  # the click counted
         assert final[f"C/{ids[1]}/player"] == {"clicks": 0}  # the refused set changed nothing
 
@@ -208,10 +214,11 @@ async def _conflict(st: Stack, a: Any, b: Any, ids: list[str]) -> tuple[str, str
     return prop, winner
 
 
-def test_the_module_speaks_the_docs_vectors_and_a_refused_join_stops(tmp_path: Path) -> None:
+def test_the_modules_codec_a_refused_join_and_a_lost_sync(tmp_path: Path) -> None:
     """apsyn.js writes the doc's wire vectors byte for byte and refuses what the Python codec
     refuses (but for what JSON.parse cannot see), with the same status; a join with the wrong
-    session key is closed 4041, shown on the page and not retried; the right key joins."""
+    session key is closed 4041, shown on the page and not retried; the right key joins; a sync
+    lost on the way to a page is noticed (a gap) and resent by the server."""
     asyncio.run(asyncio.wait_for(_vectors(tmp_path), 100))
 
 
@@ -262,3 +269,30 @@ async def _vectors(tmp_path: Path) -> None:
         assert (await right.evaluate("apsyn.state()"))["joins"] == 1
         assert st.first_frames[-1][0].endswith('"b":{"id":"locked;key=sesame"}}')
         assert await wrong.evaluate("apsyn.joins") == 1  # still: a refused join is final
+        await _lost_sync(st)
+
+
+async def _lost_sync(st: Stack) -> None:
+    dropped: list[str] = []
+
+    def route(ws: Any) -> None:  # CTRL -> page: drop the sync that creates "lossy"
+        server = ws.connect_to_server()
+        ws.on_message(server.send)
+
+        def down(message: str | bytes) -> None:
+            text = message if isinstance(message, str) else message.decode()
+            if not dropped and '"n":"lossy"' in text and '"r":"0000"' not in text:
+                dropped.append(text)
+                return
+            ws.send(message)
+        server.on_message(down)
+
+    page = await st.open(route=route)
+    st.py.share("lossy", {"n": 1})
+    await page.wait_for_function("() => apsyn.value('G//lossy') !== undefined",
+                                 timeout=WAIT * 1000)
+    assert len(dropped) == 1 and '"syn":[{"t":"cre"' in dropped[0]
+    lines = await page.evaluate("apsyn.lines")
+    assert any(line.startswith("gap:") for line in lines), lines
+    assert await page.evaluate("apsyn.joins") == 1  # repaired on the same connection
+    assert (await st.converged(page))["G//lossy"] == {"n": 1}
