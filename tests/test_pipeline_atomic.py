@@ -12,6 +12,7 @@ import pytest
 
 from gossamer.core.trace import COLUMNS, MemorySink, TraceRow
 from gossamer.pipeline import Status, atomicity_check, evaluate, trace_schema
+from gossamer.pipeline.atomic_metrics import atomic_metrics
 from gossamer.services.atomic import AtomicRunOptions, judge_atomicity, run_atomic_sim
 
 pytestmark = pytest.mark.spark
@@ -79,3 +80,39 @@ def test_a_clean_trace_passes_and_planted_violations_are_caught(spark: Any) -> N
 
 def _as_trace_rows(rows: Rows) -> list[TraceRow]:
     return [TraceRow(*(r[c] for c in COLUMNS)) for r in rows]
+
+
+def test_atomic_metrics_count_what_the_trace_shows(spark: Any) -> None:
+    rows = clean()
+    frame = spark.createDataFrame([tuple(r[c] for c in COLUMNS) for r in rows], trace_schema())
+    (got,) = [r.asDict() for r in atomic_metrics(frame).collect()]
+
+    def msgs(event: str) -> set[str]:
+        return {r["msg"] for r in rows if r["layer"] == "atomic" and r["event"] == event}
+
+    def srm(event: str, kind: str | None = None) -> int:
+        return sum(1 for r in rows if r["layer"] == "srm" and r["event"] == event
+                   and (kind is None or orjson.loads(r["info"] or b"{}").get("type") == kind))
+
+    committed, aborted = len(msgs("commit")), len(msgs("abort"))
+    losses = srm("loss")
+    assert committed and aborted and losses  # the run shows every figure
+    assert (got["published"], got["committed"], got["aborted"]) == (
+        len(msgs("publish")), committed, aborted)
+    assert got["abort_rate"] == pytest.approx(aborted / (committed + aborted))
+    assert got["commit_rate"] == pytest.approx(committed / (committed + aborted))
+    assert (got["losses"], got["recovered"], got["gave_up"]) == (
+        losses, srm("recovered"), srm("gave_up"))
+    assert got["requests_per_loss"] == pytest.approx(srm("send", "srm.request") / losses)
+    assert got["repairs_per_loss"] == pytest.approx(srm("send", "srm.repair") / losses)
+    sent = {r["msg"]: r["t"] for r in rows if r["layer"] == "atomic" and r["event"] == "publish"}
+    waits = sorted(r["t"] - sent[r["msg"]] for r in rows
+                   if r["layer"] == "atomic" and r["event"] == "commit")
+    assert got["commit_latency_max"] == pytest.approx(waits[-1])
+    assert waits[0] <= got["commit_latency_p50"] <= waits[-1]
+    delays = [orjson.loads(r["info"])["delay"] for r in rows
+              if r["layer"] == "srm" and r["event"] == "recovered"]
+    assert min(delays) <= got["recovery_delay_p50"] <= max(delays)
+    # a trace without seed 004's layers has no row here
+    other = frame.filter(~frame.layer.isin("atomic", "srm"))
+    assert atomic_metrics(other).count() == 0

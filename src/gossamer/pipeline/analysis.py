@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 
 from ..core.segments import Recovery, recover_segments
 from . import metrics
+from .atomic_metrics import ATOMIC_RUN_COLUMNS, atomic_metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
 from .paxos_checks import paxos_metrics
@@ -441,6 +442,10 @@ def _analyze(
         if balance.limit(1).count():
             runs_table = runs_table.join(balance.drop("nodes"), "run", "left")
         _write(paxos_metrics(trace), out / "paxos")  # per group; empty without a Paxos layer
+        atomic = _write(atomic_metrics(trace), out / "atomic")  # empty without seed 004's
+        if atomic.limit(1).count():
+            runs_table = runs_table.join(atomic.select("run", *ATOMIC_RUN_COLUMNS), "run",
+                                         "left")
         per_layer = _write(metrics.layer_messages_per_publish(trace), out / "layer_messages")
         if per_layer.limit(1).count():
             pivot = (per_layer.groupBy("run").pivot("sender_layer").agg(F.first("per_publish")))

@@ -159,6 +159,10 @@ _SWEEP_METRICS = (
     ("messages_per_operation", "messages sent per publish", "messages"),
     ("rmr", "relative message redundancy (RMR)", "ratio"),
     ("peak_throughput", "peak throughput", "deliveries / s"),
+    ("abort_rate", "atomic multicasts aborted, of those decided", "fraction"),
+    ("commit_latency_p50", "commit latency p50, send to decision at the sender", "s"),
+    ("requests_per_loss", "SRM repair requests sent per loss", "requests"),
+    ("repairs_per_loss", "SRM repairs sent per loss", "repairs"),
 )
 
 

@@ -25,6 +25,9 @@ _METRICS = [
     ("stored_max", "stored bytes, largest node"), ("hops_mean", "lookup hops mean"),
     ("hops_p99", "lookup hops p99"), ("owned_max", "topics owned per node, max"),
     ("owned_p99_over_mean", "topics owned per node, p99 / mean"),
+    ("abort_rate", "atomic multicasts aborted (fraction)"),
+    ("commit_latency_p50", "atomic commit latency p50 (s)"),
+    ("requests_per_loss", "SRM requests per loss"), ("repairs_per_loss", "SRM repairs per loss"),
 ]
 
 
