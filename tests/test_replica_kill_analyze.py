@@ -1,0 +1,148 @@
+"""A real-process fault test of the replicated-objects hub, judged by the pipeline: ``gossamer
+hub`` as a process with its keeper's data dir, three ``Replica`` clients writing their own
+keys and shared ones (conflicts) and tracing beside the hub; the hub is killed with SIGKILL
+mid-stream (the clients go on writing, queued offline), started again on its port and data
+dir, the clients reconnect and keep writing; then everything stops cleanly and ``gossamer
+analyze`` of the hub's data dir (the killed hub's segments recovered, its stored analysis
+settings: causal delivery, one order of the writes to each key, convergence) must exit 0.
+
+It does not yet (an expected failure, strict: it fails loudly once the defects below are
+fixed): the analysis reports violations at the hub only, none at the clients."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gossamer.core import FibonacciBackoff
+from gossamer.core.segments import SegmentSink
+from gossamer.core.traceio import trace_path
+from gossamer.protocols.replica import LinkState
+from gossamer.services.replica import Replica
+from harness_procs import WAIT, LineProc
+
+# the analysis runs in a process of its own (its own JVM), so this test runs beside the others
+# in the parallel lane instead of lengthening the one-process Spark lane
+pytestmark = [pytest.mark.processes, pytest.mark.slow]
+
+RUN = "kill-hub"
+CLIENTS = 3
+ROUNDS = 30  # of writes by every client; the kill after round 10, the restart after round 20
+
+
+async def _hub(tmp: Path, port: int, procs: list[LineProc]) -> tuple[LineProc, int]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gossamer.cli.main", "hub", "--host", "127.0.0.1", "--port",
+        str(port), "--data-dir", str(tmp / "hub"), "--run", RUN, "--log-level", "WARNING",
+        stdout=asyncio.subprocess.PIPE, stderr=(tmp / "hub.stderr").open("ab"),
+        stdin=asyncio.subprocess.DEVNULL)
+    hub = LineProc(f"hub:{port}", proc)
+    procs.append(hub)
+    ready = await hub.expect(lambda s: s.startswith("hub ready at http://"), "the ready line")
+    return hub, int(ready.split()[3].rsplit(":", 1)[1].rstrip("/"))
+
+
+def _write(replicas: list[Replica], round_: int) -> None:
+    for n, replica in enumerate(replicas):
+        replica.set(f"own-{n}-{round_ % 4}", round_)
+        replica.set(f"shared-{round_ % 3}", {"by": n, "round": round_})
+
+
+async def _have(replicas: list[Replica], key: str, value: object) -> None:
+    for replica in replicas:
+        await replica.wait_until(functools.partial(_holds, replica, key, value), WAIT)
+
+
+def _holds(replica: Replica, key: str, value: object) -> bool:
+    return replica.items().get(key) == value
+
+
+async def _scenario(tmp: Path) -> None:
+    procs: list[LineProc] = []
+    sinks = [SegmentSink(trace_path(tmp / "hub", RUN, f"client-{n}")) for n in range(CLIENTS)]
+    replicas: list[Replica] = []
+    try:
+        hub, port = await _hub(tmp, 0, procs)
+        url = f"ws://127.0.0.1:{port}/ws"
+        replicas = [Replica(url, client_id=f"client-{n}", db_path=tmp / f"client-{n}.sqlite",
+                            backoff=FibonacciBackoff(unit=0.02, cap=0.5), trace=sinks[n],
+                            run=RUN) for n in range(CLIENTS)]
+        for replica in replicas:
+            await replica.start()
+        for replica in replicas:
+            await replica.synced(WAIT)
+        for round_ in range(10):
+            _write(replicas, round_)
+            await asyncio.sleep(0)  # let frames flow between rounds
+        for replica in replicas:  # the stream is flowing: a write of round 5 arrived
+            await replica.wait_until(
+                lambda r=replica: r.items().get(f"own-{CLIENTS - 1}-1", -1) >= 5, WAIT)
+        assert hub.proc.returncode is None
+        hub.proc.kill()
+        await asyncio.wait_for(hub.proc.wait(), WAIT)
+        for round_ in range(10, 20):  # queued offline while the hub is down
+            _write(replicas, round_)
+            await asyncio.sleep(0)
+        hub, again = await _hub(tmp, port, procs)
+        assert again == port
+        for replica in replicas:
+            replica.reconnect()  # cut a backoff wait short
+        for round_ in range(20, ROUNDS):
+            _write(replicas, round_)
+            await asyncio.sleep(0)
+        for replica in replicas:
+            await replica.synced(WAIT)
+        last = ROUNDS - 1
+        await _have(replicas, f"shared-{last % 3}", {"by": CLIENTS - 1, "round": last})
+        for replica in replicas:
+            await replica.wait_until(
+                lambda r=replica: r.link is LinkState.ONLINE and not r.offline_queue
+                and r.revisions() == replicas[0].revisions(), WAIT)
+        items = replicas[0].items()
+        for n in range(CLIENTS):
+            for k in range(4):  # each own key's last write, whatever its life
+                assert items[f"own-{n}-{k}"] == max(r for r in range(ROUNDS) if r % 4 == k)
+        for replica in replicas:
+            await replica.close()
+        replicas = []
+        hub.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(hub.proc.wait(), WAIT) == 0
+    finally:
+        for replica in replicas:
+            await replica.close()
+        for sink in sinks:
+            sink.close()
+        for proc in procs:
+            if proc.proc.returncode is None:
+                proc.proc.kill()
+                await proc.proc.wait()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "two open defects: the per-node order checks (fifo, causal, total order, convergence) "
+    "order a node's rows by its process clock t, which a restarted hub starts again at 0, so "
+    "its two lives interleave; and the hub's keeper can apply a write (kept in its store) and "
+    "be killed before it traces the write's deliver row, which reliability then reports as "
+    "never delivered"))
+def test_killing_the_hub_mid_stream_passes_the_analysis(tmp_path: Path) -> None:
+    asyncio.run(_scenario(tmp_path))
+    analysis = subprocess.run(
+        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(tmp_path / "hub"), "--out",
+         str(tmp_path / "analysis"), "--master", "local[2]", "--conf",
+         "spark.sql.shuffle.partitions=2"],
+        capture_output=True, text=True, timeout=900)
+    assert analysis.returncode == 0, analysis.stdout[-4000:] + analysis.stderr[-2000:]
+    # the judged checks include convergence and one order per key, and the killed hub's first
+    # life was recovered from its segments (two starts in its part)
+    checks = pq.read_table(tmp_path / "analysis" / "checks").to_pylist()
+    status = {row["check"]: row["status"] for row in checks}
+    assert status["convergence"] == "pass" and status["total order"] == "pass", checks
+    hub_rows = pq.read_table(trace_path(tmp_path / "hub", RUN, "hub")).to_pylist()
+    assert hub_rows, "the hub's trace part is empty"
