@@ -7,7 +7,9 @@ analyze`` of the hub's data dir (the killed hub's segments recovered, its stored
 settings: causal delivery, one order of the writes to each key, convergence) must exit 0.
 
 It does not yet (an expected failure, strict: it fails loudly once the defects below are
-fixed): the analysis reports violations at the hub only, none at the clients."""
+fixed): the analysis reports violations at the hub (in 1 of 3 runs also one reliability
+violation at a client: a last write of another client never traced as delivered there, though
+the replicas ended with equal revisions; not yet explained)."""
 
 from __future__ import annotations
 
@@ -38,11 +40,11 @@ ROUNDS = 30  # of writes by every client; the kill after round 10, the restart a
 
 
 async def _hub(tmp: Path, port: int, procs: list[LineProc]) -> tuple[LineProc, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gossamer.cli.main", "hub", "--host", "127.0.0.1", "--port",
-        str(port), "--data-dir", str(tmp / "hub"), "--run", RUN, "--log-level", "WARNING",
-        stdout=asyncio.subprocess.PIPE, stderr=(tmp / "hub.stderr").open("ab"),
-        stdin=asyncio.subprocess.DEVNULL)
+    with (tmp / "hub.stderr").open("ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gossamer.cli.main", "hub", "--host", "127.0.0.1", "--port",
+            str(port), "--data-dir", str(tmp / "hub"), "--run", RUN, "--log-level", "WARNING",
+            stdout=asyncio.subprocess.PIPE, stderr=err, stdin=asyncio.subprocess.DEVNULL)
     hub = LineProc(f"hub:{port}", proc)
     procs.append(hub)
     ready = await hub.expect(lambda s: s.startswith("hub ready at http://"), "the ready line")
