@@ -157,6 +157,27 @@ def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Pat
         assert row["losses"] > 0 and row["requests_per_loss"] > 0, row
 
 
+def test_atomic_commit_quick_run_prints_every_figure_and_the_ratios(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    atomic_commit = load_benchmark("atomic_commit")
+    out = tmp_path / "atomic.json"
+    assert atomic_commit.main(["--quick", "--dir", str(tmp_path), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert [(r["mode"], r["members"]) for r in result["rows"]] == [("SRM", 5), ("atomic", 5)]
+    for row in result["rows"]:
+        assert row["messages"] == 30 and row["per_s"] > 0, row
+        assert 0 < row["p50_ms"] <= row["p99_ms"], row
+        # the row as printed: members, mode, msgs/s, p50, p99, aborted
+        assert re.search(rf"^ +5  {row['mode']} +\d+\.\d +\d+\.\d\d +\d+\.\d\d +\d+$",
+                         printed, re.M), row["mode"]
+    [ratio] = result["ratios"]
+    assert ratio["throughput"] > 0 and ratio["p50"] > 0 and ratio["p99"] > 0
+    assert re.search(r"^ +5  throughput \d+\.\d+x  p50 \d+\.\dx  p99 \d+\.\dx$", printed,
+                     re.M)
+    assert "load: " in printed
+
+
 def test_pipeline_quick_run_compares_duckdb_and_spark_on_the_planted_faults(
         tmp_path: Path) -> None:
     pytest.importorskip("duckdb")  # the "bench" extra
