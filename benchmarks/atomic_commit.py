@@ -91,7 +91,7 @@ async def atomic_run(members: int, messages: int, inflight: int, period: float,
     address = _group()
     groups = [AtomicGroup(address, data_dir=base / f"m{i:02d}", session_period=period)
               for i in range(members)]
-    readers: list[asyncio.Task[None]] = []
+    readers: list[asyncio.Task[int]] = []
     try:
         for group in groups:
             await group.join()
@@ -124,9 +124,16 @@ async def atomic_run(members: int, messages: int, inflight: int, period: float,
     return _summary("atomic", members, latencies, elapsed, aborted)
 
 
-async def _drain(group: AtomicGroup) -> None:
-    async for _ in group:
-        pass
+async def _drain(group: AtomicGroup) -> int:
+    """Read every delivery as an application would (the group's queue is bounded and a reader
+    that falls behind is dropped); returns how many it read once cancelled."""
+    delivered = 0
+    try:
+        async for _ in group:
+            delivered += 1
+    except asyncio.CancelledError:
+        return delivered
+    return delivered
 
 
 class _SrmMember:
