@@ -5,7 +5,10 @@ for the next line that satisfies a predicate (with a timeout, never a fixed slee
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 WAIT = 60.0  # wall seconds: upper bounds only, every wait ends as soon as its line shows up
 
@@ -42,3 +45,12 @@ class LineProc:
     def write(self, line: str) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line.encode() + b"\n")
+
+
+def analyze_in_process_of_its_own(run_dir: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``gossamer analyze RUN_DIR --out OUT`` on ``local[2]`` in a process (and JVM) of its own,
+    as a user runs it after a real-process test; the caller asserts on its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(run_dir), "--out", str(out),
+         "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2"],
+        capture_output=True, text=True, timeout=900)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
+from harness_procs import analyze_in_process_of_its_own
 from test_activity_processes import WAIT, Network, numbered, until_delivered
 
 # the analysis runs in a process of its own (its own JVM), so this test runs beside the others
@@ -69,11 +68,7 @@ async def _scenario(tmp: Path) -> None:
 
 def test_killing_the_middle_server_mid_stream_passes_the_analysis(tmp_path: Path) -> None:
     asyncio.run(_scenario(tmp_path))
-    analysis = subprocess.run(
-        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(tmp_path / "out"), "--out",
-         str(tmp_path / "analysis"), "--master", "local[2]", "--conf",
-         "spark.sql.shuffle.partitions=2"],
-        capture_output=True, text=True, timeout=900)
+    analysis = analyze_in_process_of_its_own(tmp_path / "out", tmp_path / "analysis")
     assert analysis.returncode == 0, analysis.stdout[-4000:] + analysis.stderr[-2000:]
     # the killed process's rows were recovered from its segments and judged with the rest
     assert "s2" in {path.name.split(".")[0].split("-")[0]

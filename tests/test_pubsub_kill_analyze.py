@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import IO
 import pyarrow.parquet as pq
 import pytest
 
+from harness_procs import analyze_in_process_of_its_own
 from test_pubsub_loopback import START_WAIT, WAIT, NodeProcess
 
 # the analysis runs in a process of its own (its own JVM), so this test runs beside the others
@@ -131,11 +130,7 @@ def test_killing_a_relay_node_mid_stream_passes_the_analysis(tmp_path: Path) -> 
         finally:
             for node in nodes:
                 node.close()
-    analysis = subprocess.run(
-        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(tmp_path), "--out",
-         str(tmp_path / "analysis"), "--master", "local[2]", "--conf",
-         "spark.sql.shuffle.partitions=2"],
-        capture_output=True, text=True, timeout=900)
+    analysis = analyze_in_process_of_its_own(tmp_path, tmp_path / "analysis")
     assert analysis.returncode == 0, analysis.stdout[-4000:] + analysis.stderr[-2000:]
     # both lives of the killed node were judged: its first one's segments were sealed by its
     # second, which compacted them with its own rows at its clean exit

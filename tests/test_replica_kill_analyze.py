@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from gossamer.core.segments import SegmentSink
 from gossamer.core.traceio import trace_path
 from gossamer.protocols.replica import LinkState
 from gossamer.services.replica import Replica
-from harness_procs import WAIT, LineProc
+from harness_procs import WAIT, LineProc, analyze_in_process_of_its_own
 
 # the analysis runs in a process of its own (its own JVM), so this test runs beside the others
 # in the parallel lane instead of lengthening the one-process Spark lane
@@ -135,11 +134,7 @@ async def _scenario(tmp: Path) -> None:
     "never delivered"))
 def test_killing_the_hub_mid_stream_passes_the_analysis(tmp_path: Path) -> None:
     asyncio.run(_scenario(tmp_path))
-    analysis = subprocess.run(
-        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(tmp_path / "hub"), "--out",
-         str(tmp_path / "analysis"), "--master", "local[2]", "--conf",
-         "spark.sql.shuffle.partitions=2"],
-        capture_output=True, text=True, timeout=900)
+    analysis = analyze_in_process_of_its_own(tmp_path / "hub", tmp_path / "analysis")
     assert analysis.returncode == 0, analysis.stdout[-4000:] + analysis.stderr[-2000:]
     # the judged checks include convergence and one order per key, and the killed hub's first
     # life was recovered from its segments (two starts in its part)
