@@ -26,6 +26,7 @@ from gossamer.pipeline import (
     Status,
     default_checks,
     evaluate,
+    load_trace,
     read_run_settings,
     trace_schema,
 )
@@ -406,3 +407,87 @@ def test_a_planted_fault_is_caught_by_the_right_check(spark: Any, name: str, wha
     else:
         assert found(result) == expected, what
 
+
+
+# -- a restarted process -----------------------------------------------------------------------
+
+
+def restart(rows: Rows, node: str, *, at_wall: float, downtime: float = 2.0) -> Rows:
+    """``node`` killed at ``at_wall`` and started again ``downtime`` seconds later: its later
+    rows have ``t`` counting from 0 again (a new process's clock) and a later ``wall``, as a
+    real restart writes them."""
+    split = min((r for r in rows if r["node"] == node and r["wall"] >= at_wall),
+                key=lambda r: r["wall"])
+    return [{**r, "t": r["t"] - split["t"], "wall": r["wall"] + downtime}
+            if r["node"] == node and r["wall"] >= at_wall else r for r in rows]
+
+
+def loaded(spark: Any, rows: Rows, folder: Path) -> Any:
+    """``rows`` written to a Parquet file and read back as every analysis reads a trace."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "trace.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return load_trace(spark, [path])
+
+
+def test_a_restarted_process_starting_its_clock_again_is_no_violation(
+    spark: Any, tmp_path: Path
+) -> None:
+    rows, checks = recorded("replica")
+    hub_walls = sorted(r["wall"] for r in rows if r["node"] == "hub")
+    restarted = restart(rows, "hub", at_wall=hub_walls[len(hub_walls) // 2])
+    # ordered by the process's own clock, the hub's two lives interleave: false alarms
+    [raw] = judge(spark, restarted, checks, ["fifo"])
+    assert raw.status is Status.FAIL, raw.reason
+    # read as a trace is read, the second life continues the first one's clock
+    verdicts = {r.name: (r.status, r.reason) for r in
+                evaluate(loaded(spark, restarted, tmp_path), default_checks(checks))}
+    assert all(status in (Status.PASS, Status.NOT_APPLICABLE) for status, _ in
+               verdicts.values()), verdicts
+
+
+def test_a_reorder_in_a_restarted_process_s_second_life_is_caught(
+    spark: Any, tmp_path: Path
+) -> None:
+    rows, checks = recorded("replica")
+    planted, expected = reorder_deliveries("replica")(rows)
+    [node] = {n for n, _ in expected}
+    first = min(r["wall"] for r in planted if (r["node"], r["msg"]) in expected)
+    restarted = restart(planted, node, at_wall=first)
+    [result] = evaluate(loaded(spark, restarted, tmp_path),
+                        [c for c in default_checks(checks) if c.name == "fifo"])
+    assert result.status is Status.FAIL
+    assert found(result) == expected
+
+
+def test_deliveries_a_restarted_node_restored_stand_in_for_rows_its_kill_lost(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The hub's last deliveries before its kill were stored but their rows died with it;
+    at its restart it traces what its store restored (``restored`` rows): those rows count
+    as the lost deliveries, and the ones whose ``deliver`` row survived are not counted
+    twice."""
+    rows, checks = recorded("replica")
+    hub_delivers = sorted((r for r in rows if r["node"] == "hub" and r["event"] == "deliver"),
+                          key=lambda r: r["wall"])
+    split = hub_delivers[len(hub_delivers) // 2]
+    lost = {r["msg"] for r in hub_delivers[len(hub_delivers) // 2 - 2:len(hub_delivers) // 2]}
+    survived = hub_delivers[:len(hub_delivers) // 2 - 2]
+    kept = [r for r in rows if not (r["node"] == "hub" and r["event"] == "deliver"
+                                    and r["msg"] in lost)]
+    restarted = restart(kept, "hub", at_wall=split["wall"])
+    again = [r for r in restarted if r["node"] == "hub" and r["wall"] >= split["wall"] + 2.0]
+    start = min(again, key=lambda r: r["wall"])
+    # traced as the new life starts, before it delivers anything
+    restored = [{**r, "event": "restored", "t": start["t"] - 1e-3, "wall": start["wall"] - 1e-3}
+                for r in (*survived, *(r for r in hub_delivers if r["msg"] in lost))]
+    names = ["reliability", "duplicates", "fifo", "causal"]
+    chosen = [c for c in default_checks(checks) if c.name in names]
+    verdicts = {r.name: (r.status, r.reason) for r in
+                evaluate(loaded(spark, [*restarted, *restored], tmp_path / "a"), chosen)}
+    assert all(status is Status.PASS for status, _ in verdicts.values()), verdicts
+    # without the restored rows the lost deliveries are missed
+    [result] = evaluate(loaded(spark, restarted, tmp_path / "b"),
+                        [c for c in chosen if c.name == "reliability"])
+    assert result.status is Status.FAIL
+    assert found(result) == {("hub", msg) for msg in lost}

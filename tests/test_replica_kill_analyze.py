@@ -6,10 +6,10 @@ dir, the clients reconnect and keep writing; then everything stops cleanly and `
 analyze`` of the hub's data dir (the killed hub's segments recovered, its stored analysis
 settings: causal delivery, one order of the writes to each key, convergence) must exit 0.
 
-It does not yet (an expected failure, strict: it fails loudly once the defects below are
-fixed): the analysis reports violations at the hub (in 1 of 3 runs also one reliability
-violation at a client: a last write of another client never traced as delivered there, though
-the replicas ended with equal revisions; not yet explained)."""
+Two pipeline defects it found are fixed: a restarted process's ``t`` starts again at 0
+(``continuous_lives`` keeps one clock per node across its lives), and a kill between the
+keeper's group commit and the callback that traces its ``deliver`` rows lost rows of stored
+deliveries (the restarted keeper traces what its store restored; ``restored_deliveries``)."""
 
 from __future__ import annotations
 
@@ -126,12 +126,6 @@ async def _scenario(tmp: Path) -> None:
                 await proc.proc.wait()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "two open defects: the per-node order checks (fifo, causal, total order, convergence) "
-    "order a node's rows by its process clock t, which a restarted hub starts again at 0, so "
-    "its two lives interleave; and the hub's keeper can apply a write (kept in its store) and "
-    "be killed before it traces the write's deliver row, which reliability then reports as "
-    "never delivered"))
 def test_killing_the_hub_mid_stream_passes_the_analysis(tmp_path: Path) -> None:
     asyncio.run(_scenario(tmp_path))
     analysis = analyze_in_process_of_its_own(tmp_path / "hub", tmp_path / "analysis")

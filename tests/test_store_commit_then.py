@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import shutil
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Any, cast
 
 import pytest
 
-from gossamer.core import Env, MemorySink, StateError
+from gossamer.core import Env, MemorySink, StateError, Store
+from gossamer.core.segments import SegmentSink, _segments_of, read_segment
 from gossamer.runtimes.net import NetNode, SqliteStore, WriteBehindStore
 from gossamer.runtimes.sim import MemoryStore, Simulation
 from gossamer.testing import FakeEnv
@@ -569,3 +571,53 @@ def test_a_net_node_runs_callbacks_guarded_and_stops_on_a_bug_or_a_failed_commit
 
     with caplog.at_level("CRITICAL"):  # the node logs both failures loudly, as it should
         run(scenario)
+
+
+class TracingRecorder(Recorder):
+    def record(self, n: int, *, bug: bool = False) -> None:
+        self.env.trace("deliver", layer="test", seq=n)
+        super().record(n, bug=bug)
+
+
+def test_a_row_traced_before_a_write_is_in_its_file_once_the_write_is_durable(
+        tmp_path: Path) -> None:
+    """A kill -9 that keeps a write keeps the rows traced before it: the node's store writes
+    the trace sink's queued rows to their segment before each commit (the sink's own flusher
+    is off here, so only that can have written them)."""
+    part = tmp_path / "trace" / "r1" / "n1.parquet"
+    part.parent.mkdir(parents=True)
+
+    def on_disk() -> list[int]:
+        segments = _segments_of(part)
+        files = [path for _, path in segments.completed] + (
+            [segments.partial] if segments.partial is not None else [])
+        return [row["seq"] for path in files for row in read_segment(path).table.to_pylist()
+                if row["event"] == "deliver"]
+
+    seen: list[int] = []
+
+    async def scenario(store: Store) -> None:
+        sink = SegmentSink(part, background=False)
+        node = NetNode(node_id="n1", factory=TracingRecorder, listen=None, store=store,
+                       trace=sink, run="r1")
+        await node.start()
+        process = cast(TracingRecorder, node.process)
+        node.call(lambda p: cast(TracingRecorder, p).record(7))
+        async with asyncio.timeout(WAIT):
+            while process.replied != [7]:
+                await asyncio.sleep(0.001)
+        seen.extend(on_disk())  # the reply ran: the write is durable
+        recorder = cast(TracingRecorder, node.process)
+        recorder.env.trace("deliver", layer="test", seq=8)
+        recorder.env.store.put("t", "8", b"x")
+        recorder.env.store.commit()
+        seen.extend(on_disk())
+        await node.close()
+        sink.close()
+
+    for store in (WriteBehindStore(tmp_path / "wb.sqlite"), SqliteStore(tmp_path / "s.sqlite")):
+        seen.clear()
+        run(lambda: scenario(store))  # noqa: B023 (run at once)
+        assert seen == [7, 7, 8], (type(store).__name__, seen)
+        shutil.rmtree(part.parent)
+        part.parent.mkdir()

@@ -30,10 +30,12 @@ __all__ = [
     "TraceFiles",
     "clock",
     "closed_trace_files",
+    "continuous_lives",
     "inspect_trace_files",
     "is_closed_parquet",
     "load_trace",
     "membership_changes",
+    "restored_deliveries",
     "shared",
     "sharing_intermediates",
     "trace_schema",
@@ -116,6 +118,67 @@ def with_row_order(trace: DataFrame) -> DataFrame:
     if ROW in trace.columns:
         return trace
     return trace.withColumn(ROW, F.monotonically_increasing_id())
+
+
+#: a node whose process start (``wall - t``) moves forward by more than this, between two of
+#: its rows in wall order, was restarted there: the second row begins a new life
+RESTART_GAP = 0.5
+
+
+def continuous_lives(trace: DataFrame) -> DataFrame:
+    """``t`` made one clock per node across its process lives.
+
+    A real process's ``t`` counts from its own start, so a node killed and restarted writes
+    ``t`` from 0 again and a check that orders a node's rows "by t, then row" would interleave
+    its two lives. A row's process start is ``wall - t``: constant through one life (up to
+    clock drift), and larger by at least the previous life's length after a restart. Rows of
+    a node whose start moved by more than ``RESTART_GAP`` are split into lives in wall order
+    (lives never overlap in time) and each later life's ``t`` is shifted by how much later it
+    started than the node's first life, so ``t`` keeps counting from the first start. Nodes
+    with one life, rows without ``wall`` and simulated runs (``wall`` is the run's epoch plus
+    ``t``) are unchanged; ``wall`` is never changed.
+    """
+    if "wall" not in trace.columns:
+        return trace
+    started = F.col("wall") - F.col("t")
+    timed = F.col("wall").isNotNull() & F.col("node").isNotNull()
+    restarted = F.broadcast(
+        trace.filter(timed).groupBy("run", "node")
+        .agg((F.max(started) - F.min(started)).alias("spread"))
+        .filter(F.col("spread") > RESTART_GAP).select("run", "node"))
+    theirs = trace.join(restarted, ["run", "node"], "left_semi")
+    others = trace.join(restarted, ["run", "node"], "left_anti")
+    in_order = Window.partitionBy("run", "node").orderBy("wall", ROW)
+    before = F.lag(started).over(in_order)
+    life_start = theirs.withColumn(
+        "_life", F.when(F.col("wall").isNotNull()
+                        & (before.isNull() | (started - before > RESTART_GAP)), started))
+    life = F.max("_life").over(in_order.rowsBetween(Window.unboundedPreceding, 0))
+    first = F.min("_life").over(Window.partitionBy("run", "node"))
+    shifted = life_start.withColumn(
+        "t", F.when(F.col("wall").isNotNull(), F.col("t") + (life - first))
+        .otherwise(F.col("t"))).drop("_life")
+    return others.unionByName(shifted.select(*trace.columns))
+
+
+#: the event of a delivery a restarted node's store held at its start (``CausalDelivery``'s
+#: ``trace_restored``): its ``deliver`` row may have died with the killed process
+RESTORED = "restored"
+_DELIVERY_KEY = ["run", "node", "layer", "msg"]
+
+
+def restored_deliveries(trace: DataFrame) -> DataFrame:
+    """``restored`` rows read as deliveries where the trace lacks them: a ``restored`` row
+    becomes the ``deliver`` row of its (run, node, layer, msg) when there is none (the first
+    such row, by t then row, if several restarts restored it); the others are dropped."""
+    restored = trace.filter(F.col("event") == RESTORED)
+    traced = (trace.filter(F.col("event") == "deliver").select(*_DELIVERY_KEY)
+              .join(F.broadcast(restored.select(*_DELIVERY_KEY)), _DELIVERY_KEY, "left_semi"))
+    first = Window.partitionBy(*_DELIVERY_KEY).orderBy("t", ROW)
+    untraced = (restored.join(traced, _DELIVERY_KEY, "left_anti")
+                .withColumn("_nth", F.row_number().over(first)).filter(F.col("_nth") == 1)
+                .withColumn("event", F.lit("deliver")).select(*trace.columns))
+    return trace.filter(F.col("event") != RESTORED).unionByName(untraced)
 
 
 def clock() -> Column:
@@ -307,7 +370,10 @@ def unreadable_files(files: Sequence[Path]) -> list[tuple[Path, str]]:
 
 def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> DataFrame:
     """Trace files as one DataFrame, with ``row``: the given files, or every closed trace
-    file under ``RUN_DIR/trace``. A column a file lacks reads as null."""
+    file under ``RUN_DIR/trace``. A column a file lacks reads as null. A restarted process's
+    ``t`` is made to continue its first life's (``continuous_lives``), and the deliveries it
+    restored from its store stand in for ``deliver`` rows its kill lost
+    (``restored_deliveries``)."""
     if isinstance(source, str | Path):
         closed, _unfinished = closed_trace_files(source)
         where = Path(source) / "trace"
@@ -316,4 +382,4 @@ def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
     if not closed:
         raise PipelineError(f"no finished trace files (*.parquet) under {where}")
     frame = spark.read.schema(trace_schema()).parquet(*(str(f) for f in closed))
-    return with_row_order(frame.select(*COLUMNS))
+    return restored_deliveries(continuous_lives(with_row_order(frame.select(*COLUMNS))))

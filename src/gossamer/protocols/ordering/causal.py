@@ -264,6 +264,14 @@ class CausalDelivery:
         self.env.trace("deliver", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
                        key=msg.key, seq=msg.seq, vector=msg.vector)
 
+    def trace_restored(self, msg: Data) -> None:
+        """A ``restored`` row for a delivery this node's store held at its start: the
+        ``deliver`` row of its last group may have died with the process (it is traced once
+        the group is on disk, and a kill can come between); the pipeline reads a restored row
+        as the delivery when the trace has no ``deliver`` row for it, and drops it otherwise."""
+        self.env.trace("restored", layer=LAYER, msg=msg_id(msg.id, msg.seq), origin=msg.id,
+                       key=msg.key, seq=msg.seq, vector=msg.vector)
+
     def _trace_all(self, delivered: list[Data]) -> None:
         for msg in delivered:
             self._trace_delivered(msg)

@@ -249,6 +249,12 @@ class HubKeeper:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.env.tracing:
+            # what the store restored, in delivery order (see ``trace_restored``)
+            for _index, data, _size in sorted(
+                    (entry for log in self._log.values() for entry in log.values()),
+                    key=lambda entry: entry[0]):
+                self.replica.causal.trace_restored(data)
         self.replica.start()
 
     def stop(self) -> None:

@@ -431,6 +431,10 @@ class NetNode:
         loop = asyncio.get_running_loop()
         if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
             self.store.bind(loop, guard=self._run_committed, on_failure=self._store_failed)
+        if isinstance(self.store, SqliteStore | WriteBehindStore):
+            # the rows traced before a write reach their file before the write is durable: a
+            # kill -9 that keeps the write keeps the rows (a delivery is never stored untraced)
+            self.store.before_durable = self.trace_sink.flush
         self.incarnation = self._next_incarnation()
         self.env = NetEnv(self, loop, loop.time() if epoch is None else epoch)
         self.state = NodeState.RUNNING

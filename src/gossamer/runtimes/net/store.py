@@ -54,7 +54,13 @@ class SqliteStore(Store):
     is synced only at checkpoints: a commit survives a crash of the process but may roll back
     after a power loss or an OS crash. Either way a crash never leaves half a transaction. A
     ``":memory:"`` store has no disk: its commits last as long as the process.
+
+    ``before_durable``, when set, runs before each commit that has writes (the runtime's: it
+    writes the process's queued trace rows to their file first, so a row traced before a write
+    outlives any crash that keeps the write).
     """
+
+    before_durable: Callable[[], None] | None = None
 
     def __init__(self, path: str | Path = ":memory:", *, any_thread: bool = False) -> None:
         """``any_thread``: the connection may be used from other threads than this one (one
@@ -134,6 +140,8 @@ class SqliteStore(Store):
         """Commit; on a file, returns once the log is synced (see the class docstring)."""
         db = self._open_db()
         if db.in_transaction:
+            if self.before_durable is not None:
+                self.before_durable()
             db.execute("COMMIT")
 
     @property
@@ -208,7 +216,12 @@ class WriteBehindStore(Store):
     every later call raises ``StateError``. ``close()`` writes nothing more: writes and
     callbacks not handed over are lost, as in a crash, and a group being written finishes but
     its callbacks never run. Use the store from the loop's thread only.
+
+    ``before_durable``, when set, runs on the loop's thread before each group is handed to the
+    writer (see ``SqliteStore``).
     """
+
+    before_durable: Callable[[], None] | None = None
 
     def __init__(self, path: str | Path = ":memory:", *,
                  loop: asyncio.AbstractEventLoop | None = None, max_groups: int = 4,
@@ -335,6 +348,8 @@ class WriteBehindStore(Store):
     def _hand_over(self) -> None:
         """The forming group to the writer, once fewer than ``max_groups`` are unwritten."""
         writer = self._usable()
+        if self.before_durable is not None:
+            self.before_durable()
         unwritten = [group for group in self._handed if not group.written()]
         while len(unwritten) >= self.max_groups:
             oldest = unwritten.pop(0)
