@@ -1,9 +1,11 @@
-"""What every guarantee check shares: the violation rows' shape and texts, and small column
-helpers (a layer filter, the deliveries, "precedes" in t-then-row order, a field of info)."""
+"""What every guarantee check shares: ``Check`` (a named check), the violation rows' shape and
+texts, and small column helpers (a layer filter, the deliveries, "precedes" in t-then-row
+order, a field of info)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -13,12 +15,14 @@ from .schema import (
 )
 
 __all__ = [
+    "BASE_COLUMNS",
     "CAUSAL_PREFIX",
     "FIFO_AGAIN",
     "FIFO_GAP",
     "FIFO_REORDERED",
     "OWED_DETAIL",
     "VIOLATION_COLUMNS",
+    "Check",
     "as_flag",
     "deliver_rows",
     "info_field",
@@ -26,6 +30,32 @@ __all__ = [
     "precedes",
     "violation_rows",
 ]
+
+#: the columns every check reads (which node recorded what, when, in which layer)
+BASE_COLUMNS = ("run", "t", "node", "layer", "event")
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A named check: the rows that make it applicable, and its violations transform.
+
+    ``evidence`` None means the check can never apply (``missing`` says why); otherwise a
+    trace without any evidence row makes it "not applicable" with ``missing`` as the reason.
+    ``columns`` are the trace columns it reads beside ``BASE_COLUMNS``: a trace whose files
+    lack one cannot be checked (an error naming it). ``incomplete`` are rows the check should
+    judge that lack what it needs (say, deliver rows of a declared FIFO layer without seq):
+    when there are such rows and no evidence, the check is an error (``lacking`` says what is
+    missing), never "not applicable".
+    """
+
+    name: str
+    evidence: Column | None
+    missing: str
+    violations: Callable[[DataFrame], DataFrame] | None
+    columns: tuple[str, ...] = ()
+    incomplete: Column | None = None
+    lacking: str = ""
+
 
 VIOLATION_COLUMNS = ("run", "node", "msg", "origin", "seq", "detail")
 # what a violation says, shared by the batch checks here and the live ones (``live``)

@@ -22,7 +22,9 @@ from pyspark.sql import functions as F
 
 from .atomic_checks import atomicity_evidence, atomicity_violations
 from .check_rows import (
+    BASE_COLUMNS,
     VIOLATION_COLUMNS,
+    Check,
     info_field,
     layer_filter,
 )
@@ -38,6 +40,7 @@ from .delivery_checks import (
 )
 from .errors import PipelineError
 from .order_checks import causal_violations, fifo_violations, vector_column
+from .paxos_checks import paxos_checks
 from .round_checks import ROUND, round_consistency_violations
 from .schema import sharing_intermediates, with_row_order
 from .state_checks import convergence_violations, object_states, total_order_violations
@@ -90,32 +93,6 @@ class Status(enum.Enum):
 #: what a partial analysis does not judge (``validity_violations`` with ``complete`` False)
 PARTIAL_NOTE = ("what they held is not judged, and deliveries are not checked against the "
                 "publishes, which may be among it")
-
-#: the columns every check reads (which node recorded what, when, in which layer)
-BASE_COLUMNS = ("run", "t", "node", "layer", "event")
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """A named check: the rows that make it applicable, and its violations transform.
-
-    ``evidence`` None means the check can never apply (``missing`` says why); otherwise a
-    trace without any evidence row makes it "not applicable" with ``missing`` as the reason.
-    ``columns`` are the trace columns it reads beside ``BASE_COLUMNS``: a trace whose files
-    lack one cannot be checked (an error naming it). ``incomplete`` are rows the check should
-    judge that lack what it needs (say, deliver rows of a declared FIFO layer without seq):
-    when there are such rows and no evidence, the check is an error (``lacking`` says what is
-    missing), never "not applicable".
-    """
-
-    name: str
-    evidence: Column | None
-    missing: str
-    violations: Callable[[DataFrame], DataFrame] | None
-    columns: tuple[str, ...] = ()
-    incomplete: Column | None = None
-    lacking: str = ""
-
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
@@ -361,7 +338,6 @@ def default_checks(config: CheckConfig | None = None, *, complete: bool = True) 
     causal, total order, convergence, atomicity, and the Paxos layer's (``paxos_checks``).
     ``complete`` False: some of the trace's files were left out (see
     ``validity_violations``)."""
-    from .paxos_checks import paxos_checks  # it builds on ``Check``, defined here
 
     config = config if config is not None else CheckConfig()
     layers = config.layers

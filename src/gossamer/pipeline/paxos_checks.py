@@ -20,8 +20,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .check_rows import info_field, violation_rows
-from .checks import Check
+from .check_rows import Check, info_field, violation_rows
 from .schema import ROW, with_row_order
 
 __all__ = [
