@@ -31,6 +31,7 @@ from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
 from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
+from ...runtimes.net import DEFAULT_RECV_BUFFER
 from .api import AtomicGroup
 
 __all__ = ["add_atomic_parser"]
@@ -78,7 +79,7 @@ async def run_node(args: argparse.Namespace) -> int:
         sink = SegmentSink(None)
     group = AtomicGroup(args.group, data_dir=args.data_dir, group_key=args.group_key,
                         ttl=args.ttl, session_period=args.session_period, trace=sink,
-                        run=args.run)
+                        run=args.run, recv_buffer=args.recv_buffer)
     if sink is not None:
         sink.path = trace_path(args.trace_dir, args.run, group.name)
         write_settings(args.trace_dir, args.run, ANALYSIS_SETTINGS)
@@ -165,6 +166,9 @@ def add_atomic_parser(
                       help="the group's secret (default: $GOSSAMER_GROUP_KEY; on loopback a "
                            "built-in key)")
     node.add_argument("--ttl", type=int, default=1, help="multicast TTL (default 1)")
+    node.add_argument("--recv-buffer", type=int, default=DEFAULT_RECV_BUFFER, metavar="BYTES",
+                      help=f"UDP receive buffer asked of the kernel (default {DEFAULT_RECV_BUFFER}"
+                           f"; the size granted is logged at INFO)")
     node.add_argument("--session-period", type=_seconds, default=1.0, metavar="SECONDS",
                       help="SRM session message period (default 1 s)")
     node.add_argument("--send-every", type=_seconds, default=1.0, metavar="SECONDS",
