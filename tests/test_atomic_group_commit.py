@@ -29,6 +29,7 @@ from gossamer.protocols.ordering.atomic import (
 from gossamer.protocols.ordering.atomic.records import payload_of
 from gossamer.runtimes.net import MulticastEnv, WriteBehindStore, resolve_group_key
 from gossamer.runtimes.sim import MemoryStore
+from gossamer.services.atomic.api import AtomicGroup, Delivered
 from gossamer.testing import FakeEnv
 
 WAIT = 20.0
@@ -243,5 +244,43 @@ def test_a_read_does_not_wait_for_the_group_being_written(tmp_path: Path) -> Non
             deadline.cancel()
         await asyncio.wait_for(landed.wait(), WAIT)
         store.close()
+
+    asyncio.run(main())
+
+
+class FlushedSink(MemorySink):
+    """Rows count as written only once flushed (as a segment file holds them after kill -9)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = 0
+
+    def flush(self) -> None:
+        self.flushed = len(self.rows)
+
+
+def test_the_deliver_row_is_flushed_before_the_application_hears_of_it(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        sink = FlushedSink()
+        address = "{}:{}".format(*_group())
+        member = AtomicGroup(address, data_dir=tmp_path / "a", session_period=0.1,
+                             trace=sink)
+        heard: list[tuple[str, bool]] = []
+
+        def delivered(message: Delivered) -> None:
+            written = sink.rows[:sink.flushed]
+            heard.append((message.mid, any(row[4] == "deliver" and row[5] == message.mid
+                                           for row in written)))
+
+        member.on_delivered = delivered
+        await member.join()
+        try:
+            sent = await member.send("hi", timeout=WAIT)  # a group of one: it decides alone
+            assert sent.committed
+            await _until(lambda: bool(heard), "the delivery")
+            assert heard == [(sent.mid, True)]
+        finally:
+            await member.leave()
 
     asyncio.run(main())

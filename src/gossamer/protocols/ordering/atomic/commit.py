@@ -91,7 +91,8 @@ class _Ballot:
 class AtomicMember:
     """One member's atomic layer over ``srm`` and ``group``. ``send(body)`` returns the
     message id; ``on_outcome(mid, committed)`` tells the sender; ``on_deliver(mid, origin,
-    body)`` delivers confirmed messages, once."""
+    body)`` delivers confirmed messages, once; ``on_vote(mid, yes)`` hears each vote of this
+    member once it has left (a YES: after its write of the message is on disk)."""
 
     def __init__(self, env: Env, srm: Srm, group: SrmGroup,
                  config: AtomicConfig | None = None) -> None:
@@ -101,6 +102,7 @@ class AtomicMember:
         self.config = config if config is not None else AtomicConfig()
         self.on_deliver: DeliverFn = lambda mid, origin, body: None
         self.on_outcome: OutcomeFn = lambda mid, committed: None
+        self.on_vote: OutcomeFn = lambda mid, yes: None  # this member's vote has left
         self.refuse: Callable[[str], bool] = lambda mid: False  # a test's "disk full"
         self._ballots: dict[str, _Ballot] = {}
         self._deciding: dict[str, Outcome] = {}  # decided, its record not yet on disk
@@ -283,6 +285,7 @@ class AtomicMember:
         self.srm.multicast(payload_of(vote))
         self.env.trace("vote", layer=LAYER, msg=vote.mid, origin=origin_of(vote.mid),
                        yes=vote.yes)
+        self.on_vote(vote.mid, vote.yes)
 
     def _vote(self, source: str, vote: Vote) -> None:
         if vote.voter != source:
