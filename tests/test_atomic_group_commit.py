@@ -10,10 +10,11 @@ import random
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gossamer.core.env import DurableSequence
+from gossamer.core.env import DurableSequence, put_json
 from gossamer.core.errors import ConfigError
 from gossamer.core.trace import MemorySink
 from gossamer.protocols.dissemination.srm import SrmData
@@ -27,7 +28,12 @@ from gossamer.protocols.ordering.atomic import (
     Vote,
 )
 from gossamer.protocols.ordering.atomic.records import payload_of
-from gossamer.runtimes.net import MulticastEnv, WriteBehindStore, resolve_group_key
+from gossamer.runtimes.net import (
+    MulticastEnv,
+    SqliteStore,
+    WriteBehindStore,
+    resolve_group_key,
+)
 from gossamer.runtimes.sim import MemoryStore
 from gossamer.services.atomic.api import AtomicGroup, Delivered
 from gossamer.testing import FakeEnv
@@ -284,3 +290,78 @@ def test_the_deliver_row_is_flushed_before_the_application_hears_of_it(
             await member.leave()
 
     asyncio.run(main())
+
+
+class DiesAfterMarking(WriteBehindStore):
+    """A ``WriteBehindStore`` whose process dies the moment a group holding a delivery mark is
+    on disk: that group's callbacks and every later one never run, as after a kill -9 then."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.died = False
+
+    def _landed(self, group: Any) -> None:
+        if self.died or any(table == "atomic.delivered" for table, _ in group.writes):
+            self.died = True
+            return
+        super()._landed(group)
+
+
+def test_a_message_marked_delivered_on_disk_was_heard_by_the_application(
+        tmp_path: Path) -> None:
+    """Found by the 1,000-message kill -9 run: delivered from the callback of the group commit
+    of its mark, a message was lost when the process died between the two."""
+    async def main() -> None:
+        group = _group()
+        key = resolve_group_key(None, "127.0.0.1")
+        config = AtomicProcessConfig(group=f"{group[0]}:{group[1]}", session_period=0.05)
+        dying = DiesAfterMarking(tmp_path / "b.sqlite")
+        stores = {"a": WriteBehindStore(tmp_path / "a.sqlite"), "b": dying}
+        envs = {name: MulticastEnv(name, group=group, key=key, codec=CODEC,
+                                   store=stores[name]) for name in ("a", "b")}
+        processes: dict[str, AtomicProcess] = {}
+        heard: list[str] = []
+
+        def build(env: MulticastEnv) -> AtomicProcess:
+            process = processes[env.node] = AtomicProcess(env, config)
+            if env.node == "b":
+                process.atomic.on_deliver = lambda mid, origin, body: heard.append(mid)
+            return process
+
+        try:
+            for env in envs.values():
+                await env.open(build)
+            a, b = processes["a"], processes["b"]
+            await _until(lambda: a.group.members() == ("a", "b") == b.group.members(),
+                         "both members see the group")
+            a.atomic.send("hello")
+            await _until(lambda: dying.died, "b marks the message delivered")
+        finally:
+            for env in envs.values():
+                env.close_group()
+            await asyncio.sleep(0)
+            for store in stores.values():
+                store.close()
+        on_disk = SqliteStore(tmp_path / "b.sqlite")
+        try:
+            marked = [mid for mid, _ in on_disk.scan("atomic.delivered")]
+        finally:
+            on_disk.close()
+        assert marked and set(marked) <= set(heard), (marked, heard)
+
+    asyncio.run(main())
+
+
+def test_a_sender_that_died_between_its_decision_and_its_delivery_delivers_on_restart() -> None:
+    env = FakeEnv("a", seed=4)
+    mid = "a:1"
+    put_json(env.store, "atomic.pending", mid, {"snap": ["a", "b"], "body": "x"})
+    put_json(env.store, "atomic.outcome", mid, {"commit": True, "snap": ["a", "b"]})
+    env.store.commit()  # what the decision's commit left: the outcome, the data still pending
+    process = AtomicProcess(env, AtomicProcessConfig(group="g", session_period=1e6))
+    heard: list[str] = []
+    process.atomic.on_deliver = lambda mid, origin, body: heard.append(mid)
+    process.start()
+    env.run_due()
+    assert heard == [mid]
+    assert list(env.store.scan("atomic.pending")) == []
