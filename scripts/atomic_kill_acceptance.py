@@ -237,7 +237,7 @@ def analyze(out: Path) -> int:
         [sys.executable, "-m", "gossamer.cli.main", "analyze", str(out), "--out",
          str(out / "analysis"), "--master", "local[2]", "--conf",
          "spark.sql.shuffle.partitions=2"], capture_output=True, text=True, timeout=1800)
-    print(result.stdout[-3000:])
+    print(result.stdout[-12000:])
     if result.returncode != 0:
         print(result.stderr[-3000:])
     return result.returncode
