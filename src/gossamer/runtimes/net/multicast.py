@@ -32,7 +32,7 @@ from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec, Message
 from ...core.trace import TraceSink
 from .loopenv import LoopEnv
-from .store import WriteBehindStore
+from .store import SqliteStore, WriteBehindStore
 
 __all__ = ["DEFAULT_RECV_BUFFER", "GROUP_KEY_ENV", "GroupKey", "MulticastEnv", "parse_group",
            "resolve_group_key"]
@@ -169,6 +169,10 @@ class MulticastEnv(LoopEnv):
             lambda: _Datagrams(self), sock=send)
         if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
             self.store.bind(loop, guard=self._run_committed, on_failure=self._failed)
+        if isinstance(self.store, SqliteStore | WriteBehindStore) and self.tracing:
+            # as ``NetNode``: the rows traced before a write reach their file before the write
+            # is durable, so a kill -9 that keeps the write keeps the rows
+            self.store.before_durable = self._sink.flush
         self.process = factory(self)
         self.process.start()
 
