@@ -57,3 +57,13 @@ def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
 def test_a_bad_group_address_is_refused() -> None:
     with pytest.raises(ConfigError):
         AtomicGroup("10.1.2.3:5000")
+
+
+def test_a_node_trace_is_judged_by_atomicity_not_by_per_node_delivery() -> None:
+    """An aborted message is published and delivered by no one: a reliability or FIFO check of
+    any layer would call that a loss (``gossamer analyze`` of a kill -9 run exited 1 so)."""
+    from gossamer.pipeline.checks import CheckConfig
+    from gossamer.services.atomic.cli import ANALYSIS_SETTINGS
+
+    checks = CheckConfig.from_mapping(ANALYSIS_SETTINGS["checks"], where="atomic node")
+    assert checks.layers == () and checks.fifo_layers == ()

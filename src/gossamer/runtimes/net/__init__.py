@@ -7,7 +7,14 @@ on the loop, sqlite for storage.
 
 from .conns import Connections, NetConn
 from .host import NetHost, run_until_signalled
-from .multicast import GROUP_KEY_ENV, GroupKey, MulticastEnv, parse_group, resolve_group_key
+from .multicast import (
+    DEFAULT_RECV_BUFFER,
+    GROUP_KEY_ENV,
+    GroupKey,
+    MulticastEnv,
+    parse_group,
+    resolve_group_key,
+)
 from .node import (
     PEER_LISTENER,
     Address,
@@ -22,6 +29,7 @@ from .node import (
 from .store import SqliteStore, WriteBehindStore
 
 __all__ = [
+    "DEFAULT_RECV_BUFFER",
     "GROUP_KEY_ENV",
     "PEER_LISTENER",
     "Address",

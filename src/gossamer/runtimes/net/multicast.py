@@ -6,6 +6,9 @@ unicast, at the address its own datagrams came from. Anyone on the segment can s
 group, so every datagram carries an HMAC-SHA256 tag (16 bytes) under the group key; a datagram
 without a good tag, malformed, or from this node itself is dropped with a traced reason.
 Datagrams are bounded by ``MAX_DATAGRAM``: a bigger message is refused (``DatagramTooLarge``).
+The receive socket asks for ``recv_buffer`` bytes of kernel buffer (``SO_RCVBUF``): while the
+loop is busy, datagrams wait there, and what does not fit is lost (SRM repairs it, at a cost).
+A ``WriteBehindStore`` is bound to the loop: its group commits' callbacks run there.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec, Message
 from ...core.trace import TraceSink
 from .loopenv import LoopEnv
+from .store import SqliteStore, WriteBehindStore
 
-__all__ = ["GROUP_KEY_ENV", "GroupKey", "MulticastEnv", "parse_group", "resolve_group_key"]
+__all__ = ["DEFAULT_RECV_BUFFER", "GROUP_KEY_ENV", "GroupKey", "MulticastEnv", "parse_group",
+           "resolve_group_key"]
 
 log = logging.getLogger("gossamer.net")
 
@@ -39,6 +44,10 @@ _LOOPBACK_GROUP_KEY = b"gossamer: the built-in multicast group key, loopback onl
 _TAG = 16
 _MAGIC = b"G4"
 _OVERHEAD = 512  # the envelope around a message: magic, tag, node id, group
+DEFAULT_RECV_BUFFER = 4 << 20
+"""Bytes of receive buffer asked for: about 2,000 full datagrams, or a few seconds of a busy
+group, waiting while the loop does something else. Linux grants at most twice
+``net.core.rmem_max`` (often 208 KiB): the size granted is logged."""
 
 
 class GroupKey:
@@ -115,11 +124,16 @@ class MulticastEnv(LoopEnv):
         seed: int | str | None = None,
         incarnation: int = 1,
         on_failure: Callable[[BaseException], None] | None = None,
+        recv_buffer: int = DEFAULT_RECV_BUFFER,
     ) -> None:
         super().__init__(check_node_id(node), send=self._unicast, store=store, trace=trace,
                          run=run, seed=seed, on_failure=on_failure)
         if not 0 <= ttl <= 255:
             raise ConfigError(f"ttl must be in [0, 255], got {ttl}")
+        if isinstance(recv_buffer, bool) or not isinstance(recv_buffer, int) or recv_buffer < 1:
+            raise ConfigError(f"recv_buffer must be an int >= 1 (bytes), got {recv_buffer!r}")
+        self.recv_buffer = recv_buffer
+        self.recv_buffer_granted: int | None = None  # what the kernel gave, once open
         self.group_name = f"{group[0]}:{group[1]}"
         self._group = group
         self._key = key
@@ -138,6 +152,7 @@ class MulticastEnv(LoopEnv):
         recv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # several processes, one port
+        self.recv_buffer_granted = _ask_recv_buffer(recv, self.recv_buffer, self.node)
         recv.bind(("", port))
         membership = struct.pack("4s4s", socket.inet_aton(address),
                                  socket.inet_aton(self._interface))
@@ -152,8 +167,22 @@ class MulticastEnv(LoopEnv):
             lambda: _Datagrams(self), sock=recv)
         self._send_transport, _ = await loop.create_datagram_endpoint(
             lambda: _Datagrams(self), sock=send)
+        if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
+            self.store.bind(loop, guard=self._run_committed, on_failure=self._failed)
+        if isinstance(self.store, SqliteStore | WriteBehindStore) and self.tracing:
+            # as ``NetNode``: the rows traced before a write reach their file before the write
+            # is durable, so a kill -9 that keeps the write keeps the rows
+            self.store.before_durable = self._sink.flush
         self.process = factory(self)
         self.process.start()
+
+    def _run_committed(self, fn: Callable[[], None]) -> None:
+        """A ``commit_then`` callback: its writes are on disk. It runs even after
+        ``close_group`` (a leave waits for the callbacks due; their sends are ignored)."""
+        try:
+            fn()
+        except Exception as exc:
+            self._failed(exc)
 
     def close_group(self) -> None:
         """Stop: the process's ``stop()`` (it may say goodbye), then the sockets close."""
@@ -230,6 +259,23 @@ class MulticastEnv(LoopEnv):
         except ConfigError as exc:
             raise _Refused("malformed", str(exc)) from exc
         return src, self._codec.from_dict(obj["m"])
+
+
+def _ask_recv_buffer(sock: socket.socket, wanted: int, node: str) -> int:
+    """Ask for ``wanted`` bytes of receive buffer; returns (and logs) what the kernel granted
+    (Linux reports twice what it keeps for data, and caps it by ``net.core.rmem_max``)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, wanted)
+    except OSError as exc:
+        log.warning("%s: SO_RCVBUF %d refused (%s)", node, wanted, exc)
+    granted = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    if granted < wanted:
+        log.warning("%s: multicast receive buffer: asked %d bytes, granted %d (raise "
+                    "net.core.rmem_max to get more)", node, wanted, granted)
+    else:
+        log.info("%s: multicast receive buffer: asked %d bytes, granted %d", node, wanted,
+                 granted)
+    return granted
 
 
 class _Refused(ProtocolError):

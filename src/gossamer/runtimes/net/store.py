@@ -235,6 +235,11 @@ class WriteBehindStore(Store):
         self.max_group_writes = max_group_writes
         self.inner = SqliteStore(path, any_thread=True)
         self.path = self.inner.path
+        # reads of what is on disk go through a connection of their own (WAL: readers never
+        # wait for the writer), so a read never waits for a group's fsync; a write not yet
+        # committed is still in a group here, read from memory first. ":memory:" has one
+        # database per connection: its reads share the writer's (under the lock).
+        self._reader = None if self.path == ":memory:" else SqliteStore(path)
         self.loop = loop if loop is not None else _running_loop()
         self.guard: Callable[[Callable[[], None]], None] = _call
         self.on_failure: Callable[[BaseException], None] | None = None
@@ -270,6 +275,8 @@ class WriteBehindStore(Store):
         for group in reversed(self._handed):
             if row in group.writes:
                 return group.writes[row]
+        if self._reader is not None:
+            return self._reader.get(table, key)
         with self._lock:  # waits for a group being written: not for a hot path
             return self.inner.get(table, key)
 
@@ -291,8 +298,11 @@ class WriteBehindStore(Store):
         self._pending.update(changes)
 
     def scan(self, table: str) -> Iterator[tuple[str, bytes]]:
-        with self._lock:
-            rows = list(self.inner.scan(table))
+        if self._reader is not None:
+            rows = list(self._reader.scan(table))
+        else:
+            with self._lock:
+                rows = list(self.inner.scan(table))
         return scan_with_pending(rows, table, *(group.writes for group in self._handed),
                                  self._forming.writes, self._pending)
 
@@ -492,6 +502,8 @@ class WriteBehindStore(Store):
         finally:
             self._handed.clear()
             self.inner.close()
+            if self._reader is not None:
+                self._reader.close()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

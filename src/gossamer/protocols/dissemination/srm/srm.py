@@ -46,6 +46,7 @@ class SrmConfig:
     max_losses: int = 10_000
     max_sources: int = 1_000
     max_gap: int = 1_000  # a gap wider than this is skipped whole, not chased
+    seq_lease: int = 1_024  # sequence numbers per durable commit of the sequence
     max_request_rounds: int = 10
     max_backoff: int = 64
     max_session_entries: int = 120
@@ -58,7 +59,7 @@ class SrmConfig:
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
         for name in ("max_cache", "max_losses", "max_sources", "max_gap", "max_request_rounds",
-                     "max_backoff", "max_session_entries"):
+                     "max_backoff", "max_session_entries", "seq_lease"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -147,7 +148,12 @@ class Srm:
         self.on_session: SessionFn = lambda src, session: None
         self.group_size: Callable[[], int] = lambda: len(self._heard) + 1
         self.joined = True
-        self._sequence = DurableSequence(env.store, "srm", incarnation=env.incarnation)
+        # one commit per ``seq_lease`` items, not per item; a restart skips past the unused
+        # rest by more than ``max_gap``, so its peers skip it too instead of chasing items that
+        # never existed
+        self._sequence = DurableSequence(env.store, "srm", incarnation=env.incarnation,
+                                         lease=config.seq_lease,
+                                         restart_gap=config.max_gap + 1)
         self._sources: OrderedDict[str, _Source] = OrderedDict()
         self._cache: OrderedDict[Item, Any] = OrderedDict()
         self._losses: dict[Item, _Loss] = {}

@@ -91,7 +91,8 @@ class _Ballot:
 class AtomicMember:
     """One member's atomic layer over ``srm`` and ``group``. ``send(body)`` returns the
     message id; ``on_outcome(mid, committed)`` tells the sender; ``on_deliver(mid, origin,
-    body)`` delivers confirmed messages, once."""
+    body)`` delivers confirmed messages, once; ``on_vote(mid, yes)`` hears each vote of this
+    member once it has left (a YES: after its write of the message is on disk)."""
 
     def __init__(self, env: Env, srm: Srm, group: SrmGroup,
                  config: AtomicConfig | None = None) -> None:
@@ -101,8 +102,11 @@ class AtomicMember:
         self.config = config if config is not None else AtomicConfig()
         self.on_deliver: DeliverFn = lambda mid, origin, body: None
         self.on_outcome: OutcomeFn = lambda mid, committed: None
+        self.on_vote: OutcomeFn = lambda mid, yes: None  # this member's vote has left
         self.refuse: Callable[[str], bool] = lambda mid: False  # a test's "disk full"
         self._ballots: dict[str, _Ballot] = {}
+        self._marked: list[tuple[str, Any]] = []  # marked delivered, the commit to come
+        self._deciding: dict[str, Outcome] = {}  # decided, its record not yet on disk
         self._pending: dict[str, Data] = {}
         self._outcomes: OrderedDict[str, tuple[bool, tuple[str, ...]]] = OrderedDict()
         self._item_keys: OrderedDict[str, None] = OrderedDict()  # durable outcome items
@@ -132,8 +136,15 @@ class AtomicMember:
         for mid, raw in store.scan(_SENT):
             if mid not in self._outcomes:
                 self._decide(mid, False, tuple(orjson.loads(raw)["snap"]), "restarted")
+        for mid in [mid for mid in self._pending if mid in self._outcomes]:
+            # decided here and on disk, not yet applied when the process died (a sender's own
+            # message: its decision and its delivery are two commits): nobody will tell us
+            commit, snapshot = self._outcomes[mid]
+            self._apply(Outcome(mid, commit, snapshot))
 
     def stop(self) -> None:
+        if self._marked:  # a clean stop delivers what it marked (the env drops its timers)
+            self._deliver_marked()
         for timer in [*self._query_timers.values(), *self._answer_timers.values()]:
             self.env.cancel(timer)
         for ballot in self._ballots.values():
@@ -150,15 +161,19 @@ class AtomicMember:
         """Multicast ``body`` atomically to the group as it is now; returns its id. Raises
         ``DatagramTooLarge`` (nothing sent) when it does not fit one datagram, and
         ``StateError`` when ``max_sending`` messages are still undecided."""
-        if len(self._ballots) >= self.config.max_sending:
-            raise StateError(f"{len(self._ballots)} messages still undecided: wait")
+        undecided = len(self._ballots) + len(self._deciding)
+        if undecided >= self.config.max_sending:
+            raise StateError(f"{undecided} messages still undecided: wait")
         snapshot = self.group.members()
         mid = f"{self.env.node}:{self.srm.highest_sent + 1}"
         item = Data(mid, snapshot, body)
         encode_datagram(SrmData(self.env.node, self.srm.highest_sent + 1, payload_of(item)))
         put_json(self.env.store, _SENT, mid, {"snap": list(snapshot)})
         put_json(self.env.store, _PENDING, mid, {"snap": list(snapshot), "body": body})
-        self.env.store.commit()  # before the data leaves: a restart then knows to abort it
+        # no commit waits here: these records ride with the next group commit. A sender that
+        # restarts without them aborts the message all the same (a vote or a query for a
+        # message of its own it has no record of), and its CONFIRM, committed after them,
+        # can only leave once they are on disk too.
         self._pending[mid] = item
         seq = self.srm.multicast(payload_of(item))
         if f"{self.env.node}:{seq}" != mid:
@@ -186,20 +201,29 @@ class AtomicMember:
 
     def _decide(self, mid: str, commit: bool, snapshot: tuple[str, ...], why: str,
                 **info: Any) -> None:
-        """The sender's decision: durable first, then multicast as an SRM item."""
+        """The sender's decision: durable first (a group commit), then multicast as an SRM
+        item, told to the sender's application and applied here. Until it is on disk the
+        decision is ``_deciding``: no query is answered from it and nothing decides again."""
+        if mid in self._deciding or mid in self._outcomes:
+            return
         ballot = self._ballots.pop(mid, None)
         if ballot is not None and ballot.deadline is not None:
             self.env.cancel(ballot.deadline)
         self.env.store.delete(_SENT, mid)
-        outcome = Outcome(mid, commit, snapshot)
-        self._keep_outcome(outcome)
-        self.env.store.commit()
+        outcome = self._deciding[mid] = Outcome(mid, commit, snapshot)
+        self._write_outcome(outcome)
+        self.env.store.commit_then(lambda: self._decided(outcome, why, info))
+
+    def _decided(self, outcome: Outcome, why: str, info: dict[str, Any]) -> None:
+        mid = outcome.mid
+        del self._deciding[mid]
+        self._remember_outcome(outcome)
         seq = self.srm.multicast(payload_of(outcome))
         self._keep_item(seq, outcome)
-        self.env.trace("commit" if commit else "abort", layer=LAYER, msg=mid,
+        self.env.trace("commit" if outcome.commit else "abort", layer=LAYER, msg=mid,
                        origin=origin_of(mid), key=self.srm.config.group,
-                       snapshot=list(snapshot), why=why, **info)
-        self.on_outcome(mid, commit)
+                       snapshot=list(outcome.snapshot), why=why, **info)
+        self.on_outcome(mid, outcome.commit)
         self._apply(outcome)
 
     # -- receiving -----------------------------------------------------------------------
@@ -269,6 +293,7 @@ class AtomicMember:
         self.srm.multicast(payload_of(vote))
         self.env.trace("vote", layer=LAYER, msg=vote.mid, origin=origin_of(vote.mid),
                        yes=vote.yes)
+        self.on_vote(vote.mid, vote.yes)
 
     def _vote(self, source: str, vote: Vote) -> None:
         if vote.voter != source:
@@ -288,12 +313,13 @@ class AtomicMember:
         if ballot is not None:
             ballot.yes.add(source)
             self._count(vote.mid)
-        elif origin_of(vote.mid) == self.env.node and vote.mid not in self._outcomes:
+        elif (origin_of(vote.mid) == self.env.node and vote.mid not in self._outcomes
+              and vote.mid not in self._deciding):
             # a vote for a message of ours we have no record of: sent before a crash
             self._decide(vote.mid, False, (self.env.node, source), "restarted")
 
     def _learn(self, outcome: Outcome, source: str) -> None:
-        if outcome.mid in self._outcomes:
+        if outcome.mid in self._outcomes or outcome.mid in self._deciding:
             return
         self._keep_outcome(outcome)
         self._apply(outcome)
@@ -308,13 +334,32 @@ class AtomicMember:
         store = self.env.store
         store.delete(_PENDING, mid)
         if data is None or not outcome.commit or self.env.node not in outcome.snapshot:
-            if data is not None:
-                self.env.trace("discard", layer=LAYER, msg=mid, origin=origin_of(mid),
-                               commit=outcome.commit)
-            store.commit()
+            held = data is not None
+            store.commit_then(lambda: self._discarded(mid, outcome.commit, held))
             return
         store.put(_DELIVERED, mid, b"1")
-        store.commit_then(lambda: self._delivered(mid, origin_of(mid), data.body))
+        self._marked.append((mid, data.body))
+        if len(self._marked) == 1:
+            self.env.set_timer(0.0, self._deliver_marked)
+
+    def _deliver_marked(self) -> None:
+        """Commit the delivery marks of this turn, waiting for it, then deliver each at once.
+
+        Not ``commit_then``: its callback runs a loop turn after the group is on disk, and a
+        crash in between (a kill -9 a few milliseconds after a YES, in a real run) left a
+        message marked delivered that the application never heard, lost for good. Here nothing
+        runs between the commit returning and the deliveries; the marks of one turn still
+        share one commit."""
+        marked, self._marked = self._marked, []
+        self.env.store.commit()
+        for mid, body in marked:
+            self._delivered(mid, origin_of(mid), body)
+
+    def _discarded(self, mid: str, commit: bool, held: bool) -> None:
+        """The outcome and the removal of the pending data are on disk."""
+        if held:
+            self.env.trace("discard", layer=LAYER, msg=mid, origin=origin_of(mid),
+                           commit=commit)
 
     def _delivered(self, mid: str, origin: str, body: Any) -> None:
         self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin,
@@ -324,9 +369,15 @@ class AtomicMember:
     # -- durable outcomes and their repair -----------------------------------------------
 
     def _keep_outcome(self, outcome: Outcome) -> None:
-        self._outcomes[outcome.mid] = (outcome.commit, outcome.snapshot)
+        self._write_outcome(outcome)
+        self._remember_outcome(outcome)
+
+    def _write_outcome(self, outcome: Outcome) -> None:
         put_json(self.env.store, _OUTCOME, outcome.mid,
                  {"commit": outcome.commit, "snap": list(outcome.snapshot)})
+
+    def _remember_outcome(self, outcome: Outcome) -> None:
+        self._outcomes[outcome.mid] = (outcome.commit, outcome.snapshot)
         while len(self._outcomes) > self.config.max_outcomes:
             old, _ = self._outcomes.popitem(last=False)
             self.env.store.delete(_OUTCOME, old)
@@ -366,7 +417,8 @@ class AtomicMember:
             return
         known = self._outcomes.get(mid)
         if known is None:
-            if origin_of(mid) == self.env.node and mid not in self._ballots:
+            if (origin_of(mid) == self.env.node and mid not in self._ballots
+                    and mid not in self._deciding):
                 # ours, and we kept no record: we never decided it, so it is aborted
                 self._decide(mid, False, (self.env.node, query.asker), "restarted")
             return

@@ -1,0 +1,272 @@
+"""Acceptance (issue 21, seed 004): ``--members`` (10) ``gossamer atomic node`` processes on a
+loopback IP multicast group; one sends ``--messages`` (1,000) with ``--inflight`` (10)
+undecided at a time; after ``--kill-after`` decisions one other member is killed with SIGKILL
+the moment it prints that a YES of its own has left (``--print-votes``: its write of the
+message is on disk), and restarted at once on its data dir. When every message is decided and
+every member delivered what it must, each process leaves cleanly and ``gossamer analyze`` judges
+the trace (the killed life's segments recovered): its atomicity check says every confirmed
+message was delivered by every member of its snapshot and by no one else, exactly once, and no
+aborted message anywhere.
+
+The script checks the processes' own output too: no member delivered a message twice (the
+killed member's two lives counted together), nothing aborted or undecided was delivered, every
+member that was never killed delivered every committed message, and the killed member
+delivered every committed message it had voted YES for, in either life (the one it was killed
+on included: it learned that outcome only after its restart).
+
+    .venv/bin/python scripts/atomic_kill_acceptance.py [--members 10] [--messages 1000]
+        [--inflight 10] [--kill-after 300] [--session-period 0.5] [--out DIR] [--no-analyze]
+
+Exit code 0 when every check holds (and the analysis exits 0), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+RUN = "atomic-kill"
+WAIT = 120.0  # seconds: an upper bound for each wait, every wait ends when its line shows up
+
+
+class Member:
+    """One ``gossamer atomic node`` process (one life of a member) and what it printed."""
+
+    def __init__(self, label: str, proc: asyncio.subprocess.Process,
+                 changed: asyncio.Condition) -> None:
+        self.label = label
+        self.proc = proc
+        self.changed = changed
+        self.name: str | None = None
+        self.members: set[str] = set()
+        self.delivered: list[str] = []
+        self.decided: dict[str, bool] = {}
+        self.voted_yes: list[str] = []
+        self.errors: list[str] = []
+        self.on_line: Callable[[Member, str], None] = lambda member, line: None
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while raw := await self.proc.stdout.readline():
+            line = raw.decode().rstrip("\n")
+            verb, _, rest = line.partition(" ")
+            words = rest.split()
+            if verb == "ready":
+                self.name = words[0]
+            elif verb == "member+":
+                self.members.add(words[0])
+            elif verb == "member-":
+                self.members.discard(words[0])
+            elif verb == "delivered":
+                self.delivered.append(words[0])
+            elif verb in ("committed", "aborted"):
+                self.decided[words[0]] = verb == "committed"
+            elif verb == "voted" and words[1] == "yes":
+                self.voted_yes.append(words[0])
+            elif verb == "error:":
+                self.errors.append(line)
+            self.on_line(self, line)
+            async with self.changed:
+                self.changed.notify_all()
+        async with self.changed:
+            self.changed.notify_all()
+
+    def write(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+
+
+class Group:
+    def __init__(self, out: Path, group: str, period: float) -> None:
+        self.out = out
+        self.group = group
+        self.period = period
+        self.changed = asyncio.Condition()
+        self.lives: list[Member] = []
+
+    async def spawn(self, label: str) -> Member:
+        logs = self.out / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with (logs / f"{label}.stderr").open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gossamer.cli.main", "atomic", "node",
+                "--group", self.group, "--data-dir", str(self.out / "data" / label),
+                "--interactive", "--print-votes", "--session-period", str(self.period),
+                "--trace-dir", str(self.out), "--run", RUN, "--log-level", "INFO",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err)
+        member = Member(label, proc, self.changed)
+        self.lives.append(member)
+        await self.until(lambda: member.name is not None, f"{label} ready")
+        return member
+
+    async def until(self, condition: Callable[[], bool], what: str, timeout: float = WAIT,
+                    on_timeout: Callable[[], str] = lambda: "") -> None:
+        try:
+            async with asyncio.timeout(timeout), self.changed:
+                await self.changed.wait_for(condition)
+        except TimeoutError:
+            raise SystemExit(f"FAILED: not within {timeout} s: {what} {on_timeout()}"
+                             ) from None
+
+    async def stop(self) -> None:
+        for member in self.lives:
+            if member.proc.returncode is None and member.proc.stdin is not None:
+                member.proc.stdin.close()  # the end of input: leave, compact the trace
+        for member in self.lives:
+            try:
+                async with asyncio.timeout(WAIT):
+                    await member.proc.wait()
+            except TimeoutError:
+                print(f"{member.label} did not leave within {WAIT} s: killed")
+                with contextlib.suppress(ProcessLookupError):
+                    member.proc.kill()
+                await member.proc.wait()
+            await member.reader
+
+
+def _group_address() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"239.255.{random.randrange(1, 255)}.{random.randrange(1, 255)}:{port}"
+
+
+async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
+    """Run the processes; returns what went wrong, judged from their output."""
+    net = Group(out, _group_address(), args.session_period)
+    labels = [f"m{i:02d}" for i in range(args.members)]
+    try:
+        members = {label: await net.spawn(label) for label in labels}
+        names = {m.name for m in members.values() if m.name is not None}
+        await net.until(lambda: all(m.members >= names - {m.name} for m in members.values()),
+                        "every member sees the whole group")
+        sender, victim_label = members[labels[0]], labels[len(labels) // 2]
+        first_life = members[victim_label]
+        killed_on: list[str] = []
+
+        def kill_on_yes(member: Member, line: str) -> None:
+            if (line.startswith("voted ") and line.endswith(" yes") and not killed_on
+                    and len(sender.decided) >= args.kill_after):
+                member.proc.send_signal(signal.SIGKILL)  # right after its YES left
+                killed_on.append(line.split()[1])
+
+        first_life.on_line = kill_on_yes
+
+        async def restart_once_killed() -> None:
+            if killed_on and members[victim_label] is first_life:
+                await first_life.proc.wait()
+                print(f"killed {victim_label} ({first_life.name}) right after its YES for "
+                      f"{killed_on[0]}, after {len(sender.decided)} decisions; restarting it")
+                members[victim_label] = await net.spawn(victim_label)
+
+        def has_room(sent: int) -> bool:
+            return sent - len(sender.decided) < int(args.inflight)
+
+        began = time.monotonic()
+        for i in range(args.messages):
+            await net.until(functools.partial(has_room, i), f"a decision (message {i})")
+            sender.write(f'send {{"i":{i}}}')
+            await restart_once_killed()
+        await net.until(lambda: len(sender.decided) == args.messages, "every decision")
+        await restart_once_killed()
+        elapsed = time.monotonic() - began
+        if not killed_on:
+            return [f"{victim_label} was never killed (no YES after {args.kill_after} "
+                    f"decisions)"]
+        committed = {mid for mid, ok in sender.decided.items() if ok}
+        aborted = set(sender.decided) - committed
+        lives = [first_life, members[victim_label]]
+        victim_yes = set(first_life.voted_yes) | set(members[victim_label].voted_yes)
+        others = [m for label, m in members.items() if label != victim_label]
+        await net.until(lambda: all(set(m.delivered) >= committed for m in others),
+                        "every member never killed delivers every committed message")
+        owed = committed & victim_yes
+
+        def victim_delivered() -> set[str]:
+            return {mid for life in lives for mid in life.delivered}
+
+        await net.until(lambda: victim_delivered() >= owed,
+                        "the killed member delivers every committed message it voted YES for",
+                        on_timeout=lambda: f"missing {sorted(owed - victim_delivered())}")
+        print(f"{args.messages} messages decided in {elapsed:.1f} s "
+              f"({args.messages / elapsed:.1f}/s): {len(committed)} committed, "
+              f"{len(aborted)} aborted")
+        problems: list[str] = []
+        for label, member in members.items():
+            delivered = member.delivered if label != victim_label else [
+                d for life in lives for d in life.delivered]
+            twice = [mid for mid, n in Counter(delivered).items() if n > 1]
+            if twice:
+                problems.append(f"{label} delivered {len(twice)} messages twice: {twice[:5]}")
+            if set(delivered) - committed:
+                problems.append(f"{label} delivered what did not commit: "
+                                f"{sorted(set(delivered) - committed)[:5]}")
+        for life in net.lives:
+            problems += [f"{life.label}: {error}" for error in life.errors]
+        if killed_on[0] in first_life.delivered:
+            print(f"(the outcome of {killed_on[0]} reached {victim_label} before the kill)")
+        recovered = [mid for mid in members[victim_label].delivered
+                     if mid in first_life.voted_yes]
+        print(f"{victim_label}: {len(first_life.delivered)} delivered before the kill, "
+              f"{len(members[victim_label].delivered)} after, {len(recovered)} of them voted "
+              f"YES before the kill ({killed_on[0]} among them: "
+              f"{killed_on[0] in recovered}); never twice: "
+              f"{not any('twice' in p for p in problems)}")
+        return problems
+    finally:
+        await net.stop()
+
+
+def analyze(out: Path) -> int:
+    """``gossamer analyze`` on the trace, in a process of its own, as a user runs it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(out), "--out",
+         str(out / "analysis"), "--master", "local[2]", "--conf",
+         "spark.sql.shuffle.partitions=2"], capture_output=True, text=True, timeout=1800)
+    print(result.stdout[-12000:])
+    if result.returncode != 0:
+        print(result.stderr[-3000:])
+    return result.returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--members", type=int, default=10)
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--inflight", type=int, default=10)
+    parser.add_argument("--kill-after", type=int, default=300,
+                        help="decisions before the kill (the next YES of the victim)")
+    parser.add_argument("--session-period", type=float, default=0.5)
+    parser.add_argument("--out", type=Path, default=None, help="default: a temp dir, kept")
+    parser.add_argument("--no-analyze", action="store_true")
+    args = parser.parse_args(argv)
+    if args.members < 3 or not 0 < args.kill_after < args.messages:
+        parser.error("at least 3 members, and 0 < --kill-after < --messages")
+    out = args.out if args.out is not None else Path(tempfile.mkdtemp(prefix="atomic-kill-"))
+    print(f"out: {out}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    problems = asyncio.run(scenario(args, out))
+    for problem in problems:
+        print("FAILED:", problem)
+    analysis = 0 if args.no_analyze else analyze(out)
+    print(f"analysis exit code {analysis}; load "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 1 if problems or analysis else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
