@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, in one of two lanes; both set up if needed, lint (ruff) and type-check (mypy).
-#   scripts/test.sh          the full lane (what .ci/run calls): every test. Two pytest runs at
-#                            once: all but the Spark tests on every core (pytest-xdist), and
-#                            the Spark tests in one process, so one JVM
+#   scripts/test.sh          the full lane (what .ci/run calls): every test. Two pytest runs: all
+#                            but the Spark tests on every core (pytest-xdist), then the Spark
+#                            tests in one process, so one JVM
 #   scripts/test.sh --fast   the fast lane: unit and simulator tests on every core, none marked
 #                            slow, spark, browser, processes or bench (tests/conftest.py: --lane)
 # Other arguments go to pytest (each run). A lane in which pytest collects no test at all
@@ -22,23 +22,13 @@ if [ "$lane" = fast ]; then
   .venv/bin/python -m pytest -n auto --lane fast "$@"
   codes=($?)
 else
-  # The Spark tests run in one process (one JVM), started first and beside the others: the
-  # rest lane waits on sockets and processes much of its time, and the JVM takes what it
-  # leaves. The Spark lane's output is printed once both are done.
   # (xdist's --dist loadgroup would keep the Spark tests on one worker, but it does not group
   # under pytest 9.2: pytest-dev/pytest-xdist#1386)
-  spark_log=$(mktemp "${TMPDIR:-/tmp}/gossamer-spark-lane.XXXXXX")
-  .venv/bin/python -m pytest --lane spark --durations=15 "$@" >"$spark_log" 2>&1 &
-  spark_pid=$!
-  trap 'kill "$spark_pid" 2>/dev/null' INT TERM
   .venv/bin/python -m pytest -n auto --lane rest --durations=15 "$@"
   rest=$?
-  echo "-- the Spark tests, in one process (they ran beside the tests above) --"
-  wait "$spark_pid"
-  spark=$?
-  cat "$spark_log"
-  rm -f "$spark_log"
-  codes=("$rest" "$spark")
+  echo "-- the Spark tests, in one process --"
+  .venv/bin/python -m pytest --lane spark --durations=15 "$@"
+  codes=("$rest" $?)
 fi
 
 code=0
