@@ -1,11 +1,12 @@
 """``gossamer pubsub node --backups N``: the options that turn replicated topic owners on, the
 stack they build on a fake env (a single-node ring orders and acknowledges a publish only once
 its group decided it; group messages reach the groups), the analysis settings they store and
-the command line. The real-process run is tests/test_pubsub_owners_kill.py."""
+the command line. The real-process run is in tests/test_pubsub_kill_analyze.py."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,13 +42,16 @@ def test_owners_options_refuse_what_cannot_run() -> None:
         OwnersOptions(ring=RING).check_member("127.0.0.1:4999")
 
 
-def test_node_options_need_scribe_and_a_fixed_port() -> None:
+def test_node_options_need_scribe_a_fixed_port_and_a_data_dir() -> None:
     owners = OwnersOptions(ring=RING)
-    NodeOptions(mode="scribe", port=4000, owners=owners)
+    data = Path("unused")  # options only: nothing is created
+    NodeOptions(mode="scribe", port=4000, owners=owners, data_dir=data)
     with pytest.raises(ConfigError, match="--mode scribe"):
-        NodeOptions(mode="gossip", port=4000, owners=owners)
+        NodeOptions(mode="gossip", port=4000, owners=owners, data_dir=data)
     with pytest.raises(ConfigError, match="fixed --port"):
-        NodeOptions(mode="scribe", port=0, owners=owners)
+        NodeOptions(mode="scribe", port=0, owners=owners, data_dir=data)
+    with pytest.raises(ConfigError, match="--data-dir"):
+        NodeOptions(mode="scribe", port=4000, owners=owners)
 
 
 def test_the_stored_settings_add_total_order_per_topic() -> None:

@@ -102,8 +102,9 @@ def add_pubsub_parser(
         "BACKUPS ring nodes; a publish is acknowledged only once its topic's group decided "
         "it (committed by a majority of the group to its --data-dir store)")
     owned.add_argument("--backups", type=_non_negative_int, default=0, metavar="N",
-                       help="backup replicas of each topic owner (the seed: 2); 0 (default): "
-                            "owners are not replicated")
+                       help="backup replicas of each topic owner (the seed: 2; needs "
+                            "--ring, a fixed --port and --data-dir); 0 (default): owners are "
+                            "not replicated")
     owned.add_argument("--ring", type=_contact, action="append", default=None,
                        metavar="HOST:PORT",
                        help="a founding node of the ring (repeat for each, this node too; "

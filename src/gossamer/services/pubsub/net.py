@@ -217,6 +217,11 @@ class NodeOptions:
             raise ConfigError(f"command_port must be in 0..65535, got {self.command_port}")
         if self.owners is not None and self.mode != "scribe":
             raise ConfigError("replicated topic owners (--backups) need --mode scribe")
+        if self.owners is not None and self.data_dir is None:
+            # an acceptor that forgot its promises in a restart could let two values be
+            # decided for one slot: the groups' state lives on disk
+            raise ConfigError("replicated topic owners keep their Paxos state on disk: give "
+                              "--data-dir")
         if self.owners is not None and self.port == 0:
             raise ConfigError("replicated topic owners need a fixed --port: the node is "
                               "named HOST:PORT in the founding ring (--ring)")
