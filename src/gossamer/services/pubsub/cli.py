@@ -13,6 +13,9 @@ through ``--contact HOST:PORT`` (repeatable), or creates the overlay without one
   was delivered for ``--settle`` seconds.
 * neither: it runs until SIGINT/SIGTERM, printing deliveries (none without subscriptions).
 
+``--backups N --ring HOST:PORT ...`` (scribe mode, a fixed ``--port``) replicates topic owners
+by Multi-Paxos: a publish is answered ``ok`` only once its topic's group decided it.
+
 ``--json`` prints every line as a JSON object (``{"event": "deliver", "topic": ..., "message":
 ...}``) instead. SIGINT/SIGTERM stop the node cleanly (exit code 0) in every case.
 
@@ -38,6 +41,7 @@ from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, GossamerError
 from .client import run_client
 from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
+from .owned import OwnersOptions
 
 __all__ = ["add_pubsub_parser", "main"]
 
@@ -92,6 +96,24 @@ def add_pubsub_parser(
                       help="read client commands from stdin")
     node.add_argument("--log-level", default="WARNING",
                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    owned = node.add_argument_group(
+        "replicated topic owners (seed 001, phase 3; --mode scribe)",
+        "each founding node of the ring leads a Multi-Paxos group of itself and its next "
+        "BACKUPS ring nodes; a publish is acknowledged only once its topic's group decided "
+        "it (committed by a majority of the group to its --data-dir store)")
+    owned.add_argument("--backups", type=_non_negative_int, default=0, metavar="N",
+                       help="backup replicas of each topic owner (the seed: 2; needs "
+                            "--ring, a fixed --port and --data-dir); 0 (default): owners are "
+                            "not replicated")
+    owned.add_argument("--ring", type=_contact, action="append", default=None,
+                       metavar="HOST:PORT",
+                       help="a founding node of the ring (repeat for each, this node too; "
+                            "the same list at every node); needs a fixed --port")
+    owned.add_argument("--paxos-heartbeat", type=_seconds, default=1.0, metavar="SECONDS",
+                       help="a group leader's NOOP period (default 1.0, the seed's)")
+    owned.add_argument("--paxos-suspect", type=_seconds, default=2.0, metavar="SECONDS",
+                       help="a follower suspects its group's leader after this long without "
+                            "a word from it (default 2.0, the seed's)")
     auto = node.add_argument_group("automated client")
     auto.add_argument("--auto", action="store_true", help="run the automated client")
     auto.add_argument("--publishes", type=_non_negative_int, default=10,
@@ -125,13 +147,20 @@ def _cmd_client(args: argparse.Namespace, console: Console) -> int:
 def _cmd_node(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    owners = None
+    if args.backups:
+        owners = OwnersOptions(ring=tuple(args.ring or ()), backups=args.backups,
+                               heartbeat=args.paxos_heartbeat, suspect=args.paxos_suspect)
+    elif args.ring:
+        raise ConfigError("--ring names the founding ring of replicated owners: give "
+                          "--backups N too")
     options = NodeOptions(
         host=args.host, port=args.port, mode=args.mode, contacts=tuple(args.contact or ()),
         data_dir=None if args.data_dir is None else Path(args.data_dir),
         trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
         run=args.run, seed=args.seed, chord_bits=args.chord_bits,
         command_port=args.command_port, cluster_key=args.cluster_key,
-        join_timeout=args.join_timeout)
+        join_timeout=args.join_timeout, owners=owners)
     auto = None
     if args.auto:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,

@@ -41,12 +41,27 @@ from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
 from ...core.traceio import trace_path, write_settings
 from ...protocols.dissemination.scribe import PublishResult, TreeRole
+from ...protocols.dissemination.scribe.owners import OwnedProcess
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.chord.ring import Peer, VNodeView
 from ...protocols.membership.hyparview import HyParView, OverlayState
-from ...runtimes.net import Address, NetNode, NodeState, SqliteStore, host_port_address
+from ...runtimes.net import (
+    Address,
+    NetNode,
+    NodeState,
+    SqliteStore,
+    WriteBehindStore,
+    host_port_address,
+)
 from .commands import COMMANDS_LISTENER, CommandPort, NodeProcess
 from .node import PubSubNode, codec_for
+from .owned import (
+    OwnersOptions,
+    build_owned,
+    owned_analysis_checks,
+    owned_codec,
+    owners_status,
+)
 from .shell import HELP, MAX_LINE, MAX_MESSAGE, Command, CommandError, parse_command
 
 __all__ = [
@@ -189,6 +204,7 @@ class NodeOptions:
     join_timeout: float = 30.0  # with contacts: not in the overlay by then is an error (exit 1)
     cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
     send_queue_limit: int = 10_000  # messages held per peer link (queue and backlog)
+    owners: OwnersOptions | None = None  # replicated topic owners (scribe mode; owned.py)
 
     def __post_init__(self) -> None:
         if self.mode not in ("gossip", "scribe"):
@@ -199,18 +215,31 @@ class NodeOptions:
             parse_contact(contact)
         if self.command_port is not None and not 0 <= self.command_port <= 65535:
             raise ConfigError(f"command_port must be in 0..65535, got {self.command_port}")
+        if self.owners is not None and self.mode != "scribe":
+            raise ConfigError("replicated topic owners (--backups) need --mode scribe")
+        if self.owners is not None and self.data_dir is None:
+            # an acceptor that forgot its promises in a restart could let two values be
+            # decided for one slot: the groups' state lives on disk
+            raise ConfigError("replicated topic owners keep their Paxos state on disk: give "
+                              "--data-dir")
+        if self.owners is not None and self.port == 0:
+            raise ConfigError("replicated topic owners need a fixed --port: the node is "
+                              "named HOST:PORT in the founding ring (--ring)")
 
 
-def analysis_settings(mode: Mode) -> dict[str, Any]:
+def analysis_settings(mode: Mode, *, owned: bool = False) -> dict[str, Any]:
     """What a pub/sub run promises, stored beside its trace for ``gossamer analyze``: each
     topic's subscribers deliver its messages (layer ``pubsub``, and the dissemination layer
     below it: gossip delivers every message to every node, Scribe a topic's to its
     subscribers), a subscribed publisher its own; no FIFO order (a subscriber sees only its
-    topics' share of an origin's sequence)."""
+    topics' share of an origin's sequence). ``owned``: replicated topic owners, which add
+    one order per topic at every subscriber (``owned_analysis_checks``)."""
     below = "gossip" if mode == "gossip" else "scribe"
-    return {"services": ["pubsub"], "replay": None,
-            "checks": {"layers": ["pubsub", below], "fifo_layers": [],
-                       "own_delivery_layers": ["pubsub", below]}}
+    checks: dict[str, Any] = {"layers": ["pubsub", below], "fifo_layers": [],
+                              "own_delivery_layers": ["pubsub", below]}
+    if owned:
+        checks = owned_analysis_checks(checks)
+    return {"services": ["pubsub"], "replay": None, "checks": checks}
 
 
 class PubSubNetNode:
@@ -225,10 +254,14 @@ class PubSubNetNode:
         self.on_message = on_message
         self.failed = asyncio.Event()
         self.pubsub: PubSubNode | None = None
-        store = None
+        self.owned: OwnedProcess | None = None  # with replicated owners
+        store: SqliteStore | WriteBehindStore | None = None
         if options.data_dir is not None:
             options.data_dir.mkdir(parents=True, exist_ok=True)
-            store = SqliteStore(options.data_dir / STORE_FILE)
+            path = options.data_dir / STORE_FILE
+            # replicated owners: Paxos state committed in groups (one fsync for many writes,
+            # no reply before its group is on disk), as ``gossamer paxos node`` does
+            store = SqliteStore(path) if options.owners is None else WriteBehindStore(path)
         # the trace part is named after the node id, known once bound: until then the sink
         # holds its rows (segments survive kill -9; a clean stop compacts them to Parquet)
         self.trace: SegmentSink | None = None
@@ -241,7 +274,8 @@ class PubSubNetNode:
             handshake_timeout=None)]
         self.port: CommandPort | None = None
         self.net = NetNode(node_id="unbound", factory=self._build,
-                           codec=codec_for(options.mode),
+                           codec=codec_for(options.mode) if options.owners is None
+                           else owned_codec(),
                            listen=(options.host, options.port), listeners=listeners,
                            store=store, trace=sink, run=options.run, seed=options.seed,
                            cluster_key=options.cluster_key,
@@ -260,15 +294,23 @@ class PubSubNetNode:
     def _build(self, env: Any) -> Any:
         opts = self.options
         create = not opts.contacts
-        self.pubsub = PubSubNode(
-            env, opts.mode, contacts=opts.contacts, create=create,
-            chord_config=ChordConfig(bits=opts.chord_bits) if opts.mode == "scribe" else None,
-            on_message=self._delivered)
+        process: Any
+        if opts.owners is not None:
+            self.pubsub, self.owned = build_owned(
+                env, opts.owners, contacts=opts.contacts,
+                chord_config=ChordConfig(bits=opts.chord_bits), on_message=self._delivered)
+            process = self.owned
+        else:
+            self.pubsub = PubSubNode(
+                env, opts.mode, contacts=opts.contacts, create=create,
+                chord_config=ChordConfig(bits=opts.chord_bits) if opts.mode == "scribe"
+                else None, on_message=self._delivered)
+            process = self.pubsub.process
         if opts.command_port is None:
-            return self.pubsub.process
+            return process
         self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined,
                                 overload=self.net.overload)
-        return NodeProcess(self.pubsub.process, self.port)
+        return NodeProcess(process, self.port)
 
     @property
     def command_address(self) -> Address | None:
@@ -289,12 +331,19 @@ class PubSubNetNode:
         assert bound is not None
         host, port = bound
         node = check_node_id(f"{host}:{port}")  # the bound ip: "localhost" is 127.0.0.1
+        if self.options.owners is not None:
+            try:
+                self.options.owners.check_member(node)
+            except ConfigError:
+                await self.net.close()
+                raise
         self.net.rename(node)
         if self.trace is not None:
             assert self.options.trace_dir is not None
             self.trace.path = trace_path(self.options.trace_dir, self.options.run, node)
             write_settings(self.options.trace_dir, self.options.run,
-                           analysis_settings(self.options.mode))
+                           analysis_settings(self.options.mode,
+                                             owned=self.options.owners is not None))
         self.net.start_process()
         return node
 
@@ -343,6 +392,8 @@ class PubSubNetNode:
                         "root": role is TreeRole.ROOT, "parent": scribe.parent(topic),
                         "children": scribe.children(topic)}
                 for topic in scribe.topics()}
+            if self.owned is not None:
+                info.update(owners_status(self.owned.owners, sorted(scribe.topics())))
         return info
 
     def _call(self, fn: Callable[[PubSubNode], Any]) -> Any:

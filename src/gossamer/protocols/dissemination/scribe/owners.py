@@ -10,8 +10,9 @@ group elects a new leader) and its stream starts from the group's decided log
 the topic in the one decided order. A retried publish already decided is answered with its
 decided position and not proposed again (the last ``history_limit`` of each topic).
 
-``ReplicatedScribe`` is the node's process: Scribe plus the groups, messages of the groups
-(``GroupMessage``) to them, the rest to Scribe.
+``OwnedProcess`` is a node's process with them: the groups plus the stack above (whose Scribe
+orders through them), messages of the groups (``GroupMessage``) to them, the rest to the stack;
+``ReplicatedScribe`` is one with a bare Scribe.
 
 The groups are fixed when the node is built, from the founding ring: a node that joins later
 is no member of any group (its topics are redirected to their founding owner's group), and
@@ -24,9 +25,9 @@ import bisect
 import collections
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from ....core.env import Env
+from ....core.env import Env, MessageHandler, Process
 from ....core.errors import ConfigError
 from ....core.ids import NodeId, check_node_id
 from ....core.messages import Message
@@ -46,7 +47,7 @@ from .base import DeliverFn, ScribeConfig
 from .messages import Publish, message_id
 from .node import Scribe
 
-__all__ = ["ReplicatedScribe", "TopicOwners", "owner_groups"]
+__all__ = ["OwnedProcess", "ReplicatedScribe", "TopicOwners", "owner_groups"]
 
 
 def owner_groups(ring: Sequence[NodeId], *, bits: int,
@@ -187,35 +188,48 @@ class TopicOwners(ReplicatedOrderer):
         self.groups.on_message(src, msg)
 
 
-class ReplicatedScribe:
-    """A node's process: ``Scribe`` over ``chord`` with ``TopicOwners`` as its orderer."""
+class OwnedProcess:
+    """A node's process with replicated owners: ``inner`` (the stack whose Scribe takes
+    ``owners`` as its orderer) and the groups; messages of the groups (``GroupMessage``) go to
+    ``owners``, the rest to ``inner``. The groups start first (Scribe may propose at once)."""
 
-    def __init__(self, env: Env, chord: ChordHost, ring: Sequence[NodeId], *,
-                 config: ScribeConfig | None = None, paxos: PaxosConfig | None = None,
-                 backups: int = 2, on_deliver: DeliverFn | None = None) -> None:
-        config = config if config is not None else ScribeConfig()
-        self.owners = TopicOwners(env, ring, bits=chord.config.bits, backups=backups,
-                                  config=paxos, history_limit=config.topic_log_limit,
-                                  max_topics=config.max_topics)
-        self.scribe = Scribe(env, chord, config=config, orderer=self.owners,
-                             on_deliver=on_deliver)
+    def __init__(self, owners: TopicOwners, inner: Process) -> None:
+        self.owners = owners
+        self.inner = inner
 
     def start(self) -> None:
         self.owners.start()
-        self.scribe.start()
+        self.inner.start()
 
     def stop(self) -> None:
-        self.scribe.stop()
+        self.inner.stop()
         self.owners.stop()
 
     def on_message(self, src: NodeId, msg: Message) -> None:
         if isinstance(msg, GroupMessage):
             self.owners.on_message(src, msg)
         else:
-            self.scribe.on_message(src, msg)
+            cast(MessageHandler, self.inner).on_message(src, msg)
 
     def on_unreachable(self, node: NodeId) -> None:
-        self.scribe.on_unreachable(node)
+        hook = getattr(self.inner, "on_unreachable", None)
+        if hook is not None:
+            hook(node)
+
+
+class ReplicatedScribe(OwnedProcess):
+    """A node's process: ``Scribe`` over ``chord`` with ``TopicOwners`` as its orderer."""
+
+    def __init__(self, env: Env, chord: ChordHost, ring: Sequence[NodeId], *,
+                 config: ScribeConfig | None = None, paxos: PaxosConfig | None = None,
+                 backups: int = 2, on_deliver: DeliverFn | None = None) -> None:
+        config = config if config is not None else ScribeConfig()
+        owners = TopicOwners(env, ring, bits=chord.config.bits, backups=backups,
+                             config=paxos, history_limit=config.topic_log_limit,
+                             max_topics=config.max_topics)
+        self.scribe = Scribe(env, chord, config=config, orderer=owners,
+                             on_deliver=on_deliver)
+        super().__init__(owners, self.scribe)
 
     def subscribe(self, topic: str) -> None:
         self.scribe.subscribe(topic)

@@ -1,0 +1,106 @@
+"""Replicated topic owners in ``gossamer pubsub node`` (seed 001, phase 3): the options that
+turn them on and the stack they build (Chord, Scribe ordering through ``TopicOwners``).
+
+With ``OwnersOptions`` a node runs Scribe over Chord with ``TopicOwners`` as its orderer: each
+founding node of the ring (``ring``, the same list at every node, this node among them) leads
+a Multi-Paxos group of itself and its next ``backups`` ring nodes, and a topic's publish is
+acknowledged to its publisher only once its group decided it, a majority of the group having
+committed it to its store (``docs/pubsub.md``, "Replicated topic owners").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ...core.env import Env
+from ...core.errors import ConfigError
+from ...core.ids import NodeId, check_node_id
+from ...core.messages import Codec
+from ...protocols.dissemination.scribe import ScribeConfig
+from ...protocols.dissemination.scribe.owners import OwnedProcess, TopicOwners
+from ...protocols.membership.chord import Chord, ChordConfig
+from ...protocols.ordering.paxos import PaxosConfig
+from ...protocols.ordering.paxos.groups import GROUP_CODEC
+from ...runtimes.net import host_port_address
+from .node import MessageFn, PubSubNode, codec_for
+
+__all__ = ["OwnersOptions", "build_owned", "owned_analysis_checks", "owned_codec", "owners_status"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OwnersOptions:
+    """``backups`` ring nodes replicate each founding owner (the seed: 2); ``ring`` is every
+    founding node (``host:port``); the Paxos timers are the seed's defaults: the leader's NOOP
+    every ``heartbeat`` seconds, a follower suspects it after ``suspect`` seconds."""
+
+    ring: tuple[NodeId, ...]
+    backups: int = 2
+    heartbeat: float = 1.0
+    suspect: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.backups < 1:
+            raise ConfigError(f"replicated owners need backups >= 1, got {self.backups}")
+        if not self.ring:
+            raise ConfigError("replicated owners need the founding ring (--ring HOST:PORT, "
+                              "one for each founding node, this one too)")
+        for node in self.ring:
+            check_node_id(node)
+            if host_port_address(node) is None:
+                raise ConfigError(f"ring node {node!r} is not HOST:PORT")
+        if len(set(self.ring)) != len(self.ring):
+            raise ConfigError(f"a ring node is named twice: {sorted(self.ring)}")
+        # PaxosConfig says what is wrong with the timers
+        self.paxos()
+
+    def paxos(self) -> PaxosConfig:
+        return PaxosConfig(heartbeat_interval=self.heartbeat, suspect_timeout=self.suspect)
+
+    def check_member(self, node: NodeId) -> None:
+        """A node with replicated owners is a founding node of the ring."""
+        if node not in self.ring:
+            raise ConfigError(f"{node} is not in the founding ring ({', '.join(self.ring)}): "
+                              f"with replicated owners every node is named by --ring and "
+                              f"listens on a fixed --port")
+
+
+def owned_codec() -> Codec:
+    """The codec of a scribe node with replicated owners: Chord, Scribe and the groups."""
+    return Codec.union(codec_for("scribe"), GROUP_CODEC)
+
+
+def build_owned(env: Env, options: OwnersOptions, *, contacts: tuple[NodeId, ...],
+                chord_config: ChordConfig, scribe_config: ScribeConfig | None = None,
+                on_message: MessageFn | None = None) -> tuple[PubSubNode, OwnedProcess]:
+    """The pub/sub node over Chord + Scribe with ``TopicOwners`` as Scribe's orderer, and the
+    process the runtime drives (the groups beside the stack)."""
+    options.check_member(env.node)
+    scribe_config = scribe_config if scribe_config is not None else ScribeConfig()
+    chord = Chord(env, contacts=contacts, create=not contacts, config=chord_config)
+    owners = TopicOwners(env, options.ring, bits=chord_config.bits, backups=options.backups,
+                         config=options.paxos(), history_limit=scribe_config.topic_log_limit,
+                         max_topics=scribe_config.max_topics)
+    pubsub = PubSubNode(env, "scribe", overlay=chord, scribe_config=scribe_config,
+                        orderer=owners, on_message=on_message)
+    return pubsub, OwnedProcess(owners, pubsub.process)
+
+
+def owned_analysis_checks(checks: dict[str, Any]) -> dict[str, Any]:
+    """A scribe run's check settings with what replicated owners add: every subscriber of a
+    topic delivers its publishes in one order (total order per topic, both layers); the Paxos
+    checks (agreement, the decided order, nothing acknowledged lost) apply by themselves."""
+    return {**checks, "total_order_layers": ["pubsub", "scribe"], "total_order_per_key": True}
+
+
+def owners_status(owners: TopicOwners, topics: list[str]) -> dict[str, Any]:
+    """For ``status``: each topic's founding owner, and the groups this node is a member of
+    with the leader it knows and how far it decided."""
+    groups: dict[str, Any] = {}
+    for owner in owners.owners:
+        replica = owners.replica(owner)
+        if replica is None:
+            continue
+        groups[owner] = {"members": sorted(replica.members), "leader": replica.current_leader,
+                         "decided": replica.decided_upto}
+    return {"owners": {topic: owners.owner_of(topic) for topic in topics}, "groups": groups}
