@@ -170,6 +170,19 @@ def test_conf_pairs_need_an_equals_sign() -> None:
         parse_conf(["novalue"])
 
 
+def test_the_local_jvm_heap_can_be_capped_by_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gossamer.pipeline import spark
+
+    monkeypatch.setenv(spark.DRIVER_MEMORY_ENV, "1536m")
+    assert spark._local_driver_memory() == "1536m"
+    monkeypatch.setenv(spark.DRIVER_MEMORY_ENV, "lots")
+    with pytest.raises(PipelineError, match="like 2g or 1536m"):
+        spark._local_driver_memory()
+    monkeypatch.delenv(spark.DRIVER_MEMORY_ENV)
+    assert spark._local_driver_memory().endswith("m")  # a third of this machine's
+
+
 def test_a_replica_run_writes_one_closed_trace_file_and_converges(tmp_path: Path) -> None:
     spec = RunSpec("rep-s1", "replica", "sim", 1, {"clients": 4, "writes_per_client": 3,
                                                    "cuts": 0.5, "settle": 10.0})

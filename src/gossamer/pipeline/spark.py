@@ -7,6 +7,7 @@ on a cluster only what the caller passes (``--conf``) is added to the session ti
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -58,9 +59,20 @@ def default_master() -> str | None:
     return None if "PYSPARK_GATEWAY_PORT" in os.environ else DEFAULT_MASTER
 
 
+#: overrides the local JVM's heap ceiling (``2g``, ``1536m``): for a machine that runs
+#: several analyses at once (the test suite sets it)
+DRIVER_MEMORY_ENV = "GOSSAMER_SPARK_DRIVER_MEMORY"
+
+
 def _local_driver_memory() -> str:
-    """The local JVM's heap ceiling (not an allocation): a third of this machine's memory,
-    between 1 and 16 GiB (Spark's 1g default runs out on 1,000-node experiments' traces)."""
+    """The local JVM's heap ceiling (not an allocation): ``$GOSSAMER_SPARK_DRIVER_MEMORY``, else
+    a third of this machine's memory, between 1 and 16 GiB (Spark's 1g default runs out on
+    1,000-node experiments' traces)."""
+    chosen = os.environ.get(DRIVER_MEMORY_ENV, "").strip()
+    if chosen:
+        if not re.fullmatch(r"[1-9][0-9]*[mg]", chosen):
+            raise PipelineError(f"${DRIVER_MEMORY_ENV} must be like 2g or 1536m, got {chosen!r}")
+        return chosen
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
