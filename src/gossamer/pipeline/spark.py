@@ -106,7 +106,13 @@ def get_spark(
     """
     if master is not None and not master.strip():
         raise PipelineError("the Spark master must be non-empty (e.g. local[*] or spark://h:7077)")
-    settings: dict[str, str] = {"spark.sql.session.timeZone": "UTC"}
+    settings: dict[str, str] = {
+        "spark.sql.session.timeZone": "UTC",
+        # every query's plan is rendered as a string (the SQL listener's description); an
+        # analysis's plans over many layer groups render to gigabytes of text, which ran a
+        # 3 GiB heap out of memory: past this length the text is cut, the plan is not
+        "spark.sql.maxPlanStringLength": str(256 << 10),
+    }
     if master is not None and master.startswith("local"):
         cores = _local_cores(master)
         settings.update({
