@@ -13,10 +13,6 @@ settings.register_profile("ci", max_examples=50, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("GOSSAMER_HYPOTHESIS_PROFILE", "ci"))
 
-# every JVM the tests start (this process's session, and the analyses of processes they run)
-# gets a 3 GiB heap ceiling instead of a third of the machine: several may run at once
-os.environ.setdefault("GOSSAMER_SPARK_DRIVER_MEMORY", "3g")
-
 
 @pytest.fixture(scope="session")
 def spark() -> Any:
