@@ -122,14 +122,19 @@ def _scenario(mode: str, tmp: Path, log: IO[bytes], nodes: list[NodeProcess]) ->
             sub.wait_delivered(TOPIC, f"m{n}")
         got = sub.delivered(TOPIC)
         assert sorted(got) == sorted(f"m{n}" for n in range(SENT)), (sub.node, got)
-    # a clean stop of every process still running: the traces are compacted
+    _stop_all_but(nodes, victim)
+    return again
+
+
+def _stop_all_but(nodes: list[NodeProcess], victim: NodeProcess) -> None:
+    """A clean stop of every process still running (the killed one's restart included): the
+    traces are compacted."""
     for node in nodes:
         if node is not victim:
             node.proc.send_signal(signal.SIGTERM)
     for node in nodes:
         if node is not victim:
             assert node.stop_code() == 0, node.node
-    return again
 
 
 OWNERS_RUN = "loopback-owners"
@@ -240,12 +245,7 @@ def owners_scenario(tmp: Path, log: IO[bytes], nodes: list[NodeProcess]) -> set[
         common = [m for m in got if m in reference]
         assert common == [m for m in reference if m in got], (name, got, reference)
     assert len(acked) >= sum(ROUNDS) * len(publishers) // 2, sorted(acked)
-    for node in nodes:
-        if node is not victim:
-            node.proc.send_signal(signal.SIGTERM)
-    for node in nodes:
-        if node is not victim:
-            assert node.stop_code() == 0, node.node
+    _stop_all_but(nodes, victim)
     return acked
 
 
