@@ -54,3 +54,19 @@ def analyze_in_process_of_its_own(run_dir: Path, out: Path) -> subprocess.Comple
         [sys.executable, "-m", "gossamer.cli.main", "analyze", str(run_dir), "--out", str(out),
          "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2"],
         capture_output=True, text=True, timeout=900)
+
+
+def why_analysis_failed(analysis: subprocess.CompletedProcess[str], out: Path) -> str:
+    """What a failing analysis found, for an assertion message: the checks that did not pass
+    and their first violations (read from the tables under ``out``), then the ends of the
+    process's output (the terminal table's head is cut otherwise)."""
+    import pyarrow.parquet as pq
+
+    lines: list[str] = []
+    if (out / "checks").exists():
+        lines += [f"check {row}" for row in pq.read_table(out / "checks").to_pylist()
+                  if row["status"] not in ("pass", "not applicable")]
+    for part in sorted((out / "violations").glob("**/*.parquet"))[:20]:
+        lines += [f"violation {part.parent.relative_to(out)}: {row}"
+                  for row in pq.read_table(part).to_pylist()[:10]]
+    return "\n".join([*lines, analysis.stdout[-2000:], analysis.stderr[-2000:]])

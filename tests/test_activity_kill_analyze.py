@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from harness_procs import analyze_in_process_of_its_own
+from harness_procs import analyze_in_process_of_its_own, why_analysis_failed
 from test_activity_processes import WAIT, Network, numbered, until_delivered
 
 # the analysis runs in a process of its own (its own JVM), so this test runs beside the others
@@ -69,7 +69,7 @@ async def _scenario(tmp: Path) -> None:
 def test_killing_the_middle_server_mid_stream_passes_the_analysis(tmp_path: Path) -> None:
     asyncio.run(_scenario(tmp_path))
     analysis = analyze_in_process_of_its_own(tmp_path / "out", tmp_path / "analysis")
-    assert analysis.returncode == 0, analysis.stdout[-4000:] + analysis.stderr[-2000:]
+    assert analysis.returncode == 0, why_analysis_failed(analysis, tmp_path / "analysis")
     # the killed process's rows were recovered from its segments and judged with the rest
     assert "s2" in {path.name.split(".")[0].split("-")[0]
                     for path in (tmp_path / "out" / "trace" / RUN).iterdir()}

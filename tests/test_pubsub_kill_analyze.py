@@ -35,7 +35,7 @@ from gossamer.protocols.dissemination.scribe.owners import TopicOwners, owner_gr
 from gossamer.protocols.membership.chord import ChordConfig
 from gossamer.testing import FakeEnv
 from harness_net import reserve_port
-from harness_procs import analyze_in_process_of_its_own
+from harness_procs import analyze_in_process_of_its_own, why_analysis_failed
 from test_pubsub_loopback import START_WAIT, WAIT, Event, NodeProcess
 
 # the analysis runs in a process of its own (its own JVM), so this test runs beside the others
@@ -273,7 +273,7 @@ def test_killing_a_relay_node_and_a_topics_paxos_leader_pass_the_analysis(
                 node.close()
     assert acked
     analysis = analyze_in_process_of_its_own(tmp_path, tmp_path / "analysis")
-    assert analysis.returncode == 0, analysis.stdout[-4000:] + analysis.stderr[-2000:]
+    assert analysis.returncode == 0, why_analysis_failed(analysis, tmp_path / "analysis")
     # both lives of the killed node were judged: its first one's segments were sealed by its
     # second, which compacted them with its own rows at its clean exit
     [part] = _part(tmp_path, again, ".parquet")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import Callable
@@ -201,6 +202,11 @@ class Replica:
         return self.replica.offline_queue
 
     @property
+    def rebase_queue(self) -> list[tuple[str, Any, bool]]:
+        """Own writes that lost a conflict and wait to be rebased (key, content, deleted)."""
+        return self.replica.rebase_queue
+
+    @property
     def vector(self) -> dict[str, int]:
         return self.replica.vector
 
@@ -229,23 +235,33 @@ class Replica:
 
     async def synced(self, timeout: float = 10.0) -> None:
         """Wait until every write the hub had accepted when this was called is applied here,
-        and this client is online with nothing queued, held back or known to be missing. It
-        asks the hub for its vector (its snapshot keeper answers; a hub without one, ``gossamer
-        hub --no-snapshots``, never does: then this times out). ``TimeoutError`` after
-        ``timeout`` seconds."""
+        and this client is online with nothing queued, held back, known to be missing or
+        waiting to be rebased; a rebase sent meanwhile is waited for in the same way (it may
+        lose again). It asks the hub for its vector (its snapshot keeper answers; a hub
+        without one, ``gossamer hub --no-snapshots``, never does: then this times out).
+        ``TimeoutError`` after ``timeout`` seconds."""
         client = self.replica
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         await self.wait_until(lambda: client.link is not LinkState.OFFLINE, timeout)
-        asked = client.hub_vectors
-        self._call(lambda node: node.client.ask_hub())
-        # a reconnect meanwhile asks again by itself (its subscribe): any answer after ours is
-        # at least as new
-        await self.wait_until(lambda: client.hub_vectors > asked
-                              and client.link is LinkState.ONLINE
-                              and not client.offline_queue and client.causal.caught_up
-                              and client.has_all_the_hub_told(),
-                              max(0.0, deadline - loop.time()))
+        while True:
+            sent = client.vector.get(self.client_id, 0)
+            asked = client.hub_vectors
+            self._call(lambda node: node.client.ask_hub())
+            # a reconnect meanwhile asks again by itself (its subscribe): any answer after ours
+            # is at least as new
+            await self.wait_until(functools.partial(self._settled_since, asked),
+                                  max(0.0, deadline - loop.time()))
+            if client.vector.get(self.client_id, 0) == sent:
+                return  # nothing of ours was sent since the hub answered: all of it is settled
+
+    def _settled_since(self, asked: int) -> bool:
+        """The hub answered after ``asked`` answers and everything it told is applied here,
+        online, with nothing of ours queued or waiting to be rebased."""
+        client = self.replica
+        return (client.hub_vectors > asked and client.link is LinkState.ONLINE
+                and not client.offline_queue and not client.rebase_queue
+                and client.causal.caught_up and client.has_all_the_hub_told())
 
     # -- going offline on purpose --------------------------------------------------------------
 
