@@ -29,6 +29,7 @@ from .errors import PipelineError, TraceInputError
 from .paxos_checks import paxos_metrics
 from .schema import inspect_trace_files, load_trace, sharing_intermediates, unreadable_files
 from .settings import RunSettings, read_run_settings
+from .spark import tuned_for
 
 __all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params",
            "refuse_uri"]
@@ -264,7 +265,7 @@ def analyze(
     if files.problems and not allow_partial:
         raise TraceInputError(_first_problem(files.problems))
     try:
-        with sharing_intermediates():
+        with sharing_intermediates(), tuned_for(spark, files.total_bytes):
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored,
                             files.good, files.absent_columns, recovered, left_out,
                             overrides or {})
@@ -277,7 +278,7 @@ def analyze(
         if not allow_partial:
             raise TraceInputError(_first_problem(bad)) from exc
         good = [f for f in files.good if f not in {path for path, _ in bad}]
-        with sharing_intermediates():
+        with sharing_intermediates(), tuned_for(spark, files.total_bytes):
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
                             files.absent_columns, recovered, left_out + bad, overrides or {})
 
@@ -316,7 +317,8 @@ def _analyze(
 ) -> Analysis:
     if not files:
         raise TraceInputError(f"no readable trace files (*.parquet) under {run_dir / 'trace'}")
-    trace = load_trace(spark, files).persist(StorageLevel.MEMORY_AND_DISK)
+    # computed once and its lineage cut (see ``sharing_intermediates``)
+    trace = load_trace(spark, files).localCheckpoint()
     held: list[DataFrame] = []  # each check's violations, in memory until the end
     try:
         per_run = {r["run"]: int(r["count"]) for r in trace.groupBy("run").count().collect()}

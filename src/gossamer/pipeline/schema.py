@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -38,6 +37,7 @@ __all__ = [
     "restored_deliveries",
     "shared",
     "sharing_intermediates",
+    "trace_bytes",
     "trace_schema",
     "unreadable_files",
     "with_row_order",
@@ -79,8 +79,11 @@ _SHARED: contextvars.ContextVar[dict[tuple[Hashable, ...], tuple[DataFrame, Data
 @contextlib.contextmanager
 def sharing_intermediates() -> Iterator[None]:
     """Within this block, what ``shared`` builds (the membership timeline, who owed what) is
-    built once per trace and arguments and persisted, so the checks and metrics that need the
-    same one plan and compute it once; each is unpersisted when the outermost block ends."""
+    built once per trace and arguments and checkpointed locally (computed, kept by the
+    executors, its lineage cut), so the checks and metrics that need the same one compute it
+    once and plan only a scan of it: cached plans that keep their lineage made every later
+    plan grow with it, and planning took more time than running. Each is released when the
+    outermost block ends."""
     if _SHARED.get() is not None:
         yield
         return
@@ -104,7 +107,7 @@ def shared(what: str, trace: DataFrame, arguments: tuple[Hashable, ...],
         return build()
     key = (what, id(trace), *arguments)
     if key not in cache:
-        cache[key] = (trace, build().persist(StorageLevel.MEMORY_AND_DISK))
+        cache[key] = (trace, build().localCheckpoint())
     return cache[key][1]
 
 
@@ -297,6 +300,11 @@ class TraceFiles:
     problems: list[tuple[Path, str]]
     absent_columns: dict[str, list[Path]]
 
+    @property
+    def total_bytes(self) -> int:
+        """The readable files' size on disk."""
+        return trace_bytes(self.good)
+
 
 def _file_problem(path: Path) -> str | None:
     """Why ``path`` is not a readable Parquet file, from its bytes and footer (cheap)."""
@@ -382,4 +390,21 @@ def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
     if not closed:
         raise PipelineError(f"no finished trace files (*.parquet) under {where}")
     frame = spark.read.schema(trace_schema()).parquet(*(str(f) for f in closed))
-    return restored_deliveries(continuous_lives(with_row_order(frame.select(*COLUMNS))))
+    trace = restored_deliveries(continuous_lives(with_row_order(frame.select(*COLUMNS))))
+    # the unions above add up their inputs' partitions (one per file, plus a shuffle's): on a
+    # small trace every later stage would run that many near-empty tasks, and a task's fixed
+    # cost, not its rows, would be the analysis's time
+    return trace.coalesce(max(1, -(-trace_bytes(closed) // PARTITION_BYTES)))
+
+
+#: Parquet bytes of trace per partition of the loaded trace (about 300,000 rows)
+PARTITION_BYTES = 8 << 20
+
+
+def trace_bytes(files: Sequence[Path]) -> int:
+    """How many bytes ``files`` take on disk (a file that vanished counts 0)."""
+    total = 0
+    for path in files:
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size
+    return total
