@@ -37,7 +37,6 @@ __all__ = [
     "restored_deliveries",
     "shared",
     "sharing_intermediates",
-    "trace_bytes",
     "trace_schema",
     "unreadable_files",
     "with_row_order",
@@ -299,11 +298,7 @@ class TraceFiles:
     good: list[Path]
     problems: list[tuple[Path, str]]
     absent_columns: dict[str, list[Path]]
-
-    @property
-    def total_bytes(self) -> int:
-        """The readable files' size on disk."""
-        return trace_bytes(self.good)
+    rows: int = 0  # in the readable files, from their footers
 
 
 def _file_problem(path: Path) -> str | None:
@@ -342,6 +337,7 @@ def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
     root = Path(run_dir) / "trace"
     files = sorted(root.glob("*/*.parquet")) if root.is_dir() else []
     good: list[Path] = []
+    rows = 0
     problems: list[tuple[Path, str]] = []
     absent: dict[str, list[Path]] = {}
     for path in files:
@@ -351,6 +347,7 @@ def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
             continue
         try:
             names = set(pq.read_schema(path).names)
+            file_rows = pq.read_metadata(path).num_rows
         except (pa.ArrowException, OSError) as exc:
             problems.append((path, f"corrupt Parquet schema ({_one_line(exc)})"))
             continue
@@ -358,10 +355,11 @@ def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
             problems.append((path, "not a trace file: none of its columns is a trace column"))
             continue
         good.append(path)
+        rows += file_rows
         for column in COLUMNS:
             if column not in names:
                 absent.setdefault(column, []).append(path)
-    return TraceFiles(good, problems, absent)
+    return TraceFiles(good, problems, absent, rows)
 
 
 def unreadable_files(files: Sequence[Path]) -> list[tuple[Path, str]]:
@@ -394,14 +392,14 @@ def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
     # the unions above add up their inputs' partitions (one per file, plus a shuffle's): on a
     # small trace every later stage would run that many near-empty tasks, and a task's fixed
     # cost, not its rows, would be the analysis's time
-    return trace.coalesce(max(1, -(-trace_bytes(closed) // PARTITION_BYTES)))
+    return trace.coalesce(max(1, -(-_trace_bytes(closed) // PARTITION_BYTES)))
 
 
 #: Parquet bytes of trace per partition of the loaded trace (about 300,000 rows)
 PARTITION_BYTES = 8 << 20
 
 
-def trace_bytes(files: Sequence[Path]) -> int:
+def _trace_bytes(files: Sequence[Path]) -> int:
     """How many bytes ``files`` take on disk (a file that vanished counts 0)."""
     total = 0
     for path in files:

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from .errors import PipelineError
 
-__all__ = ["DEFAULT_MASTER", "SMALL_TRACE_BYTES", "default_master", "get_spark", "parse_conf",
+__all__ = ["DEFAULT_MASTER", "SMALL_TRACE_ROWS", "default_master", "get_spark", "parse_conf",
            "tuned_for"]
 
 DEFAULT_MASTER = "local[*]"
@@ -145,9 +145,8 @@ def get_spark(
 
 _GIVEN = "spark.gossamer.given"  # the keys the caller set (``conf``), comma-separated
 
-#: a trace of at most this many Parquet bytes (about 600,000 rows) is analysed "small": see
-#: ``tuned_for``
-SMALL_TRACE_BYTES = 16 << 20
+#: a trace of at most this many rows is analysed "small": see ``tuned_for``
+SMALL_TRACE_ROWS = 500_000
 
 #: for a small trace a query's fixed costs, not its rows, are its time: compiling generated
 #: code for every stage (Janino, tens to hundreds of ms each), re-planning every stage
@@ -163,12 +162,12 @@ _SMALL_TRACE_SQL = {
 
 
 @contextlib.contextmanager
-def tuned_for(spark: SparkSession, trace_bytes: int) -> Iterator[None]:
-    """Within this block the session's SQL settings suit a trace of ``trace_bytes`` Parquet
-    bytes: for one up to ``SMALL_TRACE_BYTES``, ``_SMALL_TRACE_SQL`` (except what the caller
-    of ``get_spark`` set); larger ones keep the session's. The previous values come back
-    after it."""
-    if trace_bytes > SMALL_TRACE_BYTES:
+def tuned_for(spark: SparkSession, trace_rows: int) -> Iterator[None]:
+    """Within this block the session's SQL settings suit a trace of ``trace_rows`` rows: for
+    one up to ``SMALL_TRACE_ROWS``, ``_SMALL_TRACE_SQL`` (except what the caller of
+    ``get_spark`` set); larger ones keep the session's. The previous values come back after
+    it."""
+    if trace_rows > SMALL_TRACE_ROWS:
         yield
         return
     given = set(filter(None, spark.sparkContext.getConf().get(_GIVEN, "").split(",")))
