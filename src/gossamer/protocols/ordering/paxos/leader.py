@@ -9,25 +9,60 @@ of s, so when a set change brings in members that never promised, they are asked
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orjson
 
-from ....core.env import TimerHandle
-from .config import Role
-from .log import majority
+from ....core.env import Env, TimerHandle
+from ....core.ids import NodeId
+from ....core.messages import Message
+from .config import PaxosConfig, Role
+from .log import ReplicaLog, majority
 from .messages import Accept, Ballot, Batch, Command, Noop, NoopOk, Prepare, PrepareOk, digest
+from .store import PaxosStore
 
-if TYPE_CHECKING:
-    from .replica import PaxosReplica
+__all__ = ["Leader", "LeaderHost"]
 
-__all__ = ["Leader"]
+
+class LeaderHost(Protocol):
+    """What a ``Leader`` uses of the replica it serves (``PaxosReplica`` is the one host):
+    its role and highest round, which the leader changes, what it reads, and the calls it
+    makes back. Typing against this keeps the leader from importing the replica."""
+
+    role: Role
+    max_round: int
+
+    @property
+    def LAYER(self) -> str: ...
+    @property
+    def env(self) -> Env: ...
+    @property
+    def config(self) -> PaxosConfig: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def log(self) -> ReplicaLog: ...
+    @property
+    def pstore(self) -> PaxosStore: ...
+    @property
+    def recent(self) -> Mapping[str, tuple[int, int]]: ...
+    @property
+    def running(self) -> bool: ...
+
+    def send(self, dst: NodeId, msg: Message) -> None: ...
+    def drop(self, src: NodeId | None, reason: str, **info: Any) -> None: ...
+    def learn(self, slot: int, value: Batch) -> None: ...
+    def request_catchup(self, peer: NodeId) -> None: ...
+    def set_leader(self, node: NodeId, ballot: Ballot) -> None: ...
+    def voters(self, slot: int, ballot: Ballot) -> set[str]: ...
+    def possible_remove(self, node: NodeId) -> None: ...
 
 
 class Leader:
     """Campaign and leadership state of one replica (``host``)."""
 
-    def __init__(self, host: PaxosReplica) -> None:
+    def __init__(self, host: LeaderHost) -> None:
         self.host = host
         self.ballot: Ballot | None = None  # of the campaign or leadership under way
         self.promises: dict[str, int] = {}  # node -> the from_slot its PREPARE_OK covers
