@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,26 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import free_port, percentile
+
 SYSTEMS = ("gossamer", "pysyncobj")
 MODES = ("memory", "durable")
 COMMAND = "x" * 10
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _say(obj: Any) -> None:
     sys.stdout.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
     sys.stdout.flush()
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 # -- workers -----------------------------------------------------------------------------------
@@ -157,7 +146,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def one_run(system: str, mode: str, ops: int, inflight: int, base: Path) -> dict[str, Any]:
-    ports = ",".join(str(_port()) for _ in range(3))
+    ports = ",".join(str(free_port()) for _ in range(3))
     data = base / f"{system}-{mode}"
     data.mkdir(parents=True, exist_ok=True)
     procs = [subprocess.Popen(
@@ -195,8 +184,8 @@ def one_run(system: str, mode: str, ops: int, inflight: int, base: Path) -> dict
     seconds = max(r["seconds"] for r in results)
     return {"system": system, "mode": mode, "ops": committed, "seconds": round(seconds, 3),
             "ops_per_s": round(committed / seconds, 1),
-            "p50_ms": round(_percentile(latencies, 0.5) * 1000, 2),
-            "p99_ms": round(_percentile(latencies, 0.99) * 1000, 2),
+            "p50_ms": round(percentile(latencies, 0.5) * 1000, 2),
+            "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
             "retried": sum(r.get("retried", 0) for r in results)}
 
 

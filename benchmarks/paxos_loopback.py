@@ -15,26 +15,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from _common import free_port
 from gossamer.services.paxos import ReplicatedLog
 
 MODES = ("memory", "group commit", "commit per write")
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def one_mode(mode: str, ops: int, inflight: int, base: Path) -> dict[str, Any]:
-    members = [f"127.0.0.1:{_port()}" for _ in range(3)]
+    members = [f"127.0.0.1:{free_port()}" for _ in range(3)]
     logs = [ReplicatedLog(m, members,
                           data_dir=None if mode == "memory" else base / m.replace(":", "_"),
                           group_commit=mode != "commit per write") for m in members]

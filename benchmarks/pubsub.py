@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from typing import Any
 
 import orjson
 
+from _common import free_port, percentile
+
 TOPIC = "bench"
 NODES = 5
 SUBSCRIBERS = NODES - 1
@@ -43,18 +44,6 @@ START_WAIT = 30.0  # seconds: an upper bound for a node or server to come up
 SETTLE = 5.0  # seconds without a delivery after the last publish: the rest is lost
 STALL = 20.0  # seconds without a delivery while publishes wait for room: messages were lost
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -185,8 +174,8 @@ class NatsCluster(Cluster):
         import nats
 
         server = shutil.which("nats-server") or str(Path(sys.executable).parent / "nats-server")
-        client_ports = [_port() for _ in range(NODES)]
-        route_ports = [_port() for _ in range(NODES)]
+        client_ports = [free_port() for _ in range(NODES)]
+        route_ports = [free_port() for _ in range(NODES)]
         routes = ",".join(f"nats://127.0.0.1:{p}" for p in route_ports)
         for client, route in zip(client_ports, route_ports, strict=True):
             self.procs.append(_spawn(
@@ -302,8 +291,8 @@ class Driver:
         await self._settle(count)
         latencies = sorted(self.latencies)
         result = {"published": count, "lost": count * SUBSCRIBERS - sum(self.delivered),
-                  "p50_ms": _percentile(latencies, 0.5) * 1e3,
-                  "p99_ms": _percentile(latencies, 0.99) * 1e3}
+                  "p50_ms": percentile(latencies, 0.5) * 1e3,
+                  "p99_ms": percentile(latencies, 0.99) * 1e3}
         self._reset()
         return result
 

@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from _common import free_port
 from gossamer.protocols.dissemination.scribe.owners import TopicOwners, owner_groups
 from gossamer.protocols.membership.chord import ChordConfig
 from gossamer.testing import FakeEnv
@@ -42,12 +42,6 @@ TOPIC = "news"
 NODES = 5
 WAIT = 120.0  # upper bound of any one wait (a loaded machine)
 Event = dict[str, Any]
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Node:
@@ -117,7 +111,7 @@ def _until(pred: Callable[[], bool], what: str) -> None:
 
 
 def one_run(base: Path, args: argparse.Namespace, log: IO[bytes]) -> dict[str, Any]:
-    ring = [f"127.0.0.1:{_port()}" for _ in range(NODES)]
+    ring = [f"127.0.0.1:{free_port()}" for _ in range(NODES)]
     bits = ChordConfig().bits
     owner = TopicOwners(FakeEnv(ring[0]), ring, bits=bits).owner_of(TOPIC)
     group = owner_groups(ring, bits=bits)[owner]
