@@ -180,12 +180,19 @@ def test_status_probe_draws_the_tree_with_loads() -> None:
             for c in clients:
                 await c.connect()
             ids = {s.server_id: name for s, name in ((root, "root"), (a, "a"), (b, "b"))}
+            expected = {"root": (None, 0, 1), "a": ("root", 1, 0), "b": ("a", 2, 2)}
+            seen: dict[str, tuple[str | None, int | None, int]] = {}
             try:
-                view = await probe(*a.address, SECRET, wait=0.7)
-                assert view.entry == a.server_id
-                seen = {ids[s.id]: (None if s.parent is None else ids[s.parent], s.level,
-                                    s.load) for s in view.servers.values()}
-                assert seen == {"root": (None, 0, 1), "a": ("root", 1, 0), "b": ("a", 2, 2)}
+                try:
+                    async with asyncio.timeout(30):  # probe again until each load is announced
+                        while seen != expected:
+                            view = await probe(*a.address, SECRET, wait=0.7)
+                            assert view.entry == a.server_id
+                            seen = {ids[s.id]: (None if s.parent is None else ids[s.parent],
+                                                s.level, s.load)
+                                    for s in view.servers.values()}
+                except TimeoutError:
+                    raise AssertionError(f"the probe saw {seen}, not {expected}") from None
                 console = Console(width=200, record=True)
                 console.print(_status_tree(view))
                 lines = console.export_text().splitlines()[1:]  # after the title
