@@ -587,13 +587,13 @@ def test_default_checks_give_one_verdict_each(spark: Any, rows: list[Any],
 
 def test_checks_share_the_membership_timeline_within_one_evaluation_only(spark: Any) -> None:
     from gossamer.pipeline.delivery_checks import expected_deliveries, member_status
-    from gossamer.pipeline.schema import membership_changes, sharing_intermediates
+    from gossamer.pipeline.schema import is_held, membership_changes, sharing_intermediates
 
     trace = frame(spark, FIFO_CLEAN)
     assert member_status(trace) is not member_status(trace)  # no block: built each time
     with sharing_intermediates():
         status = member_status(trace)
-        assert member_status(trace) is status and status.is_cached
+        assert member_status(trace) is status and is_held(status)
         assert membership_changes(trace) is membership_changes(trace)
         assert member_status(trace, session_layers=("x",)) is not status
         owed = expected_deliveries(trace, layers=["fifo"])
@@ -601,8 +601,8 @@ def test_checks_share_the_membership_timeline_within_one_evaluation_only(spark: 
         assert expected_deliveries(trace, layers=None) is not owed
         with sharing_intermediates():  # an inner block shares the outer one's
             assert member_status(trace) is status
-        assert status.is_cached
+        assert is_held(status)
         shared_rows = sorted(owed.collect(), key=repr)
         assert shared_rows  # b owes a:1 and a:2
-    assert not status.is_cached and not owed.is_cached  # unpersisted when the block ends
+    assert not is_held(status) and not is_held(owed)  # released when the block ends
     assert sorted(expected_deliveries(trace, layers=["fifo"]).collect(), key=repr) == shared_rows

@@ -27,7 +27,14 @@ from .atomic_metrics import ATOMIC_RUN_COLUMNS, atomic_metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
 from .paxos_checks import paxos_metrics
-from .schema import inspect_trace_files, load_trace, sharing_intermediates, unreadable_files
+from .schema import (
+    checkpoint,
+    inspect_trace_files,
+    load_trace,
+    release,
+    sharing_intermediates,
+    unreadable_files,
+)
 from .settings import RunSettings, read_run_settings
 from .spark import tuned_for
 
@@ -318,7 +325,7 @@ def _analyze(
     if not files:
         raise TraceInputError(f"no readable trace files (*.parquet) under {run_dir / 'trace'}")
     # computed once and its lineage cut (see ``sharing_intermediates``)
-    trace = load_trace(spark, files).localCheckpoint()
+    trace = checkpoint(load_trace(spark, files))
     held: list[DataFrame] = []  # each check's violations, in memory until the end
     try:
         per_run = {r["run"]: int(r["count"]) for r in trace.groupBy("run").count().collect()}
@@ -473,7 +480,7 @@ def _analyze(
     finally:
         for frame in held:
             frame.unpersist()
-        trace.unpersist()
+        release(trace)
     if progress is not None:
         progress("done", steps, steps)
     return Analysis(

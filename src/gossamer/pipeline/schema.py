@@ -11,6 +11,7 @@ import contextvars
 import dataclasses
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,13 +28,16 @@ __all__ = [
     "RUNTIME_LAYERS",
     "UP_EVENTS",
     "TraceFiles",
+    "checkpoint",
     "clock",
     "closed_trace_files",
     "continuous_lives",
     "inspect_trace_files",
     "is_closed_parquet",
+    "is_held",
     "load_trace",
     "membership_changes",
+    "release",
     "restored_deliveries",
     "shared",
     "sharing_intermediates",
@@ -93,7 +97,7 @@ def sharing_intermediates() -> Iterator[None]:
     finally:
         _SHARED.reset(token)
         for _trace, result in cache.values():
-            result.unpersist()
+            release(result)
 
 
 def shared(what: str, trace: DataFrame, arguments: tuple[Hashable, ...],
@@ -106,8 +110,35 @@ def shared(what: str, trace: DataFrame, arguments: tuple[Hashable, ...],
         return build()
     key = (what, id(trace), *arguments)
     if key not in cache:
-        cache[key] = (trace, build().localCheckpoint())
+        cache[key] = (trace, checkpoint(build()))
     return cache[key][1]
+
+
+def checkpoint(frame: DataFrame) -> DataFrame:
+    """``frame`` computed now and kept by the executors, as a scan of what it computed: later
+    plans over it do not carry (and re-plan) its lineage. Local: a lost executor loses it, and
+    a job that needs it again then fails (an analysis is one driver's short life)."""
+    return frame.localCheckpoint(eager=True)
+
+
+def _checkpointed_rdd(frame: DataFrame) -> Any:
+    plan = frame._jdf.queryExecution().analyzed()
+    return plan.rdd() if plan.nodeName() == "LogicalRDD" else None
+
+
+def is_held(frame: DataFrame) -> bool:
+    """Whether ``frame`` is a ``checkpoint`` whose data the executors still keep."""
+    rdd = _checkpointed_rdd(frame)
+    return rdd is not None and bool(rdd.getStorageLevel().isValid())
+
+
+def release(frame: DataFrame) -> None:
+    """Free what ``checkpoint(frame)`` (or ``persist``) keeps; ``frame`` must not be used
+    after."""
+    rdd = _checkpointed_rdd(frame)
+    if rdd is not None:
+        rdd.unpersist(False)
+    frame.unpersist()
 
 
 def with_row_order(trace: DataFrame) -> DataFrame:
