@@ -210,7 +210,7 @@ def test_pipeline_quick_run_compares_duckdb_and_spark_on_the_planted_faults(
     out = tmp_path / "pipeline.json"
     env = {**os.environ, "COLUMNS": "200"}  # rich wraps a table to the terminal's width
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "pipeline.py"), "--rows", "20000",
+        [sys.executable, str(BENCHMARKS / "pipeline.py"), "--rows", "20000", "30000",
          "--no-warm-up", "--json", str(out)],
         capture_output=True, text=True, timeout=540, env=env, check=False,
     )
@@ -219,7 +219,7 @@ def test_pipeline_quick_run_compares_duckdb_and_spark_on_the_planted_faults(
     assert re.search(r"Spark session start \(fixed cost.*\): \d+\.\d s; load average", printed)
     result = json.loads(out.read_text())
     assert result["session_start_s"] > 0
-    assert [size["rows"] for size in result["sizes"]] == [19_966]
+    assert [size["rows"] for size in result["sizes"]] == [19_966, 29_949]
     planted = sum(pipeline.PLANTED.values())
     for size in result["sizes"]:
         # the run itself asserts DuckDB's counts equal Spark's; each check caught its faults
