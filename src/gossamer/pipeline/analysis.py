@@ -272,7 +272,7 @@ def analyze(
     if files.problems and not allow_partial:
         raise TraceInputError(_first_problem(files.problems))
     try:
-        with sharing_intermediates(), tuned_for(spark, files.rows):
+        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows):
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored,
                             files.good, files.absent_columns, recovered, left_out,
                             overrides or {})
@@ -285,7 +285,7 @@ def analyze(
         if not allow_partial:
             raise TraceInputError(_first_problem(bad)) from exc
         good = [f for f in files.good if f not in {path for path, _ in bad}]
-        with sharing_intermediates(), tuned_for(spark, files.rows):
+        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows):
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
                             files.absent_columns, recovered, left_out + bad, overrides or {})
 

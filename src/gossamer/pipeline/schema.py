@@ -80,13 +80,17 @@ _SHARED: contextvars.ContextVar[dict[tuple[Hashable, ...], tuple[DataFrame, Data
 
 
 @contextlib.contextmanager
-def sharing_intermediates() -> Iterator[None]:
+def sharing_intermediates(*, release_at_end: bool = False) -> Iterator[None]:
     """Within this block, what ``shared`` builds (the membership timeline, who owed what) is
     built once per trace and arguments and checkpointed locally (computed, kept by the
     executors, its lineage cut), so the checks and metrics that need the same one compute it
     once and plan only a scan of it: cached plans that keep their lineage made every later
-    plan grow with it, and planning took more time than running. Each is released when the
-    outermost block ends."""
+    plan grow with it, and planning took more time than running.
+
+    A checkpoint cannot be recomputed once freed, so what was built in the block is freed
+    when the outermost block ends only with ``release_at_end`` (the caller uses nothing built
+    in it afterwards: ``analyze`` keeps plain rows); otherwise Spark frees it once no
+    DataFrame refers to it (``evaluate``'s violations may be counted after its block)."""
     if _SHARED.get() is not None:
         yield
         return
@@ -96,8 +100,9 @@ def sharing_intermediates() -> Iterator[None]:
         yield
     finally:
         _SHARED.reset(token)
-        for _trace, result in cache.values():
-            release(result)
+        if release_at_end:
+            for _trace, result in cache.values():
+                release(result)
 
 
 def shared(what: str, trace: DataFrame, arguments: tuple[Hashable, ...],
