@@ -2,7 +2,7 @@
 # The test suite, in one of two lanes; both set up if needed, lint (ruff) and type-check (mypy).
 #   scripts/test.sh          the full lane (what .ci/run calls): every test. Two pytest runs: all
 #                            but the Spark tests on every core (pytest-xdist), then the Spark
-#                            tests in one process, so one JVM
+#                            tests on two workers, so two JVMs
 #   scripts/test.sh --fast   the fast lane: unit and simulator tests on every core, none marked
 #                            slow, spark, browser, processes or bench (tests/conftest.py: --lane)
 # Other arguments go to pytest (each run). A lane in which pytest collects no test at all
@@ -26,8 +26,11 @@ else
   # under pytest 9.2: pytest-dev/pytest-xdist#1386)
   .venv/bin/python -m pytest -n auto --lane rest --durations=15 "$@"
   rest=$?
-  echo "-- the Spark tests, in one process --"
-  .venv/bin/python -m pytest --lane spark --durations=15 "$@"
+  # two workers, each its own JVM: since the analysis's plans stopped growing, a JVM no longer
+  # keeps both cores busy planning, and two of them finish the lane in 14 min instead of
+  # 19-20 (peak 15 GB used of 24; BENCHMARKS.md, Lineage cuts)
+  echo "-- the Spark tests, on two workers (a JVM each) --"
+  .venv/bin/python -m pytest -n 2 --lane spark --durations=15 "$@"
   codes=("$rest" $?)
 fi
 
