@@ -52,7 +52,7 @@ def analyze_in_process_of_its_own(run_dir: Path, out: Path) -> subprocess.Comple
     as a user runs it after a real-process test; the caller asserts on its exit code."""
     return subprocess.run(
         [sys.executable, "-m", "gossamer.cli.main", "analyze", str(run_dir), "--out", str(out),
-         "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2"],
+         "--master", "local[2]"],
         capture_output=True, text=True, timeout=900)
 
 

@@ -382,8 +382,8 @@ def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
             problems.append((path, problem))
             continue
         try:
-            names = set(pq.read_schema(path).names)
-            file_rows = pq.read_metadata(path).num_rows
+            footer = pq.read_metadata(path)
+            names = set(footer.schema.to_arrow_schema().names)
         except (pa.ArrowException, OSError) as exc:
             problems.append((path, f"corrupt Parquet schema ({_one_line(exc)})"))
             continue
@@ -391,7 +391,7 @@ def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
             problems.append((path, "not a trace file: none of its columns is a trace column"))
             continue
         good.append(path)
-        rows += file_rows
+        rows += footer.num_rows
         for column in COLUMNS:
             if column not in names:
                 absent.setdefault(column, []).append(path)
