@@ -62,6 +62,12 @@ def test_fifo_experiment_is_reliable_and_ordered(spark: Any, tmp_path: Path) -> 
     assert sorted(r.run for r in runs) == ["tiny-crash0.0-s3", "tiny-crash0.4-s3"]
     assert all(r.reliability == 1.0 and r.expected > 0 and r.seed == 3 for r in runs)
     assert {r.failure_fraction for r in runs} == {0.0, 0.4}
+    # the tables of services this trace has no rows of: not computed, written empty with
+    # their columns (a reader of the output finds every table)
+    for name, column in (("paxos", "decided"), ("atomic", "commit_rate"),
+                         ("topic_balance", "owned_max"), ("layer_messages", "per_publish")):
+        written = spark.read.parquet(str(out / "analysis" / name))
+        assert written.count() == 0 and column in written.columns, name
     report = (out / "analysis" / "report.html").read_text()
     assert report.count("data:image/png;base64,") >= 4
     assert "reliability against failure fraction" in report

@@ -23,10 +23,11 @@ from pyspark.sql import types as T
 
 from ..core.segments import Recovery, recover_segments
 from . import metrics
-from .atomic_metrics import ATOMIC_RUN_COLUMNS, atomic_metrics
+from .atomic_checks import ATOMIC_LAYER
+from .atomic_metrics import ATOMIC_RUN_COLUMNS, SRM_LAYER, atomic_metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
-from .paxos_checks import paxos_metrics
+from .paxos_checks import PAXOS_LAYER, paxos_metrics
 from .schema import (
     checkpoint,
     inspect_trace_files,
@@ -163,6 +164,16 @@ def _write(frame: DataFrame, path: Path) -> DataFrame:
     The read is given the schema, which spares the job that would infer it from the files."""
     frame.write.mode("overwrite").parquet(str(path))
     return frame.sparkSession.read.schema(frame.schema).parquet(str(path))
+
+
+def _write_if(present: bool, frame: DataFrame, path: Path) -> DataFrame | None:
+    """``_write(frame, path)`` if the trace has the rows ``frame`` is made of; else an empty
+    table of ``frame``'s schema at ``path`` (no job runs ``frame``'s plan) and None."""
+    if present:
+        return _write(frame, path)
+    frame.sparkSession.createDataFrame([], frame.schema).write.mode("overwrite").parquet(
+        str(path))
+    return None
 
 
 def _as_dicts(frame: DataFrame) -> list[dict[str, Any]]:
@@ -328,7 +339,14 @@ def _analyze(
     trace = checkpoint(load_trace(spark, files))
     held: list[DataFrame] = []  # each check's violations, in memory until the end
     try:
-        per_run = {r["run"]: int(r["count"]) for r in trace.groupBy("run").count().collect()}
+        # rows per run, and which (layer, event) pairs occur: the metrics of a service the
+        # trace has no rows of are not computed (each would be a job finding nothing)
+        per_run: dict[str, int] = {}
+        present: set[tuple[str, str]] = set()
+        for r in trace.groupBy("run", "layer", "event").count().collect():
+            per_run[r["run"]] = per_run.get(r["run"], 0) + int(r["count"])
+            present.add((r["layer"], r["event"]))
+        layers = {layer for layer, _ in present}
         rows = sum(per_run.values())
         if rows == 0:
             raise TraceInputError(f"the trace under {run_dir / 'trace'} has no rows")
@@ -410,7 +428,7 @@ def _analyze(
         lookup_overall: dict[str, Any] | None = None
         lookup_groups: list[dict[str, Any]] = []
         hop_rows: list[tuple[int | None, int, int]] = []
-        if lookup_samples.limit(1).count():
+        if ("chord", "lookup") in present and lookup_samples.limit(1).count():
             lookups = _write(lookup_samples.join(F.broadcast(_run_nodes(trace, run_params)),
                                                  "run", "left"), out / "lookups")
             per_run_lookups = metrics.lookup_summary(lookups).select(
@@ -447,16 +465,19 @@ def _analyze(
                       .join(stored_bytes, "run", "left"))
         if per_run_lookups is not None:
             runs_table = runs_table.join(per_run_lookups, "run", "left")
-        balance = _write(metrics.topic_balance(trace), out / "topic_balance")
-        if balance.limit(1).count():
+        balance = _write_if(("pubsub", "owner") in present, metrics.topic_balance(trace),
+                            out / "topic_balance")
+        if balance is not None and balance.limit(1).count():
             runs_table = runs_table.join(balance.drop("nodes"), "run", "left")
-        _write(paxos_metrics(trace), out / "paxos")  # per group; empty without a Paxos layer
-        atomic = _write(atomic_metrics(trace), out / "atomic")  # empty without seed 004's
-        if atomic.limit(1).count():
+        _write_if(PAXOS_LAYER in layers, paxos_metrics(trace), out / "paxos")  # per group
+        atomic = _write_if(bool({ATOMIC_LAYER, SRM_LAYER} & layers), atomic_metrics(trace),
+                           out / "atomic")
+        if atomic is not None and atomic.limit(1).count():
             runs_table = runs_table.join(atomic.select("run", *ATOMIC_RUN_COLUMNS), "run",
                                          "left")
-        per_layer = _write(metrics.layer_messages_per_publish(trace), out / "layer_messages")
-        if per_layer.limit(1).count():
+        per_layer = _write_if(("pubsub", "publish") in present,
+                              metrics.layer_messages_per_publish(trace), out / "layer_messages")
+        if per_layer is not None and per_layer.limit(1).count():
             pivot = (per_layer.groupBy("run").pivot("sender_layer").agg(F.first("per_publish")))
             runs_table = runs_table.join(pivot.select("run", *[
                 F.col(f"`{c}`").alias(f"per_publish_{_slug(c)}")
