@@ -338,6 +338,7 @@ def _analyze(
     # computed once and its lineage cut (see ``sharing_intermediates``)
     trace = checkpoint(load_trace(spark, files))
     held: list[DataFrame] = []  # each check's violations, in memory until the end
+    held_checkpoints: list[DataFrame] = []  # freed at the end, with the trace
     try:
         # rows per run, and which (layer, event) pairs occur: the metrics of a service the
         # trace has no rows of are not computed (each would be a job finding nothing)
@@ -406,14 +407,16 @@ def _analyze(
         def per_group(fn: Callable[[DataFrame, CheckConfig], DataFrame]) -> DataFrame:
             return _union([group.apply(fn) for group in groups])
 
-        samples = _write(per_group(lambda t, c: metrics.latency_samples(t, layers=c.layers)),
-                         out / "latency")
+        # the publish-to-delivery join, once for latency and convergence
+        delays = checkpoint(per_group(
+            lambda t, c: metrics.delivery_delays(t, layers=c.layers)))
+        held_checkpoints.append(delays)
+        samples = _write(metrics.latency_of(delays), out / "latency")
         _write(metrics.latency_summary(samples), out / "latency_summary")
         cdf = _write(metrics.latency_cdf(samples, points=config.cdf_points), out / "latency_cdf")
         load = _write(metrics.node_load(trace), out / "node_load")
         histogram = metrics.load_histogram(load, bins=config.load_bins)
-        times = _write(per_group(lambda t, c: metrics.convergence_times(t, layers=c.layers)),
-                       out / "convergence")
+        times = _write(metrics.convergence_of(delays), out / "convergence")
         per_run_convergence = metrics.convergence_summary(times)
         ops = _write(metrics.messages_per_operation(trace), out / "messages_per_operation")
         rmr = _write(per_group(lambda t, c: metrics.redundancy(t, layers=c.layers)),
@@ -501,6 +504,8 @@ def _analyze(
     finally:
         for frame in held:
             frame.unpersist()
+        for frame in held_checkpoints:
+            release(frame)
         release(trace)
     if progress is not None:
         progress("done", steps, steps)

@@ -23,10 +23,13 @@ from .schema import MEMBERSHIP_EVENTS, ROW, membership_changes, with_row_order
 __all__ = [
     "LOOKUP_PERCENTILES",
     "PERCENTILES",
+    "convergence_of",
     "convergence_summary",
     "convergence_times",
+    "delivery_delays",
     "failure_fraction",
     "latency_cdf",
+    "latency_of",
     "latency_samples",
     "latency_summary",
     "layer_messages_per_publish",
@@ -86,15 +89,29 @@ def _percentiles(column: str, prefix: str) -> list[Column]:
 # -- latency ------------------------------------------------------------------------------------
 
 
+def delivery_delays(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
+    """(run, layer, msg, node, publisher, t_publish, delay): each node's first delivery of a
+    published message, joined to the message's first publish, and the delay from one to the
+    other (see the module's note on clocks; null without ``wall``). Latency and convergence
+    are both made of it (``latency_of``, ``convergence_of``), so a caller that wants both
+    joins once."""
+    joined = _first_deliveries(trace, layers).join(_publishes(trace, layers),
+                                                   ["run", "layer", "msg"])
+    return joined.select("run", "layer", "msg", "node", "publisher", "t_publish",
+                         _delivery_delay().alias("delay"))
+
+
 def latency_samples(trace: DataFrame, *, layers: Sequence[str] | None = None) -> DataFrame:
     """(run, layer, msg, node, latency): publish to first delivery at every other node, on
     ``wall`` (see the module's note on clocks); deliveries whose rows lack ``wall`` are left
     out."""
-    joined = _first_deliveries(trace, layers).join(_publishes(trace, layers),
-                                                   ["run", "layer", "msg"])
-    return joined.filter(F.col("node") != F.col("publisher")).select(
-        "run", "layer", "msg", "node", _delivery_delay().alias("latency")).filter(
-        F.col("latency").isNotNull())
+    return latency_of(delivery_delays(trace, layers=layers))
+
+
+def latency_of(delays: DataFrame) -> DataFrame:
+    """``latency_samples`` from ``delivery_delays``."""
+    return delays.filter((F.col("node") != F.col("publisher")) & F.col("delay").isNotNull()
+                         ).select("run", "layer", "msg", "node", F.col("delay").alias("latency"))
 
 
 def runs_without_wall(trace: DataFrame) -> DataFrame:
@@ -203,13 +220,15 @@ def convergence_times(trace: DataFrame, *, layers: Sequence[str] | None = None) 
     longest publish-to-delivery delay anywhere (each measured as in ``latency_samples``; null
     when a delivery's delay is unknown for want of ``wall``) and ``last_delivery`` =
     ``t_publish`` + that, on the publisher's clock."""
-    delay = _delivery_delay()
-    joined = _first_deliveries(trace, layers).join(_publishes(trace, layers),
-                                                   ["run", "layer", "msg"])
-    per_message = joined.groupBy("run", "layer", "msg", "t_publish").agg(
+    return convergence_of(delivery_delays(trace, layers=layers))
+
+
+def convergence_of(delays: DataFrame) -> DataFrame:
+    """``convergence_times`` from ``delivery_delays``."""
+    per_message = delays.groupBy("run", "layer", "msg", "t_publish").agg(
         F.count(F.lit(1)).alias("deliveries"),
-        F.max(delay).alias("longest"),
-        F.count(delay).alias("measured"))
+        F.max("delay").alias("longest"),
+        F.count("delay").alias("measured"))
     convergence = F.when(F.col("measured") == F.col("deliveries"), F.col("longest"))
     return per_message.select(
         "run", "layer", "msg", "t_publish", (F.col("t_publish") + convergence).alias(
