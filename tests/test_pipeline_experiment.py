@@ -32,10 +32,14 @@ def write(folder: Path, text: str) -> Path:
 def test_quickstart_expands_to_a_sweep_times_seeds() -> None:
     experiment = load_experiment(REPO / "experiments" / "quickstart.toml")
     runs = experiment.runs()
+    # every seed system: 000 replica, 001 pub/sub and its Paxos log, 002 appsync, 003 activity,
+    # 004 atomic multicast
     assert experiment.workloads() == [("fifo", "sim"), ("replica", "sim"), ("activity", "sim"),
-                                      ("pubsub", "sim"), ("pubsub", "sim")]
-    # fifo 3 x 3 x 2 seeds, replica 3 x 2 x 2, activity 2, pubsub 3 x 2 and with faults 2
-    assert len(runs) == 3 * 3 * 2 + 3 * 2 * 2 + 2 + 3 * 2 + 2
+                                      ("pubsub", "sim"), ("pubsub", "sim"), ("paxos", "sim"),
+                                      ("appsync", "sim"), ("atomic", "sim")]
+    # fifo 3 x 3 x 2 seeds, replica 3 x 2 x 2, activity 2, pubsub 3 x 2 and with faults 2,
+    # paxos, appsync and atomic 2 each
+    assert len(runs) == 3 * 3 * 2 + 3 * 2 * 2 + 2 + 3 * 2 + 2 + 3 * 2
     assert len({r.run for r in runs}) == len(runs)
     assert runs[0].run == "quickstart-loss0.0-crash0.0-s1"
     assert runs[0].params["nodes"] == 12 and runs[0].params["crash"] == 0.0
