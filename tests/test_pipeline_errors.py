@@ -5,6 +5,8 @@ The traces are copies of a recorded real-process run (``tests/fixtures/traces/fi
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +120,21 @@ def test_allow_partial_analyses_the_readable_files_and_lists_the_rest(
     assert code == 0, output
     rows = spark.read.parquet(str(run_dir / "analysis" / "runs")).collect()
     assert len(rows) == 1
+
+
+def test_a_spark_that_cannot_start_is_one_line_with_exit_2_and_no_java_log(
+        tmp_path: Path) -> None:
+    # its own process: the shared session's JVM is already up, and this one must fail to start
+    # (an event log directory that does not exist)
+    run_dir, _ = recorded_copy(tmp_path)
+    missing = tmp_path / "no-such-dir"
+    done = subprocess.run(
+        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(run_dir), "--out",
+         str(tmp_path / "out"), "--master", "local[1]", "--conf", "spark.eventLog.enabled=true",
+         "--conf", f"spark.eventLog.dir={missing}"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = error_lines(done.stdout)
+    assert len(errors) == 1 and "FileNotFoundException" in errors[0], done.stdout
+    assert str(missing) in errors[0] and "--debug shows the traceback" in errors[0]
+    assert "\tat " not in done.stderr and "Exception" not in done.stderr, done.stderr[-2000:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
@@ -201,17 +202,13 @@ def _error(console: Console, message: str) -> None:
 def _spark_failure(exc: BaseException) -> str:
     """The first line of what Spark (or its JVM) said, without the Java stack."""
     text = getattr(exc, "desc", None) or str(exc)
+    java = getattr(exc, "java_exception", None)  # py4j's: the JVM's own exception says why
+    if java is not None:
+        with contextlib.suppress(Exception):  # the JVM may be gone
+            text = str(java.toString())
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     first = lines[0] if lines else type(exc).__name__
     return f"Spark could not run the analysis: {first[:300]} (--debug shows the traceback)"
-
-
-def _quiet(spark: SparkSession, debug: bool) -> SparkSession:
-    """Without --debug the JVM logs nothing: a failure is reported in one line instead of
-    its executors' stack traces."""
-    if not debug:
-        spark.sparkContext.setLogLevel("OFF")
-    return spark
 
 
 #: analyze options that set a check setting, and the CheckConfig field each sets
@@ -261,7 +258,7 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
                       f"{master or 'from spark-submit'}: {', '.join(LIVE_CHECKS)} (a delivery "
                       f"is missing {args.grace:g} s after its publish); Ctrl-C stops",
                       soft_wrap=True)
-        spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
+        spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug)
         live = follow(spark, directory, overrides=overrides, grace=args.grace,
                       use_stored_settings=not args.ignore_stored_settings,
                       on_violation=lambda v: console.print(v.line(), soft_wrap=True,
@@ -309,7 +306,7 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         master = args.master or default_master()
         console.print(f"[bold]gossamer analyze[/]: {run_dir / 'trace'} on Spark "
                       f"{master or 'from spark-submit'}", soft_wrap=True)
-        spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
+        spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug)
         analysis = _analysis_steps(spark, run_dir, Path(args.out) if args.out else None, config,
                                    console, overrides=overrides,
                                    use_stored_settings=not args.ignore_stored_settings,
@@ -360,7 +357,7 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
             f"[bold]gossamer experiment[/] {experiment.name}: workload "
             f"{', '.join(f'{w} ({m})' for w, m in experiment.workloads())}, {len(runs)} runs, "
             f"Spark {master or 'from spark-submit'}, out {out}")
-        spark = _quiet(get_spark(master, parse_conf(args.conf)), args.debug)
+        spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug)
         with Progress(
             TextColumn("[progress.description]{task.description}"), BarColumn(),
             TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),

@@ -23,10 +23,11 @@ __all__ = ["DEFAULT_MASTER", "SMALL_TRACE_ROWS", "default_master", "get_spark", 
 
 DEFAULT_MASTER = "local[*]"
 
-# Spark's WARN lines would bury the summary; errors still show. The repl logger line keeps
-# Spark from announcing its own default level on startup.
+# Spark's WARN lines would bury the summary; errors still show (or, quiet, nothing: the
+# caller reports a failure in one line). The repl logger line keeps Spark from announcing its
+# own default level on startup.
 _LOG4J2 = """\
-rootLogger.level = error
+rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -34,18 +35,19 @@ appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
+logger.repl.level = {level}
 logger.submit.name = org.apache.spark.deploy.SparkSubmit
-logger.submit.level = error
+logger.submit.level = {level}
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
+logger.gateway.level = {level}
 """
 
 
-def _log_config() -> Path:
-    path = Path(tempfile.gettempdir()) / "gossamer-spark-log4j2.properties"
-    if not path.is_file() or path.read_text() != _LOG4J2:
-        path.write_text(_LOG4J2)
+def _log_config(level: str) -> Path:
+    text = _LOG4J2.replace("{level}", level)
+    path = Path(tempfile.gettempdir()) / f"gossamer-spark-log4j2-{level}.properties"
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
     return path
 
 
@@ -98,13 +100,15 @@ def get_spark(
     conf: Mapping[str, str] | None = None,
     *,
     app_name: str = "gossamer",
+    quiet: bool = False,
 ) -> SparkSession:
     """The SparkSession for a job (an existing one is reused, as ``getOrCreate`` does).
 
     ``master`` None keeps the master spark-submit chose. Everything runs in UTC. For
     ``local`` masters: shuffle partitions scale with the cores (Spark's 200 would be 200 tiny
-    tasks per shuffle), workers run this interpreter, and the JVM logs only errors. ``conf``
-    wins over every default here.
+    tasks per shuffle), workers run this interpreter, and the JVM logs only errors; ``quiet``:
+    nothing at all, from its start on (a JVM that cannot start included: the caller reports
+    the failure in one line). ``conf`` wins over every default here.
     """
     if master is not None and not master.strip():
         raise PipelineError("the Spark master must be non-empty (e.g. local[*] or spark://h:7077)")
@@ -122,7 +126,8 @@ def get_spark(
             "spark.default.parallelism": str(max(2, cores)),
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{_log_config()}",
+            "spark.driver.extraJavaOptions":
+                f"-Dlog4j2.configurationFile=file:{_log_config('off' if quiet else 'error')}",
             # local mode runs everything in the driver's JVM (see _local_driver_memory)
             "spark.driver.memory": _local_driver_memory(),
             # and smaller input splits keep each cached block well under the heap
@@ -139,7 +144,7 @@ def get_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel("OFF" if quiet else "ERROR")
     return spark
 
 
