@@ -29,7 +29,6 @@ from gossamer.protocols.replica import (
     Retry,
     Snapshot,
 )
-from gossamer.protocols.replica.keeper import SEGMENT
 from gossamer.runtimes.sim import Latency, LinkModel, MemoryStore, Scenario, Simulation
 from gossamer.testing import FakeEnv
 from test_replica_sim import (
@@ -310,17 +309,39 @@ def chain(writer: str, seqs: range) -> list[Data]:
                   f"{writer}-{seq}") for seq in seqs]
 
 
-def test_the_log_is_stored_in_segments_bounded_and_reloaded() -> None:
+def stored_log(store: MemoryStore) -> dict[str, list[tuple[int, int]]]:
+    """origin -> the (first, last) seqs of each of its stored rows."""
+    rows: dict[str, list[tuple[int, int]]] = {}
+    for key, raw in store.scan("keeper.log"):
+        origin, first = json.loads(key)
+        seqs = [int(entry.split(b" ", 1)[0]) for entry in _split(raw)]
+        assert seqs[0] == first and seqs == list(range(first, seqs[-1] + 1))
+        rows.setdefault(origin, []).append((first, seqs[-1]))
+    return {origin: sorted(spans) for origin, spans in rows.items()}
+
+
+def _split(raw: bytes) -> list[bytes]:
+    """A row's entries, each ``seq length body``."""
+    entries, offset = [], 0
+    while offset < len(raw):
+        a = raw.index(b" ", offset)
+        b = raw.index(b" ", a + 1)
+        end = b + 1 + int(raw[a + 1:b])
+        entries.append(raw[offset:end])
+        offset = end
+    return entries
+
+
+def test_the_log_is_stored_append_only_bounded_and_reloaded() -> None:
     store = MemoryStore()
     keeper, env = keeper_on(store, log_per_origin=100)
     for msg in chain("a", range(1, 301)) + chain("b", range(1, 11)):
         assert keeper.handle(msg) is msg
     env.advance(1.0)  # the group commit
-    segments = sorted(key for key, _ in store.scan("keeper.segments"))
-    # a: the segments of seqs 201-300 (the older ones are gone); b: its first
-    assert segments == [f"a {s:012d}" for s in sorted({(seq - 1) // SEGMENT
-                                                       for seq in range(201, 301)})] + \
-        ["b 000000000000"]
+    rows = stored_log(store)
+    # a: rows that reach seqs 201-300 and no row wholly older; b: seqs 1-10
+    assert all(last >= 201 for _, last in rows["a"]) and rows["a"][-1][1] == 300
+    assert rows["a"][0][0] <= 201 and rows["b"][0][0] == 1 and rows["b"][-1][1] == 10
     assert keeper.logged("a") == (201, 300) and keeper.logged("b") == (1, 10)
     keeper.stop()
     again, env = keeper_on(store, log_per_origin=100)
@@ -360,7 +381,7 @@ def test_a_message_delivered_at_once_is_logged_as_it_came_and_reloads_the_same()
     keeper.handle(codec.decode(spaced), spaced)
     env.advance(1.0)
     keeper.stop()
-    (_, raw), = store.scan("keeper.segments")
+    (_, raw), = store.scan("keeper.log")
     assert spaced in raw and b"not" not in raw and other in raw
     again, _ = keeper_on(store, log_per_origin=100)
     assert again.logged("a") == (1, 2)

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from checks import assert_one_seed_one_trace, count, named
 from gossamer.core import ConfigError, Env, InvalidMessage, MemorySink, Message, node_ids
 from gossamer.core.backoff import FibonacciBackoff
-from gossamer.protocols.ordering.per_object import HISTORY_CHUNK
 from gossamer.protocols.replica import (
     HUB_ID,
     CausalConfig,
@@ -888,47 +887,48 @@ def test_convergence_and_loser_oracles_report_divergence_and_unresolved_losers()
 
 
 def stored_history(store: MemoryStore, key: str) -> dict[int, dict[int, str]]:
-    """chunk -> position -> revision, of ``key``'s stored history."""
-    chunks: dict[int, dict[int, str]] = {}
-    for row_key, raw in store.scan("replica.histories"):
-        name, chunk = json.loads(row_key)
+    """row (its first position) -> position -> revision, of ``key``'s stored history."""
+    rows: dict[int, dict[int, str]] = {}
+    for row_key, raw in store.scan("replica.paths"):
+        name, first = json.loads(row_key)
         if name == key:
-            for line in raw.split(b"\n"):
-                position, _, body = line.partition(b" ")
-                chunks[chunk] = {**chunks.get(chunk, {}), int(position): json.loads(body)[0]}
-    return chunks
+            offset = 0
+            while offset < len(raw):  # entries "position length json"
+                a = raw.index(b" ", offset)
+                b = raw.index(b" ", a + 1)
+                end = b + 1 + int(raw[a + 1:b])
+                rows.setdefault(first, {})[int(raw[offset:a])] = json.loads(raw[b + 1:end])[0]
+                offset = end
+    return rows
 
 
-def test_history_is_stored_in_chunks_bounded_and_reloads_identically() -> None:
-    """A push rewrites one chunk (not the whole history); a chunk goes once its last position
-    left the bounded history, a reverted write's line goes, and a restarted client reloads the
-    same history and goes on from its positions."""
+def positions(rows: dict[int, dict[int, str]]) -> dict[int, str]:
+    return {p: rev for row in rows.values() for p, rev in row.items()}
+
+
+def test_history_is_stored_append_only_bounded_and_reloads_identically() -> None:
+    """A push adds a row with its write (it rewrites nothing), a row goes once its positions
+    left the bounded history, and a restarted client reloads the same history and goes on
+    from its positions."""
     store = MemoryStore()
     env = FakeEnv("n5", store=store)
     client = ReplicaClient(env, config=ReplicaConfig(history_limit=40))
     start_online(client)
     revisions = [client.set("k", {"n": number}) for number in range(100)]
     store.commit()
-    chunks = stored_history(store, "k")
-    size = HISTORY_CHUNK
-    # the history is positions 60-99: the chunks before 60's are gone
-    assert sorted(chunks) == sorted({p // size for p in range(60, 100)})
-    for chunk in sorted(chunks)[1:]:
-        assert chunks[chunk] == {p: revisions[p]
-                                 for p in range(chunk * size, min(100, (chunk + 1) * size))}
-    first = 60 // size  # 60's chunk also keeps the lines before 60 that left the history
-    assert {p: revisions[p] for p in range(60, (first + 1) * size)}.items() <= \
-        chunks[first].items()
+    rows = stored_history(store, "k")
+    # the history is positions 60-99, a row each (a client writes as it goes)
+    assert rows == {p: {p: revisions[p]} for p in range(60, 100)}
     again = ReplicaClient(FakeEnv("n5", store=store),
                           config=ReplicaConfig(history_limit=40))
     assert again.history("k") == client.history("k") and len(again.history("k")) == 40
     start_online(again)
     latest = again.set("k", {"n": 100})
     store.commit()
-    assert stored_history(store, "k")[100 // size][100] == latest
+    assert stored_history(store, "k")[100] == {100: latest} and 60 not in stored_history(store, "k")
 
 
-def test_a_cut_removes_the_reverted_lines_from_their_chunks() -> None:
+def test_a_cut_removes_the_reverted_writes_from_the_store() -> None:
     store = MemoryStore()
     env = FakeEnv("n5", store=store)
     client = ReplicaClient(env, config=ReplicaConfig(history_limit=4))
@@ -939,7 +939,7 @@ def test_a_cut_removes_the_reverted_lines_from_their_chunks() -> None:
     client.on_message(HUB, write("n1", {"n1": 1}, "other", None, "w1"))  # wins: ours reverted
     store.commit()
     assert stored_history(store, "other") == {0: {0: "w1"}} and mine != "w1"
-    assert max(stored_history(store, "k")[0]) == 6
+    assert sorted(positions(stored_history(store, "k"))) == [3, 4, 5, 6]
     again = ReplicaClient(FakeEnv("n5", store=store),
                           config=ReplicaConfig(history_limit=4))
     assert again.history("k") == client.history("k") and len(again.history("k")) == 4
@@ -947,29 +947,31 @@ def test_a_cut_removes_the_reverted_lines_from_their_chunks() -> None:
     start_online(again)
     again.set("k", {"n": 7})  # positions go on from the reloaded ones
     store.commit()
-    assert max(stored_history(store, "k")[0]) == 7
+    assert max(positions(stored_history(store, "k"))) == 7
 
 
-def test_a_cut_across_chunks_keeps_only_the_positions_before_it() -> None:
+def test_a_cut_inside_a_row_keeps_only_the_positions_before_it() -> None:
+    """An observer writes its deliveries as one row per object per group; a winner that forks
+    inside that row rewrites it with the positions before the fork."""
     store = MemoryStore()
-    env = FakeEnv("n5", store=store)
-    client = ReplicaClient(env, config=ReplicaConfig(history_limit=256))
-    start_online(client)
-    client.on_message(HUB, write("n1", {"n1": 1}, "k", None, "base"))
+    observer = ReplicaClient(FakeEnv(HUB, store=store), observer=True)
+    observer.start()
+    observer.on_message("n1", write("n1", {"n1": 1}, "k", None, "base"))
     previous = "base"
     for seq in range(2, 71):  # n1 extends its own path: positions 0-69
         rev = f"n1-{seq}"
-        client.on_message(HUB, write("n1", {"n1": seq}, "k", previous, rev))
+        observer.on_message("n1", write("n1", {"n1": seq}, "k", previous, rev))
         previous = rev
+    observer.write_pending()
+    assert sorted(stored_history(store, "k")) == [0]  # one row: positions 0-69
     # n0 (a lower id: it wins) wrote on position 20's revision: positions 21-69 are reverted
-    client.on_message(HUB, write("n0", {"n0": 1, "n1": 21}, "k", "n1-21", "n0-1"))
-    store.commit()
-    chunks = stored_history(store, "k")
-    assert sorted(chunks) == sorted({p // HISTORY_CHUNK for p in range(22)})
-    lines = {p: rev for chunk in chunks.values() for p, rev in chunk.items()}
-    assert sorted(lines) == list(range(22)) and lines[21] == "n0-1"
-    again = ReplicaClient(FakeEnv("n5", store=store))
-    assert again.history("k") == client.history("k") and again.revision("k") == "n0-1"
+    observer.on_message("n0", write("n0", {"n0": 1, "n1": 21}, "k", "n1-21", "n0-1"))
+    observer.write_pending()
+    rows = stored_history(store, "k")
+    assert sorted(rows) == [0, 21] and sorted(rows[0]) == list(range(21))
+    assert rows[21] == {21: "n0-1"}
+    again = ReplicaClient(FakeEnv(HUB, store=store), observer=True)
+    assert again.history("k") == observer.history("k") and again.revision("k") == "n0-1"
 
 
 def test_an_observer_writes_its_history_and_vector_when_asked() -> None:
@@ -977,18 +979,14 @@ def test_an_observer_writes_its_history_and_vector_when_asked() -> None:
     observer = ReplicaClient(FakeEnv(HUB, store=store), observer=True)
     observer.start()
     previous = None
-    for seq in range(1, 2 * HISTORY_CHUNK + 3):  # three chunks, the first two full
+    for seq in range(1, 35):
         rev = f"n1-{seq}"
         observer.on_message("n1", write("n1", {"n1": seq}, "k", previous, rev))
         previous = rev
-    written = stored_history(store, "k")
-    assert sorted(written) == [0, 1]  # the full chunks, written as the next one opened
+    assert stored_history(store, "k") == {}  # with the group
     assert store.get("replica.vector", "n1") is None  # its delivered count: with the group
     observer.write_pending()
-    assert store.get("replica.vector", "n1") == str(2 * HISTORY_CHUNK + 2).encode()
-    chunks = stored_history(store, "k")
-    assert sorted(chunks) == [0, 1, 2]
-    assert {p: rev for c in chunks.values() for p, rev in c.items()} == {
-        p: f"n1-{p + 1}" for p in range(2 * HISTORY_CHUNK + 2)}
+    assert store.get("replica.vector", "n1") == b"34"
+    assert stored_history(store, "k") == {0: {p: f"n1-{p + 1}" for p in range(34)}}
     again = ReplicaClient(FakeEnv(HUB, store=store), observer=True)
     assert again.history("k") == observer.history("k")

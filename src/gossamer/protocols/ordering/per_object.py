@@ -37,15 +37,15 @@ from typing import Any, NamedTuple
 import orjson
 
 from ...core.env import Store
+from ...core.rowlog import RowLog
 from ..replica.wire import Data
 
-__all__ = ["HISTORY_CHUNK", "Outcome", "Verdict", "WinningPaths", "Write", "judge"]
+__all__ = ["Outcome", "Verdict", "WinningPaths", "Write", "judge"]
 
-# an object's history in chunks of HISTORY_CHUNK positions: key [object key, chunk], value its
-# writes, a line "position json" each; a push rewrites one chunk (the last), not the history,
-# and the writes of one interval between commits cost one row per chunk, not one per write
-_HISTORY_CHUNKS = "replica.histories"
-HISTORY_CHUNK = 16
+# every object's history as a RowLog by object key, at each position its write's JSON: a push
+# adds a row (or joins the row of the next ``write_pending``), never rewrites one
+_HISTORIES = "replica.paths"
+_FORMER_HISTORIES = "replica.histories"  # the layout before: 16 positions per rewritten row
 
 
 class Verdict(enum.Enum):
@@ -117,14 +117,6 @@ class Outcome(NamedTuple):
     beyond_history: bool = False
 
 
-def _chunk_key(key: str, chunk: int) -> str:
-    return orjson.dumps([key, chunk]).decode()
-
-
-def _history_line(position: int, write: Write) -> bytes:
-    return b"%d %s" % (position, orjson.dumps(write.to_json()))
-
-
 WriteFn = Callable[[str, Write], None]
 """``(key, write)``: a write applied to (or reverted from) the winning path of ``key``."""
 
@@ -139,18 +131,13 @@ class WinningPaths:
 
     def __init__(self, store: Store, *, history_limit: int, on_applied: WriteFn,
                  on_reverted: WriteFn, defer_writes: bool = False) -> None:
-        self._store = store
+        self._rows = RowLog(store, _HISTORIES, former_table=_FORMER_HISTORIES)
         self.history_limit = history_limit
         self.on_applied = on_applied
         self.on_reverted = on_reverted
         self.defer_writes = defer_writes
         self._objects: dict[str, list[Write]] = {}
         self._first: dict[str, int] = {}  # key -> stored position of its history's first write
-        # key -> (its last chunk, the chunk's row key, the lines of its writes there): what the
-        # next push rewrites
-        self._open_chunks: dict[str, tuple[int, str, list[bytes]]] = {}
-        # keys whose open chunk has not been written yet (``defer_writes``)
-        self._unwritten: set[str] = set()
         self._load()
 
     # -- reading --------------------------------------------------------------------------------
@@ -196,42 +183,20 @@ class WinningPaths:
         first = self._first.setdefault(key, 0)
         history.append(write)
         self.on_applied(key, write)
-        position = first + len(history) - 1
-        chunk = position // HISTORY_CHUNK
-        opened = self._open_chunks.get(key)
-        if opened is None or opened[0] != chunk:
-            if opened is not None and key in self._unwritten:
-                self._store.put(_HISTORY_CHUNKS, opened[1], b"\n".join(opened[2]))  # full
-            # a new chunk, or the first push since a load or a cut: its earlier lines
-            opened = self._open_chunks[key] = (
-                chunk, _chunk_key(key, chunk), self._chunk_lines(key, history, chunk, position))
-        _, row_key, lines = opened
-        lines.append(_history_line(position, write))
-        if self.defer_writes:  # written when the group is
-            self._unwritten.add(key)
-        else:
-            self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
+        self._rows.append(key, first + len(history) - 1, orjson.dumps(write.to_json()))
+        if not self.defer_writes:
+            self._rows.write_pending()
         excess = len(history) - self.history_limit
         if excess > 0:
-            for gone in range(first, first + excess):
-                if gone % HISTORY_CHUNK == HISTORY_CHUNK - 1:
-                    # the last position of its chunk left the history: the chunk goes
-                    self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, gone // HISTORY_CHUNK))
             del history[:excess]
             self._first[key] = first + excess
+            self._rows.drop_before(key, first + excess)
 
     def cut(self, key: str, history: list[Write], fork: int) -> list[Write]:
         """Remove (and return) ``history[fork:]``, from the store too."""
         first = self._first.get(key, 0)
-        start, end = first + fork, first + len(history)
-        if start < end:
-            for chunk in range(start // HISTORY_CHUNK, (end - 1) // HISTORY_CHUNK + 1):
-                if chunk * HISTORY_CHUNK >= start:
-                    self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, chunk))
-                else:  # the chunk the cut starts in keeps its positions before ``start``
-                    self._write_chunk(key, history, chunk, start)
-        self._open_chunks.pop(key, None)
-        self._unwritten.discard(key)  # its rows were just written or deleted
+        self._rows.cut_from(key, first + fork, lambda position: orjson.dumps(
+            history[position - first].to_json()) if position >= first else None)
         cut = history[fork:]
         del history[fork:]
         return cut
@@ -242,8 +207,6 @@ class WinningPaths:
             self.cut(key, history, 0)
         self._objects = {}
         self._first = {}
-        self._open_chunks = {}
-        self._unwritten = set()
         for key, path in paths.items():
             writes = list(path)
             history = self._objects[key] = []
@@ -251,40 +214,14 @@ class WinningPaths:
                 self.push(key, history, write)
 
     def write_pending(self) -> None:
-        """With ``defer_writes``: the open chunks changed since the last call, to the store."""
-        for key in self._unwritten:
-            _, row_key, lines = self._open_chunks[key]
-            self._store.put(_HISTORY_CHUNKS, row_key, b"\n".join(lines))
-        self._unwritten.clear()
+        """With ``defer_writes``: the writes pushed since the last call, to the store."""
+        self._rows.write_pending()
 
     # -- storage --------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """The histories from their chunks: each the last ``history_limit`` positions stored (a
-        chunk whose first writes left the history may still hold them)."""
-        stored: dict[str, dict[int, Write]] = {}
-        for row_key, raw in self._store.scan(_HISTORY_CHUNKS):
-            key = str(orjson.loads(row_key)[0])
-            writes = stored.setdefault(key, {})
-            for line in raw.split(b"\n"):
-                position, _, body = line.partition(b" ")
-                writes[int(position)] = Write.from_json(orjson.loads(body))
-        for key, writes in stored.items():
-            positions = sorted(writes)[-self.history_limit:]
-            self._first[key] = positions[0]
-            self._objects[key] = [writes[p] for p in positions]
-
-    def _chunk_lines(self, key: str, history: list[Write], chunk: int, end: int) -> list[bytes]:
-        """The lines of chunk ``chunk`` of ``key`` from the history, positions before ``end``."""
-        first = self._first.get(key, 0)
-        start = max(first, chunk * HISTORY_CHUNK)
-        stop = min(end, (chunk + 1) * HISTORY_CHUNK, first + len(history))
-        return [_history_line(position, history[position - first])
-                for position in range(start, stop)]
-
-    def _write_chunk(self, key: str, history: list[Write], chunk: int, end: int) -> None:
-        lines = self._chunk_lines(key, history, chunk, end)
-        if lines:
-            self._store.put(_HISTORY_CHUNKS, _chunk_key(key, chunk), b"\n".join(lines))
-        else:
-            self._store.delete(_HISTORY_CHUNKS, _chunk_key(key, chunk))
+        """The histories from the store: each the last ``history_limit`` positions stored."""
+        for key, entries in self._rows.load().items():
+            kept = entries[-self.history_limit:]
+            self._first[key] = kept[0][0]
+            self._objects[key] = [Write.from_json(orjson.loads(body)) for _, body in kept]
