@@ -122,16 +122,20 @@ def test_allow_partial_analyses_the_readable_files_and_lists_the_rest(
     assert len(rows) == 1
 
 
+@pytest.mark.parametrize("verb", ["analyze", "vopr"])
 def test_a_spark_that_cannot_start_is_one_line_with_exit_2_and_no_java_log(
-        tmp_path: Path) -> None:
+        tmp_path: Path, verb: str) -> None:
     # its own process: the shared session's JVM is already up, and this one must fail to start
     # (an event log directory that does not exist)
-    run_dir, _ = recorded_copy(tmp_path)
+    if verb == "analyze":
+        run_dir, _ = recorded_copy(tmp_path)
+        what = [str(run_dir), "--out", str(tmp_path / "out")]
+    else:
+        what = ["fifo", "--seeds", "1", "--out", str(tmp_path / "campaign")]
     missing = tmp_path / "no-such-dir"
     done = subprocess.run(
-        [sys.executable, "-m", "gossamer.cli.main", "analyze", str(run_dir), "--out",
-         str(tmp_path / "out"), "--master", "local[1]", "--conf", "spark.eventLog.enabled=true",
-         "--conf", f"spark.eventLog.dir={missing}"],
+        [sys.executable, "-m", "gossamer.cli.main", verb, *what, "--master", "local[1]",
+         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={missing}"],
         capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 2, done.stderr[-2000:]
     errors = error_lines(done.stdout)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +18,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -30,7 +28,6 @@ from ..core.argtypes import seconds as _seconds
 from ..core.errors import GossamerError
 from ..core.traceio import read_trace, summarize
 from ..pipeline import (
-    DEFAULT_MASTER,
     Analysis,
     AnalysisConfig,
     PipelineError,
@@ -61,6 +58,7 @@ from ..services.broadcast import (
 from ..services.paxos.cli import add_paxos_parser
 from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
+from .sparkargs import error_line, is_spark_failure, spark_arguments, spark_failure
 from .vopr import add_vopr_parser
 from .workloads import run_workload, validate_run
 
@@ -194,23 +192,6 @@ def _verdict_code(analysis: Analysis) -> int:
     return 1 if analysis.failed else 0
 
 
-def _error(console: Console, message: str) -> None:
-    """One line, never wrapped (a path in it stays whole)."""
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-
-
-def _spark_failure(exc: BaseException) -> str:
-    """The first line of what Spark (or its JVM) said, without the Java stack."""
-    text = getattr(exc, "desc", None) or str(exc)
-    java = getattr(exc, "java_exception", None)  # py4j's: the JVM's own exception says why
-    if java is not None:
-        with contextlib.suppress(Exception):  # the JVM may be gone
-            text = str(java.toString())
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    first = lines[0] if lines else type(exc).__name__
-    return f"Spark could not run the analysis: {first[:300]} (--debug shows the traceback)"
-
-
 #: analyze options that set a check setting, and the CheckConfig field each sets
 _CHECK_FLAGS = {"layer": "layers", "total_order": "total_order_layers",
                 "per_key": "total_order_per_key", "revision_field": "revision_field",
@@ -245,10 +226,10 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
 
     directory = Path(args.follow)
     if args.run_dir is not None:
-        _error(console, "give either RUN_DIR or --follow DIR, not both")
+        error_line(console, "give either RUN_DIR or --follow DIR, not both")
         return 2
     if not directory.is_dir():
-        _error(console, f"--follow {directory}: no such directory (give the run directory the "
+        error_line(console, f"--follow {directory}: no such directory (give the run directory the "
                         "deployment writes its trace segments to)")
         return 2
     try:
@@ -266,7 +247,7 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
     except PipelineError as exc:
         if args.debug:
             raise
-        _error(console, str(exc))
+        error_line(console, str(exc))
         return 2
     try:
         started = False
@@ -282,10 +263,10 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
                       soft_wrap=True)
         return 1 if count else 0
     except Exception as exc:  # the query failed (Spark, an unreadable segment, ...)
-        if args.debug or not _is_spark_failure(exc):
+        if args.debug or not is_spark_failure(exc):
             raise
         live.stop()
-        _error(console, _spark_failure(exc).replace("the analysis", "the live check"))
+        error_line(console, spark_failure(exc, "the live check"))
         return 2
     live.stop()
     return 1 if live.violations else 0
@@ -295,7 +276,7 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     if args.follow is not None:
         return _cmd_follow(args, console)
     if args.run_dir is None:
-        _error(console, "analyze needs RUN_DIR (or --follow DIR)")
+        error_line(console, "analyze needs RUN_DIR (or --follow DIR)")
         return 2
     try:
         refuse_uri(args.run_dir)
@@ -314,18 +295,14 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     except PipelineError as exc:
         if args.debug:
             raise
-        _error(console, str(exc))
+        error_line(console, str(exc))
         return 2
     except Exception as exc:  # the JVM failed (a file Spark could not read, memory, ...)
-        if args.debug or not _is_spark_failure(exc):
+        if args.debug or not is_spark_failure(exc):
             raise
-        _error(console, _spark_failure(exc))
+        error_line(console, spark_failure(exc))
         return 2
     return _verdict_code(analysis)
-
-
-def _is_spark_failure(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".")[0] in ("py4j", "pyspark")
 
 
 def _print_runs(outcomes: Sequence[RunOutcome], console: Console) -> None:
@@ -369,7 +346,7 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
                 progress=lambda done, total: bar.update(task, completed=done, total=total))
         _print_runs(outcomes, console)
         if all(o.status == "failed" for o in outcomes):
-            _error(console, "every run failed; nothing to analyse")
+            error_line(console, "every run failed; nothing to analyse")
             return 1
         # each run keeps the settings it is judged by, so `gossamer analyze OUT` agrees
         by_run = {spec.run: spec for spec in runs}
@@ -385,12 +362,12 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     except PipelineError as exc:
         if args.debug:
             raise
-        _error(console, str(exc))
+        error_line(console, str(exc))
         return 2
     except Exception as exc:
-        if args.debug or not _is_spark_failure(exc):
+        if args.debug or not is_spark_failure(exc):
             raise
-        _error(console, _spark_failure(exc))
+        error_line(console, spark_failure(exc))
         return 2
     failed_runs = any(o.status == "failed" for o in outcomes)
     code = _verdict_code(analysis)
@@ -505,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.add_argument("--only", action="append", default=None, metavar="RUN",
                             help="run only this run of the file (repeatable): how a failing "
                                  "run is replayed")
-    _spark_arguments(experiment)
+    spark_arguments(experiment)
     experiment.set_defaults(handler=_cmd_experiment)
 
     analyse = verbs.add_parser(
@@ -527,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="with --follow: a delivery not seen this long after its "
                               "publish is reported missing (default 10)")
     analyse.add_argument("--out", default=None, help="output directory (default RUN_DIR/analysis)")
-    _spark_arguments(analyse)
+    spark_arguments(analyse)
     analyse.add_argument("--layer", action="append", default=None,
                          help="check only these layers (repeatable; default: all)")
     analyse.add_argument("--total-order", action="append", default=None, metavar="LAYER",
@@ -563,15 +540,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _spark_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--master", default=None,
-                        help=f"Spark master (default {DEFAULT_MASTER}, or spark-submit's)")
-    parser.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
-                        help="Spark configuration (repeatable)")
-    parser.add_argument("--debug", action="store_true",
-                        help="on an error, show the traceback and Spark's own logs")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -580,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args, console)
     except GossamerError as exc:
-        _error(console, str(exc))
+        error_line(console, str(exc))
         return 2
 
 

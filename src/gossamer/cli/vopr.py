@@ -30,6 +30,7 @@ from ..pipeline.vopr import (
     parse_overrides,
     run_campaign,
 )
+from .sparkargs import error_line, is_spark_failure, spark_arguments, spark_failure
 from .workloads import run_workload, validate_run
 
 __all__ = ["add_vopr_parser"]
@@ -59,9 +60,7 @@ def add_vopr_parser(
                            "campaign, so it must be new, empty or an earlier campaign's")
     vopr.add_argument("--dry-run", action="store_true",
                       help="print the schedules the seeds draw and the ranges; run nothing")
-    vopr.add_argument("--master", default=None, help="Spark master (default local[*])")
-    vopr.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
-                      help="Spark configuration (repeatable)")
+    spark_arguments(vopr)
     # a workload option set on top of every draw: for tests that plant a bug (e.g.
     # retransmit=false); replay commands repeat it
     vopr.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -88,10 +87,17 @@ def _cmd_vopr(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold]gossamer vopr {service}[/]: {len(seeds)} seed"
                       f"{'s' if len(seeds) > 1 else ''} ({_seed_span(seeds)}), Spark "
                       f"{master or 'from spark-submit'}, out {out}")
-        spark = get_spark(master, parse_conf(args.conf))
+        spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug)
         campaign = _run(spark, schedules, out, console, detail=args.seed is not None)
     except PipelineError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        if args.debug:
+            raise
+        error_line(console, str(exc))
+        return 2
+    except Exception as exc:  # the JVM failed (memory, a file Spark could not read, ...)
+        if args.debug or not is_spark_failure(exc):
+            raise
+        error_line(console, spark_failure(exc, "the campaign"))
         return 2
     if args.seed is not None:
         _print_detail(campaign, console)
