@@ -31,6 +31,7 @@ __all__ = [
     "duplicate_violations",
     "expected_deliveries",
     "member_status",
+    "missing_deliveries",
     "own_delivery_violations",
     "reliability_summary",
     "reliability_violations",
@@ -220,6 +221,34 @@ def _owed_detail(what: str) -> Column:
         .otherwise(F.lit("is up at the end")))
 
 
+def missing_deliveries(
+    trace: DataFrame,
+    *,
+    layers: Sequence[str] | None = None,
+    exempt_crashed_origins: bool = False,
+    session_layers: Sequence[str] = (),
+) -> DataFrame:
+    """The rows of ``expected_deliveries`` that did not happen: no ``deliver`` row at the node,
+    which is not the node that recorded the publish (it has the message). One anti join, shared
+    by reliability's violations and its summary (``shared``: within an analysis it is built
+    once)."""
+    scope = None if layers is None else tuple(layers)
+    return shared("missing_deliveries", trace,
+                  (scope, exempt_crashed_origins, tuple(session_layers)),
+                  lambda: _missing_deliveries(trace, scope, exempt_crashed_origins,
+                                              tuple(session_layers)))
+
+
+def _missing_deliveries(trace: DataFrame, layers: Sequence[str] | None,
+                        exempt_crashed_origins: bool,
+                        session_layers: Sequence[str]) -> DataFrame:
+    expected = expected_deliveries(trace, layers=layers,
+                                   exempt_crashed_origins=exempt_crashed_origins,
+                                   session_layers=session_layers)
+    return expected.filter(F.col("node") != F.col("publisher")).join(
+        _delivered(trace, layers), ["run", "layer", "msg", "node"], "left_anti")
+
+
 def reliability_violations(
     trace: DataFrame,
     *,
@@ -231,14 +260,11 @@ def reliability_violations(
 
     The origin's own message is left to ``own_delivery_violations`` (where its service promises
     it), and the node that recorded the publish has the message."""
-    expected = expected_deliveries(trace, layers=layers,
-                                   exempt_crashed_origins=exempt_crashed_origins,
-                                   session_layers=session_layers)
-    others = expected.filter(~F.col("node").eqNullSafe(F.col("origin"))
-                             & (F.col("node") != F.col("publisher")))
-    missing = others.join(_delivered(trace, layers), ["run", "layer", "msg", "node"],
-                          "left_anti")
-    return violation_rows(missing, _owed_detail("not delivered"))
+    missing = missing_deliveries(trace, layers=layers,
+                                 exempt_crashed_origins=exempt_crashed_origins,
+                                 session_layers=session_layers)
+    return violation_rows(missing.filter(~F.col("node").eqNullSafe(F.col("origin"))),
+                          _owed_detail("not delivered"))
 
 
 def own_delivery_violations(
@@ -272,19 +298,20 @@ def reliability_summary(
     session_layers: Sequence[str] = (),
 ) -> DataFrame:
     """Per (run, layer): published, expected, delivered (of expected) and reliability (the
-    node that recorded a publish counts as having the message)."""
+    node that recorded a publish counts as having the message): what was owed, less what is
+    missing (``missing_deliveries``, the reliability check's own join)."""
     expected = expected_deliveries(trace, layers=layers,
                                    exempt_crashed_origins=exempt_crashed_origins,
                                    session_layers=session_layers)
-    published = with_row_order(trace).filter(
-        (F.col("event") == "publish") & layer_filter(layers)).select("run", "layer", "msg", "node")
-    delivered = (_delivered(trace, layers).unionByName(published).distinct()
-                 .withColumn("hit", F.lit(1)))
-    joined = expected.join(delivered, ["run", "layer", "msg", "node"], "left")
-    return joined.groupBy("run", "layer").agg(
-        F.countDistinct("msg").alias("published"),
-        F.count(F.lit(1)).alias("expected"),
-        F.count("hit").alias("delivered"),
+    missing = missing_deliveries(trace, layers=layers,
+                                 exempt_crashed_origins=exempt_crashed_origins,
+                                 session_layers=session_layers)
+    owed = expected.groupBy("run", "layer").agg(
+        F.countDistinct("msg").alias("published"), F.count(F.lit(1)).alias("expected"))
+    lost = missing.groupBy("run", "layer").agg(F.count(F.lit(1)).alias("lost"))
+    return owed.join(lost, ["run", "layer"], "left").select(
+        "run", "layer", "published", "expected",
+        (F.col("expected") - F.coalesce(F.col("lost"), F.lit(0))).alias("delivered"),
     ).withColumn("reliability", F.col("delivered") / F.col("expected"))
 
 
@@ -317,23 +344,29 @@ def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None
         "*", F.lit("delivered a message that was never published in the run").alias("what"))
     if not complete:
         unpublished = unpublished.limit(0)
-    status = member_status(trace)
-    up = rows.join(F.broadcast(status), ["run", "node"], "left").filter(_up_during(
-        F.col("start_at"), F.col("start_row"), F.col("end_at"), F.col("end_row"),
-        F.col("at"), F.col(ROW))).select("run", "layer", "node", "msg", "t", ROW).distinct()
-    while_down = rows.join(up, ["run", "layer", "node", "msg", "t", ROW], "left_anti").select(
+    # anti joins with the interval as the join's condition: a delivery is kept when no
+    # interval of its node covers it, on the map side (a node has few intervals: broadcast),
+    # and no delivery is shuffled to find the ones that are covered
+    status = member_status(trace).select(
+        "run", "node", *(F.col(c).alias(f"up_{c}")
+                         for c in ("start_at", "start_row", "end_at", "end_row")))
+    covered = ((rows["run"] == status["run"]) & (rows["node"] == status["node"]) & _up_during(
+        status["up_start_at"], status["up_start_row"], status["up_end_at"],
+        status["up_end_row"], rows["at"], rows[ROW]))
+    while_down = rows.join(F.broadcast(status), covered, "left_anti").select(
         "*", F.lit("delivered while the node was down (crashed or left)").alias("what"))
     subscriptions = subscription_intervals(trace)
     topic_runs = subscriptions.select("run").distinct()
     scoped = rows.filter(F.col("key").isNotNull()).join(F.broadcast(topic_runs), "run",
                                                         "left_semi")
-    entitled = (scoped.join(subscriptions, ["run", "key", "node"]).filter(
-        precedes(F.col("sub_at"), F.col("sub_row"), F.col("at"), F.col(ROW))
-        & (F.col("unsub_at").isNull()
-           | precedes(F.col("at"), F.col(ROW), F.col("unsub_at"), F.col("unsub_row"))))
-        .select("run", "layer", "node", "msg", "t", ROW).distinct())
-    unsubscribed = scoped.join(entitled, ["run", "layer", "node", "msg", "t", ROW],
-                               "left_anti").select(
+    entitled = ((scoped["run"] == subscriptions["run"]) & (scoped["key"] == subscriptions["key"])
+                & (scoped["node"] == subscriptions["node"])
+                & precedes(subscriptions["sub_at"], subscriptions["sub_row"], scoped["at"],
+                           scoped[ROW])
+                & (subscriptions["unsub_at"].isNull()
+                   | precedes(scoped["at"], scoped[ROW], subscriptions["unsub_at"],
+                              subscriptions["unsub_row"])))
+    unsubscribed = scoped.join(subscriptions, entitled, "left_anti").select(
         "*", F.format_string("delivered on topic %s while not subscribed to it",
                              F.col("key")).alias("what"))
     found = unpublished.unionByName(while_down).unionByName(unsubscribed)

@@ -248,15 +248,15 @@ def redundancy(trace: DataFrame, *, layers: Sequence[str] | None = None) -> Data
     delivered it) and, when deliver rows carry ``info.hop``, the mean and max last delivery
     hop."""
     published = _publishes(trace, layers).select("run", "msg")
-    receipts = (trace.filter(F.col("event") == "recv")
-                .join(published, ["run", "msg"], "left_semi")
-                .groupBy("run", "msg").agg(F.count(F.lit(1)).alias("receipts")))
     hop = F.get_json_object(F.col("info"), "$.hop").cast("long")
-    delivered = (trace.filter((F.col("event") == "deliver") & _in_layers(layers))
-                 .groupBy("run", "msg").agg(F.countDistinct("node").alias("nodes"),
-                                            F.max(hop).alias("last_hop")))
-    per_message = published.join(delivered, ["run", "msg"]).join(receipts, ["run", "msg"],
-                                                                 "left")
+    is_recv = F.col("event") == "recv"
+    is_deliver = (F.col("event") == "deliver") & _in_layers(layers)
+    # receipts (in any layer) and deliveries in one pass over the trace, not a shuffle each
+    per_message = (trace.filter(is_recv | is_deliver).groupBy("run", "msg").agg(
+        F.sum(F.when(is_recv, 1)).alias("receipts"),  # null: no recv row
+        F.size(F.collect_set(F.when(is_deliver, F.col("node")))).alias("nodes"),
+        F.max(F.when(is_deliver, hop)).alias("last_hop"),
+    ).filter(F.col("nodes") > 0).join(published, ["run", "msg"]))
     # a message delivered at several nodes with no recv row at all: the run does not trace
     # receipts (seed 003's clients), so RMR is not applicable (null), not -1
     rmr = F.when((F.col("nodes") > 1) & F.col("receipts").isNotNull(),
