@@ -108,11 +108,7 @@ class RowLog:
         (one the bound falls in stays whole until its last position goes)."""
         held = self._held.get(name)
         if held and held[0][0] < first:
-            kept = [item for item in held if item[0] >= first]
-            if kept:
-                self._held[name] = kept
-            else:
-                del self._held[name]
+            self._keep_held(name, lambda position: position >= first)
         rows = self._rows.get(name)
         if rows is not None:
             while rows and rows[0][1] < first:
@@ -126,13 +122,8 @@ class RowLog:
         """Remove ``name``'s positions from ``start`` on: later rows are deleted, and the row
         ``start`` falls in is rewritten with its entries before it: ``entry_at(position)``
         gives each, as the caller holds them (None: one the caller no longer keeps, left out)."""
-        held = self._held.get(name)
-        if held:
-            kept = [item for item in held if item[0] < start]
-            if kept:
-                self._held[name] = kept
-            else:
-                del self._held[name]
+        if self._held.get(name):
+            self._keep_held(name, lambda position: position < start)
         rows = self._rows.get(name)
         if rows is not None:
             while rows and rows[-1][0] >= start:
@@ -152,6 +143,14 @@ class RowLog:
         if name in self._last:
             self._last[name] = min(self._last[name], start - 1)
         self._forget_if_empty(name)
+
+    def _keep_held(self, name: str, keep: Callable[[int], bool]) -> None:
+        """Of ``name``'s held entries, only those whose position ``keep`` accepts."""
+        kept = [item for item in self._held[name] if keep(item[0])]
+        if kept:
+            self._held[name] = kept
+        else:
+            del self._held[name]
 
     def _forget_if_empty(self, name: str) -> None:
         if name not in self._rows and name not in self._held:
