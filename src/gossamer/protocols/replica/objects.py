@@ -366,7 +366,8 @@ class ReplicaClient:
 
     def write_pending(self) -> None:
         """An observer's deliveries since the last call, to the store (before its group
-        commit; a writer's are written as they happen): history chunks and delivered counts."""
+        commit; a writer's are written as they happen): the histories' new writes and the
+        delivered counts."""
         self.causal.write_pending()
         self._paths.write_pending()
 
