@@ -244,3 +244,26 @@ def test_pipeline_duckdb_checks_find_exactly_the_planted_faults(tmp_path: Path) 
     clean = pipeline.duckdb_checks(tmp_path / "clean")["violations"]
     assert clean == dict.fromkeys(pipeline.CHECKS, 0)
     assert pipeline.duckdb_checks(tmp_path / "planted")["violations"] == pipeline.PLANTED
+
+
+@pytest.mark.parametrize("service", ["replica", "activity"])
+def test_soak_short_run_samples_memory_and_checks_what_clients_got(
+        service: str, tmp_path: Path) -> None:
+    """A few seconds of the soak: the server's RSS sampled, the load's outcome judged (the
+    flatness verdict needs minutes: not asserted here)."""
+    out = tmp_path / "soak.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "soak.py"), service, "--minutes", "0.1", "--rate",
+         "50", "--clients", "3", "--sample", "1", "--warm", "0.05", "--json", str(out),
+         "--plot", str(tmp_path / "soak.png")],
+        capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["operations"] > 0 and len(result["samples"]) >= 2
+    assert all(kib > 0 for _, kib in result["samples"])
+    if service == "replica":
+        assert result["outcome"]["converged"] and result["outcome"]["keys"] > 0
+    else:
+        assert result["outcome"]["all_delivered"]
+        assert result["outcome"]["received"] == result["outcome"]["owed"] > 0
+    assert (tmp_path / "soak.png").stat().st_size > 0
