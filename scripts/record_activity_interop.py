@@ -13,7 +13,8 @@ recording proxy on the server link between them, drives clients over raw sockets
 one transcript: a JSON object per line in the order they happened, with ports, ids, loads and
 secrets as they were:
 
-- ``{"from": "reference" | "gossamer", "frame": {...}}``: a frame on the server link;
+- ``{"from": "reference" | "gossamer", "frame": {...}}``: a frame on the server link (in
+  ``gossamer_client_redirected_by_reference``: on gossamer's client's first connection);
 - ``{"from": "client", "client": NAME, "server": "reference" | "gossamer", "frame": {...}}``:
   what a client sent to that server;
 - ``{"to": "client", "client": NAME, "server": ..., "frame": {...}}``: what it received
@@ -37,6 +38,7 @@ from typing import Any
 SECRET = "interop-secret"
 WAIT = 20.0
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
 
 
 def free_port() -> int:
@@ -221,6 +223,49 @@ async def scenario(classpath: str, *, reference_parent: bool) -> list[dict[str, 
                 process.wait(timeout=10)
 
 
+async def redirect_scenario(classpath: str) -> list[dict[str, Any]]:
+    """gossamer's client logs in at a reference parent that has three clients more than its
+    gossamer child: the reference answers LOGIN_SUCCESS then REDIRECT to the child, which the
+    client follows; what it sends there reaches the parent's clients. The recording proxy is
+    on the client's first connection (client <-> reference)."""
+    from gossamer.services.activity.client import ActivityClient
+
+    parent_port, child_port = free_port(), free_port()
+    processes = [start_reference(classpath, parent_port)]
+    recorder: Recorder | None = None
+    crowd: list[LineClient] = []
+    try:
+        await listening(parent_port)
+        processes.append(start_gossamer(child_port, parent=parent_port))
+        await listening(child_port)
+        await asyncio.sleep(2.5)  # the child's SERVER_ANNOUNCE reaches the parent (-a 1000)
+        log: list[dict[str, Any]] = []
+        for index in range(3):
+            client = await LineClient(parent_port, f"crowd-{index}", "reference", log).open()
+            client.send({"command": "LOGIN", "username": "anonymous"})
+            await client.until("LOGIN_SUCCESS")
+            crowd.append(client)
+        await asyncio.sleep(1.5)  # the parent's load is announced
+        recorder = Recorder(parent_port, downstream_name="gossamer", upstream_name="reference")
+        await recorder.start()
+        async with ActivityClient("127.0.0.1", recorder.port) as ours:
+            async with asyncio.timeout(WAIT):
+                while not (ours.joined and ours.redirects):
+                    await asyncio.sleep(0.05)  # polling the client; bounded by the timeout
+            await ours.send({"text": "after the redirect"})
+            await crowd[0].until("ACTIVITY_BROADCAST")
+        return list(recorder.frames)
+    finally:
+        for client in crowd:
+            client.close()
+        if recorder is not None and recorder.server is not None:
+            recorder.server.close()
+        for process in processes:
+            process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--ref-classpath", required=True)
@@ -235,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         path = out / f"{name}.jsonl"
         path.write_text("".join(json.dumps(f, sort_keys=True) + "\n" for f in frames))
         print(f"{path}: {len(frames)} frames in {time.perf_counter() - started:.1f} s")
+    started = time.perf_counter()
+    frames = asyncio.run(redirect_scenario(args.ref_classpath))
+    path = out / "gossamer_client_redirected_by_reference.jsonl"
+    path.write_text("".join(json.dumps(f, sort_keys=True) + "\n" for f in frames))
+    print(f"{path}: {len(frames)} frames in {time.perf_counter() - started:.1f} s")
     return 0
 
 

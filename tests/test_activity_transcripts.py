@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gossamer.services.activity.client import ActivityClient
 from gossamer.services.activity.server import ActivityTcpServer
 
 WAIT = 15.0
@@ -158,3 +159,53 @@ def test_a_transcript_that_gossamer_no_longer_matches_fails() -> None:
             entry["frame"] = {**entry["frame"], "command": "LOCK_DENIED"}
     with pytest.raises(AssertionError, match="LOCK_DENIED"):
         asyncio.run(replay(transcript, gossamer_is_child=False))
+
+
+def test_gossamer_client_follows_a_recorded_reference_redirect() -> None:
+    """The reference server answered our client's LOGIN with LOGIN_SUCCESS, then REDIRECT: played
+    back (the REDIRECT pointing at a gossamer server here), the client logs in where it is sent
+    and what it sends there is broadcast."""
+    transcript = load("gossamer_client_redirected_by_reference")
+    assert [e["frame"]["command"] for e in transcript] == ["LOGIN", "LOGIN_SUCCESS", "REDIRECT"]
+
+    async def scenario() -> None:
+        target = ActivityTcpServer(secret=SECRET, port=0, hash_iterations=10,
+                                   server_id=SERVER_ID)
+        await target.start()
+        served: list[Lines] = []
+
+        async def reference(reader: asyncio.StreamReader,
+                            writer: asyncio.StreamWriter) -> None:
+            line = Lines(reader, writer)
+            served.append(line)
+            for entry in transcript:
+                if entry["from"] == "gossamer":
+                    await line.expect(entry["frame"])
+                elif entry["frame"]["command"] == "REDIRECT":
+                    line.send({**entry["frame"], "hostname": target.address[0],
+                               "port": target.address[1]})
+                else:
+                    line.send(entry["frame"])
+
+        fake = await asyncio.start_server(reference, "127.0.0.1", 0)
+        watcher = Lines(*await asyncio.open_connection(*target.address))
+        try:
+            watcher.send({"command": "LOGIN", "username": "anonymous"})
+            await watcher.expect({"command": "LOGIN_SUCCESS",
+                                  "info": "logged in as user anonymous"})
+            async with ActivityClient("127.0.0.1", fake.sockets[0].getsockname()[1]) as ours:
+                async with asyncio.timeout(WAIT):
+                    while not (ours.joined and ours.redirects == 1):
+                        await asyncio.sleep(0.02)  # polling the client; bounded above
+                await ours.send({"text": "after the redirect"})
+                await watcher.expect({"command": "ACTIVITY_BROADCAST", "activity": {
+                    "authenticated_user": "anonymous", "text": "after the redirect"}})
+            assert len(served) == 1  # one login at the reference, then the redirect
+        finally:
+            watcher.close()
+            for line in served:
+                line.close()
+            fake.close()
+            await target.stop()
+
+    asyncio.run(scenario())
