@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -85,6 +86,11 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
                                 stderr=err)
 
 
+def _drain(stream: Any) -> None:
+    while stream.readline():
+        pass  # dropped: the figures come from the command ports
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -130,6 +136,9 @@ class GossamerCluster(Cluster):
             assert proc.stdout is not None
             line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), START_WAIT)
             assert orjson.loads(line)["event"] == "joined", line
+            # the node goes on printing its events: read and dropped, or a full pipe (64 KiB,
+            # some 1,200 deliveries) would block the node's writes and stall it
+            threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
         self.pids = [proc.pid for proc in self.procs]
         for index, address in enumerate(ports):
             host, port = address.rsplit(":", 1)

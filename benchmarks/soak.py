@@ -4,10 +4,13 @@ RSS at minute 2, after the hub's per-origin logs have filled).
 
 Run ``python benchmarks/soak.py SERVICE [--minutes M] [--clients N] [--rate R] [--warm W]
 [--json OUT] [--plot OUT.png]``; SERVICE is ``replica`` (``gossamer hub --data-dir``, clients
-``Replica`` writing a bounded set of keys each) or ``activity`` (``gossamer activity server``,
-anonymous clients sending activities, every client receiving every other's). The server runs in
-its own process; its RSS (``/proc/PID/status``) is read every ``--sample`` seconds and a line is
-printed each time. The verdict compares the RSS at the end with the RSS at ``--warm`` minutes
+``Replica`` writing a bounded set of keys each), ``activity`` (``gossamer activity server``,
+anonymous clients sending activities, every client receiving every other's) or ``pubsub``
+(``benchmarks/pubsub.py``'s five ``gossamer pubsub node`` processes in Scribe mode, one
+publisher and four subscribers on their command ports; ``--clients`` does not apply). The
+servers run in processes of their own; their RSS (``/proc/PID/status``, summed over the nodes
+for ``pubsub``) is read every ``--sample`` seconds and a line is printed each time. The
+verdict compares the RSS at the end with the RSS at ``--warm`` minutes
 (default 2), and says whether every client got what it should (replica: converged after the
 load; activity: every broadcast delivered).
 """
@@ -80,7 +83,10 @@ def start_server(service: str, port: int, data_dir: Path) -> subprocess.Popen[by
 
 class Load:
     """A workload: ``start`` connects the clients, ``tick(n)`` sends operation ``n``,
-    ``finish`` says whether every client got what it should."""
+    ``finish`` says whether every client got what it should; ``pids`` are the processes whose
+    memory is measured (set by ``start`` where the load starts them)."""
+
+    pids: list[int]
 
     start: Callable[[], Awaitable[None]]
     tick: Callable[[int], None]
@@ -165,17 +171,55 @@ class ActivityLoad(Load):
             writer.close()
 
 
+class PubSubLoad(Load):
+    """``benchmarks/pubsub.py``'s cluster: node 0's client publishes, four subscribe."""
+
+    def __init__(self, work: Path) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from pubsub import GossamerCluster
+
+        self.cluster = GossamerCluster("scribe", work)
+        self.delivered: list[set[int]] = []
+        self.sent = 0
+
+    async def start(self) -> None:
+        self.delivered = [set() for _ in range(4)]
+        await self.cluster.start(lambda sub, seq: self.delivered[sub].add(seq))
+        self.pids = list(self.cluster.pids)
+        await asyncio.sleep(2.0)  # the subscriptions reach the topic's root (then publish)
+
+    def tick(self, n: int) -> None:
+        self.sent += 1
+        self.cluster.clients[0][1].write(f"publish bench m{n}\n".encode())
+
+    async def finish(self) -> dict[str, Any]:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WAIT):
+                while any(len(got) < self.sent for got in self.delivered):
+                    await asyncio.sleep(0.1)  # the last deliveries; bounded above
+        return {"sent": self.sent, "accepted": self.cluster.accepted,
+                "refused": len(self.cluster.refused),
+                "delivered": [len(got) for got in self.delivered],
+                "all_delivered": all(len(got) == self.sent for got in self.delivered)}
+
+    async def close(self) -> None:
+        await self.cluster.close()
+
+
 async def soak(service: str, *, minutes: float, clients: int, rate: float, sample: float,
                warm: float) -> dict[str, Any]:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="gossamer-soak-") as tmp:
         work = Path(tmp)
-        server = start_server(service, port, work / "server")
+        server = None if service == "pubsub" else start_server(service, port, work / "server")
         load: Load = (ReplicaLoad(port, clients, work) if service == "replica"
-                      else ActivityLoad(port, clients))
+                      else ActivityLoad(port, clients) if service == "activity"
+                      else PubSubLoad(work))
         samples: list[tuple[float, int]] = []
         try:
-            await until_listening(port)
+            if server is not None:
+                await until_listening(port)
+                load.pids = [server.pid]
             await load.start()
             started = time.perf_counter()
             next_sample = 0.0
@@ -186,20 +230,22 @@ async def soak(service: str, *, minutes: float, clients: int, rate: float, sampl
                     load.tick(sent)
                     sent += 1
                 if elapsed >= next_sample:
-                    samples.append((elapsed, rss_kib(server.pid)))
+                    samples.append((elapsed, sum(rss_kib(pid) for pid in load.pids)))
                     console.log(f"{service}: {elapsed / 60:5.2f} min, {sent:,} operations, "
                                 f"server RSS {samples[-1][1] / 1024:,.1f} MiB")
                     next_sample += sample
                 await asyncio.sleep(0.01)  # pacing: what is due is sent at the next wake-up
-            samples.append((time.perf_counter() - started, rss_kib(server.pid)))
+            samples.append((time.perf_counter() - started,
+                            sum(rss_kib(pid) for pid in load.pids)))
             outcome = await load.finish()
         finally:
             await load.close()
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=WAIT)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            if server is not None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(timeout=WAIT)
+                except subprocess.TimeoutExpired:
+                    server.kill()
     warm_rss = next((kib for at, kib in samples if at >= warm * 60), samples[-1][1])
     end_rss = samples[-1][1]
     drift = end_rss / warm_rss - 1
@@ -231,7 +277,7 @@ def plot(result: dict[str, Any], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("service", choices=("replica", "activity"))
+    parser.add_argument("service", choices=("replica", "activity", "pubsub"))
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rate", type=float, default=200.0, help="operations per second")

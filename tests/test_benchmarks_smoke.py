@@ -246,7 +246,7 @@ def test_pipeline_duckdb_checks_find_exactly_the_planted_faults(tmp_path: Path) 
     assert pipeline.duckdb_checks(tmp_path / "planted")["violations"] == pipeline.PLANTED
 
 
-@pytest.mark.parametrize("service", ["replica", "activity"])
+@pytest.mark.parametrize("service", ["replica", "activity", "pubsub"])
 def test_soak_short_run_samples_memory_and_checks_what_clients_got(
         service: str, tmp_path: Path) -> None:
     """A few seconds of the soak: the server's RSS sampled, the load's outcome judged (the
@@ -263,6 +263,8 @@ def test_soak_short_run_samples_memory_and_checks_what_clients_got(
     assert all(kib > 0 for _, kib in result["samples"])
     if service == "replica":
         assert result["outcome"]["converged"] and result["outcome"]["keys"] > 0
+    elif service == "pubsub":
+        assert result["outcome"]["all_delivered"] and result["outcome"]["refused"] == 0
     else:
         assert result["outcome"]["all_delivered"]
         assert result["outcome"]["received"] == result["outcome"]["owed"] > 0
