@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import free_port, until_listening
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 60.0  # seconds: the bound on start-up and on the final convergence
@@ -46,27 +48,11 @@ TARGET = 0.10  # RSS at the end at most 10% above (or below) RSS once warm
 console = Console(stderr=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
-
-
-async def until_listening(port: int) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                return
-            await asyncio.sleep(0.1)  # the server process is starting; bounded above
 
 
 def start_server(service: str, port: int, data_dir: Path) -> subprocess.Popen[bytes]:
@@ -175,7 +161,6 @@ class PubSubLoad(Load):
     """``benchmarks/pubsub.py``'s cluster: node 0's client publishes, four subscribe."""
 
     def __init__(self, work: Path) -> None:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from pubsub import GossamerCluster
 
         self.cluster = GossamerCluster("scribe", work)
@@ -218,7 +203,7 @@ async def soak(service: str, *, minutes: float, clients: int, rate: float, sampl
         samples: list[tuple[float, int]] = []
         try:
             if server is not None:
-                await until_listening(port)
+                await until_listening(port, timeout=WAIT)
                 load.pids = [server.pid]
             await load.start()
             started = time.perf_counter()

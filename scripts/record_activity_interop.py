@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -39,12 +38,8 @@ SECRET = "interop-secret"
 WAIT = 20.0
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import free_port, until_listening  # noqa: E402  (the benchmarks' helpers)
 
 
 class Recorder:
@@ -152,16 +147,6 @@ def start_gossamer(port: int, *, parent: int | None = None) -> subprocess.Popen[
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
-async def listening(port: int) -> None:
-    async with asyncio.timeout(WAIT):
-        while True:
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                return
-            await asyncio.sleep(0.1)  # the process is starting; bounded by the timeout
-
-
 async def exchange(parent: tuple[int, str], child: tuple[int, str], recorder: Recorder) -> None:
     """Clients on both servers (port, "reference" | "gossamer"): a registration on the child
     (LOCK_* across the link) and one refused on the parent, an anonymous sender on the parent
@@ -201,7 +186,7 @@ async def scenario(classpath: str, *, reference_parent: bool) -> list[dict[str, 
             processes.append(start_reference(classpath, parent_port))
         else:
             processes.append(start_gossamer(parent_port))
-        await listening(parent_port)
+        await until_listening(parent_port)
         recorder = Recorder(parent_port,
                             downstream_name="gossamer" if reference_parent else "reference",
                             upstream_name="reference" if reference_parent else "gossamer")
@@ -210,7 +195,7 @@ async def scenario(classpath: str, *, reference_parent: bool) -> list[dict[str, 
             processes.append(start_gossamer(child_port, parent=recorder.port))
         else:
             processes.append(start_reference(classpath, child_port, parent=recorder.port))
-        await listening(child_port)
+        await until_listening(child_port)
         sides = ("reference", "gossamer") if reference_parent else ("gossamer", "reference")
         await exchange((parent_port, sides[0]), (child_port, sides[1]), recorder)
         return list(recorder.frames)
@@ -235,9 +220,9 @@ async def redirect_scenario(classpath: str) -> list[dict[str, Any]]:
     recorder: Recorder | None = None
     crowd: list[LineClient] = []
     try:
-        await listening(parent_port)
+        await until_listening(parent_port)
         processes.append(start_gossamer(child_port, parent=parent_port))
-        await listening(child_port)
+        await until_listening(child_port)
         await asyncio.sleep(2.5)  # the child's SERVER_ANNOUNCE reaches the parent (-a 1000)
         log: list[dict[str, Any]] = []
         for index in range(3):
