@@ -556,6 +556,20 @@ def test_a_delivery_just_before_a_kill_is_not_one_while_down(spark: Any) -> None
     assert found.detail.startswith("delivered while the node was down"), found.detail
 
 
+def test_an_origins_own_message_is_never_one_nobody_published(spark: Any) -> None:
+    # seed 003's clients trace their own activity as they send it; a server that dies before it
+    # arrives publishes nothing: the origin's copy is not a message from nowhere. The same
+    # message delivered at another node is
+    rows = [publish(1.0, "n1", 1), deliver(1.0, "n1", "n1", 1), deliver(1.1, "n2", "n1", 1),
+            deliver(2.0, "n1", "n1", 2, layer="activity")]
+    assert verdict(spark, rows, validity_check())[0] is Status.PASS
+    result = judge(spark, [*rows, deliver(2.1, "n2", "n1", 2, layer="activity")],
+                   validity_check())
+    [found] = result.violations.collect()
+    assert (found.node, found.msg) == ("n2", "n1:2")
+    assert found.detail.startswith("delivered a message that was never published"), found.detail
+
+
 # -- atomicity and the verdicts together ------------------------------------------------------
 
 def test_atomicity_does_not_apply_without_atomic_rows(spark: Any) -> None:
