@@ -41,6 +41,20 @@ def _say(obj: Any) -> None:
     sys.stdout.flush()
 
 
+def _result_path(directory: str, me: int) -> Path:
+    return Path(directory) / f"result-{me}.json"
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """The worker's figures go to a file and only "done" to the pipe: a result line of every
+    latency (hundreds of KiB) fills the pipe while the parent reads another worker's, and a
+    worker blocked writing it stops taking part in the group (its loop is stuck), which with
+    two of three so blocked left the last one without a majority (a harness deadlock seen at
+    90,000 operations)."""
+    _result_path(args.dir, args.me).write_text(json.dumps(result))
+    _say("done")
+
+
 # -- workers -----------------------------------------------------------------------------------
 
 
@@ -66,7 +80,8 @@ async def _gossamer_worker(args: argparse.Namespace, members: list[str], me: str
 
         began = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(args.ops)))
-        _say({"ops": args.ops, "seconds": time.perf_counter() - began, "latencies": latencies})
+        _report(args, {"ops": args.ops, "seconds": time.perf_counter() - began,
+                       "latencies": latencies})
         await loop.run_in_executor(None, sys.stdin.readline)  # "stop": the others are done
     finally:
         await log.stop()
@@ -126,8 +141,8 @@ def _pysyncobj_worker(args: argparse.Namespace, members: list[str], me: str) -> 
             gate.acquire()
             submit()
         done.wait(300.0)
-        _say({"ops": args.ops - remaining[0], "seconds": time.perf_counter() - began,
-              "latencies": latencies, "retried": failed[0]})
+        _report(args, {"ops": args.ops - remaining[0], "seconds": time.perf_counter() - began,
+                       "latencies": latencies, "retried": failed[0]})
         sys.stdin.readline()  # "stop"
     finally:
         obj.destroy()
@@ -164,10 +179,13 @@ def one_run(system: str, mode: str, ops: int, inflight: int, base: Path) -> dict
             assert proc.stdin is not None
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        results = []
         for proc in procs:
             assert proc.stdout is not None
-            results.append(json.loads(proc.stdout.readline()))
+            line = proc.stdout.readline().strip()
+            if line != "done":
+                raise RuntimeError(f"{system} {mode}: a worker said {line!r} (see its stderr)")
+        results = [json.loads(_result_path(str(data), i).read_text())
+                   for i in range(len(procs))]
         for proc in procs:
             assert proc.stdin is not None
             proc.stdin.write("stop\n")

@@ -485,3 +485,24 @@ def test_values_for_slots_far_beyond_the_log_are_dropped() -> None:
     assert env.drop_reasons("paxos") == ["too_far", "too_far"]
     assert rep.log.rows == {} and env.take_sent() == [] and decided == []
     assert rep.ballot is None  # not even the ballot was taken
+
+
+def test_an_accept_too_far_ahead_still_counts_as_word_from_the_leader() -> None:
+    """A follower far behind under load drops the leader's ACCEPTs it cannot take yet, but
+    they show the leader alive: it is suspected only ``suspect_timeout`` after the last one
+    (before, a lagging follower campaigned against a live leader and took the lead)."""
+    config = PaxosConfig(election_jitter=0.0, snapshot_every=0)
+    rep, env, _ = replica("b", config=config)
+    env.advance(1.5)
+    rep.on_message("a", Noop(ballot=(1, "a"), decided_upto=0))
+    env.advance(1.5)  # t = 3.0
+    rep.on_message("a", Accept(ballot=(1, "a"), slot=rep.horizon + 1, value=(op("a:9"),)))
+    assert env.drop_reasons("paxos") == ["too_far"]
+    env.advance(config.suspect_timeout - 0.1)  # t = 4.9: 3.4 s after the NOOP
+    env.run_due()
+    assert rep.role is Role.FOLLOWER and env.traced("suspect", layer="paxos") == []
+    env.advance(0.2)  # t = 5.1: 2.1 s after the ACCEPT
+    env.run_due()
+    assert rep.role is Role.CANDIDATE
+    [row] = env.traced("suspect", layer="paxos")
+    assert row.t == pytest.approx(3.0 + config.suspect_timeout)

@@ -345,11 +345,14 @@ class PaxosReplica:
     def _on_accept(self, src: NodeId, msg: Accept) -> None:
         if self._old_ballot(src, msg.ballot, msg.TYPE):
             return
+        # a current ballot's ACCEPT is word from its leader even when this replica is too far
+        # behind to take it: a follower catching up under load must not suspect a leader
+        # whose ACCEPTs (and the NOOP queued behind them) it is still reading
+        self._observe(msg.ballot)
+        self._heard_leader(src, msg.ballot)
         if msg.slot > self.horizon:
             self.drop(src, "too_far", seq=msg.slot)
             return
-        self._observe(msg.ballot)
-        self._heard_leader(src, msg.ballot)
         reply = self.acceptor.accept(msg)
         if reply is None:
             self.drop(src, "compacted", seq=msg.slot)
