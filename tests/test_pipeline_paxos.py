@@ -67,6 +67,27 @@ def test_a_clean_trace_passes_and_its_metrics_count_decisions_and_leader_changes
     assert busy.leader_changes >= 2, f"seed={SEED}: the owner crashed, a new leader was elected"
     assert 0 < busy.decide_latency_p50 <= busy.decide_latency_p99 < 2.0, f"seed={SEED}: {busy}"
     assert busy.messages_per_decision > 1, f"seed={SEED}: {busy}"
+    times = sorted(r["t"] for r in rows if r["event"] == "decide" and r["key"] == busy.group)
+    assert busy.decisions_per_s == pytest.approx((busy.decided - 1) / (times[-1] - times[0]))
+    # fail-over, computed here from the rows: the owner (the group's first leader) crashed;
+    # from its crash to the next election, and to that new leader's first decision
+    group = [r for r in rows if r["key"] == busy.group]
+    [first, second] = sorted((r for r in group if r["event"] == "elected"), key=lambda r: r["t"])
+    [crash] = [r for r in rows if r["event"] == "crash" and r["node"] == first["node"]]
+    decision = min(r["t"] for r in group if r["event"] == "decide"
+                   and r["node"] == second["node"] and r["t"] >= second["t"])
+    assert busy.failovers == 1, f"seed={SEED}: {busy}"
+    assert busy.election_max == pytest.approx(second["t"] - crash["t"]), f"seed={SEED}"
+    assert busy.failover_max == pytest.approx(decision - crash["t"]), f"seed={SEED}"
+    assert busy.failover_mean == busy.failover_max
+    quiet = [m for m in metrics.values() if m.decided == 0]
+    assert quiet and all(m.failovers == 0 and m.failover_max is None for m in quiet)
+    # without the crash row, nobody crashed: no fail-over is counted
+    no_crash = [r for r in rows if r is not crash]
+    frame = spark.createDataFrame([tuple(r[c] for c in COLUMNS) for r in no_crash],
+                                  trace_schema())
+    again = {r.group: r for r in paxos_metrics(frame).collect()}
+    assert again[busy.group].failovers == 0 and again[busy.group].failover_max is None
 
 
 def test_planted_violations_are_caught_at_the_planted_node_and_message(spark: Any) -> None:

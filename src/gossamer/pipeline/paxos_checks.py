@@ -10,9 +10,10 @@ Checks (pure ``DataFrame -> DataFrame`` transforms yielding violation rows, and 
   rising (a publish decided twice counts at its first position);
 - **acknowledged kept**: every publish acknowledged to its publisher (``acked`` rows) was
   decided (some ``ordered`` row holds it).
-Metrics (``paxos_metrics``): per run and group, decided slots, propose-to-decide latency at the
-leader (``propose`` to its own ``decide`` of the slot, one clock), paxos messages sent per
-decided slot, and leader changes (``elected`` rows).
+Metrics (``paxos_metrics``): per run and group, decided slots and decisions per second,
+propose-to-decide latency at the leader (``propose`` to its own ``decide`` of the slot, one
+clock), paxos messages sent per decided slot, leader changes (``elected`` rows) and fail-over
+time (from the crash of a leader to the first decision of the leader elected after it).
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .check_rows import Check, info_field, violation_rows
-from .schema import ROW, with_row_order
+from .schema import ROW, clock, membership_changes, with_row_order
 
 __all__ = [
     "PAXOS_LAYER",
     "acknowledged_lost_violations",
     "decided_order_violations",
+    "leader_failovers",
     "paxos_agreement_violations",
     "paxos_checks",
     "paxos_metrics",
@@ -124,10 +126,13 @@ def paxos_checks() -> list[Check]:
 
 
 def paxos_metrics(trace: DataFrame) -> DataFrame:
-    """Per (run, group): ``decided`` slots, ``decide_latency_p50/p95/p99`` (seconds from the
-    leader's ``propose`` of a slot to its own ``decide``), ``messages_per_decision`` (paxos
-    sends, traced with message rows, per decided slot; null without them) and
-    ``leader_changes`` (``elected`` rows)."""
+    """Per (run, group): ``decided`` slots, ``decisions_per_s`` (over the span from the
+    group's first decision to its last; null with fewer than two), ``decide_latency_p50/p95/
+    p99`` (seconds from the leader's ``propose`` of a slot to its own ``decide``),
+    ``messages_per_decision`` (paxos sends, traced with message rows, per decided slot; null
+    without them), ``leader_changes`` (``elected`` rows) and ``failovers`` (crashes of the
+    leader) with ``election_max``, ``failover_mean`` and ``failover_max`` (seconds, see
+    ``leader_failovers``; 0 and nulls when no leader crashed)."""
     decides = _paxos(trace, "decide")
     proposes = _paxos(trace, "propose").groupBy("run", "key", "seq", "node").agg(
         F.min("t").alias("t_propose"))
@@ -137,7 +142,13 @@ def paxos_metrics(trace: DataFrame) -> DataFrame:
     quantiles = F.percentile_approx("latency", [0.5, 0.95, 0.99], 10_000)
     latencies = latency.groupBy("run", "key").agg(
         *[quantiles[i].alias(f"decide_latency_p{p}") for i, p in enumerate((50, 95, 99))])
-    decided = decides.groupBy("run", "key").agg(F.countDistinct("seq").alias("decided"))
+    decided = decides.groupBy("run", "key").agg(
+        F.countDistinct("seq").alias("decided"),
+        F.try_divide(F.countDistinct("seq") - 1,
+                     F.max(clock()) - F.min(clock())).alias("rate"))
+    failovers = leader_failovers(trace).groupBy("run", "key").agg(
+        F.count(F.lit(1)).alias("failovers"), F.max("election").alias("election_max"),
+        F.avg("failover").alias("failover_mean"), F.max("failover").alias("failover_max"))
     paxos = trace.filter(F.col("layer") == PAXOS_LAYER)
     sends = paxos.filter(F.col("event") == "send").groupBy("run").agg(
         F.count(F.lit(1)).alias("paxos_sends"))
@@ -148,10 +159,56 @@ def paxos_metrics(trace: DataFrame) -> DataFrame:
     return (groups.join(decided, ["run", "key"], "left")
             .join(latencies, ["run", "key"], "left")
             .join(elected, ["run", "key"], "left")
+            .join(failovers, ["run", "key"], "left")
             .join(groups_per_run, "run", "left")
             .join(sends, "run", "left")
             .select(F.col("run"), F.col("key").alias("group"),
                     F.coalesce(F.col("decided"), F.lit(0)).alias("decided"),
+                    F.when(F.col("decided") > 1, F.col("rate")).alias("decisions_per_s"),
                     "decide_latency_p50", "decide_latency_p95", "decide_latency_p99",
                     (F.col("paxos_sends") / F.col("run_decided")).alias("messages_per_decision"),
-                    F.coalesce(F.col("leader_changes"), F.lit(0)).alias("leader_changes")))
+                    F.coalesce(F.col("leader_changes"), F.lit(0)).alias("leader_changes"),
+                    F.coalesce(F.col("failovers"), F.lit(0)).alias("failovers"),
+                    "election_max", "failover_mean", "failover_max"))
+
+
+def leader_failovers(trace: DataFrame) -> DataFrame:
+    """(run, key, leader, crashed_at, election, failover): each crash of a group's leader (the
+    node of the group's latest ``elected`` row at or before its crash, on the shared clock; a
+    killed process's inferred crash counts), the seconds from it to the next ``elected`` row of
+    the group (``election``) and to the first ``decide`` row of that new leader, at that leader
+    (``failover``: it waits for something to decide, as a client's first acknowledged write
+    after a crash does); null where none came."""
+    at = clock()
+    elected = _paxos_rows(trace, "elected").select(
+        "run", "key", F.col("node").alias("leader"), at.alias("elected_at"))
+    crashes = membership_changes(trace).filter(F.col("event") == "crash").select(
+        "run", F.col("node").alias("crashed"), F.col("at").alias("crashed_at"))
+    latest = Window.partitionBy("run", "key", "crashed", "crashed_at").orderBy(
+        F.col("elected_at").desc())
+    led = (elected.join(crashes, "run")
+           .filter(F.col("elected_at") <= F.col("crashed_at"))
+           .withColumn("nth", F.row_number().over(latest)).filter(F.col("nth") == 1)
+           .filter(F.col("leader") == F.col("crashed"))
+           .select("run", "key", "leader", "crashed_at"))
+    following = Window.partitionBy("run", "key", "leader", "crashed_at").orderBy("elected_at")
+    successor = (led.join(elected.withColumnRenamed("leader", "successor"), ["run", "key"])
+                 .filter(F.col("elected_at") > F.col("crashed_at"))
+                 .withColumn("nth", F.row_number().over(following)).filter(F.col("nth") == 1)
+                 .select("run", "key", "leader", "crashed_at", "successor", "elected_at"))
+    decides = _paxos(trace, "decide").select(
+        "run", "key", F.col("node").alias("successor"), at.alias("decided_at"))
+    first_decision = (successor.join(decides, ["run", "key", "successor"])
+                      .filter(F.col("decided_at") >= F.col("elected_at"))
+                      .groupBy("run", "key", "leader", "crashed_at")
+                      .agg(F.min("decided_at").alias("decided_at")))
+    return (led.join(successor, ["run", "key", "leader", "crashed_at"], "left")
+            .join(first_decision, ["run", "key", "leader", "crashed_at"], "left")
+            .select("run", "key", "leader", "crashed_at",
+                    (F.col("elected_at") - F.col("crashed_at")).alias("election"),
+                    (F.col("decided_at") - F.col("crashed_at")).alias("failover")))
+
+
+def _paxos_rows(trace: DataFrame, event: str) -> DataFrame:
+    return trace.filter((F.col("layer") == PAXOS_LAYER) & (F.col("event") == event)
+                        & F.col("key").isNotNull())
