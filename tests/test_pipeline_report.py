@@ -129,6 +129,27 @@ def test_report_plots_every_run_by_the_sweep_with_median_and_spread(tmp_path: Pa
     assert list(plots(made)) == ["fifo: reliability: delivered / owed"]
 
 
+def test_each_series_of_an_experiment_is_plotted_against_its_own_sweep(tmp_path: Path) -> None:
+    """An experiment's own runs and each part's are separate series, each against the option
+    it sweeps (not the first option that happens to differ among all runs of the workload:
+    the fixed ``crash_at`` of one part once became the axis of every plot)."""
+    made = analysis(tmp_path)
+    made.runs = [
+        *({"run": f"p-replicas{n}-s1", "seed": 1, "series": "p", "swept": '["replicas"]',
+           "params": f'{{"replicas": {n}}}', "failover_max": None} for n in (3, 5, 7)),
+        *({"run": f"p-failover-suspect{x}-s1", "seed": 1, "series": "p-failover",
+           "swept": '["suspect"]', "params": f'{{"crash_at": 1.0, "suspect": {x}}}',
+           "failover_max": x + 0.1} for x in (0.5, 1.0)),
+    ]
+    points = sweep_points(made)
+    assert [(p.workload, p.axes) for p in points] == [
+        ("p", (("replicas", 3),)), ("p", (("replicas", 5),)), ("p", (("replicas", 7),)),
+        ("p-failover", (("suspect", 0.5),)), ("p-failover", (("suspect", 1.0),))]
+    made_plots = list(plots(made))
+    assert "p-failover: Paxos leader fail-over (crash to next decision)" in made_plots
+    assert not any(name.startswith("p: Paxos leader fail-over") for name in made_plots)
+
+
 def test_report_opens_with_the_verdict_and_links_violations_to_their_replay(
     tmp_path: Path,
 ) -> None:

@@ -27,7 +27,7 @@ from .atomic_checks import ATOMIC_LAYER
 from .atomic_metrics import ATOMIC_RUN_COLUMNS, SRM_LAYER, atomic_metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
-from .paxos_checks import PAXOS_LAYER, paxos_metrics
+from .paxos_checks import PAXOS_LAYER, paxos_metrics, paxos_run_summary
 from .schema import (
     checkpoint,
     inspect_trace_files,
@@ -152,6 +152,8 @@ _PARAMS_SCHEMA = T.StructType([
     T.StructField("run", T.StringType()),
     T.StructField("seed", T.LongType()),
     T.StructField("params", T.StringType()),
+    T.StructField("series", T.StringType()),  # experiment name, or NAME-PART
+    T.StructField("swept", T.StringType()),  # JSON list of the options its series sweeps
 ])
 
 
@@ -357,7 +359,9 @@ def _analyze(
         out.mkdir(parents=True, exist_ok=True)
         recorded = read_run_params(run_dir)
         run_params = spark.createDataFrame(
-            [(run, record.get("seed"), json.dumps(record.get("params", {}), sort_keys=True))
+            [(run, record.get("seed"), json.dumps(record.get("params", {}), sort_keys=True),
+              record.get("series"),
+              json.dumps(record["swept"]) if isinstance(record.get("swept"), list) else None)
              for run, record in sorted(recorded.items())], _PARAMS_SCHEMA)
 
         violations_dir = out / "violations"
@@ -472,7 +476,9 @@ def _analyze(
                             out / "topic_balance")
         if balance is not None and balance.limit(1).count():
             runs_table = runs_table.join(balance.drop("nodes"), "run", "left")
-        _write_if(PAXOS_LAYER in layers, paxos_metrics(trace), out / "paxos")  # per group
+        paxos = _write_if(PAXOS_LAYER in layers, paxos_metrics(trace), out / "paxos")  # per group
+        if paxos is not None and paxos.limit(1).count():
+            runs_table = runs_table.join(paxos_run_summary(paxos), "run", "left")
         atomic = _write_if(bool({ATOMIC_LAYER, SRM_LAYER} & layers), atomic_metrics(trace),
                            out / "atomic")
         if atomic is not None and atomic.limit(1).count():

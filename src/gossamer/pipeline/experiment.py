@@ -79,10 +79,13 @@ class RunSpec:
     mode: str
     seed: int
     params: Mapping[str, Scalar]
+    series: str = ""  # the experiment's name, or NAME-LABEL for a part's runs
+    swept: tuple[str, ...] = ()  # the options its series sweeps, in the file's order
 
     def record(self) -> dict[str, Any]:
         return {"run": self.run, "workload": self.workload, "mode": self.mode,
-                "seed": self.seed, "params": dict(self.params)}
+                "seed": self.seed, "params": dict(self.params), "series": self.series,
+                "swept": list(self.swept)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +134,8 @@ class Experiment:
                     if run in seen:
                         run = f"{run}-{len(runs)}"
                     seen.add(run)
-                    runs.append(RunSpec(run, workload, mode, seed, {**options, **point}))
+                    runs.append(RunSpec(run, workload, mode, seed, {**options, **point},
+                                        series=prefix, swept=tuple(sweep)))
         return runs
 
 

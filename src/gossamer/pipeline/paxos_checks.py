@@ -26,15 +26,21 @@ from .schema import ROW, clock, membership_changes, with_row_order
 
 __all__ = [
     "PAXOS_LAYER",
+    "PAXOS_RUN_COLUMNS",
     "acknowledged_lost_violations",
     "decided_order_violations",
     "leader_failovers",
     "paxos_agreement_violations",
     "paxos_checks",
     "paxos_metrics",
+    "paxos_run_summary",
 ]
 
 PAXOS_LAYER = "paxos"
+#: the per-run figures of ``paxos_metrics`` that the runs table carries (plotted against a
+#: sweep): decisions/s summed over a run's groups, the others their largest group value
+PAXOS_RUN_COLUMNS = ("decisions_per_s", "decide_latency_p50", "decide_latency_p99",
+                     "messages_per_decision", "failover_max")
 
 
 def _paxos(trace: DataFrame, event: str) -> DataFrame:
@@ -170,6 +176,14 @@ def paxos_metrics(trace: DataFrame) -> DataFrame:
                     F.coalesce(F.col("leader_changes"), F.lit(0)).alias("leader_changes"),
                     F.coalesce(F.col("failovers"), F.lit(0)).alias("failovers"),
                     "election_max", "failover_mean", "failover_max"))
+
+
+def paxos_run_summary(metrics: DataFrame) -> DataFrame:
+    """``paxos_metrics`` per run: ``PAXOS_RUN_COLUMNS`` (decisions/s summed over the run's
+    groups, the largest group's value of the others)."""
+    return metrics.groupBy("run").agg(
+        F.sum("decisions_per_s").alias("decisions_per_s"),
+        *[F.max(column).alias(column) for column in PAXOS_RUN_COLUMNS[1:]])
 
 
 def leader_failovers(trace: DataFrame) -> DataFrame:

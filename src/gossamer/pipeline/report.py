@@ -110,20 +110,27 @@ class _Point:
 
 
 def sweep_points(analysis: Analysis) -> list[_Point]:
-    """The runs grouped by workload and by the options that vary between its runs (the
-    sweep); a run without a run record (a real deployment) is a point of its own."""
+    """The runs grouped by series (an experiment's own runs, or one part's: what its run
+    record names) and by the options that series sweeps, in the file's order; a record from
+    before series were recorded: by the options that vary between the runs. A run without a
+    run record (a real deployment) is a point of its own."""
     by_workload: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    swept_of: dict[str, list[str]] = {}
     for run in analysis.runs:
         params = run.get("params")
         try:
             options = json.loads(params) if isinstance(params, str) else {}
+            swept = json.loads(run["swept"]) if isinstance(run.get("swept"), str) else None
         except ValueError:
-            options = {}
-        workload = run.get("workload") or (str(run["run"]) if not options else "runs")
+            options, swept = {}, None
+        workload = (run.get("series") or run.get("workload")
+                    or (str(run["run"]) if not options else "runs"))
         by_workload[str(workload)].append((str(run["run"]), options))
+        if isinstance(swept, list):
+            swept_of[str(workload)] = [str(key) for key in swept]
     points = []
     for workload, runs in sorted(by_workload.items()):
-        keys = sorted({key for _, options in runs for key in options})
+        keys = swept_of.get(workload) or sorted({key for _, options in runs for key in options})
         varying = [key for key in keys
                    if len({json.dumps(options.get(key)) for _, options in runs}) > 1]
         grouped: dict[tuple[tuple[str, Any], ...], list[str]] = defaultdict(list)
@@ -163,6 +170,10 @@ _SWEEP_METRICS = (
     ("commit_latency_p50", "commit latency p50, send to decision at the sender", "s"),
     ("requests_per_loss", "SRM repair requests sent per loss", "requests"),
     ("repairs_per_loss", "SRM repairs sent per loss", "repairs"),
+    ("decisions_per_s", "Paxos decisions per second", "decisions / s"),
+    ("decide_latency_p50", "Paxos decide latency p50 at the leader", "s"),
+    ("messages_per_decision", "Paxos messages sent per decision", "messages"),
+    ("failover_max", "Paxos leader fail-over (crash to next decision)", "s"),
 )
 
 

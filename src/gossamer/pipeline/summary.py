@@ -28,6 +28,8 @@ _METRICS = [
     ("abort_rate", "atomic multicasts aborted (fraction)"),
     ("commit_latency_p50", "atomic commit latency p50 (s)"),
     ("requests_per_loss", "SRM requests per loss"), ("repairs_per_loss", "SRM repairs per loss"),
+    ("decisions_per_s", "Paxos decisions / s"), ("decide_latency_p50", "Paxos decide p50 (s)"),
+    ("failover_max", "Paxos fail-over max (s)"),
 ]
 
 
