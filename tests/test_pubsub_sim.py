@@ -258,3 +258,38 @@ def test_publishes_total_spreads_that_many_publishes_over_the_nodes() -> None:
     assert result.published == 4 and result.reliability == 1.0, "seed=3"
     with pytest.raises(ConfigError):
         PubSubRunOptions(publishes_total=-1)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_workload_with_replicated_owners_orders_each_topic_through_paxos(seed: int) -> None:
+    """``backups`` > 0: each topic's publishes are decided by its owner's Paxos group and
+    every subscriber delivers them in the decided order (positions 1, 2, 3, ... per topic)."""
+    from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
+
+    options = PubSubRunOptions(nodes=8, mode="scribe", topics=2, publishes_per_node=3,
+                               rate=20.0, warmup=4.0, settle=6.0, backups=2, seed=seed)
+    sink = MemorySink()
+    result = run_pubsub_sim(options, sink)
+    assert result.published == 24 and result.reliability == 1.0, f"seed={seed}"
+    decided = [r for r in sink.rows if r[3] == "paxos" and r[4] == "decide"]
+    ordered = {(r[8], r[9], r[5]) for r in sink.rows if r[3] == "paxos" and r[4] == "ordered"}
+    assert decided and len({(topic, pos) for topic, pos, _ in ordered}) == 24, f"seed={seed}"
+    position_of = {(topic, msg): pos for topic, pos, msg in ordered}
+    by_node: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for r in sink.rows:
+        if r[3] == "scribe" and r[4] == "deliver":
+            by_node[(r[2], r[8])].append(r[9])
+            assert position_of[(r[8], r[5])] == r[9], f"seed={seed}: {r}"
+    assert by_node and all(seqs == list(range(1, len(seqs) + 1))
+                           for seqs in by_node.values()), f"seed={seed}"
+
+
+def test_replicated_owners_are_refused_where_they_cannot_work() -> None:
+    from gossamer.services.pubsub.experiment import PubSubRunOptions
+
+    with pytest.raises(ConfigError, match="scribe mode"):
+        PubSubRunOptions(mode="gossip", backups=2)
+    with pytest.raises(ConfigError, match="fewer than the nodes"):
+        PubSubRunOptions(mode="scribe", nodes=3, backups=3)
+    with pytest.raises(ConfigError, match="paxos_heartbeat"):
+        PubSubRunOptions(mode="scribe", backups=2, paxos_heartbeat=2.0, paxos_suspect=2.0)

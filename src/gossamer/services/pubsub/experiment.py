@@ -19,6 +19,13 @@ message. At the end each topic's owner (the Chord root of the topic: in scribe m
 nodes that hold the topic's tree as its root, otherwise the successor of the topic's identifier
 on the ring of live nodes) is traced as an ``owner`` row (layer ``pubsub``, key = topic) for the
 topic-balance metric.
+
+``backups`` > 0 (scribe mode only) replicates topic owners: every node of the run is a
+founding node of the ring, each leads a Multi-Paxos group of itself and its next ``backups``
+ring nodes (``TopicOwners`` as Scribe's orderer, the seed's phase 3), and a publish is
+acknowledged once its topic's group decided it; ``paxos_heartbeat`` / ``paxos_suspect`` are
+the groups' timers. Judge such runs with total order per topic (``experiments/
+pubsub_owned.toml``).
 """
 
 from __future__ import annotations
@@ -37,8 +44,10 @@ from ...core.ids import NodeId, node_ids
 from ...core.trace import Row, TraceSink, encode_info
 from ...protocols.dissemination.gossip import GossipConfig
 from ...protocols.dissemination.scribe import ScribeConfig, TreeRole
-from ...protocols.membership.chord import ChordConfig, chord_id
+from ...protocols.dissemination.scribe.owners import OwnedProcess, TopicOwners
+from ...protocols.membership.chord import Chord, ChordConfig, chord_id
 from ...protocols.membership.hyparview import HyParViewConfig
+from ...protocols.ordering.paxos import PaxosConfig
 from ...runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
 from .node import LAYER, PubSubNode
 
@@ -82,6 +91,9 @@ class PubSubRunOptions:
     connection_refused: bool = True  # a send to a crashed node fails at once, as over TCP
     settle: float = 10.0  # virtual seconds after the last publish or fault for repair
     until: float | None = None  # the end of the run (default: workload, faults, settle)
+    backups: int = 0  # scribe: replicated topic owners, each with this many backups (0: none)
+    paxos_heartbeat: float = 1.0  # ... their leaders' NOOP period (the seed's default)
+    paxos_suspect: float = 2.0  # ... followers suspect a silent leader after this
     seed: int = 1
     run: str | None = None
 
@@ -107,6 +119,13 @@ class PubSubRunOptions:
             raise ConfigError("need join_spacing >= 0, active_size >= 1, ihave_interval >= 0")
         if self.until is not None and self.until <= 0:
             raise ConfigError("until must be > 0")
+        if self.backups < 0 or (self.backups and self.mode != "scribe"):
+            raise ConfigError("backups (replicated topic owners) must be >= 0, and > 0 only "
+                              "in scribe mode")
+        if self.backups >= self.nodes:
+            raise ConfigError(f"backups must be fewer than the nodes ({self.nodes})")
+        if not 0 < self.paxos_heartbeat < self.paxos_suspect:
+            raise ConfigError("need 0 < paxos_heartbeat < paxos_suspect")
         parse_latency(self.latency)
 
     @property
@@ -270,6 +289,18 @@ def run_pubsub_sim(
         if gossip:
             app = PubSubNode(env, "gossip", contacts=contacts[node],
                              hyparview_config=hyparview_config, gossip_config=gossip_config)
+        elif options.backups:
+            config = scribe_config if scribe_config is not None else ScribeConfig()
+            ring = Chord(env, contacts=() if node == ids[0] else ids[:_SCRIBE_CONTACTS],
+                         create=node == ids[0], config=chord)
+            owners = TopicOwners(env, tuple(ids), bits=chord.bits, backups=options.backups,
+                                 config=PaxosConfig(heartbeat_interval=options.paxos_heartbeat,
+                                                    suspect_timeout=options.paxos_suspect),
+                                 history_limit=config.topic_log_limit,
+                                 max_topics=config.max_topics)
+            app = apps[node] = PubSubNode(env, "scribe", overlay=ring, scribe_config=config,
+                                          orderer=owners)
+            return OwnedProcess(owners, app.process)
         else:
             app = PubSubNode(env, "scribe", contacts=ids[:_SCRIBE_CONTACTS],
                              create=node == ids[0], chord_config=chord,
