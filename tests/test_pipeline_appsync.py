@@ -106,3 +106,40 @@ def test_round_consistency_is_judged_only_where_round_layers_are_declared() -> N
     assert "round consistency" not in [c.name for c in default_checks(CheckConfig())]
     names = [c.name for c in default_checks(CheckConfig(round_layers=("appsync",)))]
     assert names[-1] == "round consistency"
+
+
+def test_round_metrics_match_the_rows_of_the_run(spark: Any) -> None:
+    """Round time, requests, conflicts, codes and visibility, computed here from the recorded
+    rows (one clock: a simulated run's ``wall`` is ``t`` plus a constant), equal what
+    ``round_metrics`` finds."""
+    from gossamer.pipeline.round_metrics import CONFLICT_CODES, round_metrics
+
+    rows = recorded()
+    frame = spark.createDataFrame([tuple(r) for r in rows], trace_schema())
+    [found] = round_metrics(frame).collect()
+    rounds = [r for r in rows if r[EVENT] == "round"]
+    infos = [orjson.loads(r[INFO]) for r in rounds]
+    assert found.rounds == len(rounds)
+    assert found.requests_per_round == pytest.approx(
+        sum(i["requests"] for i in infos) / len(rounds))
+    assert found.conflicts_per_round == pytest.approx(sum(
+        n for i in infos for code, n in i["codes"].items() if code in CONFLICT_CODES)
+        / len(rounds))
+    assert found.conflicts_per_round > 0, "two peers met on a property at least once"
+    totals: dict[str, int] = {}
+    for i in infos:
+        for code, n in i["codes"].items():
+            totals[code] = totals.get(code, 0) + n
+    assert orjson.loads(found.codes) == totals
+    times = [r[1] for r in rounds]  # t: one server, its restart's rounds go on in t
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    assert gaps[0] <= found.round_time_p50 <= found.round_time_p99 <= gaps[-1]
+    assert found.round_time_p50 == pytest.approx(gaps[len(gaps) // 2], abs=0.005)
+    applied = {r[MSG]: r[1] for r in rows if r[EVENT] == "sync_apply" and r[NODE] == SERVER}
+    last: dict[str, float] = {}
+    for r in rows:
+        if r[EVENT] == "sync_apply" and r[NODE] != SERVER and r[MSG] in applied:
+            last[r[MSG]] = max(last.get(r[MSG], 0.0), r[1])
+    visible = sorted(t - applied[m] for m, t in last.items())
+    assert found.visible_p99 == pytest.approx(visible[int(0.99 * len(visible))], abs=0.005)
+    assert 0 < found.visible_p50 <= found.visible_p99

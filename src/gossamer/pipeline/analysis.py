@@ -28,6 +28,7 @@ from .atomic_metrics import ATOMIC_RUN_COLUMNS, SRM_LAYER, atomic_metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
 from .paxos_checks import PAXOS_LAYER, paxos_metrics, paxos_run_summary
+from .round_metrics import round_metrics, round_run_summary
 from .schema import (
     checkpoint,
     inspect_trace_files,
@@ -476,6 +477,10 @@ def _analyze(
                             out / "topic_balance")
         if balance is not None and balance.limit(1).count():
             runs_table = runs_table.join(balance.drop("nodes"), "run", "left")
+        rounds = _write_if(("appsync", "round") in present, round_metrics(trace),
+                           out / "appsync")  # per session
+        if rounds is not None and rounds.limit(1).count():
+            runs_table = runs_table.join(round_run_summary(rounds), "run", "left")
         paxos = _write_if(PAXOS_LAYER in layers, paxos_metrics(trace), out / "paxos")  # per group
         if paxos is not None and paxos.limit(1).count():
             runs_table = runs_table.join(paxos_run_summary(paxos), "run", "left")

@@ -174,6 +174,9 @@ _SWEEP_METRICS = (
     ("decide_latency_p50", "Paxos decide latency p50 at the leader", "s"),
     ("messages_per_decision", "Paxos messages sent per decision", "messages"),
     ("failover_max", "Paxos leader fail-over (crash to next decision)", "s"),
+    ("round_time_p50", "APSYN round time p50", "s"),
+    ("visible_p99", "APSYN change visible at every peer p99, after the server applied it", "s"),
+    ("conflicts_per_round", "APSYN requests meeting a conflict per round", "requests"),
 )
 
 

@@ -30,6 +30,9 @@ _METRICS = [
     ("requests_per_loss", "SRM requests per loss"), ("repairs_per_loss", "SRM repairs per loss"),
     ("decisions_per_s", "Paxos decisions / s"), ("decide_latency_p50", "Paxos decide p50 (s)"),
     ("failover_max", "Paxos fail-over max (s)"),
+    ("round_time_p50", "APSYN round time p50 (s)"),
+    ("visible_p99", "APSYN visible everywhere p99 (s)"),
+    ("conflicts_per_round", "APSYN conflicts per round"),
 ]
 
 

@@ -1,0 +1,107 @@
+"""Metrics of round-based state sync (seed 002, APSYN) on the trace schema: how long rounds
+take, how long an applied change takes to be visible at every peer that sees it, and what the
+server answered, per run and session.
+
+Reads the sync server's ``round`` rows (``key`` the session, ``seq`` the round, ``info``:
+``requests``, ``applied``, ``codes`` = status code -> count) and the ``sync_apply`` rows of the
+server and the peers (``msg`` the action's id, ``session:ROUND:digest``, the same everywhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .check_rows import layer_filter
+from .round_checks import APPLY, ROUND
+from .schema import ROW, clock, with_row_order
+
+__all__ = ["CONFLICT_CODES", "ROUND_RUN_COLUMNS", "conflicts_of", "round_metrics",
+           "round_run_summary"]
+
+#: the status codes of a request that met another on the same property in its round (seed
+#: 002's code table: preferred or inferior, by rule or by majority)
+CONFLICT_CODES = ("22", "24", "32", "34")
+#: the columns of ``round_metrics`` that the runs table carries (plotted against a sweep): the
+#: largest session's value
+ROUND_RUN_COLUMNS = ("round_time_p50", "round_time_p99", "visible_p50", "visible_p99",
+                     "conflicts_per_round")
+_ROUND_INFO = T.StructType([
+    T.StructField("requests", T.LongType()),
+    T.StructField("applied", T.LongType()),
+    T.StructField("codes", T.MapType(T.StringType(), T.LongType())),
+])
+_QUANTILES = [0.5, 0.99]
+_ACCURACY = 10_000
+#: an action id is ``session:ROUND:digest`` (``protocols.appsync.server.action_id``)
+_SESSION_OF_ACTION = r"^(.*):[0-9A-F]{4}:[0-9a-f]+$"
+
+
+def _sum_of(values: Column) -> Column:
+    return F.aggregate(values, F.lit(0).cast("long"), lambda total, x: total + x)
+
+
+def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> DataFrame:
+    """Per (run, session): ``rounds``; ``round_time_p50/p99`` (seconds between one round and
+    the next at the server, on the shared clock); ``requests_per_round``,
+    ``applied_per_round`` and ``conflicts_per_round`` (requests answered with a
+    ``CONFLICT_CODES`` status); ``codes`` (JSON: status code -> requests answered with it);
+    ``visible_p50/p99`` (seconds from the server applying an action to the last peer that
+    applies it, over the actions some peer applied; null when none did)."""
+    rows = with_row_order(trace).filter(layer_filter(layers))
+    info = F.from_json(F.col("info"), _ROUND_INFO)
+    rounds = (rows.filter((F.col("event") == ROUND) & F.col("key").isNotNull())
+              .select("run", "node", "key", "seq", ROW, clock().alias("at"),
+                      info.alias("info")))
+    in_order = Window.partitionBy("run", "node", "key").orderBy("at", ROW)
+    gaps = (rounds.withColumn("gap", F.col("at") - F.lag("at").over(in_order))
+            .filter(F.col("gap").isNotNull()))
+    gap_quantiles = F.percentile_approx("gap", _QUANTILES, _ACCURACY)
+    timing = gaps.groupBy("run", "key").agg(
+        gap_quantiles[0].alias("round_time_p50"), gap_quantiles[1].alias("round_time_p99"))
+    codes = rounds.select("run", "key", F.col("info.codes").alias("codes"))
+    per_round = (rounds.withColumn("conflicts", conflicts_of(F.col("info.codes")))
+                 .groupBy("run", "key").agg(
+                     F.count(F.lit(1)).alias("rounds"),
+                     F.avg(F.coalesce(F.col("info.requests"), F.lit(0))).alias(
+                         "requests_per_round"),
+                     F.avg(F.coalesce(F.col("info.applied"), F.lit(0))).alias(
+                         "applied_per_round"),
+                     F.avg("conflicts").alias("conflicts_per_round")))
+    totals = (codes.select("run", "key", F.explode("codes").alias("code", "n"))
+              .groupBy("run", "key", "code").agg(F.sum("n").alias("n"))
+              .groupBy("run", "key").agg(F.to_json(F.map_from_entries(
+                  F.sort_array(F.collect_list(F.struct("code", "n"))))).alias("codes")))
+    servers = rounds.select("run", "node").distinct()
+    applies = rows.filter((F.col("event") == APPLY) & F.col("msg").isNotNull()).select(
+        "run", "node", "msg", clock().alias("at"))
+    at_server = (applies.join(F.broadcast(servers), ["run", "node"], "left_semi")
+                 .groupBy("run", "msg").agg(F.min("at").alias("applied_at")))
+    last_peer = (applies.join(F.broadcast(servers), ["run", "node"], "left_anti")
+                 .groupBy("run", "msg").agg(F.max("at").alias("visible_at")))
+    visible_quantiles = F.percentile_approx("visible", _QUANTILES, _ACCURACY)
+    visibility = (at_server.join(last_peer, ["run", "msg"])
+                  .select("run", F.regexp_extract("msg", _SESSION_OF_ACTION, 1).alias("key"),
+                          (F.col("visible_at") - F.col("applied_at")).alias("visible"))
+                  .groupBy("run", "key").agg(visible_quantiles[0].alias("visible_p50"),
+                                             visible_quantiles[1].alias("visible_p99")))
+    return (per_round.join(timing, ["run", "key"], "left")
+            .join(visibility, ["run", "key"], "left")
+            .join(totals, ["run", "key"], "left")
+            .select("run", F.col("key").alias("session"), "rounds", "round_time_p50",
+                    "round_time_p99", "requests_per_round", "applied_per_round",
+                    "conflicts_per_round", "codes", "visible_p50", "visible_p99"))
+
+
+def conflicts_of(codes: Column) -> Column:
+    """How many requests of a round's ``codes`` map met a conflict (``CONFLICT_CODES``)."""
+    return F.coalesce(_sum_of(F.map_values(F.map_filter(
+        codes, lambda code, _n: code.isin(*CONFLICT_CODES)))), F.lit(0).cast("long"))
+
+
+def round_run_summary(metrics: DataFrame) -> DataFrame:
+    """``round_metrics`` per run: ``ROUND_RUN_COLUMNS``, the largest session's value."""
+    return metrics.groupBy("run").agg(*[F.max(c).alias(c) for c in ROUND_RUN_COLUMNS])
