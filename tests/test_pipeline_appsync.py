@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from typing import Any
 
 import orjson
@@ -143,3 +144,22 @@ def test_round_metrics_match_the_rows_of_the_run(spark: Any) -> None:
     visible = sorted(t - applied[m] for m, t in last.items())
     assert found.visible_p99 == pytest.approx(visible[int(0.99 * len(visible))], abs=0.005)
     assert 0 < found.visible_p50 <= found.visible_p99
+    # from a peer's request to the last peer applying it: the server's first apply of that
+    # peer's action with the request's digest, at or after the request
+    ORIGIN = 6
+    requests = [(r[ORIGIN], orjson.loads(r[INFO])["action"], r[1]) for r in rows
+                if r[EVENT] == "sync_request"]
+    assert requests, "the peers traced their requests"
+    server_applies = [(r[ORIGIN], r[MSG], r[1]) for r in rows
+                      if r[EVENT] == "sync_apply" and r[NODE] == SERVER]
+    waits = []
+    for origin, digest, at in requests:
+        taken = [(t, m) for o, m, t in server_applies
+                 if o == origin and m.endswith(f":{digest}") and t >= at]
+        if taken and min(taken)[1] in last:
+            waits.append(last[min(taken)[1]] - at)
+    waits.sort()
+    assert len(waits) > len(requests) // 2, "most requests were applied and seen"
+    p99 = waits[max(0, math.ceil(0.99 * len(waits)) - 1)]
+    assert found.request_visible_p99 == pytest.approx(p99, abs=1e-9)
+    assert found.visible_p50 < found.request_visible_p50 <= found.request_visible_p99

@@ -176,6 +176,7 @@ _SWEEP_METRICS = (
     ("failover_max", "Paxos leader fail-over (crash to next decision)", "s"),
     ("round_time_p50", "APSYN round time p50", "s"),
     ("visible_p99", "APSYN change visible at every peer p99, after the server applied it", "s"),
+    ("request_visible_p99", "APSYN request to visible at every peer p99", "s"),
     ("conflicts_per_round", "APSYN requests meeting a conflict per round", "requests"),
 )
 

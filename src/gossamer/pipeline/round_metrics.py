@@ -3,8 +3,10 @@ take, how long an applied change takes to be visible at every peer that sees it,
 server answered, per run and session.
 
 Reads the sync server's ``round`` rows (``key`` the session, ``seq`` the round, ``info``:
-``requests``, ``applied``, ``codes`` = status code -> count) and the ``sync_apply`` rows of the
-server and the peers (``msg`` the action's id, ``session:ROUND:digest``, the same everywhere).
+``requests``, ``applied``, ``codes`` = status code -> count), the ``sync_apply`` rows of the
+server and the peers (``msg`` the action's id, ``session:ROUND:digest``, the same everywhere;
+at the server ``origin`` the requesting peer) and the peers' ``sync_request`` rows (``origin``
+the peer, ``info.action`` the digest its action's id will end with).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .check_rows import layer_filter
+from .check_rows import info_field, layer_filter
 from .round_checks import APPLY, ROUND
 from .schema import ROW, clock, with_row_order
 
@@ -28,7 +30,8 @@ CONFLICT_CODES = ("22", "24", "32", "34")
 #: the columns of ``round_metrics`` that the runs table carries (plotted against a sweep): the
 #: largest session's value
 ROUND_RUN_COLUMNS = ("round_time_p50", "round_time_p99", "visible_p50", "visible_p99",
-                     "conflicts_per_round")
+                     "request_visible_p50", "request_visible_p99", "conflicts_per_round")
+REQUEST = "sync_request"
 _ROUND_INFO = T.StructType([
     T.StructField("requests", T.LongType()),
     T.StructField("applied", T.LongType()),
@@ -38,6 +41,7 @@ _QUANTILES = [0.5, 0.99]
 _ACCURACY = 10_000
 #: an action id is ``session:ROUND:digest`` (``protocols.appsync.server.action_id``)
 _SESSION_OF_ACTION = r"^(.*):[0-9A-F]{4}:[0-9a-f]+$"
+_DIGEST_OF_ACTION = r":([0-9a-f]+)$"
 
 
 def _sum_of(values: Column) -> Column:
@@ -50,7 +54,10 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
     ``applied_per_round`` and ``conflicts_per_round`` (requests answered with a
     ``CONFLICT_CODES`` status); ``codes`` (JSON: status code -> requests answered with it);
     ``visible_p50/p99`` (seconds from the server applying an action to the last peer that
-    applies it, over the actions some peer applied; null when none did)."""
+    applies it, over the actions some peer applied; null when none did) and
+    ``request_visible_p50/p99`` (from the peer's request, its ``sync_request`` row, to the last
+    peer applying it: the request is matched to the server's first apply of the same peer's
+    action with that digest at or after it; null without request rows)."""
     rows = with_row_order(trace).filter(layer_filter(layers))
     info = F.from_json(F.col("info"), _ROUND_INFO)
     rounds = (rows.filter((F.col("event") == ROUND) & F.col("key").isNotNull())
@@ -83,17 +90,38 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
     last_peer = (applies.join(F.broadcast(servers), ["run", "node"], "left_anti")
                  .groupBy("run", "msg").agg(F.max("at").alias("visible_at")))
     visible_quantiles = F.percentile_approx("visible", _QUANTILES, _ACCURACY)
+    session = F.regexp_extract("msg", _SESSION_OF_ACTION, 1).alias("key")
     visibility = (at_server.join(last_peer, ["run", "msg"])
-                  .select("run", F.regexp_extract("msg", _SESSION_OF_ACTION, 1).alias("key"),
+                  .select("run", session,
                           (F.col("visible_at") - F.col("applied_at")).alias("visible"))
                   .groupBy("run", "key").agg(visible_quantiles[0].alias("visible_p50"),
                                              visible_quantiles[1].alias("visible_p99")))
+    requests = (rows.filter((F.col("event") == REQUEST) & F.col("origin").isNotNull())
+                .select("run", "origin", info_field("action").alias("digest"),
+                        clock().alias("requested_at")))
+    taken = (rows.filter((F.col("event") == APPLY) & F.col("msg").isNotNull())
+             .join(F.broadcast(servers), ["run", "node"], "left_semi")
+             .select("run", "origin", "msg", clock().alias("at"),
+                     F.regexp_extract("msg", _DIGEST_OF_ACTION, 1).alias("digest")))
+    first_taken = (requests.join(taken, ["run", "origin", "digest"])
+                   .filter(F.col("at") >= F.col("requested_at"))
+                   .groupBy("run", "origin", "digest", "requested_at")
+                   .agg(F.min_by("msg", "at").alias("msg")))
+    request_quantiles = F.percentile_approx("request_visible", _QUANTILES, _ACCURACY)
+    request_visibility = (first_taken.join(last_peer, ["run", "msg"])
+                          .select("run", session, (F.col("visible_at") - F.col("requested_at"))
+                                  .alias("request_visible"))
+                          .groupBy("run", "key").agg(
+                              request_quantiles[0].alias("request_visible_p50"),
+                              request_quantiles[1].alias("request_visible_p99")))
     return (per_round.join(timing, ["run", "key"], "left")
             .join(visibility, ["run", "key"], "left")
+            .join(request_visibility, ["run", "key"], "left")
             .join(totals, ["run", "key"], "left")
             .select("run", F.col("key").alias("session"), "rounds", "round_time_p50",
                     "round_time_p99", "requests_per_round", "applied_per_round",
-                    "conflicts_per_round", "codes", "visible_p50", "visible_p99"))
+                    "conflicts_per_round", "codes", "visible_p50", "visible_p99",
+                    "request_visible_p50", "request_visible_p99"))
 
 
 def conflicts_of(codes: Column) -> Column:

@@ -32,6 +32,7 @@ _METRICS = [
     ("failover_max", "Paxos fail-over max (s)"),
     ("round_time_p50", "APSYN round time p50 (s)"),
     ("visible_p99", "APSYN visible everywhere p99 (s)"),
+    ("request_visible_p99", "APSYN request to visible p99 (s)"),
     ("conflicts_per_round", "APSYN conflicts per round"),
 ]
 

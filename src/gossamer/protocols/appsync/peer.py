@@ -15,7 +15,7 @@ from typing import Any
 from ...core.conn import Conn, Framing
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, StateError
-from .server import LAYER, action_id, value_digest
+from .server import LAYER, action_digest, action_id, value_digest
 from .state import ActionRefused, SharedObject, apply_action
 from .wire import (
     MAX_ACTIONS,
@@ -222,6 +222,12 @@ class AppSyncPeer:
             number, action = self.queue.popleft()
             self.in_flight.append(number)
             batch.append(action)
+        if batch and self.conn is not None and self.client_id and self.env.tracing:
+            # the server's sync_apply of each (if it takes it) ends its msg with this digest:
+            # the pipeline's request-to-visible latency starts here
+            for action in batch:
+                self.env.trace("sync_request", layer=LAYER, key=self.config.session,
+                               origin=self.client_id, action=action_digest(action))
         self._write_rqst(tuple(batch))
 
     def _write_rqst(self, actions: tuple[Action, ...]) -> None:

@@ -504,8 +504,13 @@ def _bad(why: str) -> AppSyncProtocolError:
 
 def action_id(session: str, sync_round: int, action: Action) -> str:
     """The trace id of an applied action: the same at the server and at every peer."""
-    digest = hashlib.blake2b(AppSyncCodec().encode_action(action), digest_size=6).hexdigest()
-    return f"{session}:{sync_round:04X}:{digest}"
+    return f"{session}:{sync_round:04X}:{action_digest(action)}"
+
+
+def action_digest(action: Action) -> str:
+    """What ``action_id`` ends with: a digest of the action's encoding, which the requesting
+    peer knows before the server chose the round (its ``sync_request`` rows carry it)."""
+    return hashlib.blake2b(AppSyncCodec().encode_action(action), digest_size=6).hexdigest()
 
 
 def value_digest(obj: SharedObject | None) -> str:
