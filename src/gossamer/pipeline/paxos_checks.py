@@ -43,9 +43,15 @@ PAXOS_RUN_COLUMNS = ("decisions_per_s", "decide_latency_p50", "decide_latency_p9
                      "messages_per_decision", "failover_max")
 
 
-def _paxos(trace: DataFrame, event: str) -> DataFrame:
+def _paxos_rows(trace: DataFrame, event: str) -> DataFrame:
+    """The paxos layer's ``event`` rows of a group (``key``)."""
     return trace.filter((F.col("layer") == PAXOS_LAYER) & (F.col("event") == event)
-                        & F.col("key").isNotNull() & F.col("seq").isNotNull())
+                        & F.col("key").isNotNull())
+
+
+def _paxos(trace: DataFrame, event: str) -> DataFrame:
+    """... those of a slot or position (``seq``)."""
+    return _paxos_rows(trace, event).filter(F.col("seq").isNotNull())
 
 
 def _ordered(trace: DataFrame) -> DataFrame:
@@ -158,7 +164,7 @@ def paxos_metrics(trace: DataFrame) -> DataFrame:
     paxos = trace.filter(F.col("layer") == PAXOS_LAYER)
     sends = paxos.filter(F.col("event") == "send").groupBy("run").agg(
         F.count(F.lit(1)).alias("paxos_sends"))
-    elected = paxos.filter(F.col("event") == "elected").groupBy("run", "key").agg(
+    elected = _paxos_rows(trace, "elected").groupBy("run", "key").agg(
         F.count(F.lit(1)).alias("leader_changes"))
     groups_per_run = decided.groupBy("run").agg(F.sum("decided").alias("run_decided"))
     groups = decided.select("run", "key").unionByName(elected.select("run", "key")).distinct()
@@ -222,7 +228,3 @@ def leader_failovers(trace: DataFrame) -> DataFrame:
                     (F.col("elected_at") - F.col("crashed_at")).alias("election"),
                     (F.col("decided_at") - F.col("crashed_at")).alias("failover")))
 
-
-def _paxos_rows(trace: DataFrame, event: str) -> DataFrame:
-    return trace.filter((F.col("layer") == PAXOS_LAYER) & (F.col("event") == event)
-                        & F.col("key").isNotNull())

@@ -84,9 +84,9 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
                   F.sort_array(F.collect_list(F.struct("code", "n"))))).alias("codes")))
     servers = rounds.select("run", "node").distinct()
     applies = rows.filter((F.col("event") == APPLY) & F.col("msg").isNotNull()).select(
-        "run", "node", "msg", clock().alias("at"))
-    at_server = (applies.join(F.broadcast(servers), ["run", "node"], "left_semi")
-                 .groupBy("run", "msg").agg(F.min("at").alias("applied_at")))
+        "run", "node", "origin", "msg", clock().alias("at"))
+    server_applies = applies.join(F.broadcast(servers), ["run", "node"], "left_semi")
+    at_server = server_applies.groupBy("run", "msg").agg(F.min("at").alias("applied_at"))
     last_peer = (applies.join(F.broadcast(servers), ["run", "node"], "left_anti")
                  .groupBy("run", "msg").agg(F.max("at").alias("visible_at")))
     visible_quantiles = F.percentile_approx("visible", _QUANTILES, _ACCURACY)
@@ -99,10 +99,8 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
     requests = (rows.filter((F.col("event") == REQUEST) & F.col("origin").isNotNull())
                 .select("run", "origin", info_field("action").alias("digest"),
                         clock().alias("requested_at")))
-    taken = (rows.filter((F.col("event") == APPLY) & F.col("msg").isNotNull())
-             .join(F.broadcast(servers), ["run", "node"], "left_semi")
-             .select("run", "origin", "msg", clock().alias("at"),
-                     F.regexp_extract("msg", _DIGEST_OF_ACTION, 1).alias("digest")))
+    taken = server_applies.select("run", "origin", "msg", "at", F.regexp_extract(
+        "msg", _DIGEST_OF_ACTION, 1).alias("digest"))
     first_taken = (requests.join(taken, ["run", "origin", "digest"])
                    .filter(F.col("at") >= F.col("requested_at"))
                    .groupBy("run", "origin", "digest", "requested_at")

@@ -44,12 +44,12 @@ from ...core.ids import NodeId, node_ids
 from ...core.trace import Row, TraceSink, encode_info
 from ...protocols.dissemination.gossip import GossipConfig
 from ...protocols.dissemination.scribe import ScribeConfig, TreeRole
-from ...protocols.dissemination.scribe.owners import OwnedProcess, TopicOwners
-from ...protocols.membership.chord import Chord, ChordConfig, chord_id
+from ...protocols.membership.chord import ChordConfig, chord_id
 from ...protocols.membership.hyparview import HyParViewConfig
 from ...protocols.ordering.paxos import PaxosConfig
 from ...runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
 from .node import LAYER, PubSubNode
+from .owned import owned_stack
 
 __all__ = ["MODES", "PubSubRunOptions", "PubSubRunResult", "run_pubsub_sim", "topic_owners"]
 
@@ -290,17 +290,14 @@ def run_pubsub_sim(
             app = PubSubNode(env, "gossip", contacts=contacts[node],
                              hyparview_config=hyparview_config, gossip_config=gossip_config)
         elif options.backups:
-            config = scribe_config if scribe_config is not None else ScribeConfig()
-            ring = Chord(env, contacts=() if node == ids[0] else ids[:_SCRIBE_CONTACTS],
-                         create=node == ids[0], config=chord)
-            owners = TopicOwners(env, tuple(ids), bits=chord.bits, backups=options.backups,
-                                 config=PaxosConfig(heartbeat_interval=options.paxos_heartbeat,
-                                                    suspect_timeout=options.paxos_suspect),
-                                 history_limit=config.topic_log_limit,
-                                 max_topics=config.max_topics)
-            app = apps[node] = PubSubNode(env, "scribe", overlay=ring, scribe_config=config,
-                                          orderer=owners)
-            return OwnedProcess(owners, app.process)
+            app, process = owned_stack(
+                env, tuple(ids), backups=options.backups,
+                paxos=PaxosConfig(heartbeat_interval=options.paxos_heartbeat,
+                                  suspect_timeout=options.paxos_suspect),
+                contacts=() if node == ids[0] else tuple(ids[:_SCRIBE_CONTACTS]),
+                chord_config=chord, scribe_config=scribe_config)
+            apps[node] = app
+            return process
         else:
             app = PubSubNode(env, "scribe", contacts=ids[:_SCRIBE_CONTACTS],
                              create=node == ids[0], chord_config=chord,

@@ -25,7 +25,8 @@ from ...protocols.ordering.paxos.groups import GROUP_CODEC
 from ...runtimes.net import host_port_address
 from .node import MessageFn, PubSubNode, codec_for
 
-__all__ = ["OwnersOptions", "build_owned", "owned_analysis_checks", "owned_codec", "owners_status"]
+__all__ = ["OwnersOptions", "build_owned", "owned_analysis_checks", "owned_codec", "owned_stack",
+           "owners_status"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,10 +77,22 @@ def build_owned(env: Env, options: OwnersOptions, *, contacts: tuple[NodeId, ...
     """The pub/sub node over Chord + Scribe with ``TopicOwners`` as Scribe's orderer, and the
     process the runtime drives (the groups beside the stack)."""
     options.check_member(env.node)
+    return owned_stack(env, options.ring, backups=options.backups, paxos=options.paxos(),
+                       contacts=contacts, chord_config=chord_config,
+                       scribe_config=scribe_config, on_message=on_message)
+
+
+def owned_stack(env: Env, ring: tuple[NodeId, ...], *, backups: int, paxos: PaxosConfig,
+                contacts: tuple[NodeId, ...], chord_config: ChordConfig,
+                scribe_config: ScribeConfig | None = None,
+                on_message: MessageFn | None = None) -> tuple[PubSubNode, OwnedProcess]:
+    """``build_owned`` for any node ids (the simulator's too): Chord (created here when
+    ``contacts`` is empty), ``TopicOwners`` over the founding ``ring`` as Scribe's orderer,
+    the pub/sub node and the process the runtime drives."""
     scribe_config = scribe_config if scribe_config is not None else ScribeConfig()
     chord = Chord(env, contacts=contacts, create=not contacts, config=chord_config)
-    owners = TopicOwners(env, options.ring, bits=chord_config.bits, backups=options.backups,
-                         config=options.paxos(), history_limit=scribe_config.topic_log_limit,
+    owners = TopicOwners(env, ring, bits=chord_config.bits, backups=backups, config=paxos,
+                         history_limit=scribe_config.topic_log_limit,
                          max_topics=scribe_config.max_topics)
     pubsub = PubSubNode(env, "scribe", overlay=chord, scribe_config=scribe_config,
                         orderer=owners, on_message=on_message)
