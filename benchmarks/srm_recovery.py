@@ -2,14 +2,23 @@
 repairs per loss and the recovery delay in round trips to the source, with adaptive timers
 beside fixed ones (C1=C2=2, D1=D2=1) in the same run.
 
-Two topologies of ``--members`` members: a router tree whose link next to the source drops
-``--lossy`` of the packets (everything behind it misses them together), and the same tree with
-independent loss ``--link-loss`` on every link. One source sends ``--items`` items, 10 a
-second. A loss is one item a member missed (counted once per item, however many members behind
-a link missed it); the delay of a recovery is from the member detecting the loss to the repair,
-divided by that member's round trip to the source.
+Two topologies of ``--members`` members, each with a lossy link next to the source (it drops
+``--lossy`` of the packets, everything behind it misses them together) or independent loss
+``--link-loss`` on every link:
+- ``paper``: the paper's kind of tree, ``--vertices`` vertices of degree at most 4, the source
+  at the root and the other members on random vertices, so members sit at every depth;
+- ``two-level``: the source under a router ``r0`` with five routers below it and the members
+  spread over those, every member equally far from every other: the worst case for
+  suppression (every timer of a kind falls in the same window).
 
-Run ``python benchmarks/srm_recovery.py [--quick] [--members 100] [--seeds 3] [--json OUT]``.
+One source sends ``--items`` items, ``--rate`` a second. A loss is one packet dropped on one
+link with members behind it (an item dropped on two links is two losses, however many members
+behind each missed it); the delay of a recovery is from the member detecting the loss to the
+repair, divided by that member's round trip to the source. "adapted" is the same figures over
+the second half of the run (the timers have adapted by then; the paper's figures are per
+loss round as it goes on).
+
+Run ``python benchmarks/srm_recovery.py [--quick] [--members 100] [--seeds 2] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -32,10 +41,12 @@ from gossamer.core.ids import NodeId
 from gossamer.core.messages import Message
 from gossamer.core.trace import MemorySink
 from gossamer.protocols.dissemination.srm import Srm, SrmConfig, SrmTimerConfig
-from gossamer.runtimes.sim import LinkModel, RouterTree, Simulation, TreeLink
+from gossamer.runtimes.sim import LinkModel, RouterTree, Simulation
 
 GROUP = "g"
 SOURCE = "m000"
+TOPOLOGIES = ("paper", "two-level")
+LOSS_MODES = (("lossy link near source", "lossy"), ("loss on every link", "every"))
 
 
 class Member:
@@ -53,18 +64,61 @@ class Member:
         self.srm.on_message(src, msg)
 
 
-def _tree(members: list[str], *, lossy: float, link_loss: float) -> RouterTree:
-    base = RouterTree.two_level(SOURCE, members, fanout=5, delay=0.01, loss=link_loss,
+class DropCounter(RouterTree):
+    """The same tree, counting the losses of the packets sent while ``counting``: each link
+    that dropped one with members behind it (nothing behind a dropped link is reached, so
+    no loss is counted twice)."""
+
+    def __init__(self, tree: RouterTree, source: str, members: Sequence[str]) -> None:
+        super().__init__(tree.links)
+        self.members = tuple(m for m in members if m != source)
+        self.source = source
+        self.counting = False
+        self.drops = 0
+        self.parent: dict[str, str] = {}
+        todo = [source]
+        seen = {source}
+        while todo:
+            vertex = todo.pop()
+            for link in self._adjacent[vertex]:
+                other = link.b if link.a == vertex else link.a
+                if other not in seen:
+                    seen.add(other)
+                    self.parent[other] = vertex
+                    todo.append(other)
+
+    def spread(self, source: str, rng: random.Random) -> dict[str, float]:
+        reached = super().spread(source, rng)
+        if self.counting:
+            dropped_at: set[str] = set()
+            for member in self.members:
+                if member in reached:
+                    continue
+                vertex = member
+                while self.parent[vertex] != self.source and self.parent[vertex] not in reached:
+                    vertex = self.parent[vertex]
+                dropped_at.add(vertex)
+            self.drops += len(dropped_at)
+        return reached
+
+
+def make_tree(topology: str, members: list[str], *, lossy: float, link_loss: float,
+              vertices: int, seed: int) -> RouterTree:
+    if topology == "paper":
+        return RouterTree.bounded_degree(SOURCE, members, vertices=vertices, degree=4,
+                                         delay=0.01, loss=link_loss, lossy_link_loss=lossy,
+                                         rng=random.Random(seed))
+    return RouterTree.two_level(SOURCE, members, fanout=5, delay=0.01, loss=link_loss,
                                 lossy_link_loss=lossy if lossy else link_loss)
-    return RouterTree([TreeLink(link.a, link.b, link.delay, link.loss) for link in base.links])
 
 
-def run(seed: int, *, members: int, items: int, adaptive: bool, lossy: float,
-        link_loss: float, period: float) -> dict[str, float]:
+def run(seed: int, *, topology: str, members: int, items: int, adaptive: bool, lossy: float,
+        link_loss: float, period: float, rate: float, vertices: int) -> dict[str, float]:
     names = [f"m{i:03d}" for i in range(members)]
     sink = MemorySink()
     sim = Simulation(seed=seed, link=LinkModel(), trace=sink, trace_messages=False)
-    tree = _tree(names, lossy=lossy, link_loss=link_loss)
+    tree = DropCounter(make_tree(topology, names, lossy=lossy, link_loss=link_loss,
+                                 vertices=vertices, seed=seed), SOURCE, names)
     sim.add_multicast_group(GROUP, names, tree=tree)
     nodes: dict[str, Member] = {}
 
@@ -72,22 +126,47 @@ def run(seed: int, *, members: int, items: int, adaptive: bool, lossy: float,
         nodes[env.node] = Member(env, adaptive=adaptive, period=period)
         return nodes[env.node]
 
+    def send() -> None:
+        tree.counting = True
+        nodes[SOURCE].srm.multicast("x" * 200)
+        tree.counting = False
+
+    def totals() -> tuple[int, int, int]:
+        return (tree.drops, sum(n.srm.stats["requests"] for n in nodes.values()),
+                sum(n.srm.stats["repairs"] for n in nodes.values()))
+
     sim.add_nodes(names, factory)
     start = 3 * period
+    half = start + items / rate / 2
+    at_half: list[tuple[int, int, int]] = []
     for i in range(items):
-        sim.schedule(start + 0.1 * i, lambda: nodes[SOURCE].srm.multicast("x" * 200))
-    sim.run(until=start + 0.1 * items + 10 * period)
+        sim.schedule(start + i / rate, send)
+    sim.schedule(half, lambda: at_half.append(totals()))
+    sim.run(until=start + items / rate + 10 * period)
     one_way = tree.spread(SOURCE, _NoLoss())
     rows = sink.named()
-    lost = {r.msg for r in rows if r.event == "loss"}
-    delays = [orjson.loads(r.info or "{}")["delay"] / (2 * one_way[r.node])
+    delays = [(r.t, orjson.loads(r.info or "{}")["delay"] / (2 * one_way[r.node]))
               for r in rows if r.event == "recovered"]
-    missing = sum(1 for r in rows if r.event == "gave_up")
-    requests = sum(n.srm.stats["requests"] for n in nodes.values())
-    repairs = sum(n.srm.stats["repairs"] for n in nodes.values())
-    return {"losses": len(lost), "requests_per_loss": requests / max(len(lost), 1),
-            "repairs_per_loss": repairs / max(len(lost), 1),
-            "delay_rtt": statistics.fmean(delays) if delays else 0.0, "gave_up": missing}
+    end = totals()
+    out = _figures(end, delays)
+    out["gave_up"] = sum(1 for r in rows if r.event == "gave_up")
+    later = tuple(e - h for e, h in zip(end, at_half[0], strict=True))
+    out.update({f"adapted_{k}": v for k, v in _figures(
+        (later[0], later[1], later[2]), [d for d in delays if d[0] >= half]).items()})
+    return out
+
+
+def _figures(counts: tuple[int, int, int], delays: list[tuple[float, float]]
+             ) -> dict[str, float]:
+    losses, requests, repairs = counts
+    return {"losses": losses, "requests_per_loss": requests / max(losses, 1),
+            "repairs_per_loss": repairs / max(losses, 1),
+            "delay_rtt": statistics.fmean(d for _, d in delays) if delays else 0.0}
+
+
+def _both(row: dict[str, Any], key: str, fmt: str) -> str:
+    """A figure over the whole run and over its adapted second half."""
+    return f"{row[key]:{fmt}} | {row['adapted_' + key]:{fmt}}"
 
 
 class _NoLoss(random.Random):
@@ -100,39 +179,55 @@ class _NoLoss(random.Random):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="20 members, 40 items, 1 seed")
+    parser.add_argument("--quick", action="store_true",
+                        help="20 members on 200 vertices, 100 items, 1 seed")
     parser.add_argument("--members", type=int, default=100)
-    parser.add_argument("--items", type=int, default=200)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--vertices", type=int, default=1000, help="of the paper tree")
+    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--rate", type=float, default=50.0, help="items a second")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--topology", choices=TOPOLOGIES, action="append",
+                        help="repeatable; default both")
     parser.add_argument("--lossy", type=float, default=0.1)
     parser.add_argument("--link-loss", type=float, default=0.01)
     parser.add_argument("--period", type=float, default=1.0, help="session period (s)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.quick:
-        args.members, args.items, args.seeds = 20, 40, 1
-    console = Console()
-    table = Table(title=f"SRM loss recovery, {args.members} members, {args.items} items, "
-                        f"{args.seeds} seed(s)")
-    for column in ("topology", "timers", "losses", "requests/loss", "repairs/loss",
+        args.members, args.vertices, args.items, args.seeds = 20, 200, 100, 1
+    topologies = args.topology or list(TOPOLOGIES)
+    console = Console(width=150)
+    table = Table(title=f"SRM loss recovery, {args.members} members, {args.items} items at "
+                        f"{args.rate:g}/s, {args.seeds} seed(s): whole run | adapted "
+                        "(second half)")
+    for column in ("topology", "loss", "timers", "losses", "requests/loss", "repairs/loss",
                    "delay (RTT)", "given up"):
-        table.add_column(column, justify="right" if column not in ("topology", "timers")
-                         else "left")
+        table.add_column(column, justify="left" if column in ("topology", "loss", "timers")
+                         else "right")
     out: list[dict[str, Any]] = []
     started = time.monotonic()
-    for topology, lossy, link_loss in (("lossy link near source", args.lossy, 0.0),
-                                       ("loss on every link", 0.0, args.link_loss)):
-        for adaptive in (False, True):
-            runs = [run(seed, members=args.members, items=args.items, adaptive=adaptive,
-                        lossy=lossy, link_loss=link_loss, period=args.period)
-                    for seed in range(1, args.seeds + 1)]
-            row: dict[str, Any] = {key: statistics.fmean(r[key] for r in runs)
-                                   for key in runs[0]}
-            row.update(topology=topology, timers="adaptive" if adaptive else "fixed")
-            out.append(row)
-            table.add_row(topology, str(row["timers"]), f"{row['losses']:.0f}",
-                          f"{row['requests_per_loss']:.2f}", f"{row['repairs_per_loss']:.2f}",
-                          f"{row['delay_rtt']:.2f}", f"{row['gave_up']:.0f}")
+    cases = [(t, name, mode, adaptive) for t in topologies for name, mode in LOSS_MODES
+             for adaptive in (False, True)]
+    step = 0
+    for topology, loss_name, mode, adaptive in cases:
+        runs = []
+        for seed in range(1, args.seeds + 1):
+            step += 1
+            console.print(f"[{step}/{len(cases) * args.seeds}] {topology}, {loss_name}, "
+                          f"{'adaptive' if adaptive else 'fixed'} timers, seed {seed} "
+                          f"({time.monotonic() - started:.0f} s)")
+            runs.append(run(seed, topology=topology, members=args.members, items=args.items,
+                            adaptive=adaptive, lossy=args.lossy if mode == "lossy" else 0.0,
+                            link_loss=args.link_loss if mode == "every" else 0.0,
+                            period=args.period, rate=args.rate, vertices=args.vertices))
+        row: dict[str, Any] = {key: statistics.fmean(r[key] for r in runs) for key in runs[0]}
+        row.update(topology=topology, loss=loss_name,
+                   timers="adaptive" if adaptive else "fixed")
+        out.append(row)
+        table.add_row(topology, loss_name, str(row["timers"]), _both(row, "losses", ".0f"),
+                      _both(row, "requests_per_loss", ".2f"),
+                      _both(row, "repairs_per_loss", ".2f"), _both(row, "delay_rtt", ".2f"),
+                      f"{row['gave_up']:.0f}")
     console.print(table)
     console.print(f"{time.monotonic() - started:.1f} s")
     if args.json:

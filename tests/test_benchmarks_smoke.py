@@ -177,11 +177,13 @@ def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Pat
     out = tmp_path / "srm.json"
     assert srm_recovery.main(["--quick", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert {(r["topology"], r["timers"]) for r in rows} == {
-        (t, m) for t in ("lossy link near source", "loss on every link")
+    assert {(r["topology"], r["loss"], r["timers"]) for r in rows} == {
+        (t, loss, m) for t in ("paper", "two-level")
+        for loss in ("lossy link near source", "loss on every link")
         for m in ("fixed", "adaptive")}
     for row in rows:
         assert row["losses"] > 0 and row["requests_per_loss"] > 0, row
+        assert row["adapted_losses"] < row["losses"] and row["gave_up"] == 0, row
 
 
 def test_atomic_commit_quick_run_prints_every_figure_and_the_ratios(

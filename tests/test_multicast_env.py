@@ -104,6 +104,37 @@ def test_a_tree_that_is_not_a_tree_is_refused() -> None:
         RouterTree([TreeLink("a", "b"), TreeLink("b", "c"), TreeLink("c", "a")])
 
 
+def test_the_papers_tree_bounds_degree_and_loses_next_to_the_source() -> None:
+    members = [f"m{i:02d}" for i in range(30)]
+
+    def tree(seed: int) -> RouterTree:
+        return RouterTree.bounded_degree("m00", members, vertices=200, degree=4,
+                                         lossy_link_loss=0.5, rng=random.Random(seed))
+
+    built = tree(3)
+    assert built.links == tree(3).links  # one rng seed, one tree
+    links_of: dict[str, int] = {}
+    for link in built.links:
+        for vertex in (link.a, link.b):
+            links_of[vertex] = links_of.get(vertex, 0) + 1
+    assert len(links_of) == 200 and max(links_of.values()) <= 4
+    assert set(members) <= built.vertices()
+    (lossy,) = [link for link in built.links if link.loss]
+    assert "m00" in (lossy.a, lossy.b)  # next to the source
+    # everything behind it misses a dropped packet together; the rest still hears it
+    spreads = [built.spread("m00", random.Random(seed)) for seed in range(40)]
+    dropped = [set(s) for s in spreads if len(s) < 199]
+    assert dropped and len(dropped) < len(spreads)
+    behind = set(members[1:]) - set().union(*dropped)
+    assert 0 < len(behind) < len(members) - 1
+    depths = {round(d, 3) for m, d in spreads[0].items() if m in members}
+    assert len(depths) > 3  # members at many depths (unlike the two-level tree)
+    with pytest.raises(ConfigError):
+        RouterTree.bounded_degree("x", members, vertices=200, rng=random.Random(1))
+    with pytest.raises(ConfigError):
+        RouterTree.bounded_degree("m00", members, vertices=20, rng=random.Random(1))
+
+
 def test_oversized_datagram_is_refused_everywhere() -> None:
     big = Note("x" * (MAX_DATAGRAM + 1))
     with pytest.raises(DatagramTooLarge):

@@ -8,6 +8,7 @@ import pytest
 
 from gossamer.core.errors import ConfigError
 from gossamer.protocols.dissemination.srm import (
+    AdaptiveTimers,
     Srm,
     SrmConfig,
     SrmData,
@@ -184,6 +185,94 @@ def test_adaptive_timers_move_c1_up_on_duplicate_requests() -> None:
     fixed.on_message("b", SrmRequest("b", "s", 2))
     fixed.on_message("b", SrmRepair("b", "s", 2, "x"))
     assert (fixed.timers.c1, fixed.timers.c2) == (2.0, 2.0)
+
+
+def place(srm: Srm, env: FakeEnv, other: str, distance: float) -> None:
+    """``other`` is ``distance`` away from ``srm``'s member (a session echo says so)."""
+    now = env.now()
+    srm.on_message(other, SrmSession(now, (), ((srm.env.node, now - 2 * distance, 0.0),)))
+
+
+def lose_and_recover(srm: Srm, env: FakeEnv, seq: int, *, duplicate_from: str | None,
+                     within: bool = True) -> None:
+    """``seq`` of source s goes missing; our request goes out first, then (if given) a
+    duplicate request from another member, in the same round or (``within`` False) after
+    our ignore window; then the repair comes."""
+    srm.on_message("s", SrmData("s", seq + 1, "x"))
+    while not requests(env):
+        env.advance(0.001)
+    if duplicate_from is not None:
+        if not within:
+            env.advance(10.0)
+        srm.on_message(duplicate_from, SrmRequest(duplicate_from, "s", seq))
+    srm.on_message("s", SrmRepair("s", "s", seq, "x"))
+    env.take_multicast()
+
+
+def test_a_duplicate_request_widens_c2_unless_this_member_was_the_closest() -> None:
+    def c2_after(duplicate_from: str) -> float:
+        srm, env, _ = member(adaptive=True)
+        place(srm, env, "s", 0.01)
+        place(srm, env, "near", 0.012)  # about as far as the source: it could be suppressed
+        place(srm, env, "far", 0.1)  # > 1.5 x our distance to s: its duplicate is its own
+        srm.on_message("s", SrmData("s", 1, "x"))
+        lose_and_recover(srm, env, 2, duplicate_from=duplicate_from)
+        assert srm.timers.ave_dup_req == 1.0
+        srm.on_message("s", SrmData("s", 5, "x"))  # the next loss (4) adjusts C1, C2
+        return srm.timers.c2
+
+    assert c2_after("near") == pytest.approx(2.5)  # widened: one duplicate per loss
+    assert c2_after("far") == pytest.approx(1.9)  # narrowed: we were the closest
+
+
+def test_a_request_of_a_later_round_is_no_duplicate() -> None:
+    for within, duplicates in ((True, 1.0), (False, 0.0)):
+        srm, env, _ = member(adaptive=True)
+        srm.on_message("s", SrmData("s", 1, "x"))
+        lose_and_recover(srm, env, 2, duplicate_from="b", within=within)
+        assert srm.timers.ave_dup_req == duplicates, within
+
+
+def test_the_first_adaptive_repair_window_is_log10_of_the_group() -> None:
+    srm, env, _ = member("h", adaptive=True)
+    for i in range(99):  # a group of 100: D1 = D2 = 2
+        srm.on_message(f"m{i}", SrmSession(0.0, (), ()))
+    srm.on_message("s", SrmData("s", 1, "one"))
+    srm.on_message("a", SrmRequest("a", "s", 1))
+    assert (srm.timers.d1, srm.timers.d2) == (2.0, 2.0)
+    env.advance(2 * D - 1e-9)
+    assert env.take_multicast() == []  # not before D1 d
+    env.advance(2 * D + 1e-9)  # by (D1 + D2) d it has gone
+    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "one"))]
+    fixed, _fixed_env, _ = member("h")
+    fixed.on_message("s", SrmData("s", 1, "one"))
+    fixed.on_message("a", SrmRequest("a", "s", 1))
+    assert (fixed.timers.d1, fixed.timers.d2) == (1.0, 1.0)
+
+
+def test_a_request_is_not_repeated_before_the_source_could_answer_it() -> None:
+    # C1 = 0.5, C2 = 1: doubling alone would ask again after 1-3 d, inside the round trip
+    env = FakeEnv("a", seed=7)
+    srm = Srm(env, SrmConfig(group="g", session_period=1e6, timers=SrmTimerConfig(
+        c1=0.5, c2=1.0, adaptive=False)))
+    srm.start()
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("s", SrmData("s", 3, "x"))
+    times = []
+    for _ in range(2):
+        while not requests(env):
+            env.advance(0.001)
+        times.append(env.now())
+    # a round trip (2 d) and the source's whole repair window ((D1 + D2) d = 2 d)
+    assert times[1] - times[0] >= 4 * D - 1e-9
+
+
+def test_adaptive_timers_back_off_by_three_fixed_ones_by_two() -> None:
+    assert AdaptiveTimers(SrmTimerConfig(adaptive=True)).backoff == 3.0
+    assert AdaptiveTimers(SrmTimerConfig(adaptive=False)).backoff == 2.0
+    assert AdaptiveTimers(SrmTimerConfig(backoff=1.5)).backoff == 1.5
+    with pytest.raises(ConfigError):
+        SrmTimerConfig(backoff=0.5)
 
 
 def test_bad_configuration_is_refused() -> None:

@@ -53,8 +53,9 @@ class RouterTree:
         if self.links and len(self._reach(self.links[0].a)) != len(self._adjacent):
             raise ConfigError("not a tree: its links are not all connected")
 
-    def _reach(self, start: str) -> set[str]:
-        seen = {start}
+    def _reach(self, start: str, blocked: str | None = None) -> set[str]:
+        """The vertices reachable from ``start`` (without passing ``blocked``)."""
+        seen = {start} if blocked is None else {start, blocked}
         todo = [start]
         while todo:
             vertex = todo.pop()
@@ -63,7 +64,7 @@ class RouterTree:
                 if other not in seen:
                     seen.add(other)
                     todo.append(other)
-        return seen
+        return seen - {blocked} if blocked is not None else seen
 
     def vertices(self) -> set[str]:
         return set(self._adjacent)
@@ -104,6 +105,56 @@ class RouterTree:
         links += [TreeLink(f"r{1 + i % fanout}", member, delay, loss)
                   for i, member in enumerate(others)]
         return cls(links)
+
+    @classmethod
+    def bounded_degree(cls, source: NodeId, members: Iterable[NodeId], *, vertices: int,
+                       degree: int = 4, delay: float = 0.01, loss: float = 0.0,
+                       lossy_link_loss: float = 0.0, rng: random.Random) -> RouterTree:
+        """The SRM paper's topology: a random tree of ``vertices`` vertices, none with more
+        than ``degree`` links, grown by attaching each new vertex to a random one with a link
+        free; the source is its root and the other members sit on distinct random vertices
+        (the rest are routers ``r1..``), so members are at every depth and their distances
+        differ. Of the source's links, the one with the most members behind it drops with
+        ``lossy_link_loss`` (a lossy link next to the source), every other link with
+        ``loss``."""
+        names = list(dict.fromkeys(members))
+        if source not in names:
+            raise ConfigError(f"the source {source!r} is not among the members")
+        if degree < 3:
+            raise ConfigError(f"degree must be >= 3, got {degree}")
+        if vertices < len(names) or vertices < 3:
+            raise ConfigError(f"{vertices} vertices cannot hold {len(names)} members")
+        edges: list[tuple[int, int]] = []
+        links_of = [0] * vertices
+        open_vertices = [0]  # those with a free link
+        for vertex in range(1, vertices):
+            parent = open_vertices[rng.randrange(len(open_vertices))]
+            edges.append((parent, vertex))
+            links_of[parent] += 1
+            links_of[vertex] = 1
+            if links_of[parent] == degree:
+                open_vertices.remove(parent)
+            open_vertices.append(vertex)
+        if links_of[0] < 2:
+            raise ConfigError("the tree's root has one link: no link next to it loses for a part")
+        rest = rng.sample(range(1, vertices), len(names) - 1)
+        label = [f"r{v}" for v in range(vertices)]
+        label[0] = source  # the root: its subtrees split the members
+        for vertex, name in zip(rest, [n for n in names if n != source], strict=True):
+            label[vertex] = name
+        plain = cls([TreeLink(label[a], label[b], delay, loss) for a, b in edges])
+        member_set = set(names)
+
+        def members_behind(link: TreeLink) -> int:
+            far = link.b if link.a == source else link.a
+            return len(plain._reach(far, source) & member_set)
+
+        own = [link for link in plain.links if source in (link.a, link.b)]
+        lossy = max(own, key=lambda link: (members_behind(link) < len(names) - 1,
+                                           members_behind(link)))
+        return cls([TreeLink(link.a, link.b, delay,
+                             lossy_link_loss if link is lossy else loss)
+                    for link in plain.links])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

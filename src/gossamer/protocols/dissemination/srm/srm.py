@@ -110,14 +110,16 @@ class _Source:
 class _Loss:
     """One missing item: its request timer, backoff round and statistics."""
 
-    __slots__ = ("detected", "duplicates", "first_request", "ignore_until", "round", "timer")
+    __slots__ = ("detected", "duplicates", "first_request", "ignore_until", "round", "sent_first",
+                 "timer")
 
     def __init__(self, detected: float) -> None:
         self.detected = detected
         self.round = 0
+        self.sent_first = False  # this member's own request opened the first round
         self.timer: TimerHandle | None = None
         self.ignore_until = -math.inf
-        self.duplicates = -1  # requests heard or sent, beyond the first
+        self.duplicates = 0  # requests of the first round heard or sent, beyond the first
         self.first_request: float | None = None
 
 
@@ -125,12 +127,15 @@ class _Repair:
     """A repair this member will send unless it hears one first, and the repairs it then
     counts for the item (its duplicates statistic) until the round closes."""
 
-    __slots__ = ("heard", "requested", "timer")
+    __slots__ = ("first", "heard", "requested", "requester", "sent", "timer")
 
-    def __init__(self, requested: float, timer: TimerHandle | None) -> None:
+    def __init__(self, requested: float, requester: NodeId, timer: TimerHandle | None) -> None:
         self.requested = requested
+        self.requester = requester
         self.timer = timer  # None once sent or suppressed: the round is only being counted
         self.heard = 0
+        self.first: float | None = None  # when the first repair was sent or heard
+        self.sent = False
 
 
 class Srm:
@@ -284,12 +289,19 @@ class Srm:
 
     def _arm_request(self, item: Item, loss: _Loss) -> None:
         d = self.distance(item[0])
-        backoff = min(2 ** loss.round, self.config.max_backoff)
         low = self.timers.c1 * d
-        delay = backoff * (low + self.timers.c2 * d * self.env.rng.random())
+        delay = self._backoff(loss) * (low + self.timers.c2 * d * self.env.rng.random())
+        if loss.round:
+            # a request is out (ours or another's): asking again before the source itself
+            # could have answered it (a round trip and its whole repair window) only adds a
+            # duplicate; a small C1 would otherwise repeat it within the round trip
+            delay = max(delay, (2 + self.timers.d1 + self.timers.d2) * d)
         if loss.timer is not None:
             self.env.cancel(loss.timer)
         loss.timer = self.env.set_timer(delay, lambda: self._request_due(item))
+
+    def _backoff(self, loss: _Loss) -> float:
+        return min(self.timers.backoff ** loss.round, self.config.max_backoff)
 
     def _request_due(self, item: Item) -> None:
         loss = self._losses.get(item)
@@ -302,14 +314,22 @@ class Srm:
         source, seq = item
         self.env.multicast(self.config.group, SrmRequest(self.env.node, source, seq))
         self.stats["requests"] += 1
-        self.timers.sent_request(self.group_size())
+        if loss.round == 0:
+            loss.sent_first = True
+            self.timers.sent_request(self.group_size())
         self._count_request(loss)
         self._back_off(item, loss)
 
     def _count_request(self, loss: _Loss) -> None:
-        loss.duplicates += 1
+        """The first request of a loss, or a duplicate of it: one of the same round (heard
+        before the first back-off's ignore window closed). A request of a later round is
+        no failure of suppression (the repair was lost, or the loss is another region's)."""
+        now = self.env.now()
         if loss.first_request is None:
-            loss.first_request = self.env.now()
+            loss.first_request = now
+            loss.duplicates = 0
+        elif loss.round <= 1 and now < loss.ignore_until:
+            loss.duplicates += 1
 
     def _back_off(self, item: Item, loss: _Loss) -> None:
         """Double the request interval; requests heard in the first half of it are the same
@@ -317,7 +337,7 @@ class Srm:
         loss.round += 1
         self._arm_request(item, loss)
         d = self.distance(item[0])
-        interval = min(2 ** loss.round, self.config.max_backoff) * (self.timers.c1 * d)
+        interval = self._backoff(loss) * (self.timers.c1 * d)
         loss.ignore_until = self.env.now() + interval / 2
 
     def _give_up(self, item: Item) -> None:
@@ -346,6 +366,9 @@ class Srm:
         item = (request.source, request.seq)
         loss = self._losses.get(item)
         if loss is not None:  # we miss it too: suppression, our own request backs off
+            if loss.sent_first and loss.round == 1:
+                far = self.distance(request.requester) > 1.5 * self.distance(request.source)
+                self.timers.heard_request_after_own(closest=far)
             self._count_request(loss)
             if self.env.now() >= loss.ignore_until:
                 self._back_off(item, loss)
@@ -364,7 +387,7 @@ class Srm:
         d = self.distance(request.requester)
         delay = self.timers.d1 * d + self.timers.d2 * d * self.env.rng.random()
         timer = self.env.set_timer(delay, lambda: self._repair_due(item))
-        self._repairs[item] = _Repair(self.env.now(), timer)
+        self._repairs[item] = _Repair(self.env.now(), request.requester, timer)
 
     def _payload(self, item: Item) -> Any:
         if item in self._cache:
@@ -384,6 +407,9 @@ class Srm:
                                                         payload))
         self.stats["repairs"] += 1
         repair.heard += 1
+        repair.sent = True
+        if repair.first is None:
+            repair.first = self.env.now()
         self.timers.sent_repair(self.group_size())
         self._hold(item)
         self._close_round_later(item)
@@ -398,8 +424,9 @@ class Srm:
         if repair is None or repair.timer is not None:
             return
         del self._repairs[item]
-        d = self.distance(item[0])
-        self.timers.repair_done(max(repair.heard - 1, 0), (self.env.now() - repair.requested) / d)
+        d = self.distance(repair.requester)
+        first = repair.first if repair.first is not None else self.env.now()
+        self.timers.repair_done(max(repair.heard - 1, 0), (first - repair.requested) / d)
 
     def _hold(self, item: Item) -> None:
         """Ignore requests for ``item`` for 3 distances to its source: they crossed a repair."""
@@ -412,7 +439,18 @@ class Srm:
         item = (repair.source, repair.seq)
         scheduled = self._repairs.get(item)
         if scheduled is not None:
-            scheduled.heard += 1
+            now = self.env.now()
+            if scheduled.first is None:
+                scheduled.first = now
+                scheduled.heard += 1
+            elif now <= scheduled.first + 2 * self.distance(scheduled.requester):
+                # sent before its sender could have heard the first: a duplicate; a later
+                # one answered another region's request, no failure of suppression here
+                scheduled.heard += 1
+            if scheduled.sent and scheduled.heard == 2:  # the first duplicate of our own
+                far = (self.distance(repair.repairer)
+                       > 1.5 * self.distance(scheduled.requester))
+                self.timers.heard_repair_after_own(closest=far)
             if scheduled.timer is not None:  # someone nearer answered first: suppressed
                 self.env.cancel(scheduled.timer)
                 scheduled.timer = None
