@@ -3,6 +3,8 @@ reordering, member crashes around the vote and the sender crashing between the p
 
 from __future__ import annotations
 
+import dataclasses
+
 from gossamer.core.trace import MemorySink
 from gossamer.protocols.ordering.atomic import AtomicProcess, AtomicProcessConfig
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
@@ -107,3 +109,13 @@ def test_a_no_vote_aborts_for_everyone() -> None:
 def test_same_seed_same_trace() -> None:
     options = AtomicRunOptions(members=4, messages=5, loss=0.1, member_crashes=1)
     assert rows(run_atomic_sim(11, options)) == rows(run_atomic_sim(11, options))
+
+
+def test_a_big_groups_run_leaves_out_only_the_session_messages() -> None:
+    options = AtomicRunOptions(members=5, messages=6, loss=0.1, member_crashes=1)
+    every = rows(run_atomic_sim(3, options))
+    lean = rows(run_atomic_sim(3, dataclasses.replace(options, trace_sessions=False)))
+    sessions = [r for r in every if r.info and '"srm.session"' in r.info]
+    assert sessions and len(lean) == len(every) - len(sessions)
+    assert lean == [r for r in every if r not in sessions]  # the same run, nothing else gone
+    assert judge_atomicity(lean) == judge_atomicity(every)

@@ -210,12 +210,17 @@ class Simulation:
         trace: TraceSink | None = None,
         codec: WireCodec | OwnCodecs | None = OWN_CODECS,
         trace_messages: bool = True,
+        untraced: Iterable[str] = (),
         connection_refused: bool = False,
         wall_epoch: float = 0.0,
     ) -> None:
         """``codec``: every message ``env.send`` carries crosses it, encoded and decoded, as
         on a network; ``OWN_CODECS`` (default): each message through its own protocol's codec
         (``Message.CODEC``); None: messages travel as objects.
+
+        ``untraced``: message types (``Message.TYPE``) whose sends and receipts are not
+        traced even with ``trace_messages`` (a big group's periodic session messages, whose
+        rows grow with the square of the group and that no check reads).
 
         ``wall_epoch``: the simulated wall clock at virtual time 0. Every row's ``wall`` is
         ``wall_epoch + t``: fixed per run, so the same seed gives the same trace; with the
@@ -231,6 +236,7 @@ class Simulation:
         self.trace_sink: TraceSink = trace if trace is not None else MemorySink()
         self.tracing = self.trace_sink.enabled
         self.trace_messages = trace_messages and self.tracing
+        self.untraced = frozenset(untraced)
         # with a codec every message crosses the wire format, as on a real network
         self.codec = codec
         self._own_codecs = codec is OWN_CODECS
@@ -467,7 +473,7 @@ class Simulation:
         msg = type(msg).CODEC.decode(data)  # type: ignore[union-attr]
         src = env.node
         size = len(data)
-        if self.trace_messages:
+        if self.trace_messages and msg.TYPE not in self.untraced:
             mid, origin, key, seq = msg.trace_ids()
             self.trace_sink.append(
                 (self.run_id, self.now, src, layer_of(msg), "send", mid, origin, group_name,
@@ -516,7 +522,7 @@ class Simulation:
             size = len(data)
             msg = codec.decode(data)  # type: ignore[union-attr]
         src = env.node
-        if self.trace_messages:
+        if self.trace_messages and msg.TYPE not in self.untraced:
             mid, origin, key, seq = msg.trace_ids()
             self.trace_sink.append(
                 (self.run_id, self.now, src, layer_of(msg), "send", mid, origin, dst, key, seq,
@@ -553,7 +559,7 @@ class Simulation:
             if env is None and self.connection_refused and self.network.connected(src, dst):
                 self._refuse(src, dst)
             return
-        if self.trace_messages:
+        if self.trace_messages and msg.TYPE not in self.untraced:
             mid, origin, key, seq = msg.trace_ids()
             self.trace_sink.append(
                 (self.run_id, self.now, dst, layer_of(msg), "recv", mid, origin, src, key, seq,
