@@ -24,130 +24,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from gossamer.services.atomic.processes import (
+    MemberProcess,
+    ProcessGroup,
+    loopback_group_address,
+)
+
 RUN = "atomic-kill"
-WAIT = 120.0  # seconds: an upper bound for each wait, every wait ends when its line shows up
-
-
-class Member:
-    """One ``gossamer atomic node`` process (one life of a member) and what it printed."""
-
-    def __init__(self, label: str, proc: asyncio.subprocess.Process,
-                 changed: asyncio.Condition) -> None:
-        self.label = label
-        self.proc = proc
-        self.changed = changed
-        self.name: str | None = None
-        self.members: set[str] = set()
-        self.delivered: list[str] = []
-        self.decided: dict[str, bool] = {}
-        self.voted_yes: list[str] = []
-        self.errors: list[str] = []
-        self.on_line: Callable[[Member, str], None] = lambda member, line: None
-        self.reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        while raw := await self.proc.stdout.readline():
-            line = raw.decode().rstrip("\n")
-            verb, _, rest = line.partition(" ")
-            words = rest.split()
-            if verb == "ready":
-                self.name = words[0]
-            elif verb == "member+":
-                self.members.add(words[0])
-            elif verb == "member-":
-                self.members.discard(words[0])
-            elif verb == "delivered":
-                self.delivered.append(words[0])
-            elif verb in ("committed", "aborted"):
-                self.decided[words[0]] = verb == "committed"
-            elif verb == "voted" and words[1] == "yes":
-                self.voted_yes.append(words[0])
-            elif verb == "error:":
-                self.errors.append(line)
-            self.on_line(self, line)
-            async with self.changed:
-                self.changed.notify_all()
-        async with self.changed:
-            self.changed.notify_all()
-
-    def write(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-
-
-class Group:
-    def __init__(self, out: Path, group: str, period: float) -> None:
-        self.out = out
-        self.group = group
-        self.period = period
-        self.changed = asyncio.Condition()
-        self.lives: list[Member] = []
-
-    async def spawn(self, label: str) -> Member:
-        logs = self.out / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with (logs / f"{label}.stderr").open("ab") as err:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gossamer.cli.main", "atomic", "node",
-                "--group", self.group, "--data-dir", str(self.out / "data" / label),
-                "--interactive", "--print-votes", "--session-period", str(self.period),
-                "--trace-dir", str(self.out), "--run", RUN, "--log-level", "INFO",
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err)
-        member = Member(label, proc, self.changed)
-        self.lives.append(member)
-        await self.until(lambda: member.name is not None, f"{label} ready")
-        return member
-
-    async def until(self, condition: Callable[[], bool], what: str, timeout: float = WAIT,
-                    on_timeout: Callable[[], str] = lambda: "") -> None:
-        try:
-            async with asyncio.timeout(timeout), self.changed:
-                await self.changed.wait_for(condition)
-        except TimeoutError:
-            raise SystemExit(f"FAILED: not within {timeout} s: {what} {on_timeout()}"
-                             ) from None
-
-    async def stop(self) -> None:
-        for member in self.lives:
-            if member.proc.returncode is None and member.proc.stdin is not None:
-                member.proc.stdin.close()  # the end of input: leave, compact the trace
-        for member in self.lives:
-            try:
-                async with asyncio.timeout(WAIT):
-                    await member.proc.wait()
-            except TimeoutError:
-                print(f"{member.label} did not leave within {WAIT} s: killed")
-                with contextlib.suppress(ProcessLookupError):
-                    member.proc.kill()
-                await member.proc.wait()
-            await member.reader
-
-
-def _group_address() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"239.255.{random.randrange(1, 255)}.{random.randrange(1, 255)}:{port}"
 
 
 async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
     """Run the processes; returns what went wrong, judged from their output."""
-    net = Group(out, _group_address(), args.session_period)
+    net = ProcessGroup(out, loopback_group_address(), args.session_period, run=RUN)
     labels = [f"m{i:02d}" for i in range(args.members)]
     try:
         members = {label: await net.spawn(label) for label in labels}
@@ -158,7 +57,7 @@ async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
         first_life = members[victim_label]
         killed_on: list[str] = []
 
-        def kill_on_yes(member: Member, line: str) -> None:
+        def kill_on_yes(member: MemberProcess, line: str) -> None:
             if (line.startswith("voted ") and line.endswith(" yes") and not killed_on
                     and len(sender.decided) >= args.kill_after):
                 member.proc.send_signal(signal.SIGKILL)  # right after its YES left
@@ -259,7 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("at least 3 members, and 0 < --kill-after < --messages")
     out = args.out if args.out is not None else Path(tempfile.mkdtemp(prefix="atomic-kill-"))
     print(f"out: {out}; load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    problems = asyncio.run(scenario(args, out))
+    try:
+        problems = asyncio.run(scenario(args, out))
+    except TimeoutError as exc:
+        problems = [str(exc)]
     for problem in problems:
         print("FAILED:", problem)
     analysis = 0 if args.no_analyze else analyze(out)

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from gossamer.cli.workloads import run_workload, validate_run
+from gossamer.core.errors import ConfigError
+from gossamer.pipeline.experiment import RunSpec
+from gossamer.services.atomic.processes import loopback_group_address
 from harness_procs import WAIT, LineProc
 
 CLI = (sys.executable, "-m", "gossamer.cli.main", "atomic", "node")
@@ -39,12 +42,6 @@ class Member(LineProc):
 
     def delivered(self) -> list[str]:
         return [line.split()[1] for line in self.lines if line.startswith("delivered ")]
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def spawn(tmp: Path, label: str, group: str) -> Member:
@@ -79,7 +76,7 @@ async def send(sender: Member, text: str) -> tuple[str, bool]:
 
 
 async def four_members_and_a_killed_one(tmp: Path) -> None:
-    group = f"239.255.{random.randrange(1, 255)}.{random.randrange(1, 255)}:{free_udp_port()}"
+    group = loopback_group_address()
     members = {label: await spawn(tmp, label, group) for label in "abcd"}
     first_d = members["d"]
     try:
@@ -139,3 +136,23 @@ async def four_members_and_a_killed_one(tmp: Path) -> None:
 @pytest.mark.processes
 def test_four_members_and_a_killed_one(tmp_path: Path) -> None:
     asyncio.run(four_members_and_a_killed_one(tmp_path))
+
+
+@pytest.mark.processes
+def test_the_loopback_workload_runs_member_processes_and_writes_their_traces(
+        tmp_path: Path) -> None:
+    spec = RunSpec("atomic-lb", "atomic", "loopback", 1,
+                   {"members": 3, "messages": 6, "inflight": 2, "session_period": 0.2,
+                    "drop_rate": 0.05, "timeout": 60.0})
+    result = run_workload(spec, str(tmp_path))
+    assert result["committed"] + result["aborted"] == 6, result
+    assert result["missing"] == result["twice"] == result["errors"] == 0, result
+    assert result["deliveries"] == 3 * result["committed"], result
+    files = sorted((tmp_path / "trace" / "atomic-lb").glob("*.parquet"))
+    assert len(files) == 3, files
+    rows = [row for f in files for row in pq.read_table(f).to_pylist()]
+    assert any(r["event"] == "deliver" and r["layer"] == "atomic" for r in rows)
+    dropped = [r for r in rows if r["event"] == "drop" and '"injected"' in (r["info"] or "")]
+    assert dropped, "a drop rate of 5% dropped nothing"
+    with pytest.raises(ConfigError):
+        validate_run(RunSpec("x", "atomic", "loopback", 1, {"drop_rate": 1.0}))

@@ -30,6 +30,7 @@ from ..services.atomic.experiment import (
     AtomicRunResult,
     run_atomic_experiment,
 )
+from ..services.atomic.loopback import AtomicLoopbackOptions, run_atomic_loopback
 from ..services.broadcast import (
     FifoRunOptions,
     FifoRunResult,
@@ -52,13 +53,13 @@ WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
     "activity": {"sim": ActivityRunOptions},
     "chord": {"sim": ChordRunOptions},
     "paxos": {"sim": PaxosRunOptions},
-    "atomic": {"sim": AtomicRunOptions},
+    "atomic": {"sim": AtomicRunOptions, "loopback": AtomicLoopbackOptions},
     "appsync": {"sim": AppSyncRunOptions},
 }
 
 Options = (FifoRunOptions | LoopbackOptions | ReplicaRunOptions | PubSubRunOptions
            | ActivityRunOptions | ChordRunOptions | PaxosRunOptions | AtomicRunOptions
-           | AppSyncRunOptions)
+           | AtomicLoopbackOptions | AppSyncRunOptions)
 
 
 def _options(spec: RunSpec) -> Options:
@@ -177,6 +178,8 @@ def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
         for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):
             stale.unlink()
         return _result(asyncio.run(run_fifo_loopback(options, out_dir=out_dir)))
+    if isinstance(options, AtomicLoopbackOptions):
+        return dataclasses.asdict(asyncio.run(run_atomic_loopback(options, out_dir=out_dir)))
     if isinstance(options, FifoRunOptions):
         return _result(run_fifo_sim(options, out_dir=out_dir))
     raise ConfigError(f"no runner for {type(options).__name__}")  # a workload missing above

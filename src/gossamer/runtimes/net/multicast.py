@@ -19,6 +19,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import random
 import socket
 import struct
 from collections.abc import Callable, Mapping
@@ -125,9 +126,16 @@ class MulticastEnv(LoopEnv):
         incarnation: int = 1,
         on_failure: Callable[[BaseException], None] | None = None,
         recv_buffer: int = DEFAULT_RECV_BUFFER,
+        drop_rate: float = 0.0,
     ) -> None:
         super().__init__(check_node_id(node), send=self._unicast, store=store, trace=trace,
                          run=run, seed=seed, on_failure=on_failure)
+        if not (isinstance(drop_rate, int | float) and 0.0 <= drop_rate < 1.0):
+            raise ConfigError(f"drop_rate must be in [0, 1), got {drop_rate!r}")
+        # loss injected on receipt (loopback loses nothing): its own rng, so the protocol's
+        # draws stay what they would be without it
+        self.drop_rate = float(drop_rate)
+        self._drop_rng = random.Random(f"{seed}/{node}/drop")
         if not 0 <= ttl <= 255:
             raise ConfigError(f"ttl must be in [0, 255], got {ttl}")
         if isinstance(recv_buffer, bool) or not isinstance(recv_buffer, int) or recv_buffer < 1:
@@ -230,6 +238,9 @@ class MulticastEnv(LoopEnv):
             return
         if src == self.node:
             return  # our own datagram, looped back
+        if self.drop_rate and self._drop_rng.random() < self.drop_rate:
+            self.trace("drop", layer="multicast", peer=src, reason="injected")
+            return
         self._addresses[src] = addr
         try:
             self.process.on_message(src, msg)  # type: ignore[attr-defined]

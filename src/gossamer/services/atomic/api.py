@@ -83,7 +83,10 @@ class AtomicGroup:
                  name: str | None = None, group_key: str | None = None,
                  interface: str = "127.0.0.1", ttl: int = 1, session_period: float = 1.0,
                  trace: TraceSink | None = None, run: str = "live",
-                 max_delivered: int = 10_000, recv_buffer: int = DEFAULT_RECV_BUFFER) -> None:
+                 max_delivered: int = 10_000, recv_buffer: int = DEFAULT_RECV_BUFFER,
+                 drop_rate: float = 0.0) -> None:
+        """``drop_rate``: drop that fraction of the datagrams received (traced ``drop``,
+        reason ``injected``), to try the group under loss where the network loses none."""
         self._address = parse_group(group)
         self._data_dir = None if data_dir is None else Path(data_dir)
         stored_name, self._incarnation = _name_and_incarnation(self._data_dir)
@@ -92,6 +95,7 @@ class AtomicGroup:
         self._interface = interface
         self._ttl = ttl
         self._recv_buffer = recv_buffer
+        self._drop_rate = drop_rate
         self._config = AtomicProcessConfig(group=f"{self._address[0]}:{self._address[1]}",
                                            session_period=session_period)
         self._trace = trace
@@ -119,7 +123,7 @@ class AtomicGroup:
         env = MulticastEnv(self.name, group=self._address, key=self._key, codec=CODEC,
                            store=self._store, interface=self._interface, ttl=self._ttl,
                            trace=self._trace, run=self._run, incarnation=self._incarnation,
-                           recv_buffer=self._recv_buffer)
+                           recv_buffer=self._recv_buffer, drop_rate=self._drop_rate)
         self._env = env
 
         def build(env: MulticastEnv) -> AtomicProcess:

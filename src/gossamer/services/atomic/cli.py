@@ -83,7 +83,8 @@ async def run_node(args: argparse.Namespace) -> int:
         sink = SegmentSink(None)
     group = AtomicGroup(args.group, data_dir=args.data_dir, group_key=args.group_key,
                         ttl=args.ttl, session_period=args.session_period, trace=sink,
-                        run=args.run, recv_buffer=args.recv_buffer)
+                        run=args.run, recv_buffer=args.recv_buffer,
+                        drop_rate=args.drop_rate)
     if sink is not None:
         sink.path = trace_path(args.trace_dir, args.run, group.name)
         write_settings(args.trace_dir, args.run, ANALYSIS_SETTINGS)
@@ -174,6 +175,9 @@ def add_atomic_parser(
     node.add_argument("--recv-buffer", type=int, default=DEFAULT_RECV_BUFFER, metavar="BYTES",
                       help=f"UDP receive buffer asked of the kernel (default {DEFAULT_RECV_BUFFER}"
                            f"; the size granted is logged at INFO)")
+    node.add_argument("--drop-rate", type=float, default=0.0, metavar="P",
+                      help="drop this fraction of the datagrams received, traced (loss on a "
+                           "network that loses none, such as loopback; default 0)")
     node.add_argument("--session-period", type=_seconds, default=1.0, metavar="SECONDS",
                       help="SRM session message period (default 1 s)")
     node.add_argument("--send-every", type=_seconds, default=1.0, metavar="SECONDS",
