@@ -127,6 +127,8 @@ def test_round_metrics_match_the_rows_of_the_run(spark: Any) -> None:
         n for i in infos for code, n in i["codes"].items() if code in CONFLICT_CODES)
         / len(rounds))
     assert found.conflicts_per_round > 0, "two peers met on a property at least once"
+    assert found.bytes_per_round == pytest.approx(sum(i["bytes"] for i in infos) / len(rounds))
+    assert found.bytes_per_round > 0
     totals: dict[str, int] = {}
     for i in infos:
         for code, n in i["codes"].items():

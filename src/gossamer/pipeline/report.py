@@ -178,6 +178,7 @@ _SWEEP_METRICS = (
     ("visible_p99", "APSYN change visible at every peer p99, after the server applied it", "s"),
     ("request_visible_p99", "APSYN request to visible at every peer p99", "s"),
     ("conflicts_per_round", "APSYN requests meeting a conflict per round", "requests"),
+    ("bytes_per_round", "APSYN sync bytes written to the peers per round", "bytes"),
 )
 
 

@@ -3,7 +3,8 @@ take, how long an applied change takes to be visible at every peer that sees it,
 server answered, per run and session.
 
 Reads the sync server's ``round`` rows (``key`` the session, ``seq`` the round, ``info``:
-``requests``, ``applied``, ``codes`` = status code -> count), the ``sync_apply`` rows of the
+``requests``, ``applied``, ``bytes`` = the round's sync frames written to the peers,
+``codes`` = status code -> count), the ``sync_apply`` rows of the
 server and the peers (``msg`` the action's id, ``session:ROUND:digest``, the same everywhere;
 at the server ``origin`` the requesting peer) and the peers' ``sync_request`` rows (``origin``
 the peer, ``info.action`` the digest its action's id will end with).
@@ -30,11 +31,13 @@ CONFLICT_CODES = ("22", "24", "32", "34")
 #: the columns of ``round_metrics`` that the runs table carries (plotted against a sweep): the
 #: largest session's value
 ROUND_RUN_COLUMNS = ("round_time_p50", "round_time_p99", "visible_p50", "visible_p99",
-                     "request_visible_p50", "request_visible_p99", "conflicts_per_round")
+                     "request_visible_p50", "request_visible_p99", "conflicts_per_round",
+                     "bytes_per_round")
 REQUEST = "sync_request"
 _ROUND_INFO = T.StructType([
     T.StructField("requests", T.LongType()),
     T.StructField("applied", T.LongType()),
+    T.StructField("bytes", T.LongType()),
     T.StructField("codes", T.MapType(T.StringType(), T.LongType())),
 ])
 _QUANTILES = [0.5, 0.99]
@@ -52,7 +55,9 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
     """Per (run, session): ``rounds``; ``round_time_p50/p99`` (seconds between one round and
     the next at the server, on the shared clock); ``requests_per_round``,
     ``applied_per_round`` and ``conflicts_per_round`` (requests answered with a
-    ``CONFLICT_CODES`` status); ``codes`` (JSON: status code -> requests answered with it);
+    ``CONFLICT_CODES`` status); ``bytes_per_round`` (the sync frames the server wrote to its
+    peers, every copy counted; null on a trace from before rounds carried it); ``codes``
+    (JSON: status code -> requests answered with it);
     ``visible_p50/p99`` (seconds from the server applying an action to the last peer that
     applies it, over the actions some peer applied; null when none did) and
     ``request_visible_p50/p99`` (from the peer's request, its ``sync_request`` row, to the last
@@ -77,7 +82,8 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
                          "requests_per_round"),
                      F.avg(F.coalesce(F.col("info.applied"), F.lit(0))).alias(
                          "applied_per_round"),
-                     F.avg("conflicts").alias("conflicts_per_round")))
+                     F.avg("conflicts").alias("conflicts_per_round"),
+                     F.avg("info.bytes").alias("bytes_per_round")))
     totals = (codes.select("run", "key", F.explode("codes").alias("code", "n"))
               .groupBy("run", "key", "code").agg(F.sum("n").alias("n"))
               .groupBy("run", "key").agg(F.to_json(F.map_from_entries(
@@ -118,7 +124,8 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
             .join(totals, ["run", "key"], "left")
             .select("run", F.col("key").alias("session"), "rounds", "round_time_p50",
                     "round_time_p99", "requests_per_round", "applied_per_round",
-                    "conflicts_per_round", "codes", "visible_p50", "visible_p99",
+                    "conflicts_per_round", "bytes_per_round", "codes", "visible_p50",
+                    "visible_p99",
                     "request_visible_p50", "request_visible_p99"))
 
 

@@ -34,6 +34,7 @@ _METRICS = [
     ("visible_p99", "APSYN visible everywhere p99 (s)"),
     ("request_visible_p99", "APSYN request to visible p99 (s)"),
     ("conflicts_per_round", "APSYN conflicts per round"),
+    ("bytes_per_round", "APSYN bytes per round"),
 ]
 
 

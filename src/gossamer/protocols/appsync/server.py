@@ -379,7 +379,9 @@ class AppSyncServer:
         session.joining_ids.clear()
 
         def send() -> None:  # rows only for a round that was committed and sent
-            self._trace_round(session, new_round, requests, result.codes, result.applied)
+            sent = sum(len(frame) for conn, frame in outgoing if conn in self.peers)
+            self._trace_round(session, new_round, requests, result.codes, result.applied,
+                              sent)
             self._send_round(session, outgoing)
 
         self.env.store.commit_then(send)
@@ -449,7 +451,8 @@ class AppSyncServer:
     # -- trace and store -------------------------------------------------------------------
 
     def _trace_round(self, session: Session, sync_round: int, requests: list[Request],
-                     codes: list[Status], applied: list[Any]) -> None:
+                     codes: list[Status], applied: list[Any], sent: int) -> None:
+        """The round's rows; ``sent``: the bytes of its sync frames written to the peers."""
         env = self.env
         if not env.tracing:
             return
@@ -458,7 +461,7 @@ class AppSyncServer:
             counts[int(code)] = counts.get(int(code), 0) + 1
         env.trace("round", layer=LAYER, key=session.name, seq=sync_round,
                   peers=len(session.peers), requests=len(requests), applied=len(applied),
-                  codes={str(k): v for k, v in sorted(counts.items())})
+                  bytes=sent, codes={str(k): v for k, v in sorted(counts.items())})
         for index, (client, action, _before, after) in enumerate(applied):
             env.trace("sync_apply", layer=LAYER, key=f"{session.name}/{action.info.object_key}",
                       seq=sync_round, origin=client, msg=action_id(session.name, sync_round,
