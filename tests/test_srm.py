@@ -37,6 +37,16 @@ def requests(env: FakeEnv) -> list[tuple[str, int]]:
     return [(m.source, m.seq) for _, m in env.take_multicast() if isinstance(m, SrmRequest)]
 
 
+def request_times(env: FakeEnv, count: int) -> list[float]:
+    """When each of the next ``count`` requests went out (the clock stepped by 1 ms)."""
+    times = []
+    for _ in range(count):
+        while not requests(env):
+            env.advance(0.001)
+        times.append(env.now())
+    return times
+
+
 def test_a_gap_is_requested_after_a_timer_in_c1d_to_c1_plus_c2_d() -> None:
     srm, env, delivered = member()
     srm.on_message("s", SrmData("s", 1, "one"))
@@ -52,11 +62,7 @@ def test_a_repeated_request_backs_off_exponentially() -> None:
     srm, env, _ = member()
     srm.on_message("s", SrmData("s", 1, "x"))
     srm.on_message("s", SrmData("s", 3, "x"))
-    times = []
-    for _ in range(3):
-        while not requests(env):
-            env.advance(0.001)
-        times.append(env.now())
+    times = request_times(env, 3)
     first, second = times[1] - times[0], times[2] - times[1]
     assert 2 * 2 * D - 0.002 <= first <= 2 * 4 * D + 0.002  # round 1: 2 x [2d, 4d]
     assert 4 * 2 * D - 0.002 <= second <= 4 * 4 * D + 0.002  # round 2: 4 x [2d, 4d]
@@ -258,11 +264,7 @@ def test_a_request_is_not_repeated_before_the_source_could_answer_it() -> None:
     srm.start()
     srm.on_message("s", SrmData("s", 1, "x"))
     srm.on_message("s", SrmData("s", 3, "x"))
-    times = []
-    for _ in range(2):
-        while not requests(env):
-            env.advance(0.001)
-        times.append(env.now())
+    times = request_times(env, 2)
     # a round trip (2 d) and the source's whole repair window ((D1 + D2) d = 2 d)
     assert times[1] - times[0] >= 4 * D - 1e-9
 
