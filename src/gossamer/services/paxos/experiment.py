@@ -13,6 +13,7 @@ no acknowledged operation lost.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any
 
@@ -53,6 +54,10 @@ class PaxosRunOptions:
     leader_crash: bool = False  # crash the leader (power loss), back after recover_after
     crash_at: float = 0.0  # seconds into the proposing
     recover_after: float = 1.0
+    added: int = 0  # replicas started and added through the log at add_at
+    add_at: float = 0.0  # seconds into the proposing
+    remove_leader: bool = False  # the leader removed through the log at remove_at
+    remove_at: float = 0.0  # seconds into the proposing
     heartbeat: float = 0.2  # the leader's NOOP period (seconds)
     suspect: float = 0.6  # followers suspect a silent leader after this
     settle: float = 10.0  # after the last proposal or fault
@@ -70,6 +75,8 @@ class PaxosRunOptions:
                               "recover_after > 0")
         if not 0 < self.heartbeat < self.suspect:
             raise ConfigError("need 0 < heartbeat < suspect")
+        if not 0 <= self.added <= 9 - self.replicas or self.add_at < 0 or self.remove_at < 0:
+            raise ConfigError("need 0 <= added <= 9 - replicas, add_at >= 0, remove_at >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +111,8 @@ def run_paxos_sim(options: PaxosRunOptions, trace_sink: TraceSink | None = None
                   ) -> PaxosRunResult:
     """Simulate the group and write its trace to ``trace_sink`` (flushed, not closed)."""
     started = time.perf_counter()
-    members = node_ids(options.replicas)
+    everyone = node_ids(options.replicas + options.added)
+    members, spares = everyone[:options.replicas], everyone[options.replicas:]
     config = PaxosConfig(heartbeat_interval=options.heartbeat, suspect_timeout=options.suspect,
                          election_jitter=options.heartbeat, snapshot_every=50, log_retain=20)
     link = LinkModel(latency=parse_latency(options.latency), loss=options.loss,
@@ -114,13 +122,16 @@ def run_paxos_sim(options: PaxosRunOptions, trace_sink: TraceSink | None = None
 
     def factory(env: Env) -> PaxosReplica:
         app = _TracedLog(env)
-        return PaxosReplica(env, members, config=config, group=GROUP, on_decided=app.apply,
-                            snapshot_fn=app.snapshot, restore_fn=app.restore)
+        joining = env.node in spares
+        return PaxosReplica(env, () if joining else members, joining=joining,
+                            contacts=members, config=config, group=GROUP,
+                            on_decided=app.apply, snapshot_fn=app.snapshot,
+                            restore_fn=app.restore)
 
     counts = {"proposed": 0, "acked": 0}
 
     def propose(sim: Simulation) -> None:
-        alive = sorted(sim.alive())
+        alive = _in_group(sim)
         if not alive:
             return
         node = sim.rng.choice(alive)
@@ -152,25 +163,59 @@ def run_paxos_sim(options: PaxosRunOptions, trace_sink: TraceSink | None = None
         scenario.partition(start, [minority, rest])
         scenario.heal(start + options.partition_for)
         last = max(last, start + options.partition_for)
+    if options.added:
+        def add_spares(sim: Simulation) -> None:
+            for spare in spares:
+                sim.add_node(spare, factory)
+                asker = sim.rng.choice(_in_group(sim))
+                sim.call(asker, functools.partial(_ask, "add", spare))
+
+        scenario.at(_WARMUP + options.add_at, add_spares)
+    if options.remove_leader:
+        def remove_leader(sim: Simulation) -> None:
+            leader = _leader(sim)
+            if leader is not None:
+                sim.call(leader, functools.partial(_ask, "remove", leader))
+
+        scenario.at(_WARMUP + options.remove_at, remove_leader)
+        last = max(last, _WARMUP + options.remove_at)
     if options.leader_crash:
         def crash_leader(sim: Simulation) -> None:
-            for node in sorted(sim.alive()):
-                replica = sim.process(node)
-                if isinstance(replica, PaxosReplica) and replica.role is Role.LEADER:
-                    sim.crash(node, recover_after=options.recover_after)
-                    return
+            leader = _leader(sim)
+            if leader is not None:
+                sim.crash(leader, recover_after=options.recover_after)
 
         at = _WARMUP + options.crash_at
         scenario.at(at, crash_leader)
         last = max(last, at + options.recover_after)
     sim = scenario.build(factory, trace=trace_sink, run=run_id)
     sim.run(until=last + options.settle)
-    leader = None
-    for node in sorted(sim.alive()):
-        replica = sim.process(node)
-        if isinstance(replica, PaxosReplica) and replica.role is Role.LEADER:
-            leader = node
+    leader = _leader(sim)
     if trace_sink is not None:
         trace_sink.flush()
     return PaxosRunResult(counts["proposed"], counts["acked"], leader, sim.events,
                           time.perf_counter() - started)
+
+
+def _in_group(sim: Simulation) -> list[NodeId]:
+    """The live replicas in the replica set (not a spare not yet added, nor one removed)."""
+    return [node for node in sorted(sim.alive())
+            if isinstance(replica := sim.process(node), PaxosReplica)
+            and replica.role is not Role.OUTSIDE]
+
+
+def _leader(sim: Simulation) -> NodeId | None:
+    for node in _in_group(sim):
+        replica = sim.process(node)
+        if isinstance(replica, PaxosReplica) and replica.role is Role.LEADER:
+            return node
+    return None
+
+
+def _ask(change: str, node: NodeId, process: Any) -> None:
+    """ADDREPLICA or REMOVEREPLICA of ``node``, asked of the replica ``process``."""
+    replica: PaxosReplica = process
+    if change == "add":
+        replica.add_replica(node)
+    else:
+        replica.remove_replica(node)
