@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 
@@ -154,5 +155,9 @@ def test_the_loopback_workload_runs_member_processes_and_writes_their_traces(
     assert any(r["event"] == "deliver" and r["layer"] == "atomic" for r in rows)
     dropped = [r for r in rows if r["event"] == "drop" and '"injected"' in (r["info"] or "")]
     assert dropped, "a drop rate of 5% dropped nothing"
+    # every datagram sent is a send row with its type, as in the simulator (SRM's requests
+    # and repairs per loss are counted from them)
+    sent = {orjson.loads(r["info"])["type"] for r in rows if r["event"] == "send"}
+    assert {"srm.data", "srm.session"} <= sent, sent
     with pytest.raises(ConfigError):
         validate_run(RunSpec("x", "atomic", "loopback", 1, {"drop_rate": 1.0}))

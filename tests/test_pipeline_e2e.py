@@ -3,6 +3,7 @@ the same with retransmission switched off, which the analysis must report as vio
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,9 @@ def test_fifo_experiment_is_reliable_and_ordered(spark: Any, tmp_path: Path) -> 
     assert report.count("data:image/png;base64,") >= 4
     assert "reliability against failure fraction" in report
 
+    # each run's record keeps what the run reported
+    record = json.loads((out / "runs" / "tiny-crash0.4-s3.json").read_text())
+    assert record["result"]["published"] > 0 and record["seconds"] > 0, record
     # finished runs are skipped on a re-run: nothing is simulated again
     stamps = {p: p.stat().st_mtime_ns for p in (out / "trace").rglob("*.parquet")}
     outcomes = run_experiment(spark, load_experiment(toml).runs(), out, run_workload)

@@ -30,6 +30,7 @@ __all__ = [
     "Message",
     "TraceIds",
     "WireCodec",
+    "layer_of",
     "message",
     "parse_frame",
 ]
@@ -309,3 +310,9 @@ def message(type_name: str, *, codec: Codec) -> Callable[[type[M]], type[M]]:
         return codec.register(made)
 
     return wrap
+
+
+def layer_of(msg: Message) -> str:
+    """The layer a message's trace rows name: its type's prefix (``srm`` of ``srm.data``)."""
+    return msg.TYPE.partition(".")[0]
+

@@ -340,5 +340,18 @@ def run_experiment(
         raise PipelineError(f"the experiment's Spark job failed: {failure[0]}") from failure[0]
     if progress is not None:
         progress(total, total)
+    for outcome in collected:
+        if outcome.status == "done":
+            _record_result(out, outcome)
     by_run = {outcome.run: outcome for outcome in [*skipped, *collected]}
     return [by_run[name] for name in names]
+
+
+def _record_result(out_dir: str, outcome: RunOutcome) -> None:
+    """Keep what a finished run reported (its workload's own figures: counts, commits/s,
+    wall seconds) in its record, ``runs/<run>.json``, beside the options it ran with."""
+    path = Path(out_dir) / "runs" / f"{outcome.run}.json"
+    record = json.loads(path.read_text())
+    record["result"] = dict(outcome.result)
+    record["seconds"] = round(outcome.seconds, 3)
+    path.write_text(json.dumps(record, sort_keys=True, default=str))

@@ -30,7 +30,7 @@ import orjson
 from ...core.env import MAX_DATAGRAM, Process, Store, encode_datagram
 from ...core.errors import ConfigError, ProtocolError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Codec, Message
+from ...core.messages import Codec, Message, layer_of
 from ...core.trace import TraceSink
 from .loopenv import LoopEnv
 from .store import SqliteStore, WriteBehindStore
@@ -214,7 +214,9 @@ class MulticastEnv(LoopEnv):
             raise ConfigError(f"this env is on group {self.group_name}, not {group!r}")
         if self.closed or self._send_transport is None:
             return
-        self._send_transport.sendto(self._frame(msg), self._group)
+        frame = self._frame(msg)
+        self._send_transport.sendto(frame, self._group)
+        self._traced_send(msg, self.group_name, len(frame), multicast=True)
 
     def _unicast(self, dst: NodeId, msg: Message) -> None:
         encode_datagram(msg)
@@ -223,7 +225,18 @@ class MulticastEnv(LoopEnv):
             self.trace("drop", layer="multicast", peer=dst, reason="no_address")
             return
         if self._send_transport is not None:
-            self._send_transport.sendto(self._frame(msg), address)
+            frame = self._frame(msg)
+            self._send_transport.sendto(frame, address)
+            self._traced_send(msg, dst, len(frame))
+
+    def _traced_send(self, msg: Message, peer: str, size: int, **info: Any) -> None:
+        """A ``send`` row per datagram, as the simulator writes (its layer and type): what
+        the pipeline counts SRM's requests and repairs from. Receipts are not traced (each
+        datagram would be a row at every member)."""
+        if self.tracing:
+            mid, origin, key, seq = msg.trace_ids()
+            self.trace("send", layer=layer_of(msg), msg=mid, origin=origin, peer=peer,
+                       key=key, seq=seq, size=size, type=msg.TYPE, **info)
 
     # -- receiving -----------------------------------------------------------------------
 

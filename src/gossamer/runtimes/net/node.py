@@ -31,7 +31,7 @@ from ...core.env import (
 )
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Message, WireCodec
+from ...core.messages import Message, WireCodec, layer_of
 from ...core.trace import NullSink, TraceSink, encode_info
 from .conns import Connections, NetConn
 from .linkauth import ClusterKey, resolve_cluster_key
@@ -87,10 +87,6 @@ class TransportKind(enum.Enum):
 
     TCP = "tcp"
     WS = "ws"
-
-
-def layer_of(msg: Message) -> str:
-    return msg.TYPE.partition(".")[0]
 
 
 def _check_address(value: object, what: str) -> Address:

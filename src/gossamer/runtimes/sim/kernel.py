@@ -33,7 +33,7 @@ from ...core.env import (
 )
 from ...core.errors import ConfigError, LocalError, ProtocolError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.messages import Message, WireCodec
+from ...core.messages import Message, WireCodec, layer_of
 from ...core.trace import MemorySink, TraceSink, encode_info
 from .connections import SimConnections
 from .multicast import MulticastGroup, RouterTree
@@ -66,10 +66,6 @@ class NodeStatus(enum.Enum):
     UP = "up"
     CRASHED = "crashed"
     LEFT = "left"
-
-
-def layer_of(msg: Message) -> str:
-    return msg.TYPE.partition(".")[0]
 
 
 class SimEnv(TracesToSink):
