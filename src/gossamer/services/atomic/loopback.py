@@ -48,8 +48,10 @@ class AtomicLoopbackOptions:
 @dataclasses.dataclass(frozen=True, slots=True)
 class AtomicLoopbackResult:
     """What the processes printed: the sender's decisions, every member's deliveries
-    (``missing``: committed messages some member had not delivered when the run ended;
-    ``twice``: deliveries of a message a member had delivered already)."""
+    (``missing``: pairs of a member and a committed message it had not delivered when the run
+    ended, counting members outside that message's snapshot (booted while it was sent) too:
+    the pipeline's atomicity check judges by snapshot; ``twice``: deliveries of a message a
+    member had delivered already)."""
 
     members: int
     published: int
