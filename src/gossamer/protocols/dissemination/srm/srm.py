@@ -332,8 +332,9 @@ class Srm:
             loss.duplicates += 1
 
     def _back_off(self, item: Item, loss: _Loss) -> None:
-        """Double the request interval; requests heard in the first half of it are the same
-        round's duplicates and do not back off again (the paper's ignore-backoff)."""
+        """Back the request interval off (by the timers' factor); requests heard in the first
+        half of it are the same round's duplicates and do not back off again (the paper's
+        ignore-backoff)."""
         loss.round += 1
         self._arm_request(item, loss)
         d = self.distance(item[0])
