@@ -192,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--link-loss", type=float, default=0.01)
     parser.add_argument("--period", type=float, default=1.0, help="session period (s)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="draw requests, repairs and delay per case (adapted half)")
     args = parser.parse_args(argv)
     if args.quick:
         args.members, args.vertices, args.items, args.seeds = 20, 200, 100, 1
@@ -233,7 +235,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
+    if args.plot:
+        plot(out, args.plot)
     return 0
+
+
+def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
+    """Requests and repairs per loss and the delay, fixed beside adaptive timers, for each
+    topology and loss (the adapted second half of the runs), with the 1.5 target marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(dict.fromkeys((r["topology"], r["loss"]) for r in rows))
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, key, title in zip(axes, ("requests_per_loss", "repairs_per_loss", "delay_rtt"),
+                              ("requests per loss", "repairs per loss",
+                               "recovery delay (round trips)"), strict=True):
+        for offset, timers in ((-0.2, "fixed"), (0.2, "adaptive")):
+            values = [next(r["adapted_" + key] for r in rows
+                           if (r["topology"], r["loss"]) == case and r["timers"] == timers)
+                      for case in cases]
+            ax.bar([i + offset for i in range(len(cases))], values, width=0.4, label=timers)
+        if key != "delay_rtt":
+            ax.axhline(1.5, color="grey", linestyle="--", linewidth=1, label="target 1.5")
+        ax.set_yscale("log" if key == "repairs_per_loss" else "linear")
+        ax.set_xticks(range(len(cases)))
+        ax.set_xticklabels([f"{t}\n{loss.replace('loss on ', '').replace(' near source', '')}"
+                            for t, loss in cases], fontsize=8)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    figure.suptitle("SRM loss recovery, fixed against adaptive timers (second half of each run)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 if __name__ == "__main__":

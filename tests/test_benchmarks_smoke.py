@@ -175,7 +175,9 @@ def test_pubsub_against_nats_quick_run_reports_both_and_the_ratio(tmp_path: Path
 def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Path) -> None:
     srm_recovery = load_benchmark("srm_recovery")
     out = tmp_path / "srm.json"
-    assert srm_recovery.main(["--quick", "--json", str(out)]) == 0
+    picture = tmp_path / "srm.png"
+    assert srm_recovery.main(["--quick", "--json", str(out), "--plot", str(picture)]) == 0
+    assert picture.read_bytes().startswith(b"\x89PNG")
     rows = json.loads(out.read_text())
     assert {(r["topology"], r["loss"], r["timers"]) for r in rows} == {
         (t, loss, m) for t in ("paper", "two-level")
