@@ -64,7 +64,8 @@ class RouterTree:
                 if other not in seen:
                     seen.add(other)
                     todo.append(other)
-        return seen - {blocked} if blocked is not None else seen
+        seen.discard(blocked)  # a no-op without one
+        return seen
 
     def vertices(self) -> set[str]:
         return set(self._adjacent)
@@ -150,8 +151,7 @@ class RouterTree:
             return len(plain._reach(far, source) & member_set)
 
         own = [link for link in plain.links if source in (link.a, link.b)]
-        lossy = max(own, key=lambda link: (members_behind(link) < len(names) - 1,
-                                           members_behind(link)))
+        lossy = max(own, key=members_behind)  # the root has >= 2 links: never all of them
         return cls([TreeLink(link.a, link.b, delay,
                              lossy_link_loss if link is lossy else loss)
                     for link in plain.links])

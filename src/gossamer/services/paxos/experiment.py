@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from ...core.env import Env
 from ...core.errors import ConfigError
@@ -168,14 +169,14 @@ def run_paxos_sim(options: PaxosRunOptions, trace_sink: TraceSink | None = None
             for spare in spares:
                 sim.add_node(spare, factory)
                 asker = sim.rng.choice(_in_group(sim))
-                sim.call(asker, functools.partial(_ask, "add", spare))
+                sim.call(asker, functools.partial(_ask, PaxosReplica.add_replica, spare))
 
         scenario.at(_WARMUP + options.add_at, add_spares)
     if options.remove_leader:
         def remove_leader(sim: Simulation) -> None:
             leader = _leader(sim)
             if leader is not None:
-                sim.call(leader, functools.partial(_ask, "remove", leader))
+                sim.call(leader, functools.partial(_ask, PaxosReplica.remove_replica, leader))
 
         scenario.at(_WARMUP + options.remove_at, remove_leader)
         last = max(last, _WARMUP + options.remove_at)
@@ -206,16 +207,13 @@ def _in_group(sim: Simulation) -> list[NodeId]:
 
 def _leader(sim: Simulation) -> NodeId | None:
     for node in _in_group(sim):
-        replica = sim.process(node)
-        if isinstance(replica, PaxosReplica) and replica.role is Role.LEADER:
+        if cast(PaxosReplica, sim.process(node)).role is Role.LEADER:
             return node
     return None
 
 
-def _ask(change: str, node: NodeId, process: Any) -> None:
-    """ADDREPLICA or REMOVEREPLICA of ``node``, asked of the replica ``process``."""
-    replica: PaxosReplica = process
-    if change == "add":
-        replica.add_replica(node)
-    else:
-        replica.remove_replica(node)
+def _ask(change: Callable[[PaxosReplica, NodeId], object], node: NodeId,
+         process: Any) -> None:
+    """``change`` (ADDREPLICA or REMOVEREPLICA) of ``node``, asked of the replica
+    ``process``."""
+    change(process, node)
