@@ -10,6 +10,7 @@ Chord ring under the Scribe trees) settles in its own time on a loaded machine.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -309,6 +310,33 @@ def test_plain_output_lines_say_what_they_are() -> None:
     assert out.stream.getvalue().split("\n") == [
         "deliver error disk full ", 'deliver "two words" "line 1\\nline 2"',
         'deliver t {"k":1}', "ok publish t hi ", "error: not subscribed to x", ""]
+
+
+def test_output_writes_the_lines_of_one_loop_turn_in_one_write() -> None:
+    """In the node's loop a turn's lines leave together at its end (one system call on an
+    unbuffered stdout, not one per delivery); outside a loop each line leaves at once."""
+
+    class Counted(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            return super().write(text)
+
+    async def one_turn() -> Counted:
+        stream = Counted()
+        out = Output(stream)
+        out.deliver("t", "a")
+        out.deliver("t", "b")
+        assert stream.getvalue() == ""  # held until this turn ends
+        await asyncio.sleep(0)  # the turn ends
+        return stream
+
+    stream = asyncio.run(one_turn())
+    assert stream.getvalue() == "deliver t a\ndeliver t b\n" and stream.writes == 1
+    alone = Counted()
+    Output(alone).deliver("t", "c")
+    assert alone.getvalue() == "deliver t c\n"
 
 
 @pytest.mark.parametrize("mode", ["gossip", "scribe"])

@@ -555,6 +555,46 @@ def test_a_child_nacks_a_gap_and_gives_up_what_its_parent_no_longer_has() -> Non
     assert "repair_gave_up" in env.drop_reasons()
 
 
+def test_the_topic_log_keeps_its_latest_positions_in_order_whatever_order_they_came_in(
+) -> None:
+    """The log forgets its lowest position when full; a late repair of an older position
+    takes its place in position order, so the one forgotten next is the lowest, not the
+    oldest to arrive."""
+    app, _env, _ = member_of_p(topic_log_limit=3)
+    for seq, pos in ((1, 1), (2, 2), (4, 4), (5, 5)):
+        app.on_message("p", data(seq, pos))
+    state = app._topics["t"]
+    assert list(state.log) == [2, 4, 5]
+    app.on_message("p", data(3, 3, repair=True))  # position 3 was lost; its repair comes now
+    assert list(state.log) == [3, 4, 5] and sorted(state.log_at) == [3, 4, 5]
+    app.on_message("p", data(6, 6))
+    assert list(state.log) == [4, 5, 6] and sorted(state.log_at) == [4, 5, 6]
+
+
+def test_sequence_numbers_are_durable_one_lease_at_a_time() -> None:
+    """A publisher commits its sequence numbers ``seq_lease`` at a time; after a crash it
+    goes on above everything it may have handed out, never repeating an id."""
+    env = FakeEnv("a")
+    chord = Chord(env, create=True, config=ChordConfig())
+    app = Scribe(env, chord, config=ScribeConfig(seq_lease=4))
+    app.start()
+    env.advance(0.1)
+    app.subscribe("t")
+    env.advance(0.1)
+    first = [app.publish("t", i) for i in range(5)]
+    env.advance(0.1)
+    env.crash()
+    again = Scribe(env, Chord(env, create=True, config=ChordConfig()),
+                   config=ScribeConfig(seq_lease=4))
+    again.start()
+    env.advance(0.1)
+    again.subscribe("t")
+    env.advance(0.1)
+    after = again.publish("t", "later")
+    assert [int(str(mid).rpartition(":")[2]) for mid in first] == [1, 2, 3, 4, 5]
+    assert int(str(after).rpartition(":")[2]) == 9  # the lease of 5..8 was committed
+
+
 def test_a_new_stream_is_fetched_from_its_start() -> None:
     """The tree moved under a new root (epoch 9): what that root took before we joined it is
     delivered too, and the old stream's log is gone."""

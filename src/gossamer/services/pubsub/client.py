@@ -107,6 +107,14 @@ def _show(out: Output, event: dict[str, Any]) -> None:
 async def run_client(host: str, port: int, out: Output, *, fd: int,
                      timeout: float = 10.0, window: int = WINDOW) -> int:
     """Connect, pass commands from ``fd`` on, print what comes back; the exit code."""
+    try:
+        return await _run_client(host, port, out, fd=fd, timeout=timeout, window=window)
+    finally:
+        out.flush()  # what the last loop turn printed
+
+
+async def _run_client(host: str, port: int, out: Output, *, fd: int, timeout: float,
+                      window: int) -> int:
     ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     def closed(reason: str) -> None:

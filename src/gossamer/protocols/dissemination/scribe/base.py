@@ -58,6 +58,9 @@ class ScribeConfig:
     backlog_poll: float = 0.002
     seen_limit: int = 100_000  # message ids remembered to deliver and forward once
     durable: bool = True  # the next sequence number survives a crash
+    # sequence numbers committed at once (one commit per seq_lease publishes, not per
+    # publish); a restart skips the unused rest (nothing here chases a publisher's gaps)
+    seq_lease: int = 64
     loss_recovery: bool = True  # off: no log, no NACKs (a lost ScribeData is lost below)
     topic_log_limit: int = 256  # messages kept per topic to resend; also the largest gap repaired
     nack_delay: float = 0.05  # a gap waits this long (reordering) before its first NACK
@@ -82,7 +85,7 @@ class ScribeConfig:
                 raise ConfigError(f"{name} must be > 0")
         for name in ("max_depth", "max_topics", "max_children", "max_pending", "max_ordering",
                      "max_backlog",
-                     "seen_limit",
+                     "seen_limit", "seq_lease",
                      "topic_log_limit", "nack_retries", "nack_max_range", "nack_ranges",
                      "catch_up_requests"):
             if getattr(self, name) < 1:
@@ -126,7 +129,8 @@ class TopicState:
     high: int = 0  # the highest position known to exist (the root: the last one stamped)
     done: int = 0  # every position up to here is had, or not owed, or given up
     got: set[int] = dataclasses.field(default_factory=set)  # positions above ``done`` we have
-    log: dict[int, ScribeData] = dataclasses.field(default_factory=dict)  # pos -> message
+    # pos -> message, in position order (``_log`` keeps it so)
+    log: dict[int, ScribeData] = dataclasses.field(default_factory=dict)
     log_at: dict[int, float] = dataclasses.field(default_factory=dict)  # pos -> when it came
     subscribed_at: float | None = None  # a new subscriber, until it caught up
     synced_at: float = 0.0  # when we started following our stream
@@ -171,7 +175,7 @@ class TopicState:
             return 0
         low = self.high + 1
         if self.log:
-            low = min(low, min(self.log))
+            low = min(low, next(iter(self.log)))  # the log is in position order
         if self.done < self.high:
             low = min(low, self.done + 1)
         if self.role is TreeRole.MEMBER:
@@ -252,7 +256,8 @@ class ScribeBase:
         self._heartbeat_timer: TimerHandle | None = None
         self._stopped = False
         self._sequence = DurableSequence(env.store if self.config.durable else None, STATE_TABLE,
-                                         incarnation=env.incarnation)
+                                         incarnation=env.incarnation,
+                                         lease=self.config.seq_lease)
 
     def _drop(self, src: NodeId, msg: Message, reason: str) -> None:
         mid, origin, key, seq = msg.trace_ids()

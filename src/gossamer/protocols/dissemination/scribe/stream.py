@@ -174,11 +174,18 @@ class StreamRepair(ScribeBase):
             self.env.send(child, data)
 
     def _log(self, state: TopicState, data: ScribeData) -> None:
+        """Keep ``data`` in the topic's bounded log, which stays in position order (the oldest
+        first), so the position to forget is the first one, not a search per message."""
         log = state.log
-        log[data.pos] = data
-        state.log_at[data.pos] = self.env.now()
+        pos = data.pos
+        in_order = not log or pos > next(reversed(log))
+        log[pos] = data
+        state.log_at[pos] = self.env.now()
+        if not in_order:  # a repair of an older position (rare): sort the log again
+            state.log = log = dict(sorted(log.items()))
+            state.log_at = {p: state.log_at[p] for p in log if p in state.log_at}
         if len(log) > self.config.topic_log_limit:
-            oldest = min(log)
+            oldest = next(iter(log))
             del log[oldest]
             state.log_at.pop(oldest, None)
 
