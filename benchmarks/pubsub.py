@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from _common import percentile, start_nats_cluster, stop_processes
+from _common import cpu_seconds, percentile, start_nats_cluster, stop_processes
 
 TOPIC = "bench"
 NODES = 5
@@ -43,16 +43,6 @@ SUBSCRIBERS = NODES - 1
 START_WAIT = 30.0  # seconds: an upper bound for a node or server to come up
 SETTLE = 5.0  # seconds without a delivery after the last publish: the rest is lost
 STALL = 20.0  # seconds without a delivery while publishes wait for room: messages were lost
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of the processes so far (Linux ``/proc``)."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / CLOCK_TICKS
 
 
 # -- what both systems give the driver ---------------------------------------------------------
@@ -288,7 +278,7 @@ class Driver:
         """Publish ``count`` as fast as taken, at most ``inflight`` ahead of the slowest
         subscriber; a system that delivers nothing for ``STALL`` seconds meanwhile has lost
         messages it took: the phase ends there (``stalled``) with what was delivered."""
-        cpu0 = _cpu_seconds(self.cluster.pids)
+        cpu0 = cpu_seconds(self.cluster.pids)
         start = time.perf_counter()
         stalled = False
         for _ in range(count):
@@ -304,7 +294,7 @@ class Driver:
         published = len(self.sent_at)
         await self._settle(published)
         elapsed = self.last_delivery - start
-        cpu = _cpu_seconds(self.cluster.pids) - cpu0
+        cpu = cpu_seconds(self.cluster.pids) - cpu0
         delivered = sum(self.delivered)
         result = {"published": published, "lost": published * SUBSCRIBERS - delivered,
                   "stalled": stalled, "delivered_per_s": delivered / elapsed,

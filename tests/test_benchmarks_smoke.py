@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -170,6 +171,24 @@ def test_pubsub_against_nats_quick_run_reports_both_and_the_ratio(tmp_path: Path
     assert results[0]["rate"]["lost"] == results[0]["saturated"]["lost"] == 0  # NATS
     assert results[1]["ratio_delivered_per_s"] > 0
     assert "scribe / nats: delivered/s" in done.stdout and "load:" in done.stdout
+
+
+def test_appsync_against_colyseus_quick_run_reports_both_and_the_ratios(tmp_path: Path) -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("benchmarks/appsync.py needs Node.js and npm (Colyseus is its baseline)")
+    out = tmp_path / "appsync.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "appsync.py"), "--quick",
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["clients"] == 20
+    for system in ("colyseus", "apsyn"):
+        result = row[system]
+        assert result["errors"] == 0 and result["received"] > 0 and result["sent"] > 0
+        assert result["p50_ms"] <= result["p99_ms"]
+        assert result["delivered_per_s"] > 0
+    assert row["p99_ratio"] > 0 and "apsyn / colyseus at 20 clients" in done.stdout
 
 
 def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Path) -> None:

@@ -1,0 +1,145 @@
+"""Seed 002 against Colyseus, side by side in one run: shared state over WebSocket on loopback,
+100 and 500 clients, each changing its own property 10 times a second, both servers at a 50 ms
+round (APSYN) or patch rate (Colyseus).
+
+One load generator for both (``colyseus/clients.mjs``, Node): every client sends its changes; a
+sample of them is instrumented (decodes everything, times each change from its making to its
+arrival there, on one clock), the rest are light so the generator does not take the 2 cores
+before the servers do. Figures per system and size: change-to-arrival p50/p99 at the sampled
+clients, changes delivered per second (what a sampled client sees, times the clients) and per
+CPU-second of the server process (``/proc``, over the measured window). The targets of issue
+20: APSYN's p99 no worse than Colyseus's, and at least 0.5x its deliveries per server
+CPU-second.
+
+- APSYN: ``gossamer appsync server`` (the service as users run it); one session, a shared ``G``
+  object ``board`` made by the first client, each client updating ``board.p<its id>``.
+- Colyseus: ``colyseus/server.mjs``, a room whose state maps each client to its last change.
+
+Colyseus is a benchmark dependency only, installed into ``benchmarks/colyseus/node_modules``
+by this script on its first run (``npm install``; ``@colyseus/core`` with the WebSocket
+transport: the ``colyseus`` bundle's peer, ``@colyseus/uwebsockets-transport``, is fetched from
+GitHub, which this machine cannot reach, so peers are not installed automatically).
+
+    .venv/bin/python benchmarks/appsync.py                 # 100 and 500 clients
+    .venv/bin/python benchmarks/appsync.py --quick         # 20 clients, short windows
+    .venv/bin/python benchmarks/appsync.py --clients 100 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from _common import cpu_seconds, free_port, stop_processes
+
+HERE = Path(__file__).resolve().parent
+NODE_DIR = HERE / "colyseus"
+ROUND_MS = 50
+RATE = 10  # changes per client per second
+START_WAIT = 60.0  # seconds for a server to listen
+
+
+def ensure_node_modules() -> None:
+    """Install the Node side (Colyseus, ws) once; a clear error without node or npm."""
+    if (NODE_DIR / "node_modules" / "@colyseus" / "core").is_dir():
+        return
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise SystemExit("benchmarks/appsync.py needs Node.js 20 and npm (apt install nodejs npm)")
+    print("installing Colyseus into benchmarks/colyseus/node_modules (once) ...", flush=True)
+    subprocess.run([npm, "install", "--no-audit", "--no-fund"], cwd=NODE_DIR, check=True)
+
+
+def _wait_for_line(proc: subprocess.Popen[str], prefix: str, what: str) -> str:
+    """The first line of ``proc``'s stdout starting with ``prefix``; an error naming ``what``
+    if the process ends first."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return line.strip()
+    raise RuntimeError(f"{what} ended (exit {proc.wait()}) before printing {prefix!r}")
+
+
+def start_server(system: str) -> tuple[subprocess.Popen[str], str]:
+    """The server process and the URL its clients connect to."""
+    port = free_port()
+    if system == "colyseus":
+        argv = ["node", str(NODE_DIR / "server.mjs"), str(port), str(ROUND_MS)]
+        ready, url = "listening", f"ws://127.0.0.1:{port}"
+    else:
+        argv = [sys.executable, "-m", "gossamer.cli.main", "appsync", "server", "--port",
+                str(port), "--min-ms", str(ROUND_MS), "--max-ms", str(4 * ROUND_MS)]
+        ready, url = "appsync server listening", f"ws://127.0.0.1:{port}/"
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=NODE_DIR)
+    _wait_for_line(proc, ready, f"the {system} server")
+    return proc, url
+
+
+def run_one(system: str, clients: int, *, sample: int, warmup: float,
+            seconds: float) -> dict[str, Any]:
+    server, url = start_server(system)
+    load = subprocess.Popen(
+        ["node", str(NODE_DIR / "clients.mjs"), system, url, str(clients), str(sample),
+         str(warmup), str(seconds), str(RATE)],
+        stdout=subprocess.PIPE, text=True, cwd=NODE_DIR)
+    try:
+        _wait_for_line(load, "measuring", f"the {system} load generator")
+        cpu0 = cpu_seconds([server.pid])
+        _wait_for_line(load, "done", f"the {system} load generator")
+        cpu = cpu_seconds([server.pid]) - cpu0
+        result: dict[str, Any] = json.loads(_wait_for_line(load, "{", "the load generator"))
+    finally:
+        stop_processes([load, server])  # type: ignore[list-item]
+    per_client = result["received"] / max(1, result["sample"]) / result["seconds"]
+    result["delivered_per_s"] = per_client * clients
+    result["server_cpu_s"] = cpu
+    result["delivered_per_cpu_s"] = (result["delivered_per_s"] * result["seconds"] / cpu
+                                     if cpu > 0 else float("nan"))
+    result["server_cpu_share"] = cpu / result["seconds"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20 clients, 2 s + 3 s")
+    parser.add_argument("--clients", type=int, nargs="+", default=None)
+    parser.add_argument("--sample", type=int, default=5, help="instrumented clients")
+    parser.add_argument("--warmup", type=float, default=None, help="seconds before measuring")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds measured")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    sizes = args.clients or ([20] if args.quick else [100, 500])
+    warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
+    seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 15.0)
+    ensure_node_modules()
+    rows = []
+    for clients in sizes:
+        pair = {}
+        for system in ("colyseus", "apsyn"):
+            print(f"{system}: {clients} clients, {warmup:g} s warm-up, {seconds:g} s measured "
+                  "...", flush=True)
+            r = run_one(system, clients, sample=args.sample, warmup=warmup, seconds=seconds)
+            pair[system] = r
+            print(f"  p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; "
+                  f"{r['delivered_per_s']:,.0f} changes delivered/s; server CPU "
+                  f"{r['server_cpu_share']:.2f} cores, {r['delivered_per_cpu_s']:,.0f} "
+                  f"per CPU-second; errors {r['errors']}", flush=True)
+        ours, theirs = pair["apsyn"], pair["colyseus"]
+        ratio = ours["delivered_per_cpu_s"] / theirs["delivered_per_cpu_s"]
+        print(f"apsyn / colyseus at {clients} clients: p99 {ours['p99_ms'] / theirs['p99_ms']:.2f}x"
+              f" (target <= 1), delivered per server CPU-second {ratio:.2f}x (target >= 0.5)",
+              flush=True)
+        rows.append({"clients": clients, "colyseus": theirs, "apsyn": ours,
+                     "p99_ratio": ours["p99_ms"] / theirs["p99_ms"], "cpu_ratio": ratio})
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

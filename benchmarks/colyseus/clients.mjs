@@ -1,0 +1,152 @@
+// The load generator of benchmarks/appsync.py, the same for both servers: CLIENTS clients over
+// WebSocket, each changing its own property RATE times a second (the value is the time of the
+// change on this process's clock); SAMPLE of them are instrumented (they decode everything and
+// time each change from its making to its arrival), the others are light (they send their
+// changes and decode only what the protocol needs to go on: nothing for Colyseus, the round
+// numbers of APSYN's headers).
+//
+//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE
+//     SYSTEM colyseus | apsyn
+//
+// Prints "measuring" when the measured window starts and "done" when it ends (the driver reads
+// the server's CPU time at both), then one JSON line of results.
+import { Client } from "colyseus.js";
+import WebSocket from "ws";
+
+const [system, url, clientsArg, sampleArg, warmupArg, measureArg, rateArg] = process.argv.slice(2);
+const CLIENTS = Number(clientsArg);
+const SAMPLE = Math.min(Number(sampleArg), CLIENTS);
+const WARMUP = Number(warmupArg) * 1000;
+const MEASURE = Number(measureArg) * 1000;
+const PERIOD = 1000 / Number(rateArg);
+const JOINS_AT_ONCE = 20;
+
+let measuring = false;
+const latencies = []; // ms, at the instrumented clients, inside the window
+let received = 0; // changes seen by the instrumented clients inside the window
+let sent = 0; // changes made inside the window, by every client
+let errors = 0;
+const now = () => performance.now();
+
+function changed() {
+  if (measuring) sent += 1;
+  return now();
+}
+
+function seen(t) {
+  if (!measuring || !(t > 0)) return;
+  received += 1;
+  latencies.push(now() - t);
+}
+
+// -- Colyseus ----------------------------------------------------------------------------------
+
+async function colyseusClient(index, instrumented) {
+  const client = new Client(url);
+  const room = await client.joinOrCreate("bench");
+  if (instrumented) {
+    const last = new Map();
+    room.onStateChange((state) => {
+      state.players.forEach((player, key) => {
+        if (player.t !== last.get(key)) {
+          last.set(key, player.t);
+          seen(player.t);
+        }
+      });
+    });
+  } else {
+    room.serializer.patch = () => {}; // light: the patches are received, not decoded
+  }
+  room.onError(() => { errors += 1; });
+  setTimeout(() => setInterval(() => room.send("set", changed()), PERIOD),
+             Math.random() * PERIOD);
+}
+
+// -- APSYN -------------------------------------------------------------------------------------
+
+const HEADER = /"c":"([0-9A-Fa-f]{4})","r":"([0-9A-Fa-f]{4})","l":"([0-9A-Fa-f]{4})"/;
+
+function apsynClient(index, instrumented, onRound) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { perMessageDeflate: false });
+    let cid = null;
+    let change = null; // the time of the latest change not yet sent
+    let created = index !== 0; // client 0 creates the shared board
+    ws.on("open", () => {
+      ws.send('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"bench"}}');
+    });
+    ws.on("error", (err) => { errors += 1; reject(err); });
+    ws.on("close", () => { if (cid === null) reject(new Error("closed before its init")); });
+    ws.on("message", (data) => {
+      const head = HEADER.exec(data.toString("latin1", 0, 120));
+      if (head === null) { errors += 1; return; }
+      const round = head[2] === "0000" ? head[3] : head[2]; // an init's l: the round to answer
+      if (cid === null) {
+        cid = head[1];
+        setTimeout(() => setInterval(() => { change = changed(); }, PERIOD),
+                   Math.random() * PERIOD);
+        resolve();
+      }
+      if (instrumented) {
+        const body = JSON.parse(data.toString()).b;
+        for (const action of body.syn || []) {
+          if (action.t === "upd" && action.i.n.startsWith("board.p")) seen(action.d);
+        }
+      }
+      const actions = [];
+      if (!created) {
+        actions.push({ t: "cre", i: { s: "G", n: "board" }, m: "RW", d: {} });
+        created = true;
+      } else if (change !== null) {
+        actions.push({ t: "upd", i: { s: "G", n: `board.p${cid}` }, d: change });
+        change = null;
+      }
+      ws.send(`{"h":{"p":"APSYN/01","c":"${cid}","r":"${round}","l":"${round}"},"b":` +
+              `${JSON.stringify(actions)}}`);
+      if (onRound) onRound();
+    });
+  });
+}
+
+// -- the run -----------------------------------------------------------------------------------
+
+async function startAll() {
+  const make = system === "colyseus" ? colyseusClient : apsynClient;
+  if (system === "apsyn") {
+    // the board first: the others' changes are properties of it
+    let rounds = 0;
+    await new Promise((resolve, reject) => {
+      apsynClient(0, SAMPLE > 0, () => { rounds += 1; if (rounds === 3) resolve(); })
+        .catch(reject);
+    });
+  } else {
+    await make(0, SAMPLE > 0);
+  }
+  for (let start = 1; start < CLIENTS; start += JOINS_AT_ONCE) {
+    const batch = [];
+    for (let i = start; i < Math.min(start + JOINS_AT_ONCE, CLIENTS); i++) {
+      batch.push(make(i, i < SAMPLE));
+    }
+    await Promise.all(batch);
+  }
+}
+
+function percentile(sorted, q) {
+  if (sorted.length === 0) return null;
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+await startAll();
+await new Promise((resolve) => setTimeout(resolve, WARMUP));
+console.log("measuring");
+measuring = true;
+await new Promise((resolve) => setTimeout(resolve, MEASURE));
+measuring = false;
+console.log("done");
+latencies.sort((a, b) => a - b);
+console.log(JSON.stringify({
+  system, clients: CLIENTS, sample: SAMPLE, seconds: MEASURE / 1000,
+  p50_ms: percentile(latencies, 0.5), p99_ms: percentile(latencies, 0.99),
+  received, sent, errors,
+}));
+process.exit(0);
