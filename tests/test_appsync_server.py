@@ -318,6 +318,31 @@ def test_a_restarted_server_gives_the_state_back_in_a_later_init() -> None:
     assert init.header.last > 1
 
 
+def test_a_round_writes_each_changed_object_once_as_the_round_left_it() -> None:
+    """Many property updates of one object in a round are one write of that object (each
+    used to write the whole object again), and a restart gives back the round's result."""
+    store = MemoryStore()
+    bench = Bench(env=FakeEnv("ctrl", store=store))
+    a, _ = bench.join()
+    b = bench.join_later()
+    bench.rqst(a)
+    bench.advance(0.01)
+    round_trip(bench, (a, (cre("board", {}),)), (b, ()))
+    written: list[str] = []
+    put = store.put
+    store.put = lambda table, key, value: (written.append(key), put(table, key, value))[1]  # type: ignore[method-assign]
+    round_trip(bench, (a, (Update(g("board.p"), 1), Update(g("board.q"), 2))),
+               (b, (Update(g("board.r"), 3),)))
+    assert (acks(bench, a), acks(bench, b)) == ((23, 23), (23,))
+    objects = [key for key in written if "/o/" in key]
+    assert len(objects) == 1 and objects[0].endswith("board"), written
+    bench.server.closed(a, "peer_closed")
+    bench.server.closed(b, "peer_closed")
+    bench.env.crash()
+    _, init = Bench(env=FakeEnv("ctrl", store=store)).join()
+    assert init.creates == (cre("board", {"p": 1, "q": 2, "r": 3}),)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=120))
 def test_fuzz_garbage_from_a_joined_peer_is_40_and_changes_nothing(frame: bytes) -> None:

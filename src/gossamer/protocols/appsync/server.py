@@ -475,8 +475,13 @@ class AppSyncServer:
 
     def _persist(self, session: Session, applied: list[Any], new_round: int) -> None:
         store = self.env.store
+        # each object once, as the round left it: a round of many property updates of one
+        # object (a shared board) wrote the whole object once per update
+        final: dict[str, Any] = {}
         for _, action, _before, after in applied:
-            key = f"{session.name}/o/{action.info.object_key}"
+            final[action.info.object_key] = after
+        for object_key, after in final.items():
+            key = f"{session.name}/o/{object_key}"
             if after is None:
                 store.delete(TABLE, key)
             else:
