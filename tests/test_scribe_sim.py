@@ -595,6 +595,17 @@ def test_sequence_numbers_are_durable_one_lease_at_a_time() -> None:
     assert int(str(after).rpartition(":")[2]) == 9  # the lease of 5..8 was committed
 
 
+def test_a_node_that_sends_tree_traffic_is_not_suspected_for_late_chord_replies() -> None:
+    """Under load a Chord reply waits behind data on the same link; a node we keep hearing
+    from in the tree is alive, so its missed deadlines start over (suspect_after = 2)."""
+    app, _env, chord = member_of_p()
+    assert not chord._missed("p")  # one deadline missed
+    app.on_message("p", Heartbeat(down=(("t", 0, 5, 4, 1, 1),)))  # but p speaks to us
+    assert not chord._missed("p")  # a second deadline: the count started over
+    assert not chord.suspects("p")
+    assert chord._missed("p")  # silent since: two in a row evict it
+
+
 def test_a_new_stream_is_fetched_from_its_start() -> None:
     """The tree moved under a new root (epoch 9): what that root took before we joined it is
     delivered too, and the old stream's log is gone."""

@@ -162,6 +162,7 @@ class Scribe(TreeMembership):
         if not isinstance(msg, ScribeMessage):
             self.chord.on_message(src, msg)
             return
+        self.chord.heard_from(src)
         if self._stopped:
             self._drop(src, msg, "stopped")
             return

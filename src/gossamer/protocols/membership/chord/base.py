@@ -182,6 +182,13 @@ class HostBase:
         except Rejected as exc:
             self._drop(src, msg, exc.reason, str(exc) if str(exc) != exc.reason else None)
 
+    def heard_from(self, node: NodeId) -> None:
+        """A message of a layer above came from ``node``: it is alive, whatever deadlines it
+        missed so far (under load our request or its reply waits behind data on the same
+        link, and two such waits in a row evicted a live node: a false suspicion)."""
+        if self._misses:
+            self._misses.pop(node, None)
+
     def suspects(self, node: NodeId) -> bool:
         """Whether ``node`` missed its deadlines (or was unreachable) and was evicted from our
         tables, and has not answered since."""
