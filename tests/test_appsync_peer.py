@@ -4,6 +4,11 @@ unanswered requests unknown and rejoins with the same client id, a refused join 
 
 from __future__ import annotations
 
+import collections
+
+import pytest
+
+from gossamer.core.errors import ConfigError
 from gossamer.protocols.appsync import (
     AppSyncCodec,
     Create,
@@ -107,3 +112,33 @@ def test_a_refused_join_is_not_retried() -> None:
     assert peer.phase is PeerPhase.CLOSED and peer.refused == (4041, "peer_closed")
     env.advance(10.0)
     assert env.dialed == [conn]
+
+
+def test_a_gathering_peer_answers_later_in_the_round_with_what_was_requested_meanwhile() -> None:
+    """``gather``: the answer waits that fraction of the min round time (20 ms here), and a
+    request made in the wait travels in this round's rqst instead of the next one's."""
+    env = FakeEnv("p1")
+    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s", gather=0.5))
+    peer.start()
+    [conn] = env.dialed
+    assert isinstance(conn, FakeConn)
+    peer.opened(conn, "ctrl:1")
+    env.take_written()
+    peer.received(conn, codec.encode(Init(header=Header("0007", 0, 5),
+                                          config=SessionConfig(20, 200, 10), creates=())))
+    assert sent(env) == []  # not at once
+    env.advance(0.005)
+    number = peer.request(Update(BOARD, {"b": 2}))
+    assert sent(env) == []
+    env.advance(0.005)  # 10 ms = 0.5 x 20 ms after the init
+    assert sent(env) == [Rqst(header=Header("0007", 5, 5), actions=(Update(BOARD, {"b": 2}),))]
+    assert peer.in_flight == collections.deque([number])
+    peer.stop()  # a stopped peer answers nothing more
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 6, 5), acks=(21,), actions=())))
+    env.advance(1.0)
+    assert sent(env) == []
+
+
+def test_gather_is_checked_at_once() -> None:
+    with pytest.raises(ConfigError):
+        PeerConfig(address="ctrl:1", session="s", gather=1.0)

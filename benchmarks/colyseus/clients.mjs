@@ -5,20 +5,24 @@
 // changes and decode only what the protocol needs to go on: nothing for Colyseus, the round
 // numbers of APSYN's headers).
 //
-//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE
+//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE [GATHER]
 //     SYSTEM colyseus | apsyn
+//     GATHER (apsyn) answer each round this fraction of its min time late, with the changes
+//            made meanwhile, as gossamer's peers do with PeerConfig.gather (default 0: at once)
 //
 // Prints "measuring" when the measured window starts and "done" when it ends (the driver reads
 // the server's CPU time at both), then one JSON line of results.
 import { Client } from "colyseus.js";
 import WebSocket from "ws";
 
-const [system, url, clientsArg, sampleArg, warmupArg, measureArg, rateArg] = process.argv.slice(2);
+const [system, url, clientsArg, sampleArg, warmupArg, measureArg, rateArg, gatherArg] =
+  process.argv.slice(2);
 const CLIENTS = Number(clientsArg);
 const SAMPLE = Math.min(Number(sampleArg), CLIENTS);
 const WARMUP = Number(warmupArg) * 1000;
 const MEASURE = Number(measureArg) * 1000;
 const PERIOD = 1000 / Number(rateArg);
+const GATHER = Number(gatherArg || 0);
 const JOINS_AT_ONCE = 20;
 
 let measuring = false;
@@ -65,6 +69,7 @@ async function colyseusClient(index, instrumented) {
 // -- APSYN -------------------------------------------------------------------------------------
 
 const HEADER = /"c":"([0-9A-Fa-f]{4})","r":"([0-9A-Fa-f]{4})","l":"([0-9A-Fa-f]{4})"/;
+const MIN_MS = /"sc":\{"min":"([0-9A-Fa-f]{1,8})"/;
 
 function apsynClient(index, instrumented, onRound) {
   return new Promise((resolve, reject) => {
@@ -72,6 +77,7 @@ function apsynClient(index, instrumented, onRound) {
     let cid = null;
     let change = null; // the time of the latest change not yet sent
     let created = index !== 0; // client 0 creates the shared board
+    let delay = 0; // ms from a sync to its answer (GATHER x the session's min round time)
     ws.on("open", () => {
       ws.send('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"bench"}}');
     });
@@ -83,6 +89,8 @@ function apsynClient(index, instrumented, onRound) {
       const round = head[2] === "0000" ? head[3] : head[2]; // an init's l: the round to answer
       if (cid === null) {
         cid = head[1];
+        const min = MIN_MS.exec(data.toString("latin1", 0, 200));
+        delay = min === null ? 0 : GATHER * parseInt(min[1], 16);
         setTimeout(() => setInterval(() => { change = changed(); }, PERIOD),
                    Math.random() * PERIOD);
         resolve();
@@ -93,6 +101,12 @@ function apsynClient(index, instrumented, onRound) {
           if (action.t === "upd" && action.i.n.startsWith("board.p")) seen(action.d);
         }
       }
+      if (delay > 0) setTimeout(() => answer(round), delay);
+      else answer(round);
+      if (onRound) onRound();
+    });
+
+    function answer(round) {
       const actions = [];
       if (!created) {
         actions.push({ t: "cre", i: { s: "G", n: "board" }, m: "RW", d: {} });
@@ -103,8 +117,7 @@ function apsynClient(index, instrumented, onRound) {
       }
       ws.send(`{"h":{"p":"APSYN/01","c":"${cid}","r":"${round}","l":"${round}"},"b":` +
               `${JSON.stringify(actions)}}`);
-      if (onRound) onRound();
-    });
+    }
   });
 }
 

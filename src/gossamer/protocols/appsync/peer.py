@@ -56,10 +56,17 @@ class PeerConfig:
     max_queue: int = 10_000
     # a sync carries every visible update of a round: with many peers it outgrows 64 KiB
     max_frame: int = 4 * 1024 * 1024
+    # how long after a sync the peer answers it, as a fraction of the session's min round
+    # time: 0 at once; more gathers the requests made meanwhile into this round's rqst, so a
+    # change waits less for its round (the round still ends at its min time as long as the
+    # rqst arrives by then: keep (1 - gather) x min above the round trip to the server)
+    gather: float = 0.0
 
     def __post_init__(self) -> None:
         if self.reconnect_delay <= 0 or self.max_queue < 1 or self.max_frame < 1024:
             raise ConfigError("reconnect_delay > 0, max_queue >= 1 and max_frame >= 1024")
+        if not 0.0 <= self.gather < 1.0:
+            raise ConfigError(f"gather must be in [0, 1), got {self.gather!r}")
 
 
 class AppSyncPeer:
@@ -83,6 +90,7 @@ class AppSyncPeer:
         self.rounds_seen = 0
         self._numbers = 0
         self._timer: TimerHandle | None = None
+        self._answer_timer: TimerHandle | None = None  # a gathering answer (``gather``)
         self.on_result: ResultFn | None = None
         self.on_change: ChangeFn | None = None
         self.on_round: Callable[[int], None] | None = None
@@ -110,6 +118,7 @@ class AppSyncPeer:
         self.phase = PeerPhase.CLOSED
         if self._timer is not None:
             self.env.cancel(self._timer)
+        self._cancel_answer()
         if self.conn is not None:
             self.env.close(self.conn)
 
@@ -133,6 +142,7 @@ class AppSyncPeer:
         if conn is not self.conn:
             return
         self.conn = None
+        self._cancel_answer()
         for number in self.in_flight:  # sent, never acknowledged: might have happened
             self._result(number, None)
         self.in_flight.clear()
@@ -177,7 +187,7 @@ class AppSyncPeer:
             for key in sorted(set(old) | set(self.objects)):
                 if old.get(key) != self.objects.get(key):
                     self.on_change(key, self.objects.get(key))
-        self._answer()
+        self._answer_round()
 
     def _sync(self, msg: Sync) -> None:
         if self.phase is not PeerPhase.SYNCING:
@@ -214,7 +224,26 @@ class AppSyncPeer:
                 self.on_change(key, after)
         if self.on_round is not None:
             self.on_round(number)
+        self._answer_round()
+
+    def _answer_round(self) -> None:
+        """Answer the round just begun: at once, or ``gather`` x its min time later."""
+        self._cancel_answer()
+        delay = (self.config.gather * self.session_config.min_ms / 1000
+                 if self.session_config is not None else 0.0)
+        if delay <= 0:
+            self._answer()
+            return
+        self._answer_timer = self.env.set_timer(delay, self._answer_gathered)
+
+    def _answer_gathered(self) -> None:
+        self._answer_timer = None
         self._answer()
+
+    def _cancel_answer(self) -> None:
+        if self._answer_timer is not None:
+            self.env.cancel(self._answer_timer)
+            self._answer_timer = None
 
     def _answer(self) -> None:
         batch: list[Action] = []

@@ -164,9 +164,13 @@ class AppSyncClient:
 
     def __init__(self, url: str, session: str, *, key: str | None = None,
                  timeout: float = 10.0, node: str = "appsync-peer",
-                 trace: TraceSink | None = None, run: str = "appsync") -> None:
+                 trace: TraceSink | None = None, run: str = "appsync",
+                 gather: float = 0.0) -> None:
         self.url = url
-        self.config = PeerConfig(address=url, session=session, key=key, framing=Framing.WS)
+        # gather: answer each round that fraction of its min time late, with the changes
+        # made meanwhile (``PeerConfig.gather``)
+        self.config = PeerConfig(address=url, session=session, key=key, framing=Framing.WS,
+                                 gather=gather)
         self.timeout = timeout
         self.node = node
         self.trace = trace
