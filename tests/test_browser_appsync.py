@@ -249,6 +249,30 @@ async def _vectors(tmp_path: Path) -> None:
                 wrap: [m.nextRound(0xffff), m.nextRound(1)],
                 badAck: status('{"h":{"p":"APSYN/01","c":"0001","r":"0002","l":"0001"},'
                                + '"b":{"ack":[99],"syn":[]}}', m.decodeFromServer),
+                gather: await (async () => {
+                    // a gathering client (gather 0.5 of a 40 ms min round) answers its init
+                    // 20 ms late, with the request made in the wait
+                    const sent = [];
+                    class FakeSocket {
+                        constructor() { this.readyState = 1; FakeSocket.last = this; }
+                        send(text) { sent.push(text); }
+                        close() {}
+                    }
+                    const c = new m.ApsynClient("ws://x/", "s",
+                                                { gather: 0.5, WebSocketImpl: FakeSocket });
+                    c.connect();
+                    FakeSocket.last.onopen();
+                    FakeSocket.last.onmessage({ data: '{"h":{"p":"APSYN/01","c":"0007",'
+                        + '"r":"0000","l":"0005"},"b":{"sc":{"min":"28","max":"C8",'
+                        + '"tout":"A"},"cr":[]}}' });
+                    const atOnce = sent.length;
+                    c.request({ t: "cre", i: { s: "G", n: "late" }, m: "RW", d: 1 });
+                    await new Promise((resolve) => setTimeout(resolve, 60));
+                    let refused = null;
+                    try { new m.ApsynClient("ws://x/", "s", { gather: 1 }); }
+                    catch (e) { refused = e.name; }
+                    return { atOnce, sent: sent.slice(1), refused };
+                })(),
             };
         }""", [vectors, peer_side, refused])
         assert got["encoded"] == vectors
@@ -258,6 +282,11 @@ async def _vectors(tmp_path: Path) -> None:
         assert got["lower"] == '{"h":{"p":"APSYN/01","c":"00AB","r":"00FF","l":"00FE"},"b":[]}'
         assert got["wrap"] == [1, 2]
         assert got["badAck"] == 40
+        assert got["gather"]["atOnce"] == 1  # the join only
+        assert got["gather"]["sent"] == ['{"h":{"p":"APSYN/01","c":"0007","r":"0005",'
+                                         '"l":"0005"},"b":[{"t":"cre","i":{"s":"G","n":"late"},'
+                                         '"m":"RW","d":1}]}']
+        assert got["gather"]["refused"] == "RangeError"
         wrong = await st.open("session=locked&key=wrong",
                               "() => window.apsyn && apsyn.phase === 'closed'")
         state = await wrong.evaluate("apsyn.state()")

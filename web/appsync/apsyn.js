@@ -350,7 +350,11 @@ const RESULTS_KEPT = 500;
  */
 export class ApsynClient {
   constructor(url, session, { key = null, reconnectDelay = 0.5, maxQueue = 10_000,
-    maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket } = {}) {
+    maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket, gather = 0 } = {}) {
+    if (!(gather >= 0 && gather < 1)) throw new RangeError(`gather must be in [0, 1), got ${gather}`);
+    // answer each round this fraction of its min time late, with the changes made meanwhile
+    // (as gossamer's Python peer, PeerConfig.gather); 0: at once
+    this.gather = gather;
     this.url = url;
     this.session = session;
     this.key = key;
@@ -377,6 +381,7 @@ export class ApsynClient {
     this._handlers = { change: [], round: [], result: [], phase: [], log: [] };
     this._ws = null;
     this._timer = null;
+    this._answerTimer = null; // a gathering answer
   }
 
   // -- events ----------------------------------------------------------------------------
@@ -421,6 +426,8 @@ export class ApsynClient {
     this._setPhase(Phase.CLOSED);
     clearTimeout(this._timer);
     this._timer = null;
+    clearTimeout(this._answerTimer);
+    this._answerTimer = null;
     if (this._ws) this._ws.close(1000, "closed by the page");
   }
 
@@ -444,6 +451,8 @@ export class ApsynClient {
 
   _closed(code, reason) {
     this._ws = null;
+    clearTimeout(this._answerTimer);
+    this._answerTimer = null;
     for (const number of this.inFlight) this._result(number, null); // sent: may have happened
     this.inFlight = [];
     this.log(`connection closed ${code}${reason ? ` ${reason}` : ""}`);
@@ -485,7 +494,7 @@ export class ApsynClient {
       const after = this.store.get(key);
       if (JSON.stringify(before) !== JSON.stringify(after)) this._emit("change", key, after?.value ?? null, after ?? null);
     }
-    this._answer();
+    this._answerRound();
   }
 
   _sync(msg) {
@@ -518,7 +527,16 @@ export class ApsynClient {
       this._emit("change", key, after?.value ?? null, after);
     }
     this._emit("round", number, msg);
-    this._answer();
+    this._answerRound();
+  }
+
+  /** Answer the round just begun: at once, or `gather` x its min time later. */
+  _answerRound() {
+    clearTimeout(this._answerTimer);
+    this._answerTimer = null;
+    const delay = this.config ? this.gather * this.config.min : 0;
+    if (delay <= 0) this._answer();
+    else this._answerTimer = setTimeout(() => { this._answerTimer = null; this._answer(); }, delay);
   }
 
   _answer() {
