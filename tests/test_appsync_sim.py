@@ -4,6 +4,7 @@ peer holding exactly what the server says it may see."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -41,6 +42,26 @@ def test_fifty_peers_under_cuts_delays_churn_and_a_server_restart_converge(seed:
     assert len({str(sorted(s["G//board"].items())) for s in states.values()}) == 1
     events = {row[4] for row in sink.rows}
     assert {"cut", "crash", "recover", "sync_init", "sync_apply", "round"} <= events, f"seed {seed}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_peers_on_lossy_connections_converge_and_rounds_wait_for_the_resent_frames(
+        seed: int) -> None:
+    """Loss on a connection costs time (TCP sends a lost frame again after its timeout), so
+    rounds take longer than on clean links, and every peer still ends where the server is."""
+    def round_times(loss: float) -> list[float]:
+        sink = MemorySink()
+        world = AppSyncWorld(WorldConfig(peers=10, seed=seed, loss=loss, rto=0.2,
+                                         min_ms=20, max_ms=1000, tout=100), trace=sink)
+        world.run_for(0.5)
+        world.faults(3.0, cuts=0, leaves=0, server_restarts=0)
+        converge(world)
+        starts = [row[1] for row in sink.rows if row[4] == "round"]
+        return [b - a for a, b in itertools.pairwise(starts)]
+
+    clean, lossy = round_times(0.0), round_times(0.05)
+    assert max(clean) < 0.2, f"seed {seed}"
+    assert max(lossy) >= 0.2, f"seed {seed}: no round waited for a resent frame"
 
 
 def test_one_seed_one_trace() -> None:

@@ -247,3 +247,52 @@ def test_foreign_connections_are_refused() -> None:
         sim.call("c0", lambda p: p.env.write(other, b"x"))
     with pytest.raises(ConfigError):
         ListenerSpec(name="x", port=1, reserved_for_peers=5, max_connections=5)
+
+
+class Timed(Recorder):
+    """A recorder that also notes when each frame arrived."""
+
+    def __init__(self, env: Env, **kw: Any) -> None:
+        super().__init__(env, **kw)
+        self.arrivals: list[float] = []
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        self.arrivals.append(self.env.now())
+        super().received(conn, frame)
+
+
+def lossy_arrivals(seed: int, loss: float, rto: float) -> tuple[list[bytes], list[float]]:
+    sim = Simulation(seed=seed, link=LinkModel(latency=Uniform(0.001, 0.02), loss=loss),
+                     trace=MemorySink(), connection_rto=rto)
+    sim.add_node("srv", lambda env: Timed(env), listeners=[ListenerSpec(name="c", port=PORT)])
+    sim.add_node("c0", lambda env: Recorder(env, dial=f"srv:{PORT}"))
+    sim.run(until=0.5)
+    for n in range(100):
+        sim.schedule(n * 0.01, lambda n=n: sim.call(
+            "c0", lambda p: p.env.write(p.conn, b"%d" % n)))
+    sim.run(until=60.0)
+    server = sim.process("srv")
+    assert isinstance(server, Timed)
+    return server.frames(), server.arrivals
+
+
+def test_loss_on_a_connection_costs_retransmission_time_never_data_or_order() -> None:
+    """With ``connection_rto`` a lost try of a frame is sent again after the timeout
+    (doubling per try), and later frames wait behind it; without it loss costs nothing."""
+    want = [b"%d" % n for n in range(100)]
+    for seed in range(3):
+        clean, clean_at = lossy_arrivals(seed, 0.0, 0.2)
+        free, free_at = lossy_arrivals(seed, 0.2, 0.0)
+        lossy, lossy_at = lossy_arrivals(seed, 0.2, 0.2)
+        assert clean == free == lossy == want, f"seed {seed}"
+        assert free_at == clean_at, f"seed {seed}"  # no timeout given: loss is free
+        assert lossy_at == sorted(lossy_at), f"seed {seed}"  # in order
+        # about a fifth of the frames waited at least one timeout (or behind one that did)
+        late = sum(1 for a, b in zip(lossy_at, clean_at, strict=True) if a - b >= 0.2 - 0.02)
+        assert late >= 20, f"seed {seed}: {late} late"
+        assert max(b - a for a, b in zip(clean_at, lossy_at, strict=True)) < 0.2 * 2 ** 8
+
+
+def test_connection_rto_is_checked_at_once() -> None:
+    with pytest.raises(ConfigError):
+        Simulation(seed=1, connection_rto=-1.0)

@@ -452,6 +452,8 @@ _APPSYNC_KNOBS = (
     Knob("server_restart", choices=(False, True), note="on its store (40% of the seeds)"),
     Knob("workload", 2.0, 4.0, note="virtual seconds of requests; the faults fall within"),
     Knob("settle", 3.0, 3.0, note="fixed: the last syncs arrive well before the end"),
+    Knob("loss", 0.0, 0.05, note="each try of a frame on a connection lost; TCP sends it "
+                                 "again 0.2 s later, doubling (half of the seeds)"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
                 appsync_faults)

@@ -20,7 +20,8 @@ APPSYNC_GUARANTEE = (
     "Seed 002 APSYN (services/appsync/experiment.py): every peer applies the same updates to "
     "each object it sees in the same round order as the sync server, and every "
     "acknowledgement matches what was applied, under connection cuts, peers leaving and "
-    "rejoining and a server restart.")
+    "rejoining, a server restart and loss on the connections (resent by TCP: late, never "
+    "lost).")
 
 
 def draw_appsync(d: _Draw) -> None:
@@ -33,10 +34,13 @@ def draw_appsync(d: _Draw) -> None:
     d.flag(0.4, "server_restart")
     d.uniform("workload")
     d.uniform("settle")
+    d.set("loss", d.uniform("loss") if d.rng.random() < 0.5 else 0.0)
 
 
 def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
     out = [f"{o[name]} {name}" for name in ("cuts", "leaves") if o.get(name)]
+    if o.get("loss"):
+        out.append(f"loss {float(o['loss']):.3f} (connections: resent)")
     if o.get("server_restart"):
         out.append("server restart")
     return out

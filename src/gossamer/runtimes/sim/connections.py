@@ -2,7 +2,9 @@
 
 A connection is a pair of ends, one per node incarnation. Frames in one direction arrive in
 the order they were written, each after a link delay (never before the one written earlier);
-loss, duplication and reordering of the link model do not apply (TCP repairs those). A
+duplication and reordering of the link model do not apply (TCP repairs those), and loss costs
+only time, when the simulation is given a retransmission timeout (``connection_rto``: a lost
+frame is sent again, and what follows waits behind it). A
 connection loses data only by being cut: ``Simulation.cut`` or a crash resets it (frames in
 flight are lost and the other end hears ``reset`` one link delay later); a graceful close
 delivers everything written before it. Across a partition frames are held, in order, and
@@ -43,7 +45,11 @@ class Simulation(Protocol):
 
     def schedule(self, delay: float, fn: Callable[..., object], *args: Any) -> Any: ...
 
+    def schedule_at(self, at: float, fn: Callable[..., object], *args: Any) -> Any: ...
+
     def link_delay(self, src: NodeId, dst: NodeId) -> float: ...
+
+    def connection_delay(self, src: NodeId, dst: NodeId) -> float: ...
 
     def current_env(self, node: NodeId) -> SimEnv | None: ...
 
@@ -269,9 +275,10 @@ class SimConnections:
         peer = end.peer
         assert peer is not None
         sim = self.sim
-        at = max(sim.now + self._delay(end.node, peer.node), end.arrival)
+        at = max(sim.now + sim.connection_delay(end.node, peer.node), end.arrival)
         end.arrival = at
-        sim.schedule(at - sim.now, self._arrive, end, kind, payload)
+        # at ``at`` itself: frames due together arrive in the order written
+        sim.schedule_at(at, self._arrive, end, kind, payload)
 
     def _release(self, end: SimConn) -> None:
         peer = end.peer

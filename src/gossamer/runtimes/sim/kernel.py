@@ -44,6 +44,9 @@ __all__ = ["OWN_CODECS", "STORE_LAYER", "NodeStatus", "OwnCodecs", "SimEnv", "Si
            "SimulationError"]
 
 STORE_LAYER = "store"  # the layer of ``stored`` rows (Simulation.trace_storage)
+#: tries a connection frame is retransmitted on a lossy link (``connection_rto``); Linux's
+#: default gives up after 15, long after every workload here has timed the connection out
+MAX_RETRANSMITS = 8
 _INT32_MAX = 2**31 - 1  # the trace's size column is int32
 _NOARG = object()
 # heap entry: [time, sequence, callback or None when cancelled, argument, owner env or None]
@@ -209,6 +212,7 @@ class Simulation:
         untraced: Iterable[str] = (),
         connection_refused: bool = False,
         wall_epoch: float = 0.0,
+        connection_rto: float = 0.0,
     ) -> None:
         """``codec``: every message ``env.send`` carries crosses it, encoded and decoded, as
         on a network; ``OWN_CODECS`` (default): each message through its own protocol's codec
@@ -220,9 +224,18 @@ class Simulation:
 
         ``wall_epoch``: the simulated wall clock at virtual time 0. Every row's ``wall`` is
         ``wall_epoch + t``: fixed per run, so the same seed gives the same trace; with the
-        default 0.0 ``wall`` is ``t`` to the bit, so latency on either clock is the same."""
+        default 0.0 ``wall`` is ``t`` to the bit, so latency on either clock is the same.
+
+        ``connection_rto``: what a link's ``loss`` costs a connection (TCP repairs a loss by
+        retransmitting it): 0 (default) nothing; else a frame is lost with the link's loss
+        probability on each try and sent again after this many seconds, the wait doubling
+        per try (TCP's back-off), at most ``MAX_RETRANSMITS`` times; what was written after
+        it waits behind it (head-of-line blocking)."""
         if not isinstance(wall_epoch, int | float) or not math.isfinite(wall_epoch):
             raise ConfigError(f"wall_epoch must be a finite number, got {wall_epoch!r}")
+        if not isinstance(connection_rto, int | float) or not 0 <= connection_rto < math.inf:
+            raise ConfigError(f"connection_rto must be a number >= 0, got {connection_rto!r}")
+        self.connection_rto = float(connection_rto)
         self.wall_epoch = float(wall_epoch)
         self.seed = seed
         self.connection_refused = connection_refused
@@ -430,6 +443,21 @@ class Simulation:
         """One delay of the link from ``src`` to ``dst``, drawn from the network's rng."""
         return self.network.link(src, dst).latency.sample(self._net_rng)
 
+    def connection_delay(self, src: NodeId, dst: NodeId) -> float:
+        """One frame's delay on a connection from ``src`` to ``dst``: a link delay, plus the
+        retransmission timeouts of the tries the link lost (``connection_rto``)."""
+        link = self.network.link(src, dst)
+        rng = self._net_rng
+        delay = link.latency.sample(rng)
+        if link.loss and self.connection_rto:
+            rto = self.connection_rto
+            for _ in range(MAX_RETRANSMITS):
+                if rng.random() >= link.loss:
+                    break
+                delay += rto
+                rto *= 2
+        return delay
+
     def failure(self, node: str, exc: BaseException) -> SimulationError:
         """The error that stops a run when a protocol raised (it names seed, time, node)."""
         return self._failure(node, exc)
@@ -447,9 +475,16 @@ class Simulation:
         """Run ``fn(*args)`` after ``delay`` virtual seconds (scenario events, not per node)."""
         if delay < 0:
             raise ConfigError(f"delay must be >= 0, got {delay}")
+        return self.schedule_at(self.now + delay, fn, *args)
+
+    def schedule_at(self, at: float, fn: Callable[..., object], *args: Any) -> Entry:
+        """Run ``fn(*args)`` at virtual time ``at`` (not before now). Events due at the same
+        time run in the order they were scheduled: give two events one ``at``, not ``at - now``
+        as a delay from two different nows, which may round to two times."""
+        if at < self.now:
+            raise ConfigError(f"at must be >= now ({self.now}), got {at}")
         arg: Any = args if args else _NOARG
-        entry: Entry = [self.now + delay, next(self._sequence), _Call(fn) if args else fn, arg,
-                        None]
+        entry: Entry = [at, next(self._sequence), _Call(fn) if args else fn, arg, None]
         heapq.heappush(self._heap, entry)
         return entry
 

@@ -23,6 +23,10 @@ class AppSyncRunOptions:
     min_ms: int = 20
     max_ms: int = 100
     request_chance: float = 0.5
+    # each try of a frame on a connection is lost with this chance and sent again after rto
+    # seconds, doubling per try (TCP's repair: loss costs time, not data)
+    loss: float = 0.0
+    rto: float = 0.2
     workload: float = 3.0  # virtual seconds of requests (faults fall within them)
     cuts: int = 0  # connection resets between a random peer and the server
     leaves: int = 0  # peers that crash and rejoin
@@ -37,6 +41,8 @@ class AppSyncRunOptions:
             raise ConfigError("need peers >= 1, workload > 0 and settle >= 0")
         if self.cuts < 0 or self.leaves < 0 or not 0 <= self.request_chance <= 1:
             raise ConfigError("need cuts, leaves >= 0 and request_chance in [0, 1]")
+        if not 0 <= self.loss < 1 or self.rto <= 0:
+            raise ConfigError("need loss in [0, 1) and rto > 0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,6 +60,7 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
                                      latency=options.latency, min_ms=options.min_ms,
                                      max_ms=options.max_ms,
                                      request_chance=options.request_chance,
+                                     loss=options.loss, rto=options.rto,
                                      drop_updates=options.drop_updates),
                          trace=trace_sink, run=options.run or f"appsync-s{options.seed}")
     world.run_for(0.2)

@@ -35,6 +35,8 @@ class WorldConfig:
     max_ms: int = 100
     tout: int = 20
     request_chance: float = 0.5  # per peer per round
+    loss: float = 0.0  # each try of a frame lost with this chance; TCP sends it again ...
+    rto: float = 0.2  # ... after this many seconds, doubling per try (Simulation.connection_rto)
     drop_updates: bool = False  # peers skip the board's contended property (broken on purpose)
 
 
@@ -83,8 +85,9 @@ class AppSyncWorld:
                  run: str = "appsync") -> None:
         self.config = config
         self.rng = random.Random(f"appsync-world/{config.seed}")
-        link = LinkModel(latency=parse_latency(config.latency))
-        self.sim = Simulation(seed=config.seed, link=link, trace=trace, run=run)
+        link = LinkModel(latency=parse_latency(config.latency), loss=config.loss)
+        self.sim = Simulation(seed=config.seed, link=link, trace=trace, run=run,
+                              connection_rto=config.rto)
         self.active = True
         self.server_config = AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
                                            tout=config.tout)
