@@ -264,15 +264,21 @@ class Codec:
             raise DecodeError(f"missing or non-string {TYPE_KEY!r}")
         if type_name not in self._types:
             raise UnknownMessageType(f"unknown message type {type_name!r}")
-        spec = self._spec(type_name)
-        fields = {k: v for k, v in obj.items() if k != TYPE_KEY}
-        missing = spec.required - fields.keys()
-        if missing:
+        spec = self._specs.get(type_name) or self._spec(type_name)
+        # one pass over the fields (every message a node receives comes through here)
+        checkers = spec.checkers
+        kwargs: dict[str, Any] = {}
+        if not spec.required <= obj.keys():
+            missing = spec.required - obj.keys()
             raise InvalidMessage(f"{type_name}: missing field(s) {sorted(missing)}")
-        extra = fields.keys() - set(spec.names)
-        if extra:
-            raise InvalidMessage(f"{type_name}: unknown field(s) {sorted(extra)}")
-        kwargs = {name: spec.checkers[name](value, name) for name, value in fields.items()}
+        for name, value in obj.items():
+            if name == TYPE_KEY:
+                continue
+            check = checkers.get(name)
+            if check is None:
+                extra = sorted(k for k in obj if k != TYPE_KEY and k not in checkers)
+                raise InvalidMessage(f"{type_name}: unknown field(s) {extra}")
+            kwargs[name] = check(value, name)
         try:
             return spec.cls(**kwargs)
         except (TypeError, ValueError) as exc:
