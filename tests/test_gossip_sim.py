@@ -257,7 +257,8 @@ def test_message_ids_stay_unique_across_a_crash_of_the_publisher() -> None:
     sim.crash(node)
     sim.recover(node)
     sim.call(node, lambda p: ids.append(run.apps[node].broadcast("after")))
-    assert ids == [f"{node}:1", f"{node}:2"], f"seed={seed}"
+    # the recovered publisher goes on above its committed lease (seq_lease numbers)
+    assert ids == [f"{node}:1", f"{node}:{1 + GossipConfig().seq_lease}"], f"seed={seed}"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -584,12 +585,24 @@ def test_after_stop_nothing_is_delivered_or_sent() -> None:
 
 def test_sequence_numbers_are_durable() -> None:
     env = FakeEnv("a")
-    app = GossipBroadcast(env, HyParView(env))
+    app = GossipBroadcast(env, HyParView(env), config=GossipConfig(seq_lease=1))
     app.start()
     assert [app.broadcast(i) for i in range(3)] == ["a:1", "a:2", "a:3"]
     env.crash()
-    again = GossipBroadcast(env, HyParView(env))
+    again = GossipBroadcast(env, HyParView(env), config=GossipConfig(seq_lease=1))
     assert again.next_seq == 4
+
+
+def test_sequence_numbers_are_committed_one_lease_at_a_time() -> None:
+    """One commit serves ``seq_lease`` broadcasts; after a crash the numbers go on above
+    every one that may have been handed out."""
+    env = FakeEnv("a")
+    app = GossipBroadcast(env, HyParView(env), config=GossipConfig(seq_lease=4))
+    app.start()
+    assert [app.broadcast(i) for i in range(5)] == ["a:1", "a:2", "a:3", "a:4", "a:5"]
+    env.crash()
+    again = GossipBroadcast(env, HyParView(env), config=GossipConfig(seq_lease=4))
+    assert again.next_seq == 9
 
 
 def test_config_is_checked_at_once() -> None:

@@ -204,6 +204,9 @@ class GossipConfig:
     ihave_interval: float = 0.05  # tree: IHAVEs to a lazy peer are batched this long (0: not)
     max_missing: int = 4096  # messages announced or pulled but not yet here, tracked at once
     durable: bool = True  # the next sequence number survives a crash (ids stay unique)
+    # sequence numbers committed at once (one commit per seq_lease broadcasts, not per
+    # broadcast); a restart skips the unused rest (nothing here chases an origin's gaps)
+    seq_lease: int = 64
     # credits: while a neighbour's link holds max_backlog messages (``env.backlog``), this
     # node takes no new broadcast (``has_room``) until every link is under backlog_resume;
     # a full link is looked at every backlog_poll seconds
@@ -217,7 +220,7 @@ class GossipConfig:
         if self.tree_scope not in ("origin", "shared"):
             raise ConfigError(f"tree_scope must be 'origin' or 'shared', got {self.tree_scope!r}")
         for name in ("seen_limit", "store_limit", "max_missing", "max_tree_origins",
-                     "max_backlog"):
+                     "max_backlog", "seq_lease"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         for name in ("max_summary_ids", "max_pull_ids"):
@@ -289,7 +292,8 @@ class GossipBroadcast:
         self._neighbor_timers: dict[NodeId, TimerHandle] = {}  # new neighbours' summaries
         self._stopped = False
         self._sequence = DurableSequence(env.store if self.config.durable else None, _STATE,
-                                         incarnation=env.incarnation)
+                                         incarnation=env.incarnation,
+                                         lease=self.config.seq_lease)
 
     # -- Process ---------------------------------------------------------------------------
 
