@@ -569,3 +569,24 @@ def test_sigterm_stops_a_host_cleanly_and_closes_its_trace(tmp_path: Path,
         assert "stopped" in events
     b_rows = pq.read_table(trace_path(tmp_path, "sigterm", "b")).to_pylist()
     assert any(r["event"] == "recv" and r["peer"] == "tester" for r in b_rows)
+
+
+def test_a_node_restarted_within_the_second_without_its_data_gets_a_new_incarnation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With nothing saved, the incarnation comes from the clock: a process killed and started
+    again within one second once got the same one (whole seconds), so its new messages had its
+    old messages' ids and were dropped as duplicates everywhere."""
+    from types import SimpleNamespace
+
+    from gossamer.runtimes.net import node as net_node
+    from gossamer.runtimes.sim import MemoryStore
+
+    now = [net_node.INCARNATION_EPOCH + 1_000.2]
+    monkeypatch.setattr(net_node.time, "time", lambda: now[0])
+    first = net_node.NetNode._next_incarnation(SimpleNamespace(store=MemoryStore()))
+    now[0] += 0.5  # killed and started again, no data dir, in the same second
+    second = net_node.NetNode._next_incarnation(SimpleNamespace(store=MemoryStore()))
+    assert second > first
+    kept = MemoryStore()
+    third = net_node.NetNode._next_incarnation(SimpleNamespace(store=kept))
+    assert net_node.NetNode._next_incarnation(SimpleNamespace(store=kept)) == third + 1

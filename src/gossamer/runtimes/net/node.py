@@ -55,7 +55,14 @@ log = logging.getLogger("gossamer.net")
 LAYER = "net"
 PEER_LISTENER = "peers"
 INCARNATION_TABLE = "net.node"
-INCARNATION_EPOCH = 1_704_067_200  # 2024-01-01T00:00:00Z
+INCARNATION_EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
+#: clock ticks per second of an incarnation taken from the clock: a process killed and started
+#: again within one second had the same incarnation (whole seconds), so its new messages had
+#: its old messages' ids and were dropped as duplicates everywhere; no process starts, joins and
+#: is restarted within a tenth of a second. Ten ticks a second from 2026 are above every
+#: incarnation the whole seconds from 2024 gave, and keep sequence numbers (incarnation x
+#: ``INCARNATION_SPAN``) within 64 bits until 2039
+INCARNATION_TICKS = 10
 Address = tuple[str, int]
 BackoffFactory = Callable[[], Backoff]
 Resolver = Callable[[NodeId], Address | None]
@@ -448,11 +455,11 @@ class NetNode:
 
     def _next_incarnation(self) -> int:
         """One more than the last start's, kept in the store (committed before the process
-        runs); with nothing saved (a first start, or no data kept), the seconds since
-        ``INCARNATION_EPOCH``: later than any incarnation a run without its data had."""
+        runs); with nothing saved (a first start, or no data kept), the tenths of a second
+        since ``INCARNATION_EPOCH``: later than any incarnation a run without its data had."""
         saved = get_json(self.store, INCARNATION_TABLE, "incarnation")
-        incarnation = (int(saved) + 1 if saved is not None
-                       else max(2, int(time.time() - INCARNATION_EPOCH)))
+        ticks = int((time.time() - INCARNATION_EPOCH) * INCARNATION_TICKS)
+        incarnation = int(saved) + 1 if saved is not None else max(2, ticks)
         put_json(self.store, INCARNATION_TABLE, "incarnation", incarnation)
         self.store.commit()
         return incarnation
