@@ -51,14 +51,40 @@ def applied(key: str, value: str) -> Callable[[str], bool]:
     return lambda line: line.startswith("applied ") and line.split()[3:] == [key, value]
 
 
+async def agreed_leader(replicas: dict[str, Replica], timeout: float = WAIT) -> str:
+    """The leader every replica names in its latest ``leader`` line. At start two replicas
+    may each win a ballot before one of them is everyone's (duelling proposers), so a
+    replica's first leader line need not be the one they all settle on."""
+    latest: dict[str, str] = {}
+    waits: dict[str, asyncio.Task[str]] = {}
+    try:
+        async with asyncio.timeout(timeout):
+            while len(latest) < len(replicas) or len(set(latest.values())) > 1:
+                for name, replica in replicas.items():
+                    if name not in waits:
+                        waits[name] = asyncio.ensure_future(replica.expect(
+                            lambda line: line.startswith("leader "), "a leader", timeout))
+                done, _ = await asyncio.wait(waits.values(),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for name, task in list(waits.items()):
+                    if task in done:
+                        latest[name] = task.result().split()[1]
+                        del waits[name]
+    except TimeoutError:
+        raise AssertionError(f"no leader every replica names in {timeout}s: {latest}") from None
+    finally:
+        for task in waits.values():
+            task.cancel()
+        # a cancelled wait must be over before anyone reads that replica's output again
+        await asyncio.gather(*waits.values(), return_exceptions=True)
+    return next(iter(latest.values()))
+
+
 async def three_replicas_survive_a_killed_leader(tmp: Path) -> None:
     members = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
     replicas = {m: await spawn(tmp, m, members) for m in members}
     try:
-        leaders = {m: (await r.expect(lambda line: line.startswith("leader "), "a leader")
-                       ).split()[1] for m, r in replicas.items()}
-        assert len(set(leaders.values())) == 1, leaders
-        leader = next(iter(leaders.values()))
+        leader = await agreed_leader(replicas)
         follower = next(m for m in members if m != leader)
         replicas[follower].write("set x 1")
         for replica in replicas.values():
