@@ -1,7 +1,8 @@
 """The round-consistency check of seed 002 (``pipeline.round_checks``): a trace of a simulated
 APSYN session with faults passes, and planted faults are caught: a peer that reorders a round's
 updates, one whose value diverged, one that applied an update CTRL never applied, an
-acknowledgement of something never applied and an update applied without an accepting one."""
+acknowledgement of something never applied and an update applied without an accepting one;
+with two zones, the member zone's CTRL is judged as a peer of the master's session too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from gossamer.core import MemorySink
 from gossamer.pipeline.checks import CheckConfig, Status, default_checks, evaluate
 from gossamer.pipeline.schema import trace_schema
-from gossamer.services.appsync.sim import SERVER, AppSyncWorld, WorldConfig
+from gossamer.services.appsync.sim import SERVER, SESSION, ZONE_SERVER, AppSyncWorld, WorldConfig
 
 pytestmark = pytest.mark.spark
 
@@ -31,6 +32,16 @@ def _recorded() -> tuple[tuple[Any, ...], ...]:
     world.run_for(0.5)
     world.faults(1.5, cuts=2, leaves=1, server_restarts=1)
     world.quiesce(1.0)
+    return tuple(tuple(row) for row in sink.rows)
+
+
+@functools.cache
+def _recorded_zones() -> tuple[tuple[Any, ...], ...]:
+    sink = MemorySink()
+    world = AppSyncWorld(WorldConfig(peers=4, seed=5, zones=2, request_chance=0.8), trace=sink)
+    world.run_for(0.5)
+    world.faults(1.5, cuts=1, leaves=1, server_restarts=0, zone_faults=2)
+    world.quiesce(1.5)
     return tuple(tuple(row) for row in sink.rows)
 
 
@@ -76,7 +87,24 @@ def plants() -> dict[str, tuple[Rows, str | None]]:
     for i in accepted:
         if rows[i][MSG] == rows[accepted[0]][MSG] and rows[i][SEQ] == rows[accepted[0]][SEQ]:
             hidden[i][INFO] = orjson.dumps({"code": 32}).decode()
-    return {"clean": (rows, None), "swapped": (swapped, rows[a][NODE]),
+    zones = [list(row) for row in _recorded_zones()]
+    relayed = [i for i, r in enumerate(zones) if r[NODE] == ZONE_SERVER
+               and r[EVENT] == "sync_apply" and r[KEY].startswith(f"{SESSION}/")]
+    assert relayed, "the member zone's CTRL applied the master's updates"
+    zone_diverged = [list(row) for row in zones]  # the member CTRL's copy of a G object
+    info = orjson.loads(zone_diverged[relayed[-1]][INFO])
+    zone_diverged[relayed[-1]][INFO] = orjson.dumps({**info, "digest": "0" * 16}).decode()
+    in_sync = [r for r in zones if r[NODE] == ZONE_SERVER and r[EVENT] == "sync_apply"
+               and orjson.loads(r[INFO]).get("relayed") is True]
+    assert in_sync, "the member zone's CTRL relayed the master's updates in its rounds"
+    action = in_sync[-1][MSG].rsplit(":", 1)[1]  # never taken from the master: its rows gone
+    untaken = [r for r in zones if not (r[NODE] == ZONE_SERVER and r[EVENT] == "sync_apply"
+                                        and r[KEY].startswith(f"{SESSION}/")
+                                        and r[MSG].endswith(action))]
+    return {"clean": (rows, None), "zones": (zones, None),
+            "zone_diverged": (zone_diverged, ZONE_SERVER),
+            "zone_untaken": (untaken, ZONE_SERVER),
+            "swapped": (swapped, rows[a][NODE]),
             "diverged": (diverged, rows[applies[-1]][NODE]),
             "extra": (extra, rows[applies[0]][NODE]), "lying": (lying, SERVER),
             "hidden": (hidden, SERVER)}
@@ -96,11 +124,13 @@ def test_a_clean_run_passes_and_every_planted_fault_is_caught(spark: Any) -> Non
         found.setdefault(violation.run, set()).add(violation.node)
         details.setdefault(violation.run, []).append(violation.detail)
     assert "clean" not in found, details.get("clean")
+    assert "zones" not in found, details.get("zones")
     for name, (_, node) in runs.items():
         if node is not None:
             assert found.get(name) == {node}, (name, details.get(name))
     assert any("never applied" in d for d in details["lying"])
     assert any("without an accepting" in d for d in details["hidden"])
+    assert any("never took from the master" in d for d in details["zone_untaken"])
 
 
 def test_round_consistency_is_judged_only_where_round_layers_are_declared() -> None:

@@ -2,9 +2,14 @@
 updates to each object in a round, in the same order, with the same result as the sync
 server (CTRL), and every acknowledgement matches what CTRL applied.
 
-Reads ``round`` rows (which node is a CTRL of a run), ``sync_apply`` rows (``key`` the object,
+Reads ``round`` rows (which node is the CTRL of which session: ``key``; the CTRL of another
+zone is also a peer of the master's session), ``sync_apply`` rows (``key`` the object,
 ``seq`` the sync round, ``msg`` the action's id, ``info.digest`` the value after it) and
-``sync_ack`` rows (``info.code``, ``msg``). A peer that applied nothing of an object in a round
+``sync_ack`` rows (``info.code``, ``msg``). An update a member zone's CTRL relays from the master
+zone (``info.relayed``) was acknowledged in the master's session: it must be one that CTRL
+applied there as a peer (the same action), unless it turns the zone's copy into a fresh init of
+the master's (``"init"``: an init's objects have no rows of their own). A peer that applied
+nothing of an object in a round
 (it was away, or may not see the object) is not judged for that object and round.
 """
 
@@ -27,12 +32,16 @@ ACK = "sync_ack"
 
 def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> DataFrame:
     rows = with_row_order(trace).filter(layer_filter(layers))
-    ctrl_nodes = rows.filter(F.col("event") == ROUND).select("run", "node").distinct()
+    ctrl_nodes = rows.filter(F.col("event") == ROUND).select(
+        "run", "node", F.col("key").alias("session")).distinct()
     applies = rows.filter(F.col("event") == APPLY).select(
         "run", "node", "key", "seq", "msg", "origin", "row",
-        info_field("digest").alias("digest"))
-    at_ctrl = applies.join(ctrl_nodes, ["run", "node"], "left_semi")
-    at_peer = applies.join(ctrl_nodes, ["run", "node"], "left_anti")
+        info_field("digest").alias("digest"),
+        info_field("relayed").isNotNull().alias("relayed"),
+        F.coalesce(info_field("relayed") == "true", F.lit(False)).alias("in_sync"),
+        F.substring_index("key", "/", 1).alias("session"))  # key: session/object
+    at_ctrl = applies.join(ctrl_nodes, ["run", "node", "session"], "left_semi")
+    at_peer = applies.join(ctrl_nodes, ["run", "node", "session"], "left_anti")
 
     def sequence(frame: DataFrame, by: list[str]) -> DataFrame:
         ordered = Window.partitionBy(*by).orderBy("row")
@@ -58,14 +67,20 @@ def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> 
                             F.to_json(F.col("steps")), F.lit(" where CTRL applied "),
                             F.to_json(F.col("expected")))))
 
-    acks = rows.filter(F.col("event") == ACK).join(ctrl_nodes, ["run", "node"], "left_semi") \
+    acks = rows.filter(F.col("event") == ACK).withColumn("session", F.col("key")) \
+        .join(ctrl_nodes, ["run", "node", "session"], "left_semi") \
         .select("run", "node", "seq", "msg", F.col("peer").alias("origin"),
                 info_field("code").cast("int").alias("code"))
     accepted = acks.filter((F.col("code") >= 20) & (F.col("code") < 30))
     applied_msgs = at_ctrl.select("run", "seq", "msg").distinct()
     accepted_msgs = accepted.select("run", "seq", "msg").distinct()
     accepted_not_applied = accepted.join(applied_msgs, ["run", "seq", "msg"], "left_anti")
-    applied_not_accepted = at_ctrl.join(accepted_msgs, ["run", "seq", "msg"], "left_anti")
+    applied_not_accepted = at_ctrl.filter(~F.col("relayed")).join(
+        accepted_msgs, ["run", "seq", "msg"], "left_anti")
+    action = F.substring_index("msg", ":", -1)  # an action id ends with the action's digest
+    taken_up = at_peer.select("run", "node", action.alias("action")).distinct()
+    relayed_unknown = at_ctrl.filter(F.col("in_sync")).withColumn("action", action) \
+        .join(taken_up, ["run", "node", "action"], "left_anti")
     ack_violations = violation_rows(
         accepted_not_applied,
         F.concat(F.lit("acknowledged "), F.col("code").cast("string"),
@@ -74,5 +89,9 @@ def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> 
         applied_not_accepted,
         F.concat(F.lit("applied to "), F.col("key"),
                  F.lit(" without an accepting acknowledgement")),
+    )).unionByName(violation_rows(
+        relayed_unknown,
+        F.concat(F.lit("relayed to "), F.col("key"),
+                 F.lit(" an update this CTRL never took from the master zone")),
     ))
     return order_violations.unionByName(ack_violations)

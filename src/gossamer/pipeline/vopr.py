@@ -454,6 +454,10 @@ _APPSYNC_KNOBS = (
     Knob("settle", 3.0, 3.0, note="fixed: the last syncs arrive well before the end"),
     Knob("loss", 0.0, 0.05, note="each try of a frame on a connection lost; TCP sends it "
                                  "again 0.2 s later, doubling (half of the seeds)"),
+    Knob("zones", 1, 2, note="2: a member zone's CTRL joins the master's (40% of the seeds; "
+                             "docs/appsync-zones.md)"),
+    Knob("zone_faults", 0, 3, note="with two zones: cuts of the link between the CTRLs and "
+                                   "restarts of the member CTRL, alternately"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
                 appsync_faults)

@@ -21,7 +21,8 @@ APPSYNC_GUARANTEE = (
     "each object it sees in the same round order as the sync server, and every "
     "acknowledgement matches what was applied, under connection cuts, peers leaving and "
     "rejoining, a server restart and loss on the connections (resent by TCP: late, never "
-    "lost).")
+    "lost); with two zones, the member zone's CTRL holds the master's G objects in the "
+    "master's order.")
 
 
 def draw_appsync(d: _Draw) -> None:
@@ -35,6 +36,9 @@ def draw_appsync(d: _Draw) -> None:
     d.uniform("workload")
     d.uniform("settle")
     d.set("loss", d.uniform("loss") if d.rng.random() < 0.5 else 0.0)
+    zones = 2 if d.rng.random() < 0.4 else 1  # drawn last: earlier seeds keep their draws
+    d.set("zones", zones)
+    d.set("zone_faults", d.integer("zone_faults") if zones > 1 else 0)
 
 
 def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
@@ -43,4 +47,7 @@ def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
         out.append(f"loss {float(o['loss']):.3f} (connections: resent)")
     if o.get("server_restart"):
         out.append("server restart")
+    if o.get("zones", 1) != 1:
+        out.append(f"{o['zones']} zones, {o.get('zone_faults', 0)} link cuts / member "
+                   f"restarts")
     return out

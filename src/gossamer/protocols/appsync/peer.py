@@ -15,8 +15,15 @@ from typing import Any
 from ...core.conn import Conn, Framing
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, StateError
-from .server import LAYER, action_digest, action_id, value_digest
-from .state import ActionRefused, SharedObject, apply_action
+from .state import (
+    LAYER,
+    ActionRefused,
+    SharedObject,
+    action_digest,
+    action_id,
+    apply_action,
+    value_digest,
+)
 from .wire import (
     MAX_ACTIONS,
     Action,
@@ -61,6 +68,8 @@ class PeerConfig:
     # change waits less for its round (the round still ends at its min time as long as the
     # rqst arrives by then: keep (1 - gather) x min above the round trip to the server)
     gather: float = 0.0
+    # this peer is the CTRL of zone ``zone`` joining another zone's CTRL (docs/appsync-zones.md)
+    zone: str | None = None
 
     def __post_init__(self) -> None:
         if self.reconnect_delay <= 0 or self.max_queue < 1 or self.max_frame < 1024:
@@ -134,7 +143,8 @@ class AppSyncPeer:
         if conn is not self.conn:
             return
         self.phase = PeerPhase.JOINING
-        join_id = self.config.session + (f";key={self.config.key}" if self.config.key else "")
+        join_id = (self.config.session + (f";key={self.config.key}" if self.config.key else "")
+                   + (f";zone={self.config.zone}" if self.config.zone else ""))
         self.env.write(conn, self.codec.encode(Join(header=Header(self.client_id, 0, 0),
                                                     id=join_id)))
 
@@ -172,6 +182,11 @@ class AppSyncPeer:
             self._sync(msg)
 
     def _init(self, msg: Init) -> None:
+        # an init replaces the syncs this peer missed, and their acks: what it had in flight
+        # might have happened (the init's values tell)
+        for number in self.in_flight:
+            self._result(number, None)
+        self.in_flight.clear()
         self.client_id = msg.header.client_id
         self.session_config = msg.config
         self.round = msg.header.last

@@ -15,7 +15,7 @@ import orjson
 from .state import ActionRefused, SharedObject, apply_action, schema_errors, touched_paths
 from .wire import Action, Create, Scope, Status
 
-__all__ = ["Request", "RoundResult", "RuleCall", "priority_order", "process_round"]
+__all__ = ["Request", "RoundResult", "RuleCall", "priority_order", "process_round", "signature_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -67,7 +67,8 @@ def _conflict(x: Action, y: Action) -> bool:
     return any(_overlap(p, q) for p in touched_paths(x) for q in touched_paths(y))
 
 
-def _signature(action: Action) -> bytes:
+def signature_of(action: Action) -> bytes:
+    """What two requests share when they ask for the same thing (a majority, 24/34)."""
     return orjson.dumps([type(action).__name__, action.info.object_key, action.info.name,
                          getattr(action, "data", None),
                          getattr(getattr(action, "mode", None), "value", None)],
@@ -258,7 +259,7 @@ def _resolve(requests: list[Request], group: list[int], clients: list[str], roun
         by_client[requests[i].client_id].append(i)
     signatures: dict[bytes, list[str]] = {}
     for client, mine in by_client.items():
-        sig = b"|".join(_signature(requests[i].action) for i in mine  # type: ignore[arg-type]
+        sig = b"|".join(signature_of(requests[i].action) for i in mine  # type: ignore[arg-type]
                         )
         signatures.setdefault(sig, []).append(client)
     best = max(signatures.values(), key=len)

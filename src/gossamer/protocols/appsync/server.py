@@ -20,29 +20,43 @@ import orjson
 from ...core.conn import CloseCode, Conn
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError
-from .rounds import Request, Rule, priority_order, process_round
-from .state import SharedObject, object_from_json, object_to_json, visible_to
+from .peer import PeerConfig
+from .rounds import Request, Rule, priority_order, process_round, signature_of
+from .state import (
+    LAYER,
+    ActionRefused,
+    SharedObject,
+    action_id,
+    apply_action,
+    object_from_json,
+    object_to_json,
+    value_digest,
+    visible_to,
+)
 from .wire import (
     Action,
     AppSyncCodec,
     AppSyncProtocolError,
     BadRequest,
+    Delete,
     Header,
     Init,
     Join,
     Mode,
     Rqst,
+    Scope,
     SessionConfig,
     Status,
     next_round,
 )
+from .zones import ZONE_INIT, ZONE_ORIGIN, OwedAck, Uplink, ZoneUplink
 
-__all__ = ["LAYER", "AppSyncConfig", "AppSyncServer", "KeyHash", "hash_session_key",
-           "parse_join_id", "refusal"]
+__all__ = ["LAYER", "AppSyncConfig", "AppSyncServer", "JoinId", "KeyHash", "Uplink",
+           "hash_session_key", "parse_join_id", "refusal"]
 
-LAYER = "appsync"
 TABLE = "appsync"
 _SESSION = re.compile(r"[A-Za-z0-9._$-]{1,128}")
+_ZONE = re.compile(r"[0-9A-Fa-f]{4}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,16 +79,33 @@ def hash_session_key(key: str, salt: bytes, *, iterations: int = 100_000) -> Key
                    digest=hashlib.pbkdf2_hmac("sha256", key.encode(), salt, iterations))
 
 
-def parse_join_id(text: str) -> tuple[str, str | None]:
-    """``session [";key=" key]`` -> (session, key or None); ValueError if malformed."""
-    session, sep, rest = text.partition(";")
+@dataclasses.dataclass(frozen=True, slots=True)
+class JoinId:
+    """What a join's ``id`` says: the session, its key (if any) and, for the CTRL of another
+    zone joining as a peer, that zone's id."""
+
+    session: str
+    key: str | None = None
+    zone: str | None = None
+
+
+def parse_join_id(text: str) -> JoinId:
+    """``session [";key=" key] [";zone=" 4HEXDIG]`` -> ``JoinId``; ValueError if malformed."""
+    session, *params = text.split(";")
     if _SESSION.fullmatch(session) is None:
         raise ValueError("a session id is 1..128 of A-Z a-z 0-9 . _ $ -")
-    if not sep:
-        return session, None
-    if not rest.startswith("key=") or not 1 <= len(rest) - 4 <= 256 or ";" in rest:
-        raise ValueError("the only join parameter is ;key=KEY")
-    return session, rest[4:]
+    found: dict[str, str] = {}
+    for param in params:
+        name, sep, value = param.partition("=")
+        if not sep or name not in ("key", "zone") or name in found:
+            raise ValueError("the join parameters are ;key=KEY and ;zone=ZONE, each once")
+        found[name] = value
+    key, zone = found.get("key"), found.get("zone")
+    if key is not None and not 1 <= len(key) <= 256:
+        raise ValueError("a session key is 1..256 characters without ';'")
+    if zone is not None and _ZONE.fullmatch(zone) is None:
+        raise ValueError("a zone id is 4 hex digits")
+    return JoinId(session, key, zone)
 
 
 def refusal(status: Status, why: str) -> tuple[int, str]:
@@ -87,7 +118,9 @@ class AppSyncConfig:
     """``min_ms``/``max_ms`` round time, ``tout`` rounds of silence before a peer is dropped;
     ``session_key`` guards every session, ``session_keys`` the sessions they name (their own
     key instead); neither: any session is accepted; limits per session; ``schemas`` JSON
-    Schemas by object name (status 42); ``rule`` an application rule (status 39)."""
+    Schemas by object name (status 42); ``rule`` an application rule (status 39); ``zone``
+    this CTRL's zone id and ``uplink`` the master zone's CTRL it joins as a peer (None: this
+    CTRL holds the master copy of its G objects)."""
 
     min_ms: int = 20
     max_ms: int = 200
@@ -103,9 +136,12 @@ class AppSyncConfig:
     max_requests: int = 1024  # request actions of one peer in one round (more: 53)
     schemas: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     rule: Rule | None = None
+    uplink: Uplink | None = None
 
     def __post_init__(self) -> None:
         SessionConfig(self.min_ms, self.max_ms, self.tout)  # validates the three
+        if _ZONE.fullmatch(self.zone) is None:
+            raise ConfigError(f"a zone id is 4 hex digits, got {self.zone!r}")
         for name in ("max_sessions", "max_peers", "max_objects", "history", "history_bytes",
                      "max_requests"):
             if getattr(self, name) < 1:
@@ -126,7 +162,9 @@ class PeerState:
     client_id: str
     answered: int = 0  # the last round this peer answered
     silent: int = 0  # rounds in a row without an answer
-    requests: int = 0  # its requests this round (acks owed in the next sync)
+    requests: int = 0  # its requests this round
+    zone: str | None = None  # the CTRL of another zone, joined as a peer: sees G objects only
+    owed: collections.deque[OwedAck] = dataclasses.field(default_factory=collections.deque)
     history: collections.deque[tuple[int, bytes]] = dataclasses.field(
         default_factory=collections.deque)
     history_bytes: int = 0
@@ -146,6 +184,10 @@ class Session:
         self.min_passed = False
         self.last_id = 0  # the last client id given (as a number)
         self.joining_ids: set[str] = set()  # the client ids of ``joining``
+        self.uplink: ZoneUplink | None = None  # to the master zone (config.uplink)
+        self.master_copy: dict[str, SharedObject] | None = None  # an init from the master
+        self.relayed: list[Action] = []  # the master's updates since the last round
+        self.resolved: list[OwedAck] = []  # acks the master answered since the last round
 
     def free_id(self, wanted: str) -> str | None:
         """``wanted`` if no live peer holds it, else the next free id after the last one
@@ -173,6 +215,7 @@ class AppSyncServer:
         self.sessions: dict[str, Session] = {}
         self.peers: dict[Conn, tuple[Session, PeerState]] = {}
         self.pending: set[Conn] = set()  # opened, no join yet
+        self.uplink_conns: dict[Conn, ZoneUplink] = {}
         self.log = log
         self.sc = SessionConfig(self.config.min_ms, self.config.max_ms, self.config.tout)
 
@@ -190,13 +233,23 @@ class AppSyncServer:
             if session.timer is not None:
                 self.env.cancel(session.timer)
                 session.timer = None
+            if session.uplink is not None:
+                session.uplink.stop()
 
     # -- connections -----------------------------------------------------------------------
 
     def opened(self, conn: Conn, peer_address: str) -> None:
+        uplink = self.uplink_conns.get(conn)
+        if uplink is not None:
+            uplink.opened(conn, peer_address)
+            return
         self.pending.add(conn)
 
     def closed(self, conn: Conn, reason: str) -> None:
+        uplink = self.uplink_conns.pop(conn, None)
+        if uplink is not None:
+            uplink.closed(conn, reason)
+            return
         self.pending.discard(conn)
         entry = self.peers.pop(conn, None)
         if entry is None:
@@ -210,6 +263,9 @@ class AppSyncServer:
             return
         entry = self.peers.get(conn)
         if entry is None:
+            uplink = self.uplink_conns.get(conn)
+            if uplink is not None:
+                uplink.received(conn, frame)
             return
         session, peer = entry
         try:
@@ -242,9 +298,13 @@ class AppSyncServer:
             self._refuse(conn, Status.BAD_REQUEST, "the first frame must be a join")
             return
         try:
-            name, key = parse_join_id(msg.id)
+            join_id = parse_join_id(msg.id)
         except ValueError as exc:
             self._refuse(conn, Status.BAD_REQUEST, str(exc))
+            return
+        name, key = join_id.session, join_id.key
+        if join_id.zone is not None and join_id.zone.upper() == self.config.zone.upper():
+            self._refuse(conn, Status.BAD_REQUEST, "a zone link from this CTRL's own zone")
             return
         expected = self.config.session_keys.get(name, self.config.session_key)
         if expected is not None and (key is None or not expected.matches(key)):
@@ -258,17 +318,22 @@ class AppSyncServer:
                 return
             session = self._load(name)
             self.sessions[name] = session
+            self._link(session)
         client_id = session.free_id(msg.header.client_id)
         if client_id is None or len(session.peers) + len(session.joining) >= \
                 self.config.max_peers:
             self._refuse(conn, Status.SERVICE_UNAVAILABLE, "the session is full")
             return
         self.pending.discard(conn)
-        peer = PeerState(conn=conn, client_id=client_id)
+        peer = PeerState(conn=conn, client_id=client_id, zone=join_id.zone)
         self.peers[conn] = (session, peer)
         session.joining.append(peer)
         session.joining_ids.add(client_id)
-        self.env.trace("peer_join", layer=LAYER, key=name, peer=client_id)
+        if join_id.zone is None:
+            self.env.trace("peer_join", layer=LAYER, key=name, peer=client_id)
+        else:
+            self.env.trace("peer_join", layer=LAYER, key=name, peer=client_id,
+                           zone=join_id.zone)
         if session.phase is Phase.IDLE:
             self._end_round(session)
 
@@ -280,9 +345,13 @@ class AppSyncServer:
             self._drop_peer(session, peer, "too many requests")
             return
         for action in msg.actions:  # over the limit: answered 53, kept as the code only
-            session.requests.append(Request(peer.client_id, action) if peer.requests < limit
-                                    else Request(peer.client_id, None,
-                                                 Status.SERVICE_UNAVAILABLE))
+            if peer.requests >= limit:
+                session.requests.append(Request(peer.client_id, None,
+                                                Status.SERVICE_UNAVAILABLE))
+            elif peer.zone is not None and action.info.scope is not Scope.GLOBAL:
+                session.requests.append(Request(peer.client_id, None, Status.FORBIDDEN))
+            else:
+                session.requests.append(Request(peer.client_id, action))
             peer.requests += 1
         peer.silent = 0
         if msg.header.round == session.round:
@@ -337,13 +406,18 @@ class AppSyncServer:
         processed = session.round
         new_round = next_round(session.round)
         requests, session.requests = session.requests, []
-        result = process_round(session.name, session.objects, requests, processed,
-                               zone=self.config.zone, max_objects=self.config.max_objects,
-                               schemas=self.config.schemas, rule=self.config.rule)
+        applied = self._apply_master(session) if session.uplink is not None else []
+        owed, local_applied = self._decide(session, requests, processed)
+        applied += local_applied
         session.rounds_done += 1
-        acks: dict[str, list[int]] = {}
-        for request, code in zip(requests, result.codes, strict=True):
-            acks.setdefault(request.client_id, []).append(int(code))
+        finals = session.resolved + [ack for ack in owed if ack.code is not None]
+        session.resolved = []
+        for ack in finals:
+            ack.sync_round = new_round
+        for ack in owed:
+            owner = session.peers.get(ack.client_id)
+            if owner is not None:
+                owner.owed.append(ack)
         for client, peer in list(session.peers.items()):
             if peer.answered != processed and session.round != 0:
                 peer.silent += 1
@@ -352,14 +426,14 @@ class AppSyncServer:
                     del session.peers[client]
                     self.peers.pop(peer.conn, None)
                     self.env.close(peer.conn, CloseCode.NORMAL, "timeout")
-        self._persist(session, result.applied, new_round)
+        self._persist(session, applied, new_round)
         session.round = new_round
         session.phase = Phase.COMMITTING
         outgoing: list[tuple[Conn, bytes]] = []
-        syn_for = self._syn_lists(result.applied)
+        syn_for = self._syn_lists(applied)
         for client, peer in session.peers.items():
             frame = self.codec.encode_sync(Header(client, new_round, peer.answered),
-                                           tuple(acks.get(client, ())), syn_for(client))
+                                           _due(peer), syn_for(peer))
             peer.history.append((new_round, frame))
             peer.history_bytes += len(frame)
             while len(peer.history) > self.config.history or (
@@ -373,44 +447,193 @@ class AppSyncServer:
             outgoing.append((peer.conn, self.codec.encode(self._init_for(session, peer))))
             self.env.trace("sync_init", layer=LAYER, key=session.name, peer=peer.client_id,
                            seq=new_round, objects=sum(
-                               1 for o in session.objects.values()
-                               if visible_to(o, peer.client_id)))
+                               1 for o in session.objects.values() if _sees(peer, o)))
         session.joining = []
         session.joining_ids.clear()
 
         def send() -> None:  # rows only for a round that was committed and sent
             sent = sum(len(frame) for conn, frame in outgoing if conn in self.peers)
-            self._trace_round(session, new_round, requests, result.codes, result.applied,
-                              sent)
+            self._trace_round(session, new_round, len(requests), finals, applied, sent)
             self._send_round(session, outgoing)
 
         self.env.store.commit_then(send)
 
-    def _syn_lists(self, applied: list[Any]) -> Callable[[str], bytes]:
+    def _decide(self, session: Session, requests: list[Request], processed: int
+                ) -> tuple[list[OwedAck], list[Any]]:
+        """The round's requests decided: an ack owed for each (code None: sent up to the
+        master zone, answered later) and what was applied here."""
+        if session.uplink is None:
+            return self._decide_here(session, requests, processed)
+        upward = [n for n, r in enumerate(requests) if r.status is None
+                  and r.action is not None and r.action.info.scope is Scope.GLOBAL]
+        if not upward:
+            return self._decide_here(session, requests, processed)
+        up = set(upward)
+        local = [n for n in range(len(requests)) if n not in up]
+        owed: list[OwedAck | None] = [None] * len(requests)
+        here, applied = self._decide_here(session, [requests[n] for n in local], processed)
+        for n, ack in zip(local, here, strict=True):
+            owed[n] = ack
+        sent = self._forward(session, [requests[n] for n in upward], processed)
+        for n, ack in zip(upward, sent, strict=True):
+            owed[n] = ack
+        return [ack for ack in owed if ack is not None], applied
+
+    def _decide_here(self, session: Session, requests: list[Request], processed: int
+                     ) -> tuple[list[OwedAck], list[Any]]:
+        config = self.config
+        result = process_round(session.name, session.objects, requests, processed,
+                               zone=config.zone, max_objects=config.max_objects,
+                               schemas=config.schemas, rule=config.rule)
+        return ([OwedAck(r.client_id, r.action, code)
+                 for r, code in zip(requests, result.codes, strict=True)], result.applied)
+
+    def _forward(self, session: Session, requests: list[Request], processed: int
+                 ) -> list[OwedAck]:
+        """G requests in a zone that is not the master: decided among this zone's peers on a
+        scratch copy (so two local rivals get 22/32 here, fairly), the winners sent up; their
+        final codes come with the master's sync (docs/appsync-zones.md)."""
+        uplink = session.uplink
+        assert uplink is not None
+        if not uplink.ready:  # no master to ask: retry later
+            return [OwedAck(r.client_id, r.action, Status.SERVICE_UNAVAILABLE)
+                    for r in requests]
+        scratch = {k: o for k, o in session.objects.items() if o.scope is Scope.GLOBAL}
+        room = max(0, self.config.max_objects - (len(session.objects) - len(scratch)))
+        result = process_round(session.name, scratch, requests, processed,
+                               zone=self.config.zone, max_objects=room,
+                               schemas=self.config.schemas, rule=self.config.rule)
+        owed = [OwedAck(r.client_id, r.action, code)
+                for r, code in zip(requests, result.codes, strict=True)]
+        positions: dict[int, list[int]] = {}
+        for n, request in enumerate(requests):
+            positions.setdefault(id(request.action), []).append(n)
+        groups: dict[tuple[str, bytes], list[OwedAck]] = {}
+        for _client, action, _before, _after in result.applied:
+            ack = owed[positions[id(action)].pop(0)]
+            ack.local, ack.code = ack.code, None
+            group = [ack]
+            if uplink.forward(action, group):
+                groups[(action.info.object_key, signature_of(action))] = group
+            else:
+                ack.code = Status.SERVICE_UNAVAILABLE
+        for ack in owed:  # a majority's other members share the forwarded one's fate
+            if ack.code is Status.MAJORITY_ACCEPTED and ack.local is None and \
+                    ack.action is not None:
+                shared = groups.get((ack.action.info.object_key, signature_of(ack.action)))
+                if shared is not None:
+                    ack.local, ack.code = ack.code, None
+                    shared.append(ack)
+        return owed
+
+    def _apply_master(self, session: Session) -> list[Any]:
+        """The master zone's updates since the last round, applied to this zone's copy of
+        the G objects (an init first, as the actions that turn the copy into it)."""
+        uplink = session.uplink
+        assert uplink is not None
+        actions: list[tuple[str, Action]] = []
+        if session.master_copy is not None:
+            actions += [(ZONE_INIT, a) for a in self._diff_to(session, session.master_copy)]
+            session.master_copy = None
+        actions += [(ZONE_ORIGIN, a) for a in session.relayed]
+        session.relayed = []
+        applied: list[Any] = []
+        for origin, action in actions:
+            key = action.info.object_key
+            before = session.objects.get(key)
+            acting = before.owner if before is not None else uplink.created.get(key, "")
+            try:
+                after = apply_action(before, action, acting)
+            except ActionRefused as exc:  # cannot happen while the copy follows the master
+                self.env.trace("drop", layer=LAYER, key=session.name,
+                               reason=f"diverged from the master zone: {int(exc.status)}")
+                continue
+            if after is None:
+                session.objects.pop(key, None)
+            else:
+                session.objects[key] = after
+            applied.append((origin, action, before, after))
+        return applied
+
+    def _diff_to(self, session: Session, master: dict[str, SharedObject]) -> list[Action]:
+        uplink = session.uplink
+        assert uplink is not None
+        mine = {k: o for k, o in session.objects.items() if o.scope is Scope.GLOBAL}
+        actions: list[Action] = [Delete(mine[key].info()) for key in sorted(mine.keys()
+                                                                         - master.keys())]
+        for key, obj in sorted(master.items()):
+            old = mine.get(key)
+            if old is not None and old.value == obj.value and old.mode is obj.mode:
+                continue
+            if old is not None:
+                if old.owner:  # the local creator stays the owner
+                    uplink.created.setdefault(key, old.owner)
+                actions.append(Delete(old.info()))
+            actions.append(obj.as_create())
+        return actions
+
+    def _master_updates(self, session: Session, snapshot: dict[str, SharedObject] | None,
+                        actions: tuple[Action, ...]) -> None:
+        if snapshot is not None:
+            session.master_copy, session.relayed = snapshot, []
+        session.relayed.extend(actions)
+
+    def _link(self, session: Session) -> None:
+        """A session of a zone that is not the master: join the master's session."""
+        up = self.config.uplink
+        if up is None:
+            return
+        config = PeerConfig(address=up.address, session=up.remote_session(session.name),
+                            key=up.key, framing=up.framing,
+                            reconnect_delay=up.reconnect_delay, zone=self.config.zone)
+        link = ZoneUplink(self.env, config, max_pending=up.max_pending,
+                          on_resolved=session.resolved.extend,
+                          on_updates=lambda snapshot, actions: self._master_updates(
+                              session, snapshot, actions),
+                          on_dial=self._register_uplink)
+        session.uplink = link
+        link.start()
+
+    def _register_uplink(self, conn: Conn, link: ZoneUplink) -> None:
+        self.uplink_conns[conn] = link
+
+    def _unlink(self, session: Session) -> None:
+        if session.uplink is not None:
+            session.uplink.stop()
+            session.uplink = None
+
+    def _syn_lists(self, applied: list[Any]) -> Callable[[PeerState], bytes]:
         """The round's updates as each peer may see them, encoded once: the updates of NA
-        objects go only to their owners; everyone else shares one encoding."""
+        objects go only to their owners, those of L and C objects not to another zone's CTRL;
+        everyone else shares one encoding."""
         encoded = [self.codec.encode_action(action) for _, action, _b, _a in applied]
         private: dict[str, list[int]] = {}
         public: list[int] = []
+        zone_local: set[int] = set()
         for index, (_, _action, before, after) in enumerate(applied):
             obj = after if after is not None else before
             if obj is not None and obj.mode is Mode.NA:
                 private.setdefault(obj.owner, []).append(index)
             else:
                 public.append(index)
+            if obj is not None and obj.scope is not Scope.GLOBAL:
+                zone_local.add(index)
         shared = b"[" + b",".join(encoded[i] for i in public) + b"]"
 
-        def syn_for(client: str) -> bytes:
-            own = private.get(client)
-            if not own:
+        def syn_for(peer: PeerState) -> bytes:
+            own = private.get(peer.client_id)
+            if peer.zone is None and not own:
                 return shared
-            return b"[" + b",".join(encoded[i] for i in sorted(public + own)) + b"]"
+            indices = sorted(public + own) if own else public
+            if peer.zone is not None:
+                indices = [i for i in indices if i not in zone_local]
+            return b"[" + b",".join(encoded[i] for i in indices) + b"]"
 
         return syn_for
 
     def _init_for(self, session: Session, peer: PeerState) -> Init:
         creates = tuple(obj.as_create() for _, obj in sorted(session.objects.items())
-                        if visible_to(obj, peer.client_id))
+                        if _sees(peer, obj))
         return Init(header=Header(peer.client_id, 0, session.round), config=self.sc,
                     creates=creates)
 
@@ -424,6 +647,7 @@ class AppSyncServer:
             session.phase = Phase.IDLE
             if self.sessions.get(session.name) is session:
                 del self.sessions[session.name]
+                self._unlink(session)
 
     def _drop_peer(self, session: Session, peer: PeerState, why: str) -> None:
         self.env.trace("drop", layer=LAYER, key=session.name, peer=peer.client_id, reason=why)
@@ -450,28 +674,36 @@ class AppSyncServer:
 
     # -- trace and store -------------------------------------------------------------------
 
-    def _trace_round(self, session: Session, sync_round: int, requests: list[Request],
-                     codes: list[Status], applied: list[Any], sent: int) -> None:
-        """The round's rows; ``sent``: the bytes of its sync frames written to the peers."""
+    def _trace_round(self, session: Session, sync_round: int, requests: int,
+                     acks: list[OwedAck], applied: list[Any], sent: int) -> None:
+        """The round's rows; ``acks`` those whose code was decided for this round's sync
+        (a request sent up to the master zone is decided when the master answers);
+        ``sent``: the bytes of its sync frames written to the peers."""
         env = self.env
         if not env.tracing:
             return
         counts: dict[int, int] = {}
-        for code in codes:
-            counts[int(code)] = counts.get(int(code), 0) + 1
+        for ack in acks:
+            code = int(ack.code or 0)
+            counts[code] = counts.get(code, 0) + 1
         env.trace("round", layer=LAYER, key=session.name, seq=sync_round,
-                  peers=len(session.peers), requests=len(requests), applied=len(applied),
+                  peers=len(session.peers), requests=requests, applied=len(applied),
                   bytes=sent, codes={str(k): v for k, v in sorted(counts.items())})
         for index, (client, action, _before, after) in enumerate(applied):
-            env.trace("sync_apply", layer=LAYER, key=f"{session.name}/{action.info.object_key}",
-                      seq=sync_round, origin=client, msg=action_id(session.name, sync_round,
-                                                                    action),
-                      index=index, digest=value_digest(after))
-        for request, code in zip(requests, codes, strict=True):
+            key = f"{session.name}/{action.info.object_key}"
+            msg = action_id(session.name, sync_round, action)
+            if client in (ZONE_ORIGIN, ZONE_INIT):  # the master's: acknowledged there
+                env.trace("sync_apply", layer=LAYER, key=key, seq=sync_round, origin=client,
+                          msg=msg, index=index, digest=value_digest(after),
+                          relayed=True if client == ZONE_ORIGIN else "init")
+            else:
+                env.trace("sync_apply", layer=LAYER, key=key, seq=sync_round, origin=client,
+                          msg=msg, index=index, digest=value_digest(after))
+        for ack in acks:
             env.trace("sync_ack", layer=LAYER, key=session.name, seq=sync_round,
-                      peer=request.client_id, code=int(code),
-                      msg=None if request.action is None else action_id(
-                          session.name, sync_round, request.action))
+                      peer=ack.client_id, code=int(ack.code or 0),
+                      msg=None if ack.action is None else action_id(
+                          session.name, sync_round, ack.action))
 
     def _persist(self, session: Session, applied: list[Any], new_round: int) -> None:
         store = self.env.store
@@ -510,19 +742,18 @@ def _bad(why: str) -> AppSyncProtocolError:
     return BadRequest(why)
 
 
-def action_id(session: str, sync_round: int, action: Action) -> str:
-    """The trace id of an applied action: the same at the server and at every peer."""
-    return f"{session}:{sync_round:04X}:{action_digest(action)}"
+def _sees(peer: PeerState, obj: SharedObject) -> bool:
+    """May ``peer`` see ``obj``: its mode says, and another zone's CTRL sees G objects only."""
+    return visible_to(obj, peer.client_id) and (peer.zone is None
+                                                or obj.scope is Scope.GLOBAL)
 
 
-def action_digest(action: Action) -> str:
-    """What ``action_id`` ends with: a digest of the action's encoding, which the requesting
-    peer knows before the server chose the round (its ``sync_request`` rows carry it)."""
-    return hashlib.blake2b(AppSyncCodec().encode_action(action), digest_size=6).hexdigest()
+def _due(peer: PeerState) -> tuple[int, ...]:
+    """The acks ``peer`` gets in this sync: the decided ones, oldest first, up to the first
+    still waiting for the master zone (acks keep the order of the requests)."""
+    owed = peer.owed
+    due: list[int] = []
+    while owed and owed[0].code is not None:
+        due.append(int(owed.popleft().code))  # type: ignore[arg-type]
+    return tuple(due)
 
-
-def value_digest(obj: SharedObject | None) -> str:
-    if obj is None:
-        return "deleted"
-    return hashlib.blake2b(orjson.dumps(obj.value, option=orjson.OPT_SORT_KEYS),
-                           digest_size=8).hexdigest()

@@ -7,24 +7,32 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from .wire import Action, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
+from .wire import Action, AppSyncCodec, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
 
 __all__ = [
+    "LAYER",
     "ActionRefused",
     "SharedObject",
+    "action_digest",
+    "action_id",
     "apply_action",
     "object_from_json",
     "object_to_json",
     "schema_errors",
     "touched_paths",
+    "value_digest",
     "visible_to",
     "writable_by",
 ]
+
+
+LAYER = "appsync"
 
 
 class ActionRefused(Exception):
@@ -203,3 +211,21 @@ def schema_errors(value: Any, schema: Mapping[str, Any], where: str = "$") -> li
             elif schema.get("additionalProperties", True) is False:
                 errors.append(f"{where}: {name} is not allowed")
     return errors
+
+
+def action_id(session: str, sync_round: int, action: Action) -> str:
+    """The trace id of an applied action: the same at the server and at every peer."""
+    return f"{session}:{sync_round:04X}:{action_digest(action)}"
+
+
+def action_digest(action: Action) -> str:
+    """What ``action_id`` ends with: a digest of the action's encoding, which the requesting
+    peer knows before the server chose the round (its ``sync_request`` rows carry it)."""
+    return hashlib.blake2b(AppSyncCodec().encode_action(action), digest_size=6).hexdigest()
+
+
+def value_digest(obj: SharedObject | None) -> str:
+    if obj is None:
+        return "deleted"
+    return hashlib.blake2b(orjson.dumps(obj.value, option=orjson.OPT_SORT_KEYS),
+                           digest_size=8).hexdigest()

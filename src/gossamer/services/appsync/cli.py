@@ -55,6 +55,12 @@ def add_appsync_parser(
                         help="directory served over HTTP beside the protocol, its index.html "
                              "at / (default: the repository's web/appsync, the demo page and "
                              "the browser client, when it exists)")
+    server.add_argument("--zone", default="0001", help="this server's zone id (4 hex digits)")
+    server.add_argument("--uplink", default=None, metavar="URL",
+                        help="ws:// URL of the master zone's server: join it as a peer of each "
+                             "session, sharing the G objects (docs/appsync-zones.md)")
+    server.add_argument("--uplink-key", default=None,
+                        help="the master zone's session key, if it asks for one")
     server.set_defaults(handler=_cmd_server)
 
     peer = sub.add_parser("peer", help="join a session; set values; print changes (JSON lines)")
@@ -85,7 +91,8 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
     server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
                              session_keys=own,
                              data_dir=data_dir, min_ms=args.min_ms, max_ms=args.max_ms,
-                             tout=args.tout,
+                             tout=args.tout, zone=args.zone, uplink=args.uplink,
+                             uplink_key=args.uplink_key,
                              web_root=None if not args.web_root else Path(args.web_root))
     return asyncio.run(_serve(server, console))
 

@@ -33,6 +33,8 @@ class AppSyncRunOptions:
     server_restart: bool = False  # the server crashes once and recovers on its store
     settle: float = 4.0  # seconds without requests at the end
     drop_updates: bool = False  # peers skip one property's updates (broken on purpose)
+    zones: int = 1  # 2: a member zone's CTRL joins the master's (docs/appsync-zones.md)
+    zone_faults: int = 0  # link cuts and member CTRL restarts (with two zones)
     seed: int = 1
     run: str | None = None
 
@@ -43,6 +45,8 @@ class AppSyncRunOptions:
             raise ConfigError("need cuts, leaves >= 0 and request_chance in [0, 1]")
         if not 0 <= self.loss < 1 or self.rto <= 0:
             raise ConfigError("need loss in [0, 1) and rto > 0")
+        if self.zones not in (1, 2) or self.zone_faults < 0:
+            raise ConfigError("need zones 1 or 2 and zone_faults >= 0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,15 +65,19 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
                                      max_ms=options.max_ms,
                                      request_chance=options.request_chance,
                                      loss=options.loss, rto=options.rto,
-                                     drop_updates=options.drop_updates),
+                                     drop_updates=options.drop_updates,
+                                     zones=options.zones),
                          trace=trace_sink, run=options.run or f"appsync-s{options.seed}")
     world.run_for(0.2)
     world.faults(options.workload, cuts=options.cuts, leaves=options.leaves,
-                 server_restarts=1 if options.server_restart else 0)
+                 server_restarts=1 if options.server_restart else 0,
+                 zone_faults=options.zone_faults)
     world.quiesce(options.settle)
     states = world.visible_states()
     peers = [name for name in states if not name.startswith("=")]
-    converged = len(peers) == options.peers and all(
+    shared = {str(sorted((k, v) for k, v in states[name].items() if k.startswith("G/")))
+              for name in peers}  # the G objects: one master copy, the same in every zone
+    converged = len(peers) == options.peers and len(shared) <= 1 and all(
         states[name] == states.get(f"={name}") for name in peers)
     server = world.server()
     rounds = 0 if server is None else sum(s.rounds_done for s in server.sessions.values())

@@ -24,6 +24,7 @@ from ...protocols.appsync.server import (
     AppSyncConfig,
     AppSyncServer,
     KeyHash,
+    Uplink,
     hash_session_key,
 )
 from ...protocols.appsync.state import SharedObject
@@ -42,7 +43,9 @@ class AppSyncWsServer:
     it (kept only as a salted hash); ``session_keys``: a key per named session instead; none:
     every session is accepted (logged). ``web_root``: a directory served over HTTP beside the
     protocol (a plain GET of ``/`` gets its ``index.html``: the repository's ``web/appsync``
-    is the demo page and the browser client)."""
+    is the demo page and the browser client). ``zone`` this server's zone id; ``uplink`` the
+    ``ws://`` URL of the master zone's server, joined as a peer of each session (with
+    ``uplink_key``, its session key), so G objects are shared across the zones."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  session_key: str | None = None,
@@ -50,7 +53,9 @@ class AppSyncWsServer:
                  min_ms: int = 20, max_ms: int = 200, tout: int = 50,
                  max_frame: int = 64 * 1024, max_connections: int = 2000,
                  trace: TraceSink | None = None, run: str = "appsync",
-                 key_iterations: int = 100_000, web_root: Path | None = None) -> None:
+                 key_iterations: int = 100_000, web_root: Path | None = None,
+                 zone: str = "0001", uplink: str | None = None,
+                 uplink_key: str | None = None) -> None:
         if data_dir is not None and not Path(data_dir).is_dir():
             raise ConfigError(f"data_dir {data_dir} is not a directory")
         if web_root is not None and not (Path(web_root) / "index.html").is_file():
@@ -61,7 +66,9 @@ class AppSyncWsServer:
         self.config = AppSyncConfig(
             min_ms=min_ms, max_ms=max_ms, tout=tout,
             session_key=None if session_key is None else hashed(session_key),
-            session_keys={name: hashed(key) for name, key in (session_keys or {}).items()})
+            session_keys={name: hashed(key) for name, key in (session_keys or {}).items()},
+            zone=zone, uplink=None if uplink is None else Uplink(
+                address=uplink, key=uplink_key, framing=Framing.WS))
         self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
                                  path="/", max_frame=max_frame,
                                  max_connections=max_connections, handshake_timeout=10.0,

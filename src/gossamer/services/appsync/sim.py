@@ -2,12 +2,15 @@
 simulated connections, a workload (each peer changes its own C object and one shared G object
 every round, with contention on one property), and faults (cut connections, peers leaving and
 rejoining, the server restarting). ``visible_states`` is what each peer and the server hold.
+With ``zones=2`` a second CTRL (zone 0002, session ``quiz2``) joins the first as a peer
+(docs/appsync-zones.md): half the peers are its, and each zone also shares an L object.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 from typing import Any
 
 from ...core.conn import ListenerSpec
@@ -15,7 +18,7 @@ from ...core.env import Env
 from ...core.trace import TraceSink
 from ...protocols.appsync import Create, Mode, ObjectInfo, Scope, Update
 from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
-from ...protocols.appsync.server import AppSyncConfig, AppSyncServer
+from ...protocols.appsync.server import AppSyncConfig, AppSyncServer, Uplink
 from ...protocols.appsync.state import visible_to
 from ...runtimes.sim import LinkModel, NodeStatus, Simulation, parse_latency
 
@@ -24,6 +27,8 @@ __all__ = ["AppSyncWorld", "WorldConfig"]
 PORT = 4100
 SERVER = "ctrl"
 SESSION = "quiz"
+ZONE_SERVER = "ctrl2"  # the CTRL of zone 0002 (``zones=2``)
+ZONE_SESSION = "quiz2"  # its session, linked to the master's ``quiz``
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +43,11 @@ class WorldConfig:
     loss: float = 0.0  # each try of a frame lost with this chance; TCP sends it again ...
     rto: float = 0.2  # ... after this many seconds, doubling per try (Simulation.connection_rto)
     drop_updates: bool = False  # peers skip the board's contended property (broken on purpose)
+    zones: int = 1  # 2: a second zone's CTRL links to the first (the master of G objects)
+
+    def __post_init__(self) -> None:
+        if self.zones not in (1, 2):
+            raise ValueError(f"zones is 1 or 2, got {self.zones!r}")
 
 
 class _WorkloadPeer(AppSyncPeer):
@@ -71,6 +81,12 @@ class _WorkloadPeer(AppSyncPeer):
         own = ObjectInfo(Scope.CLIENT, "me", self.client_id)
         if own.object_key in self.objects:
             self.request(Update(own, {"n": self.counter}))
+        if self.world.config.zones > 1:  # each zone's own L object
+            room = ObjectInfo(Scope.LOCAL, "room")
+            if room.object_key not in self.objects:
+                self.request(Create(room, Mode.RW, {"n": 0}))
+            else:
+                self.request(Update(ObjectInfo(Scope.LOCAL, "room.n"), self.counter))
         board = ObjectInfo(Scope.GLOBAL, "board")
         if board.object_key not in self.objects:
             self.request(Create(board, Mode.RW, {"hot": 0}))
@@ -94,19 +110,32 @@ class AppSyncWorld:
         spec = ListenerSpec(name="appsync", port=PORT, handshake_timeout=None)
         self.sim.add_node(SERVER, lambda env: AppSyncServer(env, self.server_config),
                           listeners=[spec])
+        self.ctrl_of: dict[str, tuple[str, str]] = {SERVER: (SERVER, SESSION)}
+        if config.zones > 1:
+            zone_config = dataclasses.replace(self.server_config, zone="0002", uplink=Uplink(
+                address=f"{SERVER}:{PORT}", sessions={ZONE_SESSION: SESSION},
+                reconnect_delay=0.2))
+            self.sim.add_node(ZONE_SERVER, lambda env: AppSyncServer(env, zone_config),
+                              listeners=[spec])
         self.peer_names = [f"p{n:03d}" for n in range(config.peers)]
-        peer_config = PeerConfig(address=f"{SERVER}:{PORT}", session=SESSION,
-                                 reconnect_delay=0.2)
-        for name in self.peer_names:
-            self.sim.add_node(name, lambda env: _WorkloadPeer(env, peer_config, self))
+        for n, name in enumerate(self.peer_names):
+            ctrl, session = ((ZONE_SERVER, ZONE_SESSION) if config.zones > 1 and n % 2
+                             else (SERVER, SESSION))
+            self.ctrl_of[name] = (ctrl, session)
+            peer_config = PeerConfig(address=f"{ctrl}:{PORT}", session=session,
+                                     reconnect_delay=0.2)
+            self.sim.add_node(name, self._peer_factory(peer_config))
+
+    def _peer_factory(self, config: PeerConfig) -> Callable[[Env], _WorkloadPeer]:
+        return lambda env: _WorkloadPeer(env, config, self)
 
     def run_for(self, seconds: float) -> None:
         self.sim.run(until=self.sim.now + seconds)
 
-    def server(self) -> AppSyncServer | None:
-        if self.sim.status(SERVER) is not NodeStatus.UP:
+    def server(self, name: str = SERVER) -> AppSyncServer | None:
+        if self.sim.status(name) is not NodeStatus.UP:
             return None
-        process = self.sim.process(SERVER)
+        process = self.sim.process(name)
         assert isinstance(process, AppSyncServer)
         return process
 
@@ -121,19 +150,28 @@ class AppSyncWorld:
 
     # -- faults ----------------------------------------------------------------------------
 
-    def faults(self, seconds: float, *, cuts: int, leaves: int, server_restarts: int) -> None:
-        """Spread the faults over ``seconds`` of workload, at times the seed chooses."""
+    def faults(self, seconds: float, *, cuts: int, leaves: int, server_restarts: int,
+               zone_faults: int = 0) -> None:
+        """Spread the faults over ``seconds`` of workload, at times the seed chooses;
+        ``zone_faults`` (``zones=2``): cuts of the link between the two CTRLs and restarts of
+        the second, alternately."""
         start = self.sim.now
         events: list[tuple[float, str]] = (
             [(self.rng.uniform(0, seconds), "cut") for _ in range(cuts)]
             + [(self.rng.uniform(0, seconds), "leave") for _ in range(leaves)]
             + [(self.rng.uniform(0.2, 0.8) * seconds, "restart")
-               for _ in range(server_restarts)])
+               for _ in range(server_restarts)]
+            + [(self.rng.uniform(0.1, 0.9) * seconds, ("uplink", "zone_restart")[n % 2])
+               for n in range(zone_faults if self.config.zones > 1 else 0)])
         for at, kind in sorted(events):
             self.sim.run(until=start + at)
             name = self.rng.choice(self.peer_names)
-            if kind == "cut" and self.sim.status(name) is NodeStatus.UP:
-                self.sim.cut(name, SERVER)
+            if kind == "uplink" and self.sim.status(ZONE_SERVER) is NodeStatus.UP:
+                self.sim.cut(ZONE_SERVER, SERVER)
+            elif kind == "zone_restart" and self.sim.status(ZONE_SERVER) is NodeStatus.UP:
+                self.sim.crash(ZONE_SERVER, recover_after=self.rng.uniform(0.2, 1.0))
+            elif kind == "cut" and self.sim.status(name) is NodeStatus.UP:
+                self.sim.cut(name, self.ctrl_of[name][0])
             elif kind == "leave" and self.sim.status(name) is NodeStatus.UP:
                 self.sim.crash(name, recover_after=self.rng.uniform(0.1, 1.0))
             elif kind == "restart" and self.sim.status(SERVER) is NodeStatus.UP:
@@ -148,14 +186,15 @@ class AppSyncWorld:
         self.run_for(seconds)
 
     def visible_states(self) -> dict[str, dict[str, Any]]:
-        """Each joined peer's objects, and what the server says it may see (``=name``)."""
-        server = self.server()
+        """Each joined peer's objects, and what its CTRL says it may see (``=name``)."""
         out: dict[str, dict[str, Any]] = {}
-        session = None if server is None else server.sessions.get(SESSION)
         for name, peer in self.peers().items():
             if peer.phase is not PeerPhase.SYNCING:
                 continue
             out[name] = peer.visible_state()
+            ctrl, session_name = self.ctrl_of[name]
+            server = self.server(ctrl)
+            session = None if server is None else server.sessions.get(session_name)
             if session is not None:
                 out[f"={name}"] = {key: obj.value for key, obj in sorted(session.objects.items())
                                    if visible_to(obj, peer.client_id)}
