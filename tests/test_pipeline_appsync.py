@@ -17,7 +17,14 @@ import pytest
 from gossamer.core import MemorySink
 from gossamer.pipeline.checks import CheckConfig, Status, default_checks, evaluate
 from gossamer.pipeline.schema import trace_schema
-from gossamer.services.appsync.sim import SERVER, SESSION, ZONE_SERVER, AppSyncWorld, WorldConfig
+from gossamer.services.appsync.sim import (
+    SERVER,
+    SESSION,
+    ZONE_SERVER,
+    AppSyncWorld,
+    P2PWorld,
+    WorldConfig,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -41,6 +48,18 @@ def _recorded_zones() -> tuple[tuple[Any, ...], ...]:
     world = AppSyncWorld(WorldConfig(peers=4, seed=5, zones=2, request_chance=0.8), trace=sink)
     world.run_for(0.5)
     world.faults(1.5, cuts=1, leaves=1, server_restarts=0, zone_faults=2)
+    world.quiesce(1.5)
+    return tuple(tuple(row) for row in sink.rows)
+
+
+@functools.cache
+def _recorded_p2p() -> tuple[tuple[Any, ...], ...]:
+    """Peer-to-peer mode: the CTRL crashes and another continues the session."""
+    sink = MemorySink()
+    world = P2PWorld(WorldConfig(peers=5, seed=2, request_chance=0.8), trace=sink)
+    world.run_for(2.0)
+    world.crash_ctrl(recover_after=1.0)
+    world.run_for(3.0)
     world.quiesce(1.5)
     return tuple(tuple(row) for row in sink.rows)
 
@@ -102,6 +121,7 @@ def plants() -> dict[str, tuple[Rows, str | None]]:
                                         and r[KEY].startswith(f"{SESSION}/")
                                         and r[MSG].endswith(action))]
     return {"clean": (rows, None), "zones": (zones, None),
+            "p2p": ([list(row) for row in _recorded_p2p()], None),
             "zone_diverged": (zone_diverged, ZONE_SERVER),
             "zone_untaken": (untaken, ZONE_SERVER),
             "swapped": (swapped, rows[a][NODE]),
@@ -125,6 +145,7 @@ def test_a_clean_run_passes_and_every_planted_fault_is_caught(spark: Any) -> Non
         details.setdefault(violation.run, []).append(violation.detail)
     assert "clean" not in found, details.get("clean")
     assert "zones" not in found, details.get("zones")
+    assert "p2p" not in found, details.get("p2p")
     for name, (_, node) in runs.items():
         if node is not None:
             assert found.get(name) == {node}, (name, details.get(name))

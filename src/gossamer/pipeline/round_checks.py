@@ -3,7 +3,9 @@ updates to each object in a round, in the same order, with the same result as th
 server (CTRL), and every acknowledgement matches what CTRL applied.
 
 Reads ``round`` rows (which node is the CTRL of which session: ``key``; the CTRL of another
-zone is also a peer of the master's session), ``sync_apply`` rows (``key`` the object,
+zone is also a peer of the master's session, and in peer-to-peer mode a CTRL is a peer of its
+own session too: a peer's ``sync_apply`` rows name it in ``peer``, CTRL's name none),
+``sync_apply`` rows (``key`` the object,
 ``seq`` the sync round, ``msg`` the action's id, ``info.digest`` the value after it) and
 ``sync_ack`` rows (``info.code``, ``msg``). An update a member zone's CTRL relays from the master
 zone (``info.relayed``) was acknowledged in the master's session: it must be one that CTRL
@@ -35,13 +37,15 @@ def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> 
     ctrl_nodes = rows.filter(F.col("event") == ROUND).select(
         "run", "node", F.col("key").alias("session")).distinct()
     applies = rows.filter(F.col("event") == APPLY).select(
-        "run", "node", "key", "seq", "msg", "origin", "row",
+        "run", "node", "key", "seq", "msg", "origin", "row", "peer",
         info_field("digest").alias("digest"),
         info_field("relayed").isNotNull().alias("relayed"),
         F.coalesce(info_field("relayed") == "true", F.lit(False)).alias("in_sync"),
         F.substring_index("key", "/", 1).alias("session"))  # key: session/object
-    at_ctrl = applies.join(ctrl_nodes, ["run", "node", "session"], "left_semi")
-    at_peer = applies.join(ctrl_nodes, ["run", "node", "session"], "left_anti")
+    by_ctrl = applies.filter(F.col("peer").isNull())
+    at_ctrl = by_ctrl.join(ctrl_nodes, ["run", "node", "session"], "left_semi")
+    at_peer = applies.filter(F.col("peer").isNotNull()).unionByName(
+        by_ctrl.join(ctrl_nodes, ["run", "node", "session"], "left_anti"))
 
     def sequence(frame: DataFrame, by: list[str]) -> DataFrame:
         ordered = Window.partitionBy(*by).orderBy("row")

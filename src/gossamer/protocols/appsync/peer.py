@@ -104,6 +104,7 @@ class AppSyncPeer:
         self.on_change: ChangeFn | None = None
         self.on_round: Callable[[int], None] | None = None
         self.on_closed: Callable[[str], None] | None = None
+        self.address = config.address  # the CTRL it joins (``retarget`` moves it)
 
     # -- application ---------------------------------------------------------------------
 
@@ -131,12 +132,32 @@ class AppSyncPeer:
         if self.conn is not None:
             self.env.close(self.conn)
 
+    def retarget(self, address: str) -> None:
+        """Join the CTRL at ``address`` from now on (another participant was chosen): the
+        connection to the old one is closed and the queued requests go to the new one."""
+        if address == self.address and self.phase is not PeerPhase.CLOSED:
+            return
+        self.address = address
+        if self.phase is PeerPhase.CLOSED:
+            return
+        if self._timer is not None:
+            self.env.cancel(self._timer)
+            self._timer = None
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self._cancel_answer()
+            for number in self.in_flight:  # sent to the old CTRL: might have happened
+                self._result(number, None)
+            self.in_flight.clear()
+            self.env.close(conn)
+        self._dial()
+
     def _dial(self) -> None:
         self._timer = None
         if self.phase is PeerPhase.CLOSED:
             return
         self.phase = PeerPhase.CONNECTING
-        self.conn = self.env.connect(self.config.address, framing=self.config.framing,
+        self.conn = self.env.connect(self.address, framing=self.config.framing,
                                      max_frame=self.config.max_frame)
 
     def opened(self, conn: Conn, peer_address: str) -> None:

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -150,6 +150,18 @@ class AppSyncConfig:
             raise ConfigError("at most 65535 peers in a session (4-hex client ids)")
 
 
+class RoundLog(Protocol):
+    """Where a CTRL keeps its sessions' state: by default its own ``env.store``; in
+    peer-to-peer mode a replicated log, so the next CTRL holds the latest state
+    (``protocols/appsync/p2p.py``). ``commit`` calls ``then`` only once the round's changes
+    are durable (decided); ``load`` gives (round, objects) or None for a new session."""
+
+    def load(self, session: str) -> tuple[int, list[SharedObject]] | None: ...
+
+    def commit(self, session: str, changed: Mapping[str, SharedObject | None],
+               new_round: int, then: Callable[[], None]) -> None: ...
+
+
 class Phase(enum.Enum):
     IDLE = "idle"  # no peer: no rounds
     WAITING = "waiting"  # a round runs: waiting for requests
@@ -208,8 +220,9 @@ class AppSyncServer:
     """CTRL: ``opened``/``received``/``closed``; everything through ``env``."""
 
     def __init__(self, env: Env, config: AppSyncConfig | None = None, *,
-                 log: Any = None) -> None:
+                 log: Any = None, round_log: RoundLog | None = None) -> None:
         self.env = env
+        self.round_log = round_log
         self.config = config or AppSyncConfig()
         self.codec = AppSyncCodec()
         self.sessions: dict[str, Session] = {}
@@ -235,6 +248,15 @@ class AppSyncServer:
                 session.timer = None
             if session.uplink is not None:
                 session.uplink.stop()
+
+    def shutdown(self, code: int, reason: str) -> None:
+        """Stop serving (another CTRL was chosen): every connection closed with ``code``."""
+        self.stop()
+        for conn in [*self.peers, *self.pending]:
+            self.env.close(conn, code, reason)
+        self.peers.clear()
+        self.pending.clear()
+        self.sessions.clear()
 
     # -- connections -----------------------------------------------------------------------
 
@@ -456,7 +478,10 @@ class AppSyncServer:
             self._trace_round(session, new_round, len(requests), finals, applied, sent)
             self._send_round(session, outgoing)
 
-        self.env.store.commit_then(send)
+        if self.round_log is None:
+            self.env.store.commit_then(send)
+        else:
+            self.round_log.commit(session.name, self._final(applied), new_round, send)
 
     def _decide(self, session: Session, requests: list[Request], processed: int
                 ) -> tuple[list[OwedAck], list[Any]]:
@@ -705,14 +730,21 @@ class AppSyncServer:
                       msg=None if ack.action is None else action_id(
                           session.name, sync_round, ack.action))
 
+    @staticmethod
+    def _final(applied: list[Any]) -> dict[str, SharedObject | None]:
+        """Each changed object once, as the round left it (None: deleted)."""
+        final: dict[str, SharedObject | None] = {}
+        for _, action, _before, after in applied:
+            final[action.info.object_key] = after
+        return final
+
     def _persist(self, session: Session, applied: list[Any], new_round: int) -> None:
+        if self.round_log is not None:  # kept by the round log, once decided
+            return
         store = self.env.store
         # each object once, as the round left it: a round of many property updates of one
         # object (a shared board) wrote the whole object once per update
-        final: dict[str, Any] = {}
-        for _, action, _before, after in applied:
-            final[action.info.object_key] = after
-        for object_key, after in final.items():
+        for object_key, after in self._final(applied).items():
             key = f"{session.name}/o/{object_key}"
             if after is None:
                 store.delete(TABLE, key)
@@ -722,6 +754,12 @@ class AppSyncServer:
 
     def _load(self, name: str) -> Session:
         session = Session(name)
+        if self.round_log is not None:
+            kept = self.round_log.load(name)
+            if kept is not None:
+                session.round = kept[0]
+                session.objects = {obj.key: obj for obj in kept[1]}
+            return session
         prefix = f"{name}/o/"
         for key, raw in self.env.store.scan(TABLE):
             if key.startswith(prefix):

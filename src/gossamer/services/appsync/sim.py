@@ -17,9 +17,11 @@ from ...core.conn import ListenerSpec
 from ...core.env import Env
 from ...core.trace import TraceSink
 from ...protocols.appsync import Create, Mode, ObjectInfo, Scope, Update
+from ...protocols.appsync.p2p import P2PConfig, P2PParticipant
 from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
 from ...protocols.appsync.server import AppSyncConfig, AppSyncServer, Uplink
 from ...protocols.appsync.state import visible_to
+from ...protocols.ordering.paxos import PaxosConfig
 from ...runtimes.sim import LinkModel, NodeStatus, Simulation, parse_latency
 
 __all__ = ["AppSyncWorld", "WorldConfig"]
@@ -195,6 +197,81 @@ class AppSyncWorld:
             ctrl, session_name = self.ctrl_of[name]
             server = self.server(ctrl)
             session = None if server is None else server.sessions.get(session_name)
+            if session is not None:
+                out[f"={name}"] = {key: obj.value for key, obj in sorted(session.objects.items())
+                                   if visible_to(obj, peer.client_id)}
+        return out
+
+
+class P2PWorld:
+    """Peer-to-peer mode (docs/appsync-zones.md): ``participants`` nodes, each a peer with
+    the workload and a replica of the log that chooses the CTRL among them."""
+
+    def __init__(self, config: WorldConfig, *, participants: int = 5,
+                 trace: TraceSink | None = None, run: str = "appsync-p2p",
+                 paxos: PaxosConfig | None = None, elect_after: float = 0.5) -> None:
+        self.config = config
+        self.rng = random.Random(f"appsync-p2p/{config.seed}")
+        link = LinkModel(latency=parse_latency(config.latency), loss=config.loss)
+        self.sim = Simulation(seed=config.seed, link=link, trace=trace, run=run,
+                              connection_rto=config.rto)
+        self.active = True
+        self.names = [f"n{n}" for n in range(participants)]
+        self.p2p = P2PConfig(port=PORT, elect_after=elect_after,
+                             server=AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
+                                                  tout=config.tout),
+                             paxos=paxos or PaxosConfig(heartbeat_interval=0.2,
+                                                        suspect_timeout=0.6,
+                                                        election_jitter=0.2))
+        spec = ListenerSpec(name="appsync", port=PORT, handshake_timeout=None)
+        peer_config = PeerConfig(address=f"unset:{PORT}", session=SESSION,
+                                 reconnect_delay=0.2)
+        for name in self.names:
+            self.sim.add_node(name, lambda env: P2PParticipant(
+                env, self.names, self.p2p,
+                lambda peer_env: _WorkloadPeer(peer_env, peer_config, self)),  # type: ignore[arg-type]
+                listeners=[spec])
+
+    def run_for(self, seconds: float) -> None:
+        self.sim.run(until=self.sim.now + seconds)
+
+    def participants(self) -> dict[str, P2PParticipant]:
+        out = {}
+        for name in self.names:
+            if self.sim.status(name) is NodeStatus.UP:
+                process = self.sim.process(name)
+                assert isinstance(process, P2PParticipant)
+                out[name] = process
+        return out
+
+    def ctrl(self) -> str | None:
+        """The CTRL every live participant agrees on (None: they do not agree yet)."""
+        chosen = {(p.epoch, p.ctrl) for p in self.participants().values()}
+        return next(iter(chosen))[1] if len(chosen) == 1 else None
+
+    def crash_ctrl(self, recover_after: float | None = None) -> str:
+        ctrl = self.ctrl()
+        assert ctrl is not None, "no agreed CTRL to crash"
+        self.sim.crash(ctrl, recover_after=recover_after)
+        return ctrl
+
+    def quiesce(self, seconds: float = 3.0) -> None:
+        self.active = False
+        self.run_for(seconds)
+
+    def visible_states(self) -> dict[str, dict[str, Any]]:
+        """Each joined participant's objects and what the CTRL says it may see."""
+        participants = self.participants()
+        ctrl = self.ctrl()
+        server = None if ctrl is None or ctrl not in participants else \
+            participants[ctrl].server
+        session = None if server is None else server.sessions.get(SESSION)
+        out: dict[str, dict[str, Any]] = {}
+        for name, participant in participants.items():
+            peer = participant.peer
+            if peer.phase is not PeerPhase.SYNCING:
+                continue
+            out[name] = peer.visible_state()
             if session is not None:
                 out[f"={name}"] = {key: obj.value for key, obj in sorted(session.objects.items())
                                    if visible_to(obj, peer.client_id)}

@@ -1,0 +1,69 @@
+"""APSYN peer-to-peer mode (docs/appsync-zones.md): participants choose a CTRL at random through
+the Multi-Paxos log, all agree on it, and when it crashes they choose another that starts from
+the latest decided state; every peer ends holding what the CTRL says it may see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gossamer.core import MemorySink
+from gossamer.protocols.appsync.state import object_to_json
+from gossamer.services.appsync.sim import SESSION, P2PWorld, WorldConfig
+
+EVENT, NODE, PEER, SEQ = 4, 2, 7, 9
+
+
+def _rows(sink: MemorySink, event: str) -> list[Any]:
+    return [row for row in sink.rows if row[EVENT] == event]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_crashed_ctrl_is_replaced_by_one_holding_the_latest_state(seed: int) -> None:
+    sink = MemorySink()
+    world = P2PWorld(WorldConfig(peers=5, seed=seed, request_chance=0.6), trace=sink)
+    world.run_for(3.0)
+    first = world.ctrl()
+    assert first is not None, f"seed {seed}: no agreed CTRL"
+    old = world.crash_ctrl()
+    world.run_for(4.0)
+    new = world.ctrl()
+    assert new is not None and new != old, f"seed {seed}: no new CTRL after the crash"
+    world.quiesce(3.0)
+    states = world.visible_states()
+    peers = sorted(name for name in states if not name.startswith("="))
+    assert peers == sorted(world.participants()), f"seed {seed}: not every live peer joined"
+    for name in peers:
+        assert states[name] == states[f"={name}"], f"seed {seed}: {name} differs from CTRL"
+    # the replicated state is the same everywhere and is what the CTRL serves
+    participants = world.participants()
+    replicated = {orjson.dumps(p.sessions, option=orjson.OPT_SORT_KEYS)
+                  for p in participants.values()}
+    assert len(replicated) == 1, f"seed {seed}: the participants' logs disagree"
+    server = participants[new].server
+    assert server is not None
+    served = {key: orjson.loads(object_to_json(obj))
+              for key, obj in server.sessions[SESSION].objects.items()}
+    assert served == participants[new].sessions[SESSION][1], f"seed {seed}"
+    # the new CTRL went on from the old one's last round: it held the latest state (the
+    # old one's last round may have been decided after it crashed, unsent: one more)
+    rounds = _rows(sink, "round")
+    last_old = max(row[SEQ] for row in rounds if row[NODE] == old)
+    first_new = min(row[SEQ] for row in rounds if row[NODE] == new)
+    assert last_old < first_new <= last_old + 2, f"seed {seed}: {last_old} -> {first_new}"
+    elected = [(row[SEQ], row[PEER]) for row in _rows(sink, "ctrl_elected")]
+    assert {e for e in elected} == {(1, old), (2, new)}, f"seed {seed}: {set(elected)}"
+
+
+def test_the_first_ctrl_is_chosen_at_random_and_one_seed_gives_one_trace() -> None:
+    def run(seed: int) -> tuple[str | None, list[Any]]:
+        sink = MemorySink()
+        world = P2PWorld(WorldConfig(peers=5, seed=seed), trace=sink)
+        world.run_for(2.0)
+        return world.ctrl(), [tuple(r[1:]) for r in sink.rows if r[EVENT] != "wall"]
+
+    chosen = {run(seed)[0] for seed in range(1, 9)}
+    assert None not in chosen and len(chosen) >= 3, chosen
+    assert run(5) == run(5)
