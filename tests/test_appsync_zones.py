@@ -5,6 +5,7 @@ a G request of a member zone is decided among its peers first and then by the ma
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -152,20 +153,22 @@ def test_two_zones_over_websocket() -> None:
 
 async def _two_zones() -> None:
     fast: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations": 10}
-    async with AppSyncWsServer(**fast) as master:
-        async with AppSyncWsServer(**fast, zone="0002", uplink=master.url) as member, \
-                AppSyncClient(master.url, "quiz", timeout=5) as alice, \
-                AppSyncClient(member.url, "quiz", timeout=5) as bob:
-            board = alice.share("board", {"question": 1})
-            await alice.synced()
-            await bob.wait_until(lambda: bob.value("G//board") == {"question": 1})
-            bob_board = bob.share("board")
-            result = bob_board.set("answer", "from zone 2")
-            assert await asyncio.wait_for(result, 5) is Status.ACCEPTED
-            await alice.wait_until(lambda: board.value == {"question": 1,
-                                                           "answer": "from zone 2"})
-            room = bob.share("room", {"n": 1}, scope="L")
-            await bob.synced()
-            assert room.value == {"n": 1}
-            await alice.synced()
-            assert "L//room" not in alice.objects()
+    async with contextlib.AsyncExitStack() as stack:
+        master = await stack.enter_async_context(AppSyncWsServer(**fast))
+        member = await stack.enter_async_context(
+            AppSyncWsServer(**fast, zone="0002", uplink=master.url))
+        alice = await stack.enter_async_context(AppSyncClient(master.url, "quiz", timeout=5))
+        bob = await stack.enter_async_context(AppSyncClient(member.url, "quiz", timeout=5))
+        board = alice.share("board", {"question": 1})
+        await alice.synced()
+        await bob.wait_until(lambda: bob.value("G//board") == {"question": 1})
+        bob_board = bob.share("board")
+        result = bob_board.set("answer", "from zone 2")
+        assert await asyncio.wait_for(result, 5) is Status.ACCEPTED
+        await alice.wait_until(lambda: board.value == {"question": 1,
+                                                       "answer": "from zone 2"})
+        room = bob.share("room", {"n": 1}, scope="L")
+        await bob.synced()
+        assert room.value == {"n": 1}
+        await alice.synced()
+        assert "L//room" not in alice.objects()
