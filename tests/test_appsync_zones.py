@@ -14,7 +14,16 @@ import pytest
 
 from appsync_harness import Bench, codec
 from gossamer.core import MemorySink
-from gossamer.protocols.appsync import Create, Header, Join, Mode, ObjectInfo, Scope, Status
+from gossamer.protocols.appsync import (
+    Create,
+    Header,
+    Join,
+    Mode,
+    ObjectInfo,
+    Scope,
+    Status,
+    Sync,
+)
 from gossamer.protocols.appsync.server import AppSyncConfig, parse_join_id
 from gossamer.protocols.appsync.zones import Uplink, final_code
 from gossamer.services.appsync.net import AppSyncClient, AppSyncWsServer
@@ -78,6 +87,7 @@ def test_a_zone_link_gets_g_objects_only_and_may_write_only_them() -> None:
     bench.rqst(peer, Create(ObjectInfo(Scope.LOCAL, "more"), Mode.RW, {"x": "zone-only"}))
     bench.advance(0.1)
     sync = bench.last(link)
+    assert isinstance(sync, Sync)
     assert sync.acks == (43, 21)
     assert [a.info.name for a in sync.actions] == ["score"]
     assert b"zone-only" not in b"".join(bench.frames(link))
