@@ -1,7 +1,8 @@
 """``gossamer appsync server`` and ``gossamer appsync peer`` as processes on 127.0.0.1: the server
 serves the demo page beside the protocol, a peer sets a value and gets its status, another peer
 sees it in its init, a keyed server refuses a peer without the key, and a restarted server
-(same --data-dir) still holds the value."""
+(same --data-dir) still holds the value; three ``gossamer appsync p2p`` participants choose a
+CTRL among themselves and share a value."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
+from harness_net import reserve_port
 from harness_procs import WAIT, LineProc
 
 pytestmark = pytest.mark.processes
@@ -74,3 +76,32 @@ async def scenario(data_dir: Path) -> None:
 
 def test_server_and_peers_as_processes(tmp_path: Path) -> None:
     asyncio.run(scenario(tmp_path))
+
+
+def test_three_p2p_participants_choose_a_ctrl_and_share_a_value(tmp_path: Path) -> None:
+    asyncio.run(_p2p(tmp_path))
+
+
+async def _p2p(tmp_path: Path) -> None:
+    links = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
+    members = [arg for link in links
+               for arg in ("--member", f"{link}=ws://127.0.0.1:{reserve_port()}/")]
+    common = [*members, "--cluster-key", "p2p-cli-test-cluster-key", "--session", "cli"]
+
+    async def participant(n: int, *extra: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *GOSSAMER, "appsync", "p2p", "--id", links[n], *common,
+            "--data-dir", str(tmp_path / f"p{n}"), *extra,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+    watchers = [LineProc(f"p{n}", await participant(n)) for n in (1, 2)]
+    try:
+        setter = await participant(0, "--set", "board.q=1", "--watch", "0")
+        out, err = await asyncio.wait_for(setter.communicate(), WAIT)
+        assert setter.returncode == 0 and b"board.q: 21 Accepted" in err, err
+        for watcher in watchers:
+            await watcher.expect(lambda text: '"value":{"q":1}' in text, "the shared value")
+    finally:
+        for watcher in watchers:
+            watcher.proc.kill()
+            await watcher.proc.wait()

@@ -4,14 +4,20 @@ the latest decided state; every peer ends holding what the CTRL says it may see.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 import pytest
 
 from gossamer.core import MemorySink
+from gossamer.protocols.appsync import Status
+from gossamer.protocols.appsync.peer import PeerPhase
 from gossamer.protocols.appsync.state import object_to_json
+from gossamer.protocols.ordering.paxos import PaxosConfig
+from gossamer.services.appsync.net import AppSyncP2PNode
 from gossamer.services.appsync.sim import SESSION, P2PWorld, WorldConfig
+from harness_net import reserve_port
 
 EVENT, NODE, PEER, SEQ = 4, 2, 7, 9
 
@@ -67,3 +73,42 @@ def test_the_first_ctrl_is_chosen_at_random_and_one_seed_gives_one_trace() -> No
     chosen = {run(seed)[0] for seed in range(1, 9)}
     assert None not in chosen and len(chosen) >= 3, chosen
     assert run(5) == run(5)
+
+
+def test_three_participants_over_loopback_replace_a_stopped_ctrl() -> None:
+    asyncio.run(_over_loopback())
+
+
+async def _over_loopback() -> None:
+    fast = PaxosConfig(heartbeat_interval=0.1, suspect_timeout=0.4, election_jitter=0.1)
+    links = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
+    urls = {link: f"ws://127.0.0.1:{reserve_port()}/" for link in links}
+    nodes = {link: AppSyncP2PNode(link, links, urls, "quiz", timeout=10, elect_after=0.3,
+                                  paxos=fast, min_ms=5, max_ms=100,
+                                  cluster_key="p2p-test-cluster-key")
+             for link in links}
+    try:
+        await asyncio.gather(*(node.connect() for node in nodes.values()))
+        first = next(iter(nodes.values())).ctrl
+        assert first is not None and all(n.ctrl == first for n in nodes.values())
+        others = [node for link, node in nodes.items() if link != first]
+        board = others[0].share("board", {"question": 1})
+        assert await asyncio.wait_for(board.set("answer", "a"), 10) in (
+            Status.ACCEPTED, Status.MULTIPLE_ACCEPTED)
+        await others[1].wait_until(
+            lambda: others[1].value("G//board") == {"question": 1, "answer": "a"})
+        await nodes[first].close()  # the CTRL goes away
+        await others[0].wait_until(lambda: others[0].ctrl not in (None, first), timeout=10)
+        second = others[0].ctrl
+        await others[1].wait_until(lambda: others[1].ctrl == second)
+        for node in others:  # both rejoined the new CTRL, which kept the decided state
+            await node.wait_until(lambda n=node: n.core is not None  # type: ignore[misc]
+                                  and n.core.phase is PeerPhase.SYNCING
+                                  and n.core.address == urls[second])
+            assert node.value("G//board") == {"question": 1, "answer": "a"}
+        moved = others[1].share("board")
+        assert await asyncio.wait_for(moved.set("answer", "b"), 10) in (
+            Status.ACCEPTED, Status.MULTIPLE_ACCEPTED)
+        await others[0].wait_until(lambda: others[0].value("G//board")["answer"] == "b")
+    finally:
+        await asyncio.gather(*(node.close() for node in nodes.values()))

@@ -26,14 +26,19 @@ __all__ = ["P2PConfig", "P2PParticipant"]
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class P2PConfig:
-    """``port``: where a participant listens when it is CTRL; ``elect_after``: seconds
-    without a CTRL (at start, or since the connection to it broke) before a participant
-    proposes a new one; the server's and the log's settings."""
+    """``port``: where a participant listens when it is CTRL; ``addresses``: the address a
+    peer dials to join each participant as CTRL (absent: ``node:port``, as in the simulator);
+    ``elect_after``: seconds without a CTRL (at start, or since the connection to it broke)
+    before a participant proposes a new one; the server's and the log's settings."""
 
     port: int
+    addresses: Mapping[NodeId, str] = dataclasses.field(default_factory=dict)
     elect_after: float = 1.0
     server: AppSyncConfig = dataclasses.field(default_factory=AppSyncConfig)
     paxos: PaxosConfig = dataclasses.field(default_factory=PaxosConfig)
+
+    def ctrl_address(self, node: NodeId) -> str:
+        return self.addresses.get(node) or f"{node}:{self.port}"
 
     def __post_init__(self) -> None:
         if self.elect_after <= 0 or not 0 < self.port < 65536:
@@ -60,7 +65,14 @@ class P2PParticipant:
         self.ctrl: NodeId | None = None
         self.sessions: dict[str, tuple[int, dict[str, Any]]] = {}  # name -> (round, objects)
         self.peer = make_peer(env)
-        self.peer.on_closed = self._lost_ctrl
+        app_closed = self.peer.on_closed
+
+        def closed(reason: str) -> None:
+            if app_closed is not None:
+                app_closed(reason)
+            self._lost_ctrl(reason)
+
+        self.peer.on_closed = closed
         self.server: AppSyncServer | None = None
         self._peer_started = False
         self._elect_timer: TimerHandle | None = None
@@ -179,7 +191,7 @@ class P2PParticipant:
             server.shutdown(CloseCode.TRY_AGAIN_LATER, "another CTRL was chosen")
         if self.ctrl is None:
             return
-        address = f"{self.ctrl}:{self.config.port}"
+        address = self.config.ctrl_address(self.ctrl)
         if not self._peer_started:
             self._peer_started = True
             self.peer.address = address

@@ -1,5 +1,6 @@
-"""``gossamer appsync server|peer``: run the APSYN sync server over WebSocket, or be a peer of
-one of its sessions (set values, print every change as a JSON line).
+"""``gossamer appsync server|peer|p2p``: run the APSYN sync server over WebSocket, be a peer of
+one of its sessions (set values, print every change as a JSON line), or be a participant of
+peer-to-peer mode (a peer whose CTRL the participants choose through a Multi-Paxos log).
 
 ``add_appsync_parser(verbs)`` plugs the verb into ``gossamer.cli.main``.
 """
@@ -20,7 +21,7 @@ from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
-from .net import DEFAULT_PORT, AppSyncClient, AppSyncWsServer
+from .net import DEFAULT_PORT, AppSyncClient, AppSyncP2PNode, AppSyncWsServer
 
 __all__ = ["add_appsync_parser", "default_web_root"]
 
@@ -73,6 +74,24 @@ def add_appsync_parser(
                       help="print changes for this long, then exit (default: until Ctrl-C; "
                            "0: exit once the sets are answered)")
     peer.set_defaults(handler=_cmd_peer)
+
+    p2p = sub.add_parser("p2p", help="a participant of peer-to-peer mode: a peer whose CTRL is "
+                                     "chosen among the participants through a Multi-Paxos log")
+    p2p.add_argument("--id", required=True, help="HOST:PORT of this participant's peer link")
+    p2p.add_argument("--member", action="append", required=True, metavar="HOST:PORT=WS_URL",
+                     help="every participant, this one too: its peer link and the ws:// URL "
+                          "where it serves APSYN when chosen as CTRL (repeatable)")
+    p2p.add_argument("--session", default="demo")
+    p2p.add_argument("--key", default=None, help="the session key, if the sessions have one")
+    p2p.add_argument("--cluster-key", default=None,
+                     help="the secret the participants' peer links share (>= 16 bytes)")
+    p2p.add_argument("--data-dir", default=None,
+                     help="directory for the log (the CTRL choice and every round's changes)")
+    p2p.add_argument("--set", action="append", default=[], metavar="NAME.PROP=JSON",
+                     help="set a property of a G object (created RW if missing); repeatable")
+    p2p.add_argument("--watch", type=_seconds, default=None,
+                     help="print changes for this long, then exit (default: until Ctrl-C)")
+    p2p.set_defaults(handler=_cmd_p2p)
     return appsync
 
 
@@ -134,18 +153,38 @@ def _parse_set(text: str) -> tuple[str, str, object]:
 def _cmd_peer(args: argparse.Namespace, console: Console) -> int:
     sets = [_parse_set(text) for text in args.set]
     try:
-        return asyncio.run(_peer(args, sets))
+        return asyncio.run(_peer(args, sets, AppSyncClient(args.url, args.session,
+                                                           key=args.key)))
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 
 
-async def _peer(args: argparse.Namespace, sets: list[tuple[str, str, object]]) -> int:
+def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
+    sets = [_parse_set(text) for text in args.set]
+    urls: dict[str, str] = {}
+    for pair in args.member:
+        link, sep, url = pair.partition("=")
+        if not sep or not link or not url.startswith("ws://"):
+            raise ConfigError(f"--member takes HOST:PORT=ws://HOST:PORT/, got {pair!r}")
+        urls[link] = url
+    node = AppSyncP2PNode(args.id, list(urls), urls, args.session, key=args.key,
+                          cluster_key=args.cluster_key,
+                          data_dir=None if args.data_dir is None else Path(args.data_dir))
+    try:
+        return asyncio.run(_peer(args, sets, node))
+    except OperationError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
+
+
+async def _peer(args: argparse.Namespace, sets: list[tuple[str, str, object]],
+                client: AppSyncClient) -> int:
     def show(key: str, value: object) -> None:
         sys.stdout.write(orjson.dumps({"key": key, "value": value}).decode() + "\n")
         sys.stdout.flush()
 
-    async with AppSyncClient(args.url, args.session, key=args.key) as client:
+    async with client:
         for key, value in client.objects().items():
             show(key, value)
         client.watch(show)

@@ -10,15 +10,16 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...core.conn import Framing, ListenerSpec
+from ...core.conn import Framing, ListenerSpec, parse_address
 from ...core.env import Env
 from ...core.errors import ConfigError, OperationError, StateError
 from ...core.trace import TraceSink
 from ...protocols.appsync import Action, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
+from ...protocols.appsync.p2p import P2PConfig, P2PParticipant
 from ...protocols.appsync.peer import AppSyncPeer, PeerConfig, PeerPhase
 from ...protocols.appsync.server import (
     AppSyncConfig,
@@ -28,13 +29,22 @@ from ...protocols.appsync.server import (
     hash_session_key,
 )
 from ...protocols.appsync.state import SharedObject
-from ...runtimes.net import NetNode, NodeState, SqliteStore
+from ...protocols.ordering.paxos import CODEC, PaxosConfig
+from ...runtimes.net import (
+    NetNode,
+    NodeState,
+    SqliteStore,
+    WriteBehindStore,
+    host_port_address,
+)
 
-__all__ = ["DEFAULT_PORT", "AppSyncClient", "AppSyncWsServer", "Shared"]
+__all__ = ["DEFAULT_PORT", "AppSyncClient", "AppSyncP2PNode", "AppSyncWsServer", "Shared"]
 
 log = logging.getLogger("gossamer.appsync")
 DEFAULT_PORT = 3790
 STORE_FILE = "appsync.sqlite"
+P2P_STORE_FILE = "appsync-p2p.sqlite"
+address_of = host_port_address
 LISTENER = "appsync"
 
 
@@ -288,3 +298,74 @@ class AppSyncClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class AppSyncP2PNode(AppSyncClient):
+    """One participant of peer-to-peer mode (docs/appsync-zones.md) on this event loop, with
+    ``AppSyncClient``'s API for the application. ``node_id`` is ``host:port`` of its peer link
+    (the Multi-Paxos group of ``members``, authenticated with ``cluster_key``); ``urls`` gives
+    each participant's ``ws://`` URL, where it serves APSYN when the log chooses it as CTRL
+    (its own is bound here). ``data_dir`` keeps the log (the CTRL choice and every round's
+    changes) in sqlite, committed in groups."""
+
+    def __init__(self, node_id: str, members: Sequence[str], urls: Mapping[str, str],
+                 session: str, *, key: str | None = None, data_dir: Path | None = None,
+                 cluster_key: str | None = None, timeout: float = 10.0,
+                 elect_after: float = 1.0, paxos: PaxosConfig | None = None,
+                 min_ms: int = 20, max_ms: int = 200, tout: int = 50,
+                 trace: TraceSink | None = None, run: str = "appsync-p2p",
+                 seed: int = 0) -> None:
+        if address_of(node_id) is None or node_id not in members:
+            raise ConfigError(f"a participant is named host:port among the members, got "
+                              f"{node_id!r}")
+        missing = [m for m in members if m not in urls]
+        if missing:
+            raise ConfigError(f"no APSYN URL for {', '.join(missing)}")
+        super().__init__(urls[node_id], session, key=key, timeout=timeout, node=node_id,
+                         trace=trace, run=run)
+        host, port, _path = parse_address(urls[node_id])
+        self.members = tuple(members)
+        self.p2p = P2PConfig(port=port, addresses=dict(urls), elect_after=elect_after,
+                             server=AppSyncConfig(min_ms=min_ms, max_ms=max_ms, tout=tout),
+                             paxos=paxos or PaxosConfig())
+        self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
+                                 path="/", handshake_timeout=10.0)
+        self.data_dir = data_dir
+        self.cluster_key = cluster_key
+        self.seed = seed
+        self.participant: P2PParticipant | None = None
+
+    def _build_participant(self, env: Env) -> P2PParticipant:
+        self.participant = P2PParticipant(env, self.members, self.p2p, self._build)
+        return self.participant
+
+    @property
+    def ctrl(self) -> str | None:
+        """The participant the log chose as CTRL (None: none yet)."""
+        return None if self.participant is None else self.participant.ctrl
+
+    async def connect(self) -> None:
+        if self._net is not None:
+            raise OperationError("connect() called twice", definite=True)
+        store = None
+        if self.data_dir is not None:
+            Path(self.data_dir).mkdir(parents=True, exist_ok=True)
+            store = WriteBehindStore(Path(self.data_dir) / P2P_STORE_FILE)
+        self._net = NetNode(node_id=self.node, factory=self._build_participant, codec=CODEC,
+                            listen=address_of(self.node), listeners=[self.spec], store=store,
+                            cluster_key=self.cluster_key, seed=self.seed, trace=self.trace,
+                            run=self.run)
+        self._net.resolver = address_of
+        await self._net.start()
+        await self.wait_until(lambda: self.core is not None
+                              and self.core.phase is PeerPhase.SYNCING)
+
+    async def close(self) -> None:
+        net, participant = self._net, self.participant
+        if net is None:
+            return
+        if net.state is NodeState.RUNNING and participant is not None:
+            with contextlib.suppress(Exception):
+                net.call(lambda _p: participant.stop())
+        await net.close()
+        self._net = None
