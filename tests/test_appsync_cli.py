@@ -97,7 +97,7 @@ async def _p2p(tmp_path: Path) -> None:
     watchers = [LineProc(f"p{n}", await participant(n)) for n in (1, 2)]
     try:
         setter = await participant(0, "--set", "board.q=1", "--watch", "0")
-        out, err = await asyncio.wait_for(setter.communicate(), WAIT)
+        _out, err = await asyncio.wait_for(setter.communicate(), WAIT)
         assert setter.returncode == 0 and b"board.q: 21 Accepted" in err, err
         for watcher in watchers:
             await watcher.expect(lambda text: '"value":{"q":1}' in text, "the shared value")
