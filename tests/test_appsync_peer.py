@@ -84,6 +84,23 @@ def test_a_skipped_round_is_reported_with_the_last_round_and_a_repeat_is_ignored
     assert sent(env) == []
 
 
+def test_a_sync_resent_after_the_peer_had_it_is_not_answered() -> None:
+    """A late copy of a round the peer already applied (the server resent it while the first
+    copy was on its way) asks for nothing: answering it with a gap report made every late
+    copy ask for every round again, a storm that ended the connection (VOPR appsync seed 41
+    with two zones)."""
+    env, peer, conn, _ = started()
+    sent(env)
+    for number in (6, 7, 8):
+        peer.received(conn, codec.encode(Sync(header=Header("0007", number, number - 1),
+                                              acks=(), actions=())))
+    assert len(sent(env)) == 3
+    for number in (6, 7, 5):  # late copies, and one older than the init
+        peer.received(conn, codec.encode(Sync(header=Header("0007", number, number - 1),
+                                              acks=(), actions=())))
+    assert sent(env) == [] and peer.round == 8
+
+
 def test_a_broken_connection_makes_answers_unknown_and_rejoins_with_the_same_id() -> None:
     env, peer, conn, results = started()
     number = peer.request(Update(BOARD, {"x": 1}))

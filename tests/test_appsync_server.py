@@ -300,6 +300,9 @@ def test_lost_syncs_are_resent_and_a_long_gap_gets_a_fresh_init() -> None:
     bench.rqst(b, round_number=now, last=behind)
     resent = bench.frames(b)[-2:]
     assert resent == bench.frames(b)[sent_before:sent_before + 2]
+    count = len(bench.frames(b))
+    bench.rqst(b, round_number=now, last=behind)  # the same gap again: resent once a round
+    assert len(bench.frames(b)) == count
     bench.rqst(b, round_number=now, last=1)  # further back than the history: a fresh init
     init = bench.last(b)
     assert isinstance(init, Init) and init.creates == (cre("x", {"v": 2}),)

@@ -458,6 +458,11 @@ _APPSYNC_KNOBS = (
                              "docs/appsync-zones.md)"),
     Knob("zone_faults", 0, 3, note="with two zones: cuts of the link between the CTRLs and "
                                    "restarts of the member CTRL, alternately"),
+    Knob("p2p", choices=(False, True), note="peer-to-peer mode: the participants (3-7) choose "
+                                            "the CTRL through Multi-Paxos (4 in 10 of the "
+                                            "one-zone seeds; no loss knob, no server restart)"),
+    Knob("ctrl_crashes", 0, 3, note="p2p: crashes of whoever is CTRL, each recovering within "
+                                    "2 s (a majority stays up)"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
                 appsync_faults)

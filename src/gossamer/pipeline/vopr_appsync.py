@@ -22,7 +22,8 @@ APPSYNC_GUARANTEE = (
     "acknowledgement matches what was applied, under connection cuts, peers leaving and "
     "rejoining, a server restart and loss on the connections (resent by TCP: late, never "
     "lost); with two zones, the member zone's CTRL holds the master's G objects in the "
-    "master's order.")
+    "master's order; in peer-to-peer mode, every participant agrees on the CTRL and its "
+    "decided rounds through the log, across CTRL crashes.")
 
 
 def draw_appsync(d: _Draw) -> None:
@@ -39,6 +40,13 @@ def draw_appsync(d: _Draw) -> None:
     zones = 2 if d.rng.random() < 0.4 else 1  # drawn last: earlier seeds keep their draws
     d.set("zones", zones)
     d.set("zone_faults", d.integer("zone_faults") if zones > 1 else 0)
+    p2p = zones == 1 and d.rng.random() < 0.4  # drawn after the zones, for the same reason
+    d.set("p2p", p2p)
+    d.set("ctrl_crashes", d.integer("ctrl_crashes") if p2p else 0)
+    if p2p:  # participants: a Paxos group of 3..7; TCP-like loss is the plain mode's knob
+        d.set("peers", max(3, min(7, int(d.options["peers"]))))
+        d.set("loss", 0.0)
+        d.set("server_restart", False)
 
 
 def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
@@ -47,6 +55,8 @@ def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
         out.append(f"loss {float(o['loss']):.3f} (connections: resent)")
     if o.get("server_restart"):
         out.append("server restart")
+    if o.get("p2p"):
+        out.append(f"peer-to-peer, {o.get('ctrl_crashes', 0)} CTRL crashes")
     if o.get("zones", 1) != 1:
         out.append(f"{o['zones']} zones, {o.get('zone_faults', 0)} link cuts / member "
                    f"restarts")

@@ -230,7 +230,10 @@ class AppSyncPeer:
             return
         number = msg.header.round
         if number != next_round(self.round):
-            if number != self.round:  # a gap: ask again, telling the server what we have
+            # ahead: a gap, ask again telling the server what we have; behind (a sync the
+            # server resent after we had it anyway): nothing to do, and no answer, or each
+            # late copy would ask for every round again (a storm of repairs)
+            if 1 < (number - self.round) % 0xFFFF < 0x8000:
                 self.env.trace("gap", layer=LAYER, key=self.config.session,
                                peer=self.client_id, seq=number, have=self.round)
                 self._write_rqst(())

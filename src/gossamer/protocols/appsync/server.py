@@ -180,6 +180,9 @@ class PeerState:
     history: collections.deque[tuple[int, bytes]] = dataclasses.field(
         default_factory=collections.deque)
     history_bytes: int = 0
+    # (round, rounds behind) of the last repair: a gap is repaired once a round, unless a
+    # later report goes further back
+    repaired: tuple[int, int] = (-1, 0)
 
 
 class Session:
@@ -390,6 +393,9 @@ class AppSyncServer:
         return (newer - older) % 0xFFFF
 
     def _repair(self, session: Session, peer: PeerState, behind: int) -> None:
+        if peer.repaired[0] == session.round and behind <= peer.repaired[1]:
+            return  # resent already: they are on their way
+        peer.repaired = (session.round, behind)
         kept = [frame for number, frame in peer.history
                 if 0 < self._rounds_between(number, session.round) < behind
                 or number == session.round]

@@ -9,7 +9,7 @@ import time
 
 from ...core.errors import ConfigError
 from ...core.trace import TraceSink
-from .sim import AppSyncWorld, WorldConfig
+from .sim import AppSyncWorld, P2PWorld, WorldConfig
 
 __all__ = ["AppSyncRunOptions", "AppSyncRunResult", "run_appsync_sim"]
 
@@ -35,6 +35,8 @@ class AppSyncRunOptions:
     drop_updates: bool = False  # peers skip one property's updates (broken on purpose)
     zones: int = 1  # 2: a member zone's CTRL joins the master's (docs/appsync-zones.md)
     zone_faults: int = 0  # link cuts and member CTRL restarts (with two zones)
+    p2p: bool = False  # peer-to-peer mode: ``peers`` participants choose the CTRL (Paxos)
+    ctrl_crashes: int = 0  # p2p: crashes of whoever is CTRL (each recovers)
     seed: int = 1
     run: str | None = None
 
@@ -47,6 +49,10 @@ class AppSyncRunOptions:
             raise ConfigError("need loss in [0, 1) and rto > 0")
         if self.zones not in (1, 2) or self.zone_faults < 0:
             raise ConfigError("need zones 1 or 2 and zone_faults >= 0")
+        if self.p2p and (self.peers < 3 or self.zones != 1 or self.loss):
+            raise ConfigError("p2p needs 3 or more participants, one zone and no loss knob")
+        if self.ctrl_crashes < 0:
+            raise ConfigError("need ctrl_crashes >= 0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,6 +65,8 @@ class AppSyncRunResult:
 
 def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = None
                     ) -> AppSyncRunResult:
+    if options.p2p:
+        return _run_p2p(options, trace_sink)
     started = time.perf_counter()
     world = AppSyncWorld(WorldConfig(peers=options.peers, seed=options.seed,
                                      latency=options.latency, min_ms=options.min_ms,
@@ -85,4 +93,34 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
         trace_sink.flush()
     return AppSyncRunResult(rounds=rounds, converged=converged,
                             events=world.sim.events,
+                            wall_seconds=time.perf_counter() - started)
+
+
+def _run_p2p(options: AppSyncRunOptions, trace_sink: TraceSink | None) -> AppSyncRunResult:
+    """Peer-to-peer mode: the participants' CTRL crashes (``ctrl_crashes``), connections to it
+    are cut, other participants crash; converged: every participant holds what the agreed
+    CTRL says it may see, and every copy of the log's state is the same."""
+    started = time.perf_counter()
+    world = P2PWorld(WorldConfig(peers=options.peers, seed=options.seed,
+                                 latency=options.latency, min_ms=options.min_ms,
+                                 max_ms=options.max_ms, request_chance=options.request_chance,
+                                 rto=options.rto, drop_updates=options.drop_updates),
+                     participants=options.peers, trace=trace_sink,
+                     run=options.run or f"appsync-s{options.seed}")
+    world.run_for(1.5)  # the first CTRL is chosen
+    world.faults(options.workload, ctrl_crashes=options.ctrl_crashes, cuts=options.cuts,
+                 leaves=options.leaves)
+    world.quiesce(options.settle + 2.0)  # a CTRL that crashed last is replaced first
+    states = world.visible_states()
+    peers = [name for name in states if not name.startswith("=")]
+    converged = (len(peers) == options.peers and len(world.replicated_states()) == 1
+                 and all(states[name] == states.get(f"={name}") for name in peers))
+    rounds = 0
+    ctrl = world.ctrl()
+    if ctrl is not None and ctrl in world.participants():
+        server = world.participants()[ctrl].server
+        rounds = 0 if server is None else sum(s.rounds_done for s in server.sessions.values())
+    if trace_sink is not None:
+        trace_sink.flush()
+    return AppSyncRunResult(rounds=rounds, converged=converged, events=world.sim.events,
                             wall_seconds=time.perf_counter() - started)

@@ -13,6 +13,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from ...core.conn import ListenerSpec
 from ...core.env import Env
 from ...core.trace import TraceSink
@@ -24,7 +26,7 @@ from ...protocols.appsync.state import visible_to
 from ...protocols.ordering.paxos import PaxosConfig
 from ...runtimes.sim import LinkModel, NodeStatus, Simulation, parse_latency
 
-__all__ = ["AppSyncWorld", "WorldConfig"]
+__all__ = ["AppSyncWorld", "P2PWorld", "WorldConfig"]
 
 PORT = 4100
 SERVER = "ctrl"
@@ -258,6 +260,39 @@ class P2PWorld:
     def quiesce(self, seconds: float = 3.0) -> None:
         self.active = False
         self.run_for(seconds)
+
+    def faults(self, seconds: float, *, ctrl_crashes: int, cuts: int, leaves: int) -> None:
+        """Spread the faults over ``seconds`` of workload: crashes of whoever is CTRL then,
+        connection cuts between a participant and the CTRL, other participants crashing;
+        every crashed node recovers on its store within 2 s."""
+        start = self.sim.now
+        events = sorted([(self.rng.uniform(0.1, 0.9) * seconds, "ctrl")
+                         for _ in range(ctrl_crashes)]
+                        + [(self.rng.uniform(0, seconds), "cut") for _ in range(cuts)]
+                        + [(self.rng.uniform(0, seconds), "leave") for _ in range(leaves)])
+        for at, kind in events:
+            self.sim.run(until=start + at)
+            up = [n for n in self.names if self.sim.status(n) is NodeStatus.UP]
+            if 2 * (len(up) - 1) <= len(self.names):  # keep a majority up (liveness)
+                continue
+            ctrl = self.ctrl()
+            name = self.rng.choice(up)
+            if kind == "ctrl" and ctrl is not None and ctrl in up:
+                self.sim.crash(ctrl, recover_after=self.rng.uniform(0.5, 2.0))
+            elif kind == "cut" and ctrl is not None and ctrl in up and name != ctrl:
+                self.sim.cut(name, ctrl)
+            elif kind == "leave" and name != ctrl:
+                self.sim.crash(name, recover_after=self.rng.uniform(0.2, 1.5))
+        self.sim.run(until=start + seconds)
+
+    def replicated_states(self) -> set[bytes]:
+        """Each live participant's copy of the log's state: the CTRL and the objects (one
+        element: they agree). Round numbers are left out: rounds go on without requests, so
+        one participant may not have learned the newest decision yet."""
+        return {orjson.dumps([p.epoch, p.ctrl, {name: objects for name, (_r, objects)
+                                                in p.sessions.items()}],
+                             option=orjson.OPT_SORT_KEYS)
+                for p in self.participants().values()}
 
     def visible_states(self) -> dict[str, dict[str, Any]]:
         """Each joined participant's objects and what the CTRL says it may see."""
