@@ -72,3 +72,13 @@ def test_one_seed_one_trace() -> None:
         return [row[:12] for row in sink.rows]
 
     assert run() == run()
+
+
+def test_a_sampled_trace_records_only_the_traced_peers_applies() -> None:
+    """A big run traces a sample of its peers (``traced_peers``): the others run unrecorded."""
+    sink = MemorySink()
+    world = AppSyncWorld(WorldConfig(peers=6, seed=4, traced_peers=2), trace=sink)
+    world.run_for(1.0)
+    converge(world)
+    writers = {row[2] for row in sink.rows if row[4] in ("sync_apply", "sync_request")}
+    assert writers == {"ctrl", "p000", "p001"}, writers

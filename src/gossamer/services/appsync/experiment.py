@@ -36,6 +36,9 @@ class AppSyncRunOptions:
     zones: int = 1  # 2: a member zone's CTRL joins the master's (docs/appsync-zones.md)
     zone_faults: int = 0  # link cuts and member CTRL restarts (with two zones)
     p2p: bool = False  # peer-to-peer mode: ``peers`` participants choose the CTRL (Paxos)
+    # only the first N peers write their apply rows (None: all): every peer applies every
+    # change it sees, so a full trace grows with the square of the peers
+    traced_peers: int | None = None
     ctrl_crashes: int = 0  # p2p: crashes of whoever is CTRL (each recovers)
     seed: int = 1
     run: str | None = None
@@ -74,7 +77,7 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
                                      request_chance=options.request_chance,
                                      loss=options.loss, rto=options.rto,
                                      drop_updates=options.drop_updates,
-                                     zones=options.zones),
+                                     zones=options.zones, traced_peers=options.traced_peers),
                          trace=trace_sink, run=options.run or f"appsync-s{options.seed}")
     world.run_for(0.2)
     world.faults(options.workload, cuts=options.cuts, leaves=options.leaves,

@@ -282,13 +282,17 @@ class AppSyncClient:
     def watch(self, fn: Callable[[str, Any], None]) -> None:
         self._watchers.append(fn)
 
+    def _process(self) -> AppSyncPeer | P2PParticipant | None:
+        """What ``close`` stops on the node's loop before closing the node."""
+        return self.core
+
     async def close(self) -> None:
-        net, core = self._net, self.core
+        net, process = self._net, self._process()
         if net is None:
             return
-        if net.state is NodeState.RUNNING and core is not None:
+        if net.state is NodeState.RUNNING and process is not None:
             with contextlib.suppress(Exception):
-                net.call(lambda _p: core.stop())
+                net.call(lambda _p: process.stop())
         await net.close()
         self._net = None
 
@@ -360,12 +364,5 @@ class AppSyncP2PNode(AppSyncClient):
         await self.wait_until(lambda: self.core is not None
                               and self.core.phase is PeerPhase.SYNCING)
 
-    async def close(self) -> None:
-        net, participant = self._net, self.participant
-        if net is None:
-            return
-        if net.state is NodeState.RUNNING and participant is not None:
-            with contextlib.suppress(Exception):
-                net.call(lambda _p: participant.stop())
-        await net.close()
-        self._net = None
+    def _process(self) -> AppSyncPeer | P2PParticipant | None:
+        return self.participant

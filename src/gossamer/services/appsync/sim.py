@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -48,6 +48,7 @@ class WorldConfig:
     rto: float = 0.2  # ... after this many seconds, doubling per try (Simulation.connection_rto)
     drop_updates: bool = False  # peers skip the board's contended property (broken on purpose)
     zones: int = 1  # 2: a second zone's CTRL links to the first (the master of G objects)
+    traced_peers: int | None = None  # only the first N peers write apply rows (None: all)
 
     def __post_init__(self) -> None:
         if self.zones not in (1, 2):
@@ -60,6 +61,8 @@ class _WorkloadPeer(AppSyncPeer):
     def __init__(self, env: Env, config: PeerConfig, world: AppSyncWorld) -> None:
         super().__init__(env, config)
         self.world = world
+        limit = world.config.traced_peers
+        self.traced = limit is None or int(env.node[1:]) < limit  # nodes are pNNN
         self.counter = 0
         self.on_round = self._round
         self._made_own = ""
@@ -100,15 +103,46 @@ class _WorkloadPeer(AppSyncPeer):
             self.request(Update(ObjectInfo(Scope.GLOBAL, "board.hot"), self.counter))
 
 
-class AppSyncWorld:
-    def __init__(self, config: WorldConfig, *, trace: TraceSink | None = None,
-                 run: str = "appsync") -> None:
+_P = TypeVar("_P")
+
+
+def _live(sim: Simulation, names: list[str], kind: type[_P]) -> dict[str, _P]:
+    """The processes of ``names`` that are up, by name."""
+    out: dict[str, _P] = {}
+    for name in names:
+        if sim.status(name) is NodeStatus.UP:
+            process = sim.process(name)
+            assert isinstance(process, kind)
+            out[name] = process
+    return out
+
+
+class _World:
+    """A simulation of ``config``'s links with the workload on (``active``) until
+    ``quiesce``; ``rng`` (seeded apart from the simulation's) draws the faults."""
+
+    def __init__(self, config: WorldConfig, *, trace: TraceSink | None, run: str,
+                 faults_seed: str) -> None:
         self.config = config
-        self.rng = random.Random(f"appsync-world/{config.seed}")
+        self.rng = random.Random(f"{faults_seed}/{config.seed}")
         link = LinkModel(latency=parse_latency(config.latency), loss=config.loss)
         self.sim = Simulation(seed=config.seed, link=link, trace=trace, run=run,
                               connection_rto=config.rto)
         self.active = True
+
+    def run_for(self, seconds: float) -> None:
+        self.sim.run(until=self.sim.now + seconds)
+
+    def quiesce(self, seconds: float = 3.0) -> None:
+        """Stop the workload and let the queued requests drain."""
+        self.active = False
+        self.run_for(seconds)
+
+
+class AppSyncWorld(_World):
+    def __init__(self, config: WorldConfig, *, trace: TraceSink | None = None,
+                 run: str = "appsync") -> None:
+        super().__init__(config, trace=trace, run=run, faults_seed="appsync-world")
         self.server_config = AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
                                            tout=config.tout)
         spec = ListenerSpec(name="appsync", port=PORT, handshake_timeout=None)
@@ -133,9 +167,6 @@ class AppSyncWorld:
     def _peer_factory(self, config: PeerConfig) -> Callable[[Env], _WorkloadPeer]:
         return lambda env: _WorkloadPeer(env, config, self)
 
-    def run_for(self, seconds: float) -> None:
-        self.sim.run(until=self.sim.now + seconds)
-
     def server(self, name: str = SERVER) -> AppSyncServer | None:
         if self.sim.status(name) is not NodeStatus.UP:
             return None
@@ -144,13 +175,7 @@ class AppSyncWorld:
         return process
 
     def peers(self) -> dict[str, AppSyncPeer]:
-        out = {}
-        for name in self.peer_names:
-            if self.sim.status(name) is NodeStatus.UP:
-                process = self.sim.process(name)
-                assert isinstance(process, AppSyncPeer)
-                out[name] = process
-        return out
+        return _live(self.sim, self.peer_names, AppSyncPeer)
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -184,11 +209,6 @@ class AppSyncWorld:
 
     # -- verdict ---------------------------------------------------------------------------
 
-    def quiesce(self, seconds: float = 3.0) -> None:
-        """Stop the workload and let the queued requests drain."""
-        self.active = False
-        self.run_for(seconds)
-
     def visible_states(self) -> dict[str, dict[str, Any]]:
         """Each joined peer's objects, and what its CTRL says it may see (``=name``)."""
         out: dict[str, dict[str, Any]] = {}
@@ -205,19 +225,14 @@ class AppSyncWorld:
         return out
 
 
-class P2PWorld:
+class P2PWorld(_World):
     """Peer-to-peer mode (docs/appsync-zones.md): ``participants`` nodes, each a peer with
     the workload and a replica of the log that chooses the CTRL among them."""
 
     def __init__(self, config: WorldConfig, *, participants: int = 5,
                  trace: TraceSink | None = None, run: str = "appsync-p2p",
                  paxos: PaxosConfig | None = None, elect_after: float = 0.5) -> None:
-        self.config = config
-        self.rng = random.Random(f"appsync-p2p/{config.seed}")
-        link = LinkModel(latency=parse_latency(config.latency), loss=config.loss)
-        self.sim = Simulation(seed=config.seed, link=link, trace=trace, run=run,
-                              connection_rto=config.rto)
-        self.active = True
+        super().__init__(config, trace=trace, run=run, faults_seed="appsync-p2p")
         self.names = [f"n{n}" for n in range(participants)]
         self.p2p = P2PConfig(port=PORT, elect_after=elect_after,
                              server=AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
@@ -234,17 +249,8 @@ class P2PWorld:
                 lambda peer_env: _WorkloadPeer(peer_env, peer_config, self)),  # type: ignore[arg-type]
                 listeners=[spec])
 
-    def run_for(self, seconds: float) -> None:
-        self.sim.run(until=self.sim.now + seconds)
-
     def participants(self) -> dict[str, P2PParticipant]:
-        out = {}
-        for name in self.names:
-            if self.sim.status(name) is NodeStatus.UP:
-                process = self.sim.process(name)
-                assert isinstance(process, P2PParticipant)
-                out[name] = process
-        return out
+        return _live(self.sim, self.names, P2PParticipant)
 
     def ctrl(self) -> str | None:
         """The CTRL every live participant agrees on (None: they do not agree yet)."""
@@ -256,10 +262,6 @@ class P2PWorld:
         assert ctrl is not None, "no agreed CTRL to crash"
         self.sim.crash(ctrl, recover_after=recover_after)
         return ctrl
-
-    def quiesce(self, seconds: float = 3.0) -> None:
-        self.active = False
-        self.run_for(seconds)
 
     def faults(self, seconds: float, *, ctrl_crashes: int, cuts: int, leaves: int) -> None:
         """Spread the faults over ``seconds`` of workload: crashes of whoever is CTRL then,
