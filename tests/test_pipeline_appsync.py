@@ -29,7 +29,7 @@ from gossamer.services.appsync.sim import (
 pytestmark = pytest.mark.spark
 
 Rows = list[list[Any]]
-EVENT, NODE, MSG, KEY, SEQ, INFO = 4, 2, 5, 8, 9, 11
+EVENT, NODE, MSG, PEER, KEY, SEQ, INFO = 4, 2, 5, 7, 8, 9, 11
 
 
 @functools.cache
@@ -39,6 +39,7 @@ def _recorded() -> tuple[tuple[Any, ...], ...]:
     world.run_for(0.5)
     world.faults(1.5, cuts=2, leaves=1, server_restarts=1)
     world.quiesce(1.0)
+    world.record_states()
     return tuple(tuple(row) for row in sink.rows)
 
 
@@ -49,6 +50,7 @@ def _recorded_zones() -> tuple[tuple[Any, ...], ...]:
     world.run_for(0.5)
     world.faults(1.5, cuts=1, leaves=1, server_restarts=0, zone_faults=2)
     world.quiesce(1.5)
+    world.record_states()
     return tuple(tuple(row) for row in sink.rows)
 
 
@@ -61,6 +63,7 @@ def _recorded_p2p() -> tuple[tuple[Any, ...], ...]:
     world.crash_ctrl(recover_after=1.0)
     world.run_for(3.0)
     world.quiesce(1.5)
+    world.record_states()
     return tuple(tuple(row) for row in sink.rows)
 
 
@@ -120,7 +123,16 @@ def plants() -> dict[str, tuple[Rows, str | None]]:
     untaken = [r for r in zones if not (r[NODE] == ZONE_SERVER and r[EVENT] == "sync_apply"
                                         and r[KEY].startswith(f"{SESSION}/")
                                         and r[MSG].endswith(action))]
+    ends = [i for i, r in enumerate(rows) if r[EVENT] == "sync_state"]
+    assert len(ends) == 4, "every peer recorded its end"
+    stale = recorded()  # a peer that ends holding something else than its CTRL holds for it
+    stale[ends[0]][INFO] = orjson.dumps({**orjson.loads(stale[ends[0]][INFO]),
+                                         "digest": "0" * 16}).decode()
+    unserved = [r for r in recorded() if not (r[EVENT] == "ctrl_state"
+                                              and r[PEER] == rows[ends[1]][PEER])]
     return {"clean": (rows, None), "zones": (zones, None),
+            "stale_end": (stale, rows[ends[0]][NODE]),
+            "unserved": (unserved, rows[ends[1]][NODE]),
             "p2p": ([list(row) for row in _recorded_p2p()], None),
             "zone_diverged": (zone_diverged, ZONE_SERVER),
             "zone_untaken": (untaken, ZONE_SERVER),
@@ -152,6 +164,8 @@ def test_a_clean_run_passes_and_every_planted_fault_is_caught(spark: Any) -> Non
     assert any("never applied" in d for d in details["lying"])
     assert any("without an accepting" in d for d in details["hidden"])
     assert any("never took from the master" in d for d in details["zone_untaken"])
+    assert any("where its CTRL holds" in d for d in details["stale_end"])
+    assert any("which no CTRL serves" in d for d in details["unserved"])
 
 
 def test_round_consistency_is_judged_only_where_round_layers_are_declared() -> None:

@@ -1,18 +1,23 @@
 """Round consistency for round-based state sync (seed 002, APSYN): every peer applies the same
 updates to each object in a round, in the same order, with the same result as the sync
-server (CTRL), and every acknowledgement matches what CTRL applied.
+server (CTRL), every acknowledgement matches what CTRL applied, and every peer ends holding
+what its CTRL holds for it.
 
 Reads ``round`` rows (which node is the CTRL of which session: ``key``; the CTRL of another
 zone is also a peer of the master's session, and in peer-to-peer mode a CTRL is a peer of its
 own session too: a peer's ``sync_apply`` rows name it in ``peer``, CTRL's name none),
-``sync_apply`` rows (``key`` the object,
-``seq`` the sync round, ``msg`` the action's id, ``info.digest`` the value after it) and
-``sync_ack`` rows (``info.code``, ``msg``). An update a member zone's CTRL relays from the master
-zone (``info.relayed``) was acknowledged in the master's session: it must be one that CTRL
-applied there as a peer (the same action), unless it turns the zone's copy into a fresh init of
-the master's (``"init"``: an init's objects have no rows of their own). A peer that applied
-nothing of an object in a round
-(it was away, or may not see the object) is not judged for that object and round.
+``sync_apply`` rows (``key`` the object, ``seq`` the sync round, ``msg`` the action's id,
+``info.digest`` the value after it) and ``sync_ack`` rows (``info.code``, ``msg``). A peer that
+applied nothing of an object in a round (it was away, or may not see the object) is not judged
+for that object and round. An update a member zone's CTRL relays from the master zone
+(``info.relayed``) was acknowledged in the master's session: it must be one that CTRL applied
+there as a peer (the same action), unless it turns the zone's copy into a fresh init of the
+master's (``"init"``: an init's objects have no rows of their own).
+
+Where a run recorded its end (``ctrl_state`` rows: what a CTRL holds that each of its peers may
+see; ``sync_state``: what each joined peer holds; ``info.digest`` both), every joined peer must
+hold exactly what its CTRL holds for it, and be served by one: a peer that fell behind for
+good applies nothing wrong, so only this shows it.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from pyspark.sql import functions as F
 from .check_rows import info_field, layer_filter, violation_rows
 from .schema import with_row_order
 
-__all__ = ["ACK", "APPLY", "ROUND", "round_consistency_violations"]
+__all__ = ["ACK", "APPLY", "CTRL_STATE", "PEER_STATE", "ROUND", "round_consistency_violations"]
 
 ROUND = "round"
 APPLY = "sync_apply"
 ACK = "sync_ack"
+CTRL_STATE = "ctrl_state"
+PEER_STATE = "sync_state"
 
 
 def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> DataFrame:
@@ -98,4 +105,27 @@ def round_consistency_violations(trace: DataFrame, *, layers: Sequence[str]) -> 
         F.concat(F.lit("relayed to "), F.col("key"),
                  F.lit(" an update this CTRL never took from the master zone")),
     ))
-    return order_violations.unionByName(ack_violations)
+    return order_violations.unionByName(ack_violations).unionByName(_state_violations(rows))
+
+
+def _state_violations(rows: DataFrame) -> DataFrame:
+    """Each joined peer's end state against what its CTRL holds for it (same session and
+    client id)."""
+    held = rows.filter(F.col("event") == CTRL_STATE).select(
+        "run", F.col("key").alias("session"), "peer",
+        info_field("digest").alias("expected"))
+    ends = rows.filter(F.col("event") == PEER_STATE).select(
+        "run", "node", "seq", F.col("key").alias("session"), "peer",
+        info_field("digest").alias("digest"))
+    differ = ends.join(held, ["run", "session", "peer"], "left").filter(
+        F.col("expected").isNull() | (F.col("expected") != F.col("digest")))
+    return violation_rows(
+        differ.withColumn("msg", F.lit(None)).withColumn("origin", F.lit(None)),
+        F.when(F.col("expected").isNull(),
+               F.concat(F.lit("ends joined to session "), F.col("session"),
+                        F.lit(" as client "), F.col("peer"),
+                        F.lit(", which no CTRL serves at the end")))
+        .otherwise(F.concat(F.lit("ends holding state "), F.col("digest"),
+                            F.lit(" in session "), F.col("session"),
+                            F.lit(" where its CTRL holds "), F.col("expected"),
+                            F.lit(" for client "), F.col("peer"))))

@@ -22,6 +22,7 @@ from .state import (
     action_digest,
     action_id,
     apply_action,
+    state_digest,
     value_digest,
 )
 from .wire import (
@@ -322,6 +323,15 @@ class AppSyncPeer:
 
     def visible_state(self) -> dict[str, Any]:
         return {key: obj.value for key, obj in sorted(self.objects.items())}
+
+    def trace_state(self) -> None:
+        """A ``sync_state`` row: the digest of everything this peer holds, if it is joined
+        (the round check compares it with its CTRL's ``ctrl_state`` row for it)."""
+        if self.phase is PeerPhase.SYNCING:
+            state = self.visible_state()
+            self.env.trace("sync_state", layer=LAYER, key=self.config.session,
+                           peer=self.client_id, seq=self.round, objects=len(state),
+                           digest=state_digest(state))
 
     def status_of(self, number: int) -> Status | None:
         code = self.results.get(number)

@@ -30,6 +30,7 @@ from .state import (
     apply_action,
     object_from_json,
     object_to_json,
+    state_digest,
     value_digest,
     visible_to,
 )
@@ -775,6 +776,21 @@ class AppSyncServer:
         if meta is not None:
             session.round = int(orjson.loads(meta)["round"])
         return session
+
+    def trace_states(self) -> None:
+        """A ``ctrl_state`` row per joined peer of every session: the digest of what this
+        CTRL holds that the peer may see (the end of a run records it, the round check
+        compares it with the peer's own ``sync_state``). A member zone's CTRL records its
+        link to the master as a peer too."""
+        for name, session in sorted(self.sessions.items()):
+            for client, peer in sorted(session.peers.items()):
+                state = {key: obj.value for key, obj in sorted(session.objects.items())
+                         if _sees(peer, obj)}
+                self.env.trace("ctrl_state", layer=LAYER, key=name, peer=client,
+                               seq=session.round, objects=len(state),
+                               digest=state_digest(state))
+            if session.uplink is not None:
+                session.uplink.trace_state()
 
     def order_of(self, session: str) -> list[str]:
         """This round's priority order of the session's peers (for tests and tools)."""

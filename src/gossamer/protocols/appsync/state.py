@@ -25,6 +25,7 @@ __all__ = [
     "object_from_json",
     "object_to_json",
     "schema_errors",
+    "state_digest",
     "touched_paths",
     "value_digest",
     "visible_to",
@@ -222,6 +223,13 @@ def action_digest(action: Action) -> str:
     """What ``action_id`` ends with: a digest of the action's encoding, which the requesting
     peer knows before the server chose the round (its ``sync_request`` rows carry it)."""
     return hashlib.blake2b(AppSyncCodec().encode_action(action), digest_size=6).hexdigest()
+
+
+def state_digest(values: Mapping[str, Any]) -> str:
+    """A digest of a whole visible state (object key -> value): a peer's and what its CTRL
+    holds for it are equal exactly when the two hold the same objects with the same values."""
+    return hashlib.blake2b(orjson.dumps(values, option=orjson.OPT_SORT_KEYS),
+                           digest_size=8).hexdigest()
 
 
 def value_digest(obj: SharedObject | None) -> str:

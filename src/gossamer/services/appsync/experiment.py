@@ -84,6 +84,7 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
                  server_restarts=1 if options.server_restart else 0,
                  zone_faults=options.zone_faults)
     world.quiesce(options.settle)
+    world.record_states()  # the round check compares every peer's end with its CTRL's
     states = world.visible_states()
     peers = [name for name in states if not name.startswith("=")]
     shared = {str(sorted((k, v) for k, v in states[name].items() if k.startswith("G/")))
@@ -114,6 +115,7 @@ def _run_p2p(options: AppSyncRunOptions, trace_sink: TraceSink | None) -> AppSyn
     world.faults(options.workload, ctrl_crashes=options.ctrl_crashes, cuts=options.cuts,
                  leaves=options.leaves)
     world.quiesce(options.settle + 2.0)  # a CTRL that crashed last is replaced first
+    world.record_states()
     states = world.visible_states()
     peers = [name for name in states if not name.startswith("=")]
     converged = (len(peers) == options.peers and len(world.replicated_states()) == 1

@@ -209,6 +209,15 @@ class AppSyncWorld(_World):
 
     # -- verdict ---------------------------------------------------------------------------
 
+    def record_states(self) -> None:
+        """End-of-run rows: each CTRL's view for each of its peers and each peer's own."""
+        for name in (SERVER, ZONE_SERVER) if self.config.zones > 1 else (SERVER,):
+            server = self.server(name)
+            if server is not None:
+                server.trace_states()
+        for peer in self.peers().values():
+            peer.trace_state()
+
     def visible_states(self) -> dict[str, dict[str, Any]]:
         """Each joined peer's objects, and what its CTRL says it may see (``=name``)."""
         out: dict[str, dict[str, Any]] = {}
@@ -295,6 +304,13 @@ class P2PWorld(_World):
                                                 in p.sessions.items()}],
                              option=orjson.OPT_SORT_KEYS)
                 for p in self.participants().values()}
+
+    def record_states(self) -> None:
+        """End-of-run rows: the CTRL's view for each peer and each participant's own."""
+        for participant in self.participants().values():
+            if participant.server is not None:
+                participant.server.trace_states()
+            participant.peer.trace_state()
 
     def visible_states(self) -> dict[str, dict[str, Any]]:
         """Each joined participant's objects and what the CTRL says it may see."""
