@@ -4,6 +4,7 @@ modes and privacy on the wire bytes, session keys, timeouts, gap repair, persist
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +22,7 @@ from gossamer.protocols.appsync import (
     Sync,
     Update,
 )
-from gossamer.protocols.appsync.server import AppSyncConfig, hash_session_key
+from gossamer.protocols.appsync.server import AppSyncConfig, AppSyncServer, hash_session_key
 from gossamer.runtimes.sim import MemoryStore
 from gossamer.testing import FakeConn, FakeEnv
 
@@ -215,7 +216,6 @@ def test_a_session_key_admits_the_right_key_and_a_keyless_server_logs_it() -> No
     assert init.header.client_id == "0001"
     lines: list[str] = []
     open_env = FakeEnv("c2")
-    from gossamer.protocols.appsync.server import AppSyncServer
     AppSyncServer(open_env, log=lines.append).start()
     assert lines == ["no session key: every session is accepted"]
     assert open_env.traced("open_sessions")
@@ -358,3 +358,49 @@ def test_fuzz_garbage_from_a_joined_peer_is_40_and_changes_nothing(frame: bytes)
     bench.advance(0.1)
     assert bench.server.sessions["s"].objects == before
     assert set(acks(bench, a)) <= {40, 55}
+
+
+class _HeldLog:
+    """A round log whose commits wait until the test lets them through."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Any] = []
+
+    def load(self, session: str) -> None:
+        return None
+
+    def commit(self, session: str, changed: Any, new_round: int, then: Any) -> None:
+        self.waiting.append(then)
+
+    def release(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for then in waiting:
+            then()
+
+
+def test_nothing_of_a_round_leaves_before_it_is_committed_not_even_a_repair() -> None:
+    """A gap reported while the round's commit is pending is not repaired from that round's
+    syncs or state (VOPR appsync seed 53: a CTRL resent a sync of a round its log had not
+    decided, and crashed)."""
+    log = _HeldLog()
+    env = FakeEnv("ctrl", seed=1)
+    bench = Bench(env=env)
+    bench.server = AppSyncServer(env, AppSyncConfig(min_ms=10, max_ms=100, tout=3),
+                                 round_log=log)
+    bench.server.start()
+    a = bench.connect()
+    bench.raw(a, codec.encode(Join(header=Header("", 0, 0), id="s")))
+    log.release()
+    bench.settle()
+    init = bench.last(a)
+    assert isinstance(init, Init)
+    bench.rqst(a, cre("x", 1))
+    bench.advance(0.01)  # the round ends: its commit waits
+    count = len(bench.frames(a))
+    bench.rqst(a, round_number=init.header.last, last=init.header.last - 1 or 1)
+    bench.rqst(a, round_number=init.header.last, last=1)  # further back: an init, if any
+    assert len(bench.frames(a)) == count, "something left before the commit"
+    log.release()
+    bench.settle()
+    sync = bench.last(a)
+    assert isinstance(sync, Sync) and sync.acks == (21,)

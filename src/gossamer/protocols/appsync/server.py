@@ -394,6 +394,10 @@ class AppSyncServer:
         return (newer - older) % 0xFFFF
 
     def _repair(self, session: Session, peer: PeerState, behind: int) -> None:
+        if session.phase is Phase.COMMITTING:
+            # the round's syncs (in the history) and state (an init's) are not committed yet:
+            # nothing of them leaves now; the peer reports the gap again at the next sync
+            return
         if peer.repaired[0] == session.round and behind <= peer.repaired[1]:
             return  # resent already: they are on their way
         peer.repaired = (session.round, behind)
