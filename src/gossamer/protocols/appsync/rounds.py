@@ -12,7 +12,14 @@ from typing import Any
 
 import orjson
 
-from .state import ActionRefused, SharedObject, apply_action, schema_errors, touched_paths
+from .state import (
+    ActionRefused,
+    SharedObject,
+    apply_action,
+    check_action,
+    schema_errors,
+    touched_paths,
+)
 from .wire import Action, Create, Scope, Status
 
 __all__ = ["Request", "RoundResult", "RuleCall", "priority_order", "process_round", "signature_of"]
@@ -88,15 +95,20 @@ class _Round:
         self.rule = rule
 
     def check(self, current: SharedObject | None, action: Action, client: str,
-              count: int) -> SharedObject | None:
-        """The object after ``action``, or ``ActionRefused`` (any status but 2x)."""
+              count: int, *, need_after: bool = True) -> SharedObject | None:
+        """The object after ``action``, or ``ActionRefused`` (any status but 2x).
+        ``need_after=False``: the caller only asks whether it may apply; where no schema or
+        rule needs the object after it either, it is not built (returns ``current``)."""
         info = action.info
         if info.scope is Scope.LOCAL and info.scope_id not in (None, self.zone):
             raise ActionRefused(Status.NOT_IMPLEMENTED, "L objects of another zone")
         if isinstance(action, Create) and current is None and count >= self.max_objects:
             raise ActionRefused(Status.SERVICE_UNAVAILABLE, "the session is full")
-        after = apply_action(current, action, client)
         schema = self.schemas.get(info.root)
+        if not need_after and schema is None and self.rule is None:
+            check_action(current, action, client)
+            return current
+        after = apply_action(current, action, client)
         if after is not None and schema is not None and schema_errors(after.value, schema):
             raise ActionRefused(Status.VALIDATION_FAILED, "; ".join(
                 schema_errors(after.value, schema)[:3]))
@@ -122,7 +134,13 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
                  schemas=schemas or {}, rule=rule)
     codes: list[Status | None] = [r.status for r in requests]
     # 1. each request on its own, against the round's start plus the peer's own earlier ones
+    # (the object after a request is built only for a later request of the same peer on it)
     views: dict[str, dict[str, SharedObject | None]] = {}
+    later: dict[tuple[str, str], int] = {}  # (client, object) -> its requests still to check
+    for request in requests:
+        if request.action is not None:
+            pair = (request.client_id, request.action.info.object_key)
+            later[pair] = later.get(pair, 0) + 1
     valid: list[int] = []
     for index, request in enumerate(requests):
         if codes[index] is not None or request.action is None:
@@ -131,11 +149,16 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         view = views.setdefault(request.client_id, {})
         key = request.action.info.object_key
         current = view[key] if key in view else objects.get(key)
+        pair = (request.client_id, key)
+        later[pair] -= 1
         try:
-            view[key] = rnd.check(current, request.action, request.client_id, len(objects))
+            after = rnd.check(current, request.action, request.client_id, len(objects),
+                              need_after=later[pair] > 0)
         except ActionRefused as refused:
             codes[index] = refused.status
             continue
+        if later[pair] > 0:
+            view[key] = after
         valid.append(index)
     # 2. conflicts between peers, per object
     by_object: dict[str, list[int]] = {}

@@ -22,6 +22,7 @@ __all__ = [
     "action_digest",
     "action_id",
     "apply_action",
+    "check_action",
     "object_from_json",
     "object_to_json",
     "schema_errors",
@@ -134,23 +135,47 @@ def _set_path(value: Any, path: tuple[str, ...], new: Any | None, *, delete: boo
     return out
 
 
-def apply_action(current: SharedObject | None, action: Action, client_id: str
-                 ) -> SharedObject | None:
-    """The object after ``action`` by ``client_id`` (None: deleted), or ``ActionRefused``.
-    Checks existence and access; schemas and rules are the server's."""
+def _check_path(value: Any, path: tuple[str, ...], *, delete: bool) -> None:
+    """Raise what ``_set_path`` would, without copying anything."""
+    for depth, head in enumerate(path):
+        if not isinstance(value, dict):
+            raise ActionRefused(Status.NOT_FOUND, "the property's parent is not an object")
+        if depth < len(path) - 1 or delete:
+            if head not in value:
+                raise ActionRefused(Status.NOT_FOUND, f"no property {head!r}")
+            value = value[head]
+
+
+def check_action(current: SharedObject | None, action: Action, client_id: str) -> None:
+    """``ActionRefused`` if ``action`` by ``client_id`` cannot apply to ``current`` (what
+    ``apply_action`` checks, without building the object after it: a round checks every
+    request alone first, and a shared object's copy per request is what that would cost)."""
     info = action.info
     if isinstance(action, Create):
         if current is not None:
             raise ActionRefused(Status.ALREADY_EXISTS, f"{info.object_key} exists")
         if info.scope is Scope.CLIENT and info.scope_id != client_id:
             raise ActionRefused(Status.FORBIDDEN, "a C object belongs to its scope id")
-        return SharedObject(scope=info.scope, scope_id=info.scope_id, name=info.root,
-                            mode=action.mode, owner=owner_of(info, client_id),
-                            value=copy.deepcopy(action.data))
+        return
     if current is None:
         raise ActionRefused(Status.NOT_FOUND, f"no object {info.object_key}")
     if not writable_by(current, client_id):
         raise ActionRefused(Status.FORBIDDEN, f"{info.object_key} is {current.mode.value}")
+    if info.path:
+        _check_path(current.value, info.path, delete=isinstance(action, Delete))
+
+
+def apply_action(current: SharedObject | None, action: Action, client_id: str
+                 ) -> SharedObject | None:
+    """The object after ``action`` by ``client_id`` (None: deleted), or ``ActionRefused``.
+    Checks existence and access; schemas and rules are the server's."""
+    check_action(current, action, client_id)
+    info = action.info
+    if isinstance(action, Create):
+        return SharedObject(scope=info.scope, scope_id=info.scope_id, name=info.root,
+                            mode=action.mode, owner=owner_of(info, client_id),
+                            value=copy.deepcopy(action.data))
+    assert current is not None
     path = info.path
     if isinstance(action, Delete):
         if not path:

@@ -155,6 +155,10 @@ class ObjectInfo:
     scope: Scope
     name: str
     scope_id: str | None = None
+    # derived once (a round asks for them many times per request)
+    root: str = dataclasses.field(init=False, repr=False, compare=False)
+    path: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    object_key: str = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.scope, Scope):
@@ -170,21 +174,11 @@ class ObjectInfo:
             raise ValueError("a C object needs its owner's client id as scope id")
         if self.scope is Scope.GLOBAL and self.scope_id is not None:
             raise ValueError("a G object has no scope id")
-
-    @property
-    def root(self) -> str:
-        """The object's own name (the first segment)."""
-        return self.name.split(".", 1)[0]
-
-    @property
-    def path(self) -> tuple[str, ...]:
-        """The property path inside the object (empty: the whole object)."""
-        return tuple(self.name.split(".")[1:])
-
-    @property
-    def object_key(self) -> str:
-        """One string per object: scope, scope id and root name."""
-        return f"{self.scope.value}/{self.scope_id or ''}/{self.root}"
+        root, *path = self.name.split(".")
+        object.__setattr__(self, "root", root)  # the object's own name (the first segment)
+        object.__setattr__(self, "path", tuple(path))  # inside the object (empty: all of it)
+        # one string per object: scope, scope id and root name
+        object.__setattr__(self, "object_key", f"{self.scope.value}/{self.scope_id or ''}/{root}")
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"s": self.scope.value}
@@ -379,7 +373,13 @@ def _parse_int(text: str) -> int:
 
 def _loads(data: bytes | str) -> Any:
     try:
-        orjson.loads(data)  # strict: UTF-8, no lone surrogates, no NaN, no infinity
+        value = orjson.loads(data)  # strict: UTF-8, no lone surrogates, no NaN, no infinity
+        raw = data if isinstance(data, bytes) else data.encode()
+        if orjson.dumps(value) == raw:
+            # the frame is exactly orjson's own writing of what it read (what our peers and
+            # the browser client send): it holds no duplicate key (one would have been
+            # dropped) and no integer beyond 64 bits (written back as a float)
+            return value
         return json.loads(data, object_pairs_hook=_no_duplicates, parse_int=_parse_int,
                           parse_constant=_refuse_constant)
     except (orjson.JSONDecodeError, ValueError, RecursionError) as exc:
