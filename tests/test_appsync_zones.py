@@ -182,3 +182,24 @@ async def _two_zones() -> None:
         assert room.value == {"n": 1}
         await alice.synced()
         assert "L//room" not in alice.objects()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_chain_of_three_zones_shares_g_objects_through_the_middle_one(seed: int) -> None:
+    """Zone 3's CTRL joins zone 2's, which joins zone 1's: G requests of zone 3 are decided in
+    zone 3, then zone 2, then by the master; the master's copy comes back down the chain."""
+    sink = MemorySink()
+    world = AppSyncWorld(WorldConfig(peers=9, seed=seed, zones=3, request_chance=0.6),
+                         trace=sink)
+    world.run_for(1.5)
+    world.faults(4.0, cuts=3, leaves=2, server_restarts=1, zone_faults=4)
+    states = _states(world)
+    boards = {str(sorted(states[name]["G//board"].items())) for name in world.peer_names}
+    assert len(boards) == 1, f"seed {seed}: the G board differs between zones"
+    rooms = {ctrl: {str(states[name]["L//room"]) for name in world.peer_names
+                    if world.ctrl_of[name][0] == ctrl} for ctrl, _s in world.zone_ctrls}
+    assert all(len(values) == 1 for values in rooms.values()), f"seed {seed}: {rooms}"
+    # zone 3's CTRL took G objects only from zone 2's session, and its peers' requests got there
+    crossed = {r[KEY].split("/")[1] for r in sink.rows if r[NODE] == "ctrl3"
+               and r[EVENT] == "sync_apply" and r[KEY].startswith("quiz2/")}
+    assert crossed == {"G"}, f"seed {seed}: {crossed}"

@@ -44,9 +44,10 @@ def _recorded() -> tuple[tuple[Any, ...], ...]:
 
 
 @functools.cache
-def _recorded_zones() -> tuple[tuple[Any, ...], ...]:
+def _recorded_zones(zones: int = 2) -> tuple[tuple[Any, ...], ...]:
     sink = MemorySink()
-    world = AppSyncWorld(WorldConfig(peers=4, seed=5, zones=2, request_chance=0.8), trace=sink)
+    world = AppSyncWorld(WorldConfig(peers=2 * zones, seed=5, zones=zones, request_chance=0.8),
+                         trace=sink)
     world.run_for(0.5)
     world.faults(1.5, cuts=1, leaves=1, server_restarts=0, zone_faults=2)
     world.quiesce(1.5)
@@ -131,6 +132,7 @@ def plants() -> dict[str, tuple[Rows, str | None]]:
     unserved = [r for r in recorded() if not (r[EVENT] == "ctrl_state"
                                               and r[PEER] == rows[ends[1]][PEER])]
     return {"clean": (rows, None), "zones": (zones, None),
+            "zones3": ([list(row) for row in _recorded_zones(3)], None),
             "stale_end": (stale, rows[ends[0]][NODE]),
             "unserved": (unserved, rows[ends[1]][NODE]),
             "p2p": ([list(row) for row in _recorded_p2p()], None),
@@ -157,6 +159,7 @@ def test_a_clean_run_passes_and_every_planted_fault_is_caught(spark: Any) -> Non
         details.setdefault(violation.run, []).append(violation.detail)
     assert "clean" not in found, details.get("clean")
     assert "zones" not in found, details.get("zones")
+    assert "zones3" not in found, details.get("zones3")
     assert "p2p" not in found, details.get("p2p")
     for name, (_, node) in runs.items():
         if node is not None:

@@ -3,7 +3,8 @@ simulated connections, a workload (each peer changes its own C object and one sh
 every round, with contention on one property), and faults (cut connections, peers leaving and
 rejoining, the server restarting). ``visible_states`` is what each peer and the server hold.
 With ``zones=2`` a second CTRL (zone 0002, session ``quiz2``) joins the first as a peer
-(docs/appsync-zones.md): half the peers are its, and each zone also shares an L object.
+(docs/appsync-zones.md): half the peers are its, and each zone also shares an L object;
+``zones=3`` adds a third (``ctrl3``, ``quiz3``) joined to the second: a chain of three.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ class WorldConfig:
     traced_peers: int | None = None  # only the first N peers write apply rows (None: all)
 
     def __post_init__(self) -> None:
-        if self.zones not in (1, 2):
-            raise ValueError(f"zones is 1 or 2, got {self.zones!r}")
+        if self.zones not in (1, 2, 3):
+            raise ValueError(f"zones is 1, 2 or 3, got {self.zones!r}")
 
 
 class _WorkloadPeer(AppSyncPeer):
@@ -149,20 +150,33 @@ class AppSyncWorld(_World):
         self.sim.add_node(SERVER, lambda env: AppSyncServer(env, self.server_config),
                           listeners=[spec])
         self.ctrl_of: dict[str, tuple[str, str]] = {SERVER: (SERVER, SESSION)}
-        if config.zones > 1:
-            zone_config = dataclasses.replace(self.server_config, zone="0002", uplink=Uplink(
-                address=f"{SERVER}:{PORT}", sessions={ZONE_SESSION: SESSION},
-                reconnect_delay=0.2))
-            self.sim.add_node(ZONE_SERVER, lambda env: AppSyncServer(env, zone_config),
-                              listeners=[spec])
+        self.zone_ctrls = [(SERVER, SESSION)]  # zone k + 1's CTRL joins zone k's
+        for zone in range(2, config.zones + 1):
+            ctrl, session = f"ctrl{zone}", f"quiz{zone}"
+            above, above_session = self.zone_ctrls[-1]
+            zone_config = dataclasses.replace(self.server_config, zone=f"{zone:04X}",
+                                              uplink=Uplink(address=f"{above}:{PORT}",
+                                                            sessions={session: above_session},
+                                                            reconnect_delay=0.2))
+            self.sim.add_node(ctrl, self._server_factory(zone_config), listeners=[spec])
+            self.zone_ctrls.append((ctrl, session))
         self.peer_names = [f"p{n:03d}" for n in range(config.peers)]
         for n, name in enumerate(self.peer_names):
-            ctrl, session = ((ZONE_SERVER, ZONE_SESSION) if config.zones > 1 and n % 2
-                             else (SERVER, SESSION))
+            ctrl, session = self.zone_ctrls[n % config.zones]
             self.ctrl_of[name] = (ctrl, session)
             peer_config = PeerConfig(address=f"{ctrl}:{PORT}", session=session,
                                      reconnect_delay=0.2)
             self.sim.add_node(name, self._peer_factory(peer_config))
+
+    def _member_zone(self) -> tuple[str, str]:
+        """A member zone's CTRL (drawn when there are several) and the CTRL it joins."""
+        names = [ctrl for ctrl, _session in self.zone_ctrls]
+        member = names[1] if len(names) == 2 else self.rng.choice(names[1:])
+        return member, names[names.index(member) - 1]
+
+    @staticmethod
+    def _server_factory(config: AppSyncConfig) -> Callable[[Env], AppSyncServer]:
+        return lambda env: AppSyncServer(env, config)
 
     def _peer_factory(self, config: PeerConfig) -> Callable[[Env], _WorkloadPeer]:
         return lambda env: _WorkloadPeer(env, config, self)
@@ -182,8 +196,8 @@ class AppSyncWorld(_World):
     def faults(self, seconds: float, *, cuts: int, leaves: int, server_restarts: int,
                zone_faults: int = 0) -> None:
         """Spread the faults over ``seconds`` of workload, at times the seed chooses;
-        ``zone_faults`` (``zones=2``): cuts of the link between the two CTRLs and restarts of
-        the second, alternately."""
+        ``zone_faults`` (``zones`` >= 2): cuts of a member zone's link to the CTRL it joins and
+        restarts of a member CTRL, alternately."""
         start = self.sim.now
         events: list[tuple[float, str]] = (
             [(self.rng.uniform(0, seconds), "cut") for _ in range(cuts)]
@@ -195,10 +209,14 @@ class AppSyncWorld(_World):
         for at, kind in sorted(events):
             self.sim.run(until=start + at)
             name = self.rng.choice(self.peer_names)
-            if kind == "uplink" and self.sim.status(ZONE_SERVER) is NodeStatus.UP:
-                self.sim.cut(ZONE_SERVER, SERVER)
-            elif kind == "zone_restart" and self.sim.status(ZONE_SERVER) is NodeStatus.UP:
-                self.sim.crash(ZONE_SERVER, recover_after=self.rng.uniform(0.2, 1.0))
+            if kind in ("uplink", "zone_restart"):
+                member, above = self._member_zone()
+                if self.sim.status(member) is not NodeStatus.UP:
+                    continue
+                if kind == "uplink":
+                    self.sim.cut(member, above)
+                else:
+                    self.sim.crash(member, recover_after=self.rng.uniform(0.2, 1.0))
             elif kind == "cut" and self.sim.status(name) is NodeStatus.UP:
                 self.sim.cut(name, self.ctrl_of[name][0])
             elif kind == "leave" and self.sim.status(name) is NodeStatus.UP:
@@ -211,7 +229,7 @@ class AppSyncWorld(_World):
 
     def record_states(self) -> None:
         """End-of-run rows: each CTRL's view for each of its peers and each peer's own."""
-        for name in (SERVER, ZONE_SERVER) if self.config.zones > 1 else (SERVER,):
+        for name, _session in self.zone_ctrls:
             server = self.server(name)
             if server is not None:
                 server.trace_states()
