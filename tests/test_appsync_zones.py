@@ -203,3 +203,19 @@ def test_a_chain_of_three_zones_shares_g_objects_through_the_middle_one(seed: in
     crossed = {r[KEY].split("/")[1] for r in sink.rows if r[NODE] == "ctrl3"
                and r[EVENT] == "sync_apply" and r[KEY].startswith("quiz2/")}
     assert crossed == {"G"}, f"seed {seed}: {crossed}"
+
+
+def test_a_member_zone_that_falls_behind_the_master_takes_its_state_afresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The master's updates waiting for the member's next round are bounded: past the bound
+    the member drops them and rejoins, and the master's init brings it up to date."""
+    monkeypatch.setattr("gossamer.protocols.appsync.server.MAX_RELAYED", 3)
+    sink = MemorySink()
+    world = AppSyncWorld(WorldConfig(peers=6, seed=2, zones=2, request_chance=1.0),
+                         trace=sink)
+    world.run_for(2.0)
+    states = _states(world)
+    assert any(r[EVENT] == "drop" and r[NODE] == ZONE_SERVER and "relay_backlog" in r[INFO]
+               for r in sink.rows)
+    boards = {str(sorted(states[name]["G//board"].items())) for name in world.peer_names}
+    assert len(boards) == 1

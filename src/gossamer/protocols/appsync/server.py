@@ -56,6 +56,7 @@ __all__ = ["LAYER", "AppSyncConfig", "AppSyncServer", "JoinId", "KeyHash", "Upli
            "hash_session_key", "parse_join_id", "refusal"]
 
 TABLE = "appsync"
+MAX_RELAYED = 100_000  # the master's updates a member zone holds for its next round
 _SESSION = re.compile(r"[A-Za-z0-9._$-]{1,128}")
 _ZONE = re.compile(r"[0-9A-Fa-f]{4}")
 
@@ -586,6 +587,7 @@ class AppSyncServer:
                 continue
             if after is None:
                 session.objects.pop(key, None)
+                uplink.created.pop(key, None)
             else:
                 session.objects[key] = after
             applied.append((origin, action, before, after))
@@ -613,6 +615,15 @@ class AppSyncServer:
         if snapshot is not None:
             session.master_copy, session.relayed = snapshot, []
         session.relayed.extend(actions)
+        if len(session.relayed) > MAX_RELAYED and session.uplink is not None:
+            # this zone's rounds are not keeping up with the master's updates: drop them and
+            # take the master's state afresh (the link's next join brings it in an init)
+            self.env.trace("drop", layer=LAYER, key=session.name, reason="relay_backlog",
+                           actions=len(session.relayed))
+            session.relayed = []
+            uplink_conn = session.uplink.conn
+            if uplink_conn is not None:
+                self.env.close(uplink_conn, CloseCode.TRY_AGAIN_LATER, "relay backlog")
 
     def _link(self, session: Session) -> None:
         """A session of a zone that is not the master: join the master's session."""
