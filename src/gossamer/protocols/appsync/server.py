@@ -444,10 +444,10 @@ class AppSyncServer:
         owed, local_applied = self._decide(session, requests, processed)
         applied += local_applied
         session.rounds_done += 1
+        # the acks decided for this round's sync (traced with it): the master's answers since
+        # the last round, then this round's own
         finals = session.resolved + [ack for ack in owed if ack.code is not None]
         session.resolved = []
-        for ack in finals:
-            ack.sync_round = new_round
         for ack in owed:
             owner = session.peers.get(ack.client_id)
             if owner is not None:

@@ -50,14 +50,12 @@ class Uplink:
 class OwedAck:
     """The acknowledgement a peer is owed for one request, in the order it asked. ``code`` is
     None while the request waits for the master zone; ``local`` is what this CTRL decided
-    among its own peers for a request it sent up; ``sync_round`` the round whose sync applied
-    it (the trace rows of the ack carry it)."""
+    among its own peers for a request it sent up."""
 
     client_id: str
     action: Action | None
     code: Status | None
     local: Status | None = None
-    sync_round: int = 0
 
 
 def final_code(local: Status | None, master: int | None) -> Status:
