@@ -2,7 +2,8 @@
 serves the demo page beside the protocol, a peer sets a value and gets its status, another peer
 sees it in its init, a keyed server refuses a peer without the key, and a restarted server
 (same --data-dir) still holds the value; three ``gossamer appsync p2p`` participants choose a
-CTRL among themselves and share a value."""
+CTRL among themselves and share a value, and choose another when theirs is killed (``kill
+-9``), which rejoins on its data dir."""
 
 from __future__ import annotations
 
@@ -105,3 +106,49 @@ async def _p2p(tmp_path: Path) -> None:
         for watcher in watchers:
             watcher.proc.kill()
             await watcher.proc.wait()
+
+
+def test_p2p_participants_survive_a_kill_9_of_their_ctrl(tmp_path: Path) -> None:
+    asyncio.run(_p2p_kill(tmp_path))
+
+
+async def _p2p_kill(tmp_path: Path) -> None:
+    links = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
+    members = [arg for link in links
+               for arg in ("--member", f"{link}=ws://127.0.0.1:{reserve_port()}/")]
+    common = [*members, "--cluster-key", "p2p-cli-test-cluster-key", "--session", "cli"]
+
+    async def participant(n: int, *extra: str) -> LineProc:
+        return LineProc(f"p{n}", await asyncio.create_subprocess_exec(
+            *GOSSAMER, "appsync", "p2p", "--id", links[n], *common,
+            "--data-dir", str(tmp_path / f"p{n}"), *extra,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL))
+
+    def ctrl_of(line: str) -> tuple[str, int] | None:
+        data = orjson.loads(line) if line.startswith("{") else {}
+        return (data["ctrl"], data["epoch"]) if "ctrl" in data else None
+
+    procs = {0: await participant(0, "--set", "board.q=1")}
+    procs.update({n: await participant(n) for n in (1, 2)})
+    try:
+        first = ctrl_of(await procs[0].expect(lambda t: ctrl_of(t) is not None, "a CTRL"))
+        assert first is not None
+        for proc in procs.values():
+            await proc.expect(lambda t: '"value":{"q":1}' in t, "the shared value")
+        dead = links.index(first[0])
+        procs[dead].proc.send_signal(signal.SIGKILL)
+        await procs[dead].proc.wait()
+        survivor = procs[(dead + 1) % 3]
+        line = await survivor.expect(
+            lambda t: (c := ctrl_of(t)) is not None and c[0] != first[0], "a new CTRL")
+        second = ctrl_of(line)
+        assert second is not None and second[1] > first[1]
+        # the killed participant comes back on its data dir and joins the new CTRL
+        procs[dead] = await participant(dead)
+        await procs[dead].expect(lambda t: ctrl_of(t) == second, "the new CTRL")
+        await procs[dead].expect(lambda t: '"value":{"q":1}' in t, "the value, kept")
+    finally:
+        for proc in procs.values():
+            if proc.proc.returncode is None:
+                proc.proc.kill()
+                await proc.proc.wait()

@@ -77,6 +77,8 @@ class P2PParticipant:
         self._peer_started = False
         self._elect_timer: TimerHandle | None = None
         self._settle_due = False
+        # (ctrl, epoch) each time this participant's peer turns to another CTRL
+        self.on_ctrl: Callable[[NodeId, int], None] | None = None
 
     # -- process ---------------------------------------------------------------------------
 
@@ -196,8 +198,12 @@ class P2PParticipant:
             self._peer_started = True
             self.peer.address = address
             self.peer.start()
-        else:
+        elif address != self.peer.address:
             self.peer.retarget(address)
+        else:
+            return
+        if self.on_ctrl is not None:
+            self.on_ctrl(self.ctrl, self.epoch)
 
     # -- RoundLog: the CTRL's state goes through the log ------------------------------------
 

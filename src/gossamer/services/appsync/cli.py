@@ -76,7 +76,9 @@ def add_appsync_parser(
     peer.set_defaults(handler=_cmd_peer)
 
     p2p = sub.add_parser("p2p", help="a participant of peer-to-peer mode: a peer whose CTRL is "
-                                     "chosen among the participants through a Multi-Paxos log")
+                                     "chosen among the participants through a Multi-Paxos log "
+                                     "(prints changes, and {\"ctrl\", \"epoch\"} lines when "
+                                     "the CTRL changes)")
     p2p.add_argument("--id", required=True, help="HOST:PORT of this participant's peer link")
     p2p.add_argument("--member", action="append", required=True, metavar="HOST:PORT=WS_URL",
                      help="every participant, this one too: its peer link and the ws:// URL "
@@ -171,6 +173,12 @@ def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
     node = AppSyncP2PNode(args.id, list(urls), urls, args.session, key=args.key,
                           cluster_key=args.cluster_key,
                           data_dir=None if args.data_dir is None else Path(args.data_dir))
+
+    def ctrl_line(ctrl: str, epoch: int) -> None:  # a JSON line beside the changes
+        sys.stdout.write(orjson.dumps({"ctrl": ctrl, "epoch": epoch}).decode() + "\n")
+        sys.stdout.flush()
+
+    node.on_ctrl = ctrl_line
     try:
         return asyncio.run(_peer(args, sets, node))
     except OperationError as exc:

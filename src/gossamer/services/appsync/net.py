@@ -338,10 +338,17 @@ class AppSyncP2PNode(AppSyncClient):
         self.cluster_key = cluster_key
         self.seed = seed
         self.participant: P2PParticipant | None = None
+        self.on_ctrl: Callable[[str, int], None] | None = None  # (ctrl, epoch) when it changes
 
     def _build_participant(self, env: Env) -> P2PParticipant:
         self.participant = P2PParticipant(env, self.members, self.p2p, self._build)
+        self.participant.on_ctrl = self._ctrl_changed
         return self.participant
+
+    def _ctrl_changed(self, ctrl: str, epoch: int) -> None:
+        if self.on_ctrl is not None:
+            self.on_ctrl(ctrl, epoch)
+        self._changed.set()
 
     @property
     def ctrl(self) -> str | None:
