@@ -83,21 +83,33 @@ def test_three_p2p_participants_choose_a_ctrl_and_share_a_value(tmp_path: Path) 
     asyncio.run(_p2p(tmp_path))
 
 
-async def _p2p(tmp_path: Path) -> None:
-    links = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
-    members = [arg for link in links
-               for arg in ("--member", f"{link}=ws://127.0.0.1:{reserve_port()}/")]
-    common = [*members, "--cluster-key", "p2p-cli-test-cluster-key", "--session", "cli"]
+class _P2P:
+    """Three ``gossamer appsync p2p`` participants on reserved loopback ports."""
 
-    async def participant(n: int, *extra: str) -> asyncio.subprocess.Process:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.links = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
+        members = [arg for link in self.links
+                   for arg in ("--member", f"{link}=ws://127.0.0.1:{reserve_port()}/")]
+        self.common = [*members, "--cluster-key", "p2p-cli-test-cluster-key",
+                       "--session", "cli"]
+
+    async def start(self, n: int, *extra: str, stderr: int = asyncio.subprocess.PIPE
+                    ) -> asyncio.subprocess.Process:
+        """Participant ``n``; a long-running one's stderr is better not a pipe nobody reads
+        (``asyncio.subprocess.DEVNULL``)."""
         return await asyncio.create_subprocess_exec(
-            *GOSSAMER, "appsync", "p2p", "--id", links[n], *common,
-            "--data-dir", str(tmp_path / f"p{n}"), *extra,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *GOSSAMER, "appsync", "p2p", "--id", self.links[n], *self.common,
+            "--data-dir", str(self.tmp_path / f"p{n}"), *extra,
+            stdout=asyncio.subprocess.PIPE, stderr=stderr)
 
-    watchers = [LineProc(f"p{n}", await participant(n)) for n in (1, 2)]
+
+async def _p2p(tmp_path: Path) -> None:
+    cluster = _P2P(tmp_path)
+    watchers = [LineProc(f"p{n}", await cluster.start(n, stderr=asyncio.subprocess.DEVNULL))
+                for n in (1, 2)]
     try:
-        setter = await participant(0, "--set", "board.q=1", "--watch", "0")
+        setter = await cluster.start(0, "--set", "board.q=1", "--watch", "0")
         _out, err = await asyncio.wait_for(setter.communicate(), WAIT)
         assert setter.returncode == 0 and b"board.q: 21 Accepted" in err, err
         for watcher in watchers:
@@ -113,16 +125,12 @@ def test_p2p_participants_survive_a_kill_9_of_their_ctrl(tmp_path: Path) -> None
 
 
 async def _p2p_kill(tmp_path: Path) -> None:
-    links = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
-    members = [arg for link in links
-               for arg in ("--member", f"{link}=ws://127.0.0.1:{reserve_port()}/")]
-    common = [*members, "--cluster-key", "p2p-cli-test-cluster-key", "--session", "cli"]
+    cluster = _P2P(tmp_path)
+    links = cluster.links
 
     async def participant(n: int, *extra: str) -> LineProc:
-        return LineProc(f"p{n}", await asyncio.create_subprocess_exec(
-            *GOSSAMER, "appsync", "p2p", "--id", links[n], *common,
-            "--data-dir", str(tmp_path / f"p{n}"), *extra,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL))
+        return LineProc(f"p{n}", await cluster.start(n, *extra,
+                                                     stderr=asyncio.subprocess.DEVNULL))
 
     def ctrl_of(line: str) -> tuple[str, int] | None:
         data = orjson.loads(line) if line.startswith("{") else {}

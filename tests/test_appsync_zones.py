@@ -110,17 +110,25 @@ def _states(world: AppSyncWorld) -> dict[str, dict[str, Any]]:
     return states
 
 
+def _zones_under_faults(seed: int, zones: int, sink: MemorySink
+                        ) -> tuple[AppSyncWorld, dict[str, dict[str, Any]]]:
+    """``zones`` zones, 3 peers each, under peer cuts and leaves, a master restart, link cuts
+    and member restarts; every peer's end checked against its CTRL and the one G board."""
+    world = AppSyncWorld(WorldConfig(peers=3 * zones, seed=seed, zones=zones,
+                                     request_chance=0.6), trace=sink)
+    world.run_for(1.5)
+    world.faults(4.0, cuts=3, leaves=2, server_restarts=1, zone_faults=zones + 1)
+    states = _states(world)
+    boards = {str(sorted(states[name]["G//board"].items())) for name in world.peer_names}
+    assert len(boards) == 1, f"seed {seed}: the G board differs between zones"
+    return world, states
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_two_zones_share_g_objects_and_keep_l_and_c_objects_in_their_zone(seed: int) -> None:
     sink = MemorySink()
-    world = AppSyncWorld(WorldConfig(peers=8, seed=seed, zones=2, request_chance=0.6),
-                         trace=sink)
-    world.run_for(1.0)
-    world.faults(4.0, cuts=3, leaves=2, server_restarts=1, zone_faults=3)
-    states = _states(world)
+    world, states = _zones_under_faults(seed, 2, sink)
     zone_of = {name: world.ctrl_of[name][0] for name in world.peer_names}
-    boards = {str(sorted(states[name]["G//board"].items())) for name in world.peer_names}
-    assert len(boards) == 1, f"seed {seed}: the G board differs between zones"
     for ctrl in (SERVER, ZONE_SERVER):
         members = [name for name in world.peer_names if zone_of[name] == ctrl]
         rooms = {str(states[name]["L//room"]) for name in members}
@@ -189,13 +197,7 @@ def test_a_chain_of_three_zones_shares_g_objects_through_the_middle_one(seed: in
     """Zone 3's CTRL joins zone 2's, which joins zone 1's: G requests of zone 3 are decided in
     zone 3, then zone 2, then by the master; the master's copy comes back down the chain."""
     sink = MemorySink()
-    world = AppSyncWorld(WorldConfig(peers=9, seed=seed, zones=3, request_chance=0.6),
-                         trace=sink)
-    world.run_for(1.5)
-    world.faults(4.0, cuts=3, leaves=2, server_restarts=1, zone_faults=4)
-    states = _states(world)
-    boards = {str(sorted(states[name]["G//board"].items())) for name in world.peer_names}
-    assert len(boards) == 1, f"seed {seed}: the G board differs between zones"
+    world, states = _zones_under_faults(seed, 3, sink)
     rooms = {ctrl: {str(states[name]["L//room"]) for name in world.peer_names
                     if world.ctrl_of[name][0] == ctrl} for ctrl, _s in world.zone_ctrls}
     assert all(len(values) == 1 for values in rooms.values()), f"seed {seed}: {rooms}"
