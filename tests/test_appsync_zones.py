@@ -171,11 +171,12 @@ def test_two_zones_over_websocket() -> None:
 
 async def _two_zones() -> None:
     fast: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations": 10}
-    async with contextlib.AsyncExitStack() as stack:
-        master = await stack.enter_async_context(AppSyncWsServer(**fast))
+    async with contextlib.AsyncExitStack() as stack:  # the master's sessions are keyed
+        master = await stack.enter_async_context(AppSyncWsServer(**fast, session_key="sesame"))
         member = await stack.enter_async_context(
-            AppSyncWsServer(**fast, zone="0002", uplink=master.url))
-        alice = await stack.enter_async_context(AppSyncClient(master.url, "quiz", timeout=5))
+            AppSyncWsServer(**fast, zone="0002", uplink=master.url, uplink_key="sesame"))
+        alice = await stack.enter_async_context(AppSyncClient(master.url, "quiz", key="sesame",
+                                                              timeout=5))
         bob = await stack.enter_async_context(AppSyncClient(member.url, "quiz", timeout=5))
         board = alice.share("board", {"question": 1})
         await alice.synced()
@@ -221,3 +222,27 @@ def test_a_member_zone_that_falls_behind_the_master_takes_its_state_afresh(
                for r in sink.rows)
     boards = {str(sorted(states[name]["G//board"].items())) for name in world.peer_names}
     assert len(boards) == 1
+
+
+def test_a_link_the_master_refuses_is_logged_and_g_requests_are_53(
+        caplog: pytest.LogCaptureFixture) -> None:
+    asyncio.run(_refused_link())
+    assert any("refused session quiz's link (4041" in r.getMessage() for r in caplog.records)
+
+
+async def _refused_link() -> None:
+    fast: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations": 10}
+    async with contextlib.AsyncExitStack() as stack:
+        master = await stack.enter_async_context(AppSyncWsServer(**fast, session_key="sesame"))
+        member = await stack.enter_async_context(
+            AppSyncWsServer(**fast, zone="0002", uplink=master.url, uplink_key="wrong"))
+        bob = await stack.enter_async_context(AppSyncClient(member.url, "quiz", timeout=5))
+        core = member.core
+        assert core is not None
+        await bob.wait_until(lambda: core.sessions["quiz"].uplink is not None
+                             and core.sessions["quiz"].uplink.refused is not None)
+        create = Create(ObjectInfo(Scope.GLOBAL, "board"), Mode.RW, {"q": 1})
+        assert await asyncio.wait_for(bob.request(create), 5) is Status.SERVICE_UNAVAILABLE
+        room = Create(ObjectInfo(Scope.LOCAL, "room"), Mode.RW, {"n": 1})  # local: as usual
+        assert await asyncio.wait_for(bob.request(room), 5) is Status.ACCEPTED
+        assert "G//board" not in bob.objects()

@@ -638,6 +638,11 @@ class AppSyncServer:
                           on_updates=lambda snapshot, actions: self._master_updates(
                               session, snapshot, actions),
                           on_dial=self._register_uplink)
+        if self.log is not None:
+            log = self.log
+            link.on_refused = lambda code, why: log(
+                f"the master zone at {up.address} refused session {session.name}'s link "
+                f"({code} {why}): this zone's G requests are answered 53")
         session.uplink = link
         link.start()
 

@@ -94,6 +94,8 @@ class ZoneUplink(AppSyncPeer):
         self._on_updates = on_updates
         self._on_dial = on_dial  # the CTRL routes this connection's events here
         self.on_result = self._answered
+        self.on_closed = self._link_closed
+        self.on_refused: Callable[[int, str], None] | None = None  # (close code, reason)
 
     @property
     def ready(self) -> bool:
@@ -114,6 +116,14 @@ class ZoneUplink(AppSyncPeer):
         super()._dial()
         if self.conn is not None:
             self._on_dial(self.conn, self)
+
+    def _link_closed(self, reason: str) -> None:
+        if self.refused is not None:  # the master refused the join: no retry (a 4xxx code)
+            code, why = self.refused
+            self.env.trace("uplink_refused", layer="appsync", key=self.config.session,
+                           code=code, reason=why)
+            if self.on_refused is not None:
+                self.on_refused(code, why)
 
     def _answered(self, number: int, code: int | None) -> None:
         acks = self.waiting.pop(number, None)
