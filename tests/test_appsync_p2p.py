@@ -110,3 +110,35 @@ async def _over_loopback() -> None:
         await others[0].wait_until(lambda: others[0].value("G//board")["answer"] == "b")
     finally:
         await asyncio.gather(*(node.close() for node in nodes.values()))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_ctrl_cut_off_from_the_majority_is_replaced_and_rejoins_after_the_heal(
+        seed: int) -> None:
+    """A partition leaves the CTRL alone: its connections stay open but no round of it can be
+    decided, so no sync comes; the others' peers give it up (``sync_timeout``), choose another
+    CTRL and go on; after the heal the old one follows the new one."""
+    sink = MemorySink()
+    world = P2PWorld(WorldConfig(peers=5, seed=seed), trace=sink)
+    world.run_for(2.0)
+    old = world.ctrl()
+    assert old is not None
+    others = [name for name in world.names if name != old]
+    world.sim.partition([[old], others])
+    world.run_for(6.0)
+    majority = {(p.epoch, p.ctrl) for name, p in world.participants().items() if name != old}
+    assert len(majority) == 1, f"seed {seed}: {majority}"
+    [(epoch, new)] = majority
+    assert epoch == 2 and new != old, f"seed {seed}: {majority}"
+    rounds_of_new = [r[SEQ] for r in sink.rows if r[EVENT] == "round" and r[NODE] == new]
+    assert len(rounds_of_new) > 20, f"seed {seed}: the majority's rounds did not go on"
+    world.sim.heal()
+    world.run_for(4.0)
+    world.quiesce(3.0)
+    assert world.ctrl() == new
+    states = world.visible_states()
+    peers = sorted(name for name in states if not name.startswith("="))
+    assert peers == world.names, f"seed {seed}: not every participant joined the new CTRL"
+    for name in peers:
+        assert states[name] == states[f"={name}"], f"seed {seed}: {name}"
+    assert any(r[EVENT] == "sync_timeout" for r in sink.rows)

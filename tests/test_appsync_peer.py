@@ -159,3 +159,18 @@ def test_a_gathering_peer_answers_later_in_the_round_with_what_was_requested_mea
 def test_gather_is_checked_at_once() -> None:
     with pytest.raises(ConfigError):
         PeerConfig(address="ctrl:1", session="s", gather=1.0)
+
+
+def test_a_ctrl_that_sends_no_sync_is_given_up_after_the_sync_timeout() -> None:
+    """A hung CTRL keeps its connection open: without a watchdog the peer would wait for ever.
+    No sync for 10 max round times (at least 2 s): the connection is closed and dialled again."""
+    env, peer, conn, _ = started()
+    env.take_written()
+    env.advance(1.9)  # the session's max round is 200 ms: 2 s of silence allowed
+    assert not env.closes
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 6, 5), acks=(), actions=())))
+    env.advance(1.9)  # a sync re-arms it
+    assert not env.closes
+    env.advance(0.2)
+    assert env.closes and env.closes[-1][2] == "no sync"
+    assert env.traced("sync_timeout")

@@ -463,6 +463,8 @@ _APPSYNC_KNOBS = (
                                             "one-zone seeds; no loss knob, no server restart)"),
     Knob("ctrl_crashes", 0, 3, note="p2p: crashes of whoever is CTRL, each recovering within "
                                     "2 s (a majority stays up)"),
+    Knob("partitions", 0, 2, note="p2p: whoever is CTRL cut off from the others for "
+                                  "0.5-2.5 s"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
                 appsync_faults)

@@ -43,6 +43,7 @@ def draw_appsync(d: _Draw) -> None:
     p2p = zones == 1 and d.rng.random() < 0.4  # drawn after the zones, for the same reason
     d.set("p2p", p2p)
     d.set("ctrl_crashes", d.integer("ctrl_crashes") if p2p else 0)
+    d.set("partitions", d.integer("partitions") if p2p else 0)  # drawn last, as above
     if p2p:  # participants: a Paxos group of 3..7; TCP-like loss is the plain mode's knob
         d.set("peers", max(3, min(7, int(d.options["peers"]))))
         d.set("loss", 0.0)
@@ -56,7 +57,8 @@ def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
     if o.get("server_restart"):
         out.append("server restart")
     if o.get("p2p"):
-        out.append(f"peer-to-peer, {o.get('ctrl_crashes', 0)} CTRL crashes")
+        out.append(f"peer-to-peer, {o.get('ctrl_crashes', 0)} CTRL crashes, "
+                   f"{o.get('partitions', 0)} CTRL cut off")
     if o.get("zones", 1) != 1:
         out.append(f"{o['zones']} zones, {o.get('zone_faults', 0)} link cuts / member "
                    f"restarts")

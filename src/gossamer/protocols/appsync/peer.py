@@ -12,7 +12,7 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-from ...core.conn import Conn, Framing
+from ...core.conn import CloseCode, Conn, Framing
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, StateError
 from .state import (
@@ -71,12 +71,17 @@ class PeerConfig:
     gather: float = 0.0
     # this peer is the CTRL of zone ``zone`` joining another zone's CTRL (docs/appsync-zones.md)
     zone: str | None = None
+    # no sync for this long: the CTRL is taken for gone (the connection is closed and dialled
+    # again; in peer-to-peer mode another CTRL may be chosen); None: 10 max round times, >= 2 s
+    sync_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.reconnect_delay <= 0 or self.max_queue < 1 or self.max_frame < 1024:
             raise ConfigError("reconnect_delay > 0, max_queue >= 1 and max_frame >= 1024")
         if not 0.0 <= self.gather < 1.0:
             raise ConfigError(f"gather must be in [0, 1), got {self.gather!r}")
+        if self.sync_timeout is not None and not self.sync_timeout > 0:
+            raise ConfigError(f"sync_timeout must be > 0, got {self.sync_timeout!r}")
 
 
 class AppSyncPeer:
@@ -101,6 +106,7 @@ class AppSyncPeer:
         self._numbers = 0
         self._timer: TimerHandle | None = None
         self._answer_timer: TimerHandle | None = None  # a gathering answer (``gather``)
+        self._watchdog: TimerHandle | None = None  # the next sync is due by then
         self.on_result: ResultFn | None = None
         self.on_change: ChangeFn | None = None
         self.on_round: Callable[[int], None] | None = None
@@ -272,6 +278,7 @@ class AppSyncPeer:
     def _answer_round(self) -> None:
         """Answer the round just begun: at once, or ``gather`` x its min time later."""
         self._cancel_answer()
+        self._arm_watchdog()
         delay = (self.config.gather * self.session_config.min_ms / 1000
                  if self.session_config is not None else 0.0)
         if delay <= 0:
@@ -284,9 +291,31 @@ class AppSyncPeer:
         self._answer()
 
     def _cancel_answer(self) -> None:
+        """No answer pending and no sync awaited (a round begun, or the connection gone)."""
         if self._answer_timer is not None:
             self.env.cancel(self._answer_timer)
             self._answer_timer = None
+        if self._watchdog is not None:
+            self.env.cancel(self._watchdog)
+            self._watchdog = None
+
+    def _arm_watchdog(self) -> None:
+        timeout = self.config.sync_timeout
+        if timeout is None:
+            max_ms = self.session_config.max_ms if self.session_config is not None else 200
+            timeout = max(2.0, 10 * max_ms / 1000)
+        self._watchdog = self.env.set_timer(timeout, self._no_sync)
+
+    def _no_sync(self) -> None:
+        """A CTRL that sends no sync (hung, or cut off from the rest) is as good as gone: a
+        connection that stays open would keep this peer waiting for it for ever."""
+        self._watchdog = None
+        conn = self.conn
+        if self.phase is not PeerPhase.SYNCING or conn is None:
+            return
+        self.env.trace("sync_timeout", layer=LAYER, key=self.config.session,
+                       peer=self.client_id, seq=self.round)
+        self.env.close(conn, CloseCode.GOING_AWAY, "no sync")
 
     def _answer(self) -> None:
         batch: list[Action] = []

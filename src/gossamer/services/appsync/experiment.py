@@ -40,6 +40,7 @@ class AppSyncRunOptions:
     # change it sees, so a full trace grows with the square of the peers
     traced_peers: int | None = None
     ctrl_crashes: int = 0  # p2p: crashes of whoever is CTRL (each recovers)
+    partitions: int = 0  # p2p: whoever is CTRL cut off from the others for 0.5-2.5 s
     seed: int = 1
     run: str | None = None
 
@@ -54,8 +55,8 @@ class AppSyncRunOptions:
             raise ConfigError("need zones 1 or 2 and zone_faults >= 0")
         if self.p2p and (self.peers < 3 or self.zones != 1 or self.loss):
             raise ConfigError("p2p needs 3 or more participants, one zone and no loss knob")
-        if self.ctrl_crashes < 0:
-            raise ConfigError("need ctrl_crashes >= 0")
+        if self.ctrl_crashes < 0 or self.partitions < 0:
+            raise ConfigError("need ctrl_crashes >= 0 and partitions >= 0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ def _run_p2p(options: AppSyncRunOptions, trace_sink: TraceSink | None) -> AppSyn
                      run=options.run or f"appsync-s{options.seed}")
     world.run_for(1.5)  # the first CTRL is chosen
     world.faults(options.workload, ctrl_crashes=options.ctrl_crashes, cuts=options.cuts,
-                 leaves=options.leaves)
+                 leaves=options.leaves, partitions=options.partitions)
     world.quiesce(options.settle + 2.0)  # a CTRL that crashed last is replaced first
     world.record_states()
     states = world.visible_states()

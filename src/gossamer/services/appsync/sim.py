@@ -290,17 +290,30 @@ class P2PWorld(_World):
         self.sim.crash(ctrl, recover_after=recover_after)
         return ctrl
 
-    def faults(self, seconds: float, *, ctrl_crashes: int, cuts: int, leaves: int) -> None:
+    def faults(self, seconds: float, *, ctrl_crashes: int, cuts: int, leaves: int,
+               partitions: int = 0) -> None:
         """Spread the faults over ``seconds`` of workload: crashes of whoever is CTRL then,
-        connection cuts between a participant and the CTRL, other participants crashing;
-        every crashed node recovers on its store within 2 s."""
+        connection cuts between a participant and the CTRL, other participants crashing,
+        partitions that cut whoever is CTRL off from the others for 0.5-2.5 s; every crashed
+        node recovers on its store within 2 s."""
         start = self.sim.now
+        cut_off = [self.rng.uniform(0.1, 0.7) * seconds for _ in range(partitions)]
         events = sorted([(self.rng.uniform(0.1, 0.9) * seconds, "ctrl")
                          for _ in range(ctrl_crashes)]
                         + [(self.rng.uniform(0, seconds), "cut") for _ in range(cuts)]
-                        + [(self.rng.uniform(0, seconds), "leave") for _ in range(leaves)])
+                        + [(self.rng.uniform(0, seconds), "leave") for _ in range(leaves)]
+                        + [(at, "partition") for at in cut_off]
+                        + [(at + self.rng.uniform(0.5, 2.5), "heal") for at in cut_off])
         for at, kind in events:
             self.sim.run(until=start + at)
+            if kind == "heal":
+                self.sim.heal()
+                continue
+            if kind == "partition":
+                ctrl = self.ctrl()
+                if ctrl is not None:
+                    self.sim.partition([[ctrl], [n for n in self.names if n != ctrl]])
+                continue
             up = [n for n in self.names if self.sim.status(n) is NodeStatus.UP]
             if 2 * (len(up) - 1) <= len(self.names):  # keep a majority up (liveness)
                 continue
