@@ -212,7 +212,7 @@ def test_a_member_zone_that_falls_behind_the_master_takes_its_state_afresh(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The master's updates waiting for the member's next round are bounded: past the bound
     the member drops them and rejoins, and the master's init brings it up to date."""
-    monkeypatch.setattr("gossamer.protocols.appsync.server.MAX_RELAYED", 3)
+    monkeypatch.setattr("gossamer.protocols.appsync.zones.MAX_RELAYED", 3)
     sink = MemorySink()
     world = AppSyncWorld(WorldConfig(peers=6, seed=2, zones=2, request_chance=1.0),
                          trace=sink)
@@ -239,8 +239,8 @@ async def _refused_link() -> None:
         bob = await stack.enter_async_context(AppSyncClient(member.url, "quiz", timeout=5))
         core = member.core
         assert core is not None
-        await bob.wait_until(lambda: core.sessions["quiz"].uplink is not None
-                             and core.sessions["quiz"].uplink.refused is not None)
+        await bob.wait_until(lambda: core.sessions["quiz"].member is not None
+                             and core.sessions["quiz"].member.uplink.refused is not None)
         create = Create(ObjectInfo(Scope.GLOBAL, "board"), Mode.RW, {"q": 1})
         assert await asyncio.wait_for(bob.request(create), 5) is Status.SERVICE_UNAVAILABLE
         room = Create(ObjectInfo(Scope.LOCAL, "room"), Mode.RW, {"n": 1})  # local: as usual

@@ -20,14 +20,11 @@ import orjson
 from ...core.conn import CloseCode, Conn
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError
-from .peer import PeerConfig
-from .rounds import Request, Rule, priority_order, process_round, signature_of
+from .rounds import Request, Rule, priority_order, process_round
 from .state import (
     LAYER,
-    ActionRefused,
     SharedObject,
     action_id,
-    apply_action,
     object_from_json,
     object_to_json,
     state_digest,
@@ -35,11 +32,9 @@ from .state import (
     visible_to,
 )
 from .wire import (
-    Action,
     AppSyncCodec,
     AppSyncProtocolError,
     BadRequest,
-    Delete,
     Header,
     Init,
     Join,
@@ -50,13 +45,12 @@ from .wire import (
     Status,
     next_round,
 )
-from .zones import ZONE_INIT, ZONE_ORIGIN, OwedAck, Uplink, ZoneUplink
+from .zones import ZONE_INIT, ZONE_ORIGIN, MemberSession, OwedAck, Uplink, ZoneUplink
 
 __all__ = ["LAYER", "AppSyncConfig", "AppSyncServer", "JoinId", "KeyHash", "Uplink",
            "hash_session_key", "parse_join_id", "refusal"]
 
 TABLE = "appsync"
-MAX_RELAYED = 100_000  # the master's updates a member zone holds for its next round
 _SESSION = re.compile(r"[A-Za-z0-9._$-]{1,128}")
 _ZONE = re.compile(r"[0-9A-Fa-f]{4}")
 
@@ -201,10 +195,7 @@ class Session:
         self.min_passed = False
         self.last_id = 0  # the last client id given (as a number)
         self.joining_ids: set[str] = set()  # the client ids of ``joining``
-        self.uplink: ZoneUplink | None = None  # to the master zone (config.uplink)
-        self.master_copy: dict[str, SharedObject] | None = None  # an init from the master
-        self.relayed: list[Action] = []  # the master's updates since the last round
-        self.resolved: list[OwedAck] = []  # acks the master answered since the last round
+        self.member: MemberSession | None = None  # in a member zone: the master's part
 
     def free_id(self, wanted: str) -> str | None:
         """``wanted`` if no live peer holds it, else the next free id after the last one
@@ -251,8 +242,8 @@ class AppSyncServer:
             if session.timer is not None:
                 self.env.cancel(session.timer)
                 session.timer = None
-            if session.uplink is not None:
-                session.uplink.stop()
+            if session.member is not None:
+                session.member.stop()
 
     def shutdown(self, code: int, reason: str) -> None:
         """Stop serving (another CTRL was chosen): every connection closed with ``code``."""
@@ -345,7 +336,10 @@ class AppSyncServer:
                 return
             session = self._load(name)
             self.sessions[name] = session
-            self._link(session)
+            if self.config.uplink is not None:  # a member zone: join the master's session
+                session.member = MemberSession(
+                    self.env, session.name, session.objects, self.config.uplink,
+                    zone=self.config.zone, on_dial=self._register_uplink, log=self.log)
         client_id = session.free_id(msg.header.client_id)
         if client_id is None or len(session.peers) + len(session.joining) >= \
                 self.config.max_peers:
@@ -440,14 +434,14 @@ class AppSyncServer:
         processed = session.round
         new_round = next_round(session.round)
         requests, session.requests = session.requests, []
-        applied = self._apply_master(session) if session.uplink is not None else []
+        applied = session.member.apply_master() if session.member is not None else []
         owed, local_applied = self._decide(session, requests, processed)
         applied += local_applied
         session.rounds_done += 1
         # the acks decided for this round's sync (traced with it): the master's answers since
         # the last round, then this round's own
-        finals = session.resolved + [ack for ack in owed if ack.code is not None]
-        session.resolved = []
+        finals = ([] if session.member is None else session.member.take_resolved()) + [
+            ack for ack in owed if ack.code is not None]
         for ack in owed:
             owner = session.peers.get(ack.client_id)
             if owner is not None:
@@ -499,7 +493,7 @@ class AppSyncServer:
                 ) -> tuple[list[OwedAck], list[Any]]:
         """The round's requests decided: an ack owed for each (code None: sent up to the
         master zone, answered later) and what was applied here."""
-        if session.uplink is None:
+        if session.member is None:
             return self._decide_here(session, requests, processed)
         upward = [n for n, r in enumerate(requests) if r.status is None
                   and r.action is not None and r.action.info.scope is Scope.GLOBAL]
@@ -511,7 +505,10 @@ class AppSyncServer:
         here, applied = self._decide_here(session, [requests[n] for n in local], processed)
         for n, ack in zip(local, here, strict=True):
             owed[n] = ack
-        sent = self._forward(session, [requests[n] for n in upward], processed)
+        config = self.config
+        sent = session.member.forward(
+            [requests[n] for n in upward], processed, zone=config.zone,
+            max_objects=config.max_objects, schemas=config.schemas, rule=config.rule)
         for n, ack in zip(upward, sent, strict=True):
             owed[n] = ack
         return [ack for ack in owed if ack is not None], applied
@@ -525,134 +522,8 @@ class AppSyncServer:
         return ([OwedAck(r.client_id, r.action, code)
                  for r, code in zip(requests, result.codes, strict=True)], result.applied)
 
-    def _forward(self, session: Session, requests: list[Request], processed: int
-                 ) -> list[OwedAck]:
-        """G requests in a zone that is not the master: decided among this zone's peers on a
-        scratch copy (so two local rivals get 22/32 here, fairly), the winners sent up; their
-        final codes come with the master's sync (docs/appsync-zones.md)."""
-        uplink = session.uplink
-        assert uplink is not None
-        if not uplink.ready:  # no master to ask: retry later
-            return [OwedAck(r.client_id, r.action, Status.SERVICE_UNAVAILABLE)
-                    for r in requests]
-        scratch = {k: o for k, o in session.objects.items() if o.scope is Scope.GLOBAL}
-        room = max(0, self.config.max_objects - (len(session.objects) - len(scratch)))
-        result = process_round(session.name, scratch, requests, processed,
-                               zone=self.config.zone, max_objects=room,
-                               schemas=self.config.schemas, rule=self.config.rule)
-        owed = [OwedAck(r.client_id, r.action, code)
-                for r, code in zip(requests, result.codes, strict=True)]
-        positions: dict[int, list[int]] = {}
-        for n, request in enumerate(requests):
-            positions.setdefault(id(request.action), []).append(n)
-        groups: dict[tuple[str, bytes], list[OwedAck]] = {}
-        for _client, action, _before, _after in result.applied:
-            ack = owed[positions[id(action)].pop(0)]
-            ack.local, ack.code = ack.code, None
-            group = [ack]
-            if uplink.forward(action, group):
-                groups[(action.info.object_key, signature_of(action))] = group
-            else:
-                ack.code = Status.SERVICE_UNAVAILABLE
-        for ack in owed:  # a majority's other members share the forwarded one's fate
-            if ack.code is Status.MAJORITY_ACCEPTED and ack.local is None and \
-                    ack.action is not None:
-                shared = groups.get((ack.action.info.object_key, signature_of(ack.action)))
-                if shared is not None:
-                    ack.local, ack.code = ack.code, None
-                    shared.append(ack)
-        return owed
-
-    def _apply_master(self, session: Session) -> list[Any]:
-        """The master zone's updates since the last round, applied to this zone's copy of
-        the G objects (an init first, as the actions that turn the copy into it)."""
-        uplink = session.uplink
-        assert uplink is not None
-        actions: list[tuple[str, Action]] = []
-        if session.master_copy is not None:
-            actions += [(ZONE_INIT, a) for a in self._diff_to(session, session.master_copy)]
-            session.master_copy = None
-        actions += [(ZONE_ORIGIN, a) for a in session.relayed]
-        session.relayed = []
-        applied: list[Any] = []
-        for origin, action in actions:
-            key = action.info.object_key
-            before = session.objects.get(key)
-            acting = before.owner if before is not None else uplink.created.get(key, "")
-            try:
-                after = apply_action(before, action, acting)
-            except ActionRefused as exc:  # cannot happen while the copy follows the master
-                self.env.trace("drop", layer=LAYER, key=session.name,
-                               reason=f"diverged from the master zone: {int(exc.status)}")
-                continue
-            if after is None:
-                session.objects.pop(key, None)
-                uplink.created.pop(key, None)
-            else:
-                session.objects[key] = after
-            applied.append((origin, action, before, after))
-        return applied
-
-    def _diff_to(self, session: Session, master: dict[str, SharedObject]) -> list[Action]:
-        uplink = session.uplink
-        assert uplink is not None
-        mine = {k: o for k, o in session.objects.items() if o.scope is Scope.GLOBAL}
-        actions: list[Action] = [Delete(mine[key].info()) for key in sorted(mine.keys()
-                                                                         - master.keys())]
-        for key, obj in sorted(master.items()):
-            old = mine.get(key)
-            if old is not None and old.value == obj.value and old.mode is obj.mode:
-                continue
-            if old is not None:
-                if old.owner:  # the local creator stays the owner
-                    uplink.created.setdefault(key, old.owner)
-                actions.append(Delete(old.info()))
-            actions.append(obj.as_create())
-        return actions
-
-    def _master_updates(self, session: Session, snapshot: dict[str, SharedObject] | None,
-                        actions: tuple[Action, ...]) -> None:
-        if snapshot is not None:
-            session.master_copy, session.relayed = snapshot, []
-        session.relayed.extend(actions)
-        if len(session.relayed) > MAX_RELAYED and session.uplink is not None:
-            # this zone's rounds are not keeping up with the master's updates: drop them and
-            # take the master's state afresh (the link's next join brings it in an init)
-            self.env.trace("drop", layer=LAYER, key=session.name, reason="relay_backlog",
-                           actions=len(session.relayed))
-            session.relayed = []
-            uplink_conn = session.uplink.conn
-            if uplink_conn is not None:
-                self.env.close(uplink_conn, CloseCode.TRY_AGAIN_LATER, "relay backlog")
-
-    def _link(self, session: Session) -> None:
-        """A session of a zone that is not the master: join the master's session."""
-        up = self.config.uplink
-        if up is None:
-            return
-        config = PeerConfig(address=up.address, session=up.remote_session(session.name),
-                            key=up.key, framing=up.framing,
-                            reconnect_delay=up.reconnect_delay, zone=self.config.zone)
-        link = ZoneUplink(self.env, config, max_pending=up.max_pending,
-                          on_resolved=session.resolved.extend,
-                          on_updates=lambda snapshot, actions: self._master_updates(
-                              session, snapshot, actions),
-                          on_dial=self._register_uplink)
-        if self.log is not None:
-            log = self.log
-            link.on_refused = lambda code, why: log(
-                f"the master zone at {up.address} refused session {session.name}'s link "
-                f"({code} {why}): this zone's G requests are answered 53")
-        session.uplink = link
-        link.start()
-
     def _register_uplink(self, conn: Conn, link: ZoneUplink) -> None:
         self.uplink_conns[conn] = link
-
-    def _unlink(self, session: Session) -> None:
-        if session.uplink is not None:
-            session.uplink.stop()
-            session.uplink = None
 
     def _syn_lists(self, applied: list[Any]) -> Callable[[PeerState], bytes]:
         """The round's updates as each peer may see them, encoded once: the updates of NA
@@ -699,7 +570,9 @@ class AppSyncServer:
             session.phase = Phase.IDLE
             if self.sessions.get(session.name) is session:
                 del self.sessions[session.name]
-                self._unlink(session)
+                if session.member is not None:
+                    session.member.stop()
+                    session.member = None
 
     def _drop_peer(self, session: Session, peer: PeerState, why: str) -> None:
         self.env.trace("drop", layer=LAYER, key=session.name, peer=peer.client_id, reason=why)
@@ -809,8 +682,8 @@ class AppSyncServer:
                 self.env.trace("ctrl_state", layer=LAYER, key=name, peer=client,
                                seq=session.round, objects=len(state),
                                digest=state_digest(state))
-            if session.uplink is not None:
-                session.uplink.trace_state()
+            if session.member is not None:
+                session.member.uplink.trace_state()
 
     def order_of(self, session: str) -> list[str]:
         """This round's priority order of the session's peers (for tests and tools)."""

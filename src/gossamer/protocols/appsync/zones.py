@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from ...core.conn import Conn, Framing
+from ...core.conn import CloseCode, Conn, Framing
 from ...core.env import Env
 from ...core.errors import ConfigError, StateError
 from .peer import AppSyncPeer, PeerConfig, PeerPhase
-from .state import SharedObject
-from .wire import Action, Create, Init, Scope, Status, Sync
+from .rounds import Request, Rule, process_round, signature_of
+from .state import LAYER, ActionRefused, SharedObject, apply_action
+from .wire import Action, Create, Delete, Init, Scope, Status, Sync
 
-__all__ = ["ZONE_INIT", "ZONE_ORIGIN", "OwedAck", "Uplink", "ZoneUplink", "final_code"]
+__all__ = ["MAX_RELAYED", "ZONE_INIT", "ZONE_ORIGIN", "MemberSession", "OwedAck", "Uplink",
+           "ZoneUplink", "final_code"]
 
 #: the ``origin`` of a relayed update in this zone's trace rows: it came from the master zone,
 #: in a sync (``ZONE_ORIGIN``) or as the difference to an init (``ZONE_INIT``)
 ZONE_ORIGIN = "uplink"
 ZONE_INIT = "uplink-init"
+MAX_RELAYED = 100_000  # the master's updates a member zone holds for its next round
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,7 +124,7 @@ class ZoneUplink(AppSyncPeer):
     def _link_closed(self, reason: str) -> None:
         if self.refused is not None:  # the master refused the join: no retry (a 4xxx code)
             code, why = self.refused
-            self.env.trace("uplink_refused", layer="appsync", key=self.config.session,
+            self.env.trace("uplink_refused", layer=LAYER, key=self.config.session,
                            code=code, reason=why)
             if self.on_refused is not None:
                 self.on_refused(code, why)
@@ -152,3 +156,139 @@ class ZoneUplink(AppSyncPeer):
         super().stop()
         for number in list(self.waiting):
             self._answered(number, None)
+
+
+class MemberSession:
+    """The master zone's part of one session of a member zone's CTRL: the link (``uplink``)
+    to the master's session, the master's updates waiting for this zone's next round, the
+    acks the master answered since, and the deciding of the zone's G requests.
+    ``objects`` is the session's objects (the same dict the CTRL's rounds change)."""
+
+    def __init__(self, env: Env, session: str, objects: dict[str, SharedObject],
+                 uplink: Uplink, *, zone: str, on_dial: Callable[[Conn, ZoneUplink], None],
+                 log: Callable[[str], None] | None = None) -> None:
+        self.env = env
+        self.session = session
+        self.objects = objects
+        self.master_copy: dict[str, SharedObject] | None = None  # an init from the master
+        self.relayed: list[Action] = []  # the master's updates since the last round
+        self.resolved: list[OwedAck] = []  # acks the master answered since the last round
+        config = PeerConfig(address=uplink.address, session=uplink.remote_session(session),
+                            key=uplink.key, framing=uplink.framing,
+                            reconnect_delay=uplink.reconnect_delay, zone=zone)
+        self.uplink = ZoneUplink(env, config, max_pending=uplink.max_pending,
+                                 on_resolved=self._answered, on_updates=self._updates,
+                                 on_dial=on_dial)
+        if log is not None:
+            self.uplink.on_refused = lambda code, why: log(
+                f"the master zone at {uplink.address} refused session {session}'s link "
+                f"({code} {why}): this zone's G requests are answered 53")
+        self.uplink.start()
+
+    def stop(self) -> None:
+        self.uplink.stop()
+
+    def take_resolved(self) -> list[OwedAck]:
+        """The acks the master answered since the last round (they go in this round's sync)."""
+        resolved, self.resolved = self.resolved, []
+        return resolved
+
+    def _answered(self, acks: list[OwedAck]) -> None:
+        self.resolved.extend(acks)
+
+    def forward(self, requests: list[Request], processed: int, *, zone: str,
+                max_objects: int, schemas: Mapping[str, Mapping[str, Any]],
+                rule: Rule | None) -> list[OwedAck]:
+        """The zone's G requests of a round: decided among this zone's peers on a scratch
+        copy (so two local rivals get 22/32 here, fairly), the winners sent up; their final
+        codes come with the master's sync (docs/appsync-zones.md)."""
+        uplink = self.uplink
+        if not uplink.ready:  # no master to ask: retry later
+            return [OwedAck(r.client_id, r.action, Status.SERVICE_UNAVAILABLE)
+                    for r in requests]
+        scratch = {k: o for k, o in self.objects.items() if o.scope is Scope.GLOBAL}
+        room = max(0, max_objects - (len(self.objects) - len(scratch)))
+        result = process_round(self.session, scratch, requests, processed, zone=zone,
+                               max_objects=room, schemas=schemas, rule=rule)
+        owed = [OwedAck(r.client_id, r.action, code)
+                for r, code in zip(requests, result.codes, strict=True)]
+        positions: dict[int, list[int]] = {}
+        for n, request in enumerate(requests):
+            positions.setdefault(id(request.action), []).append(n)
+        groups: dict[tuple[str, bytes], list[OwedAck]] = {}
+        for _client, action, _before, _after in result.applied:
+            ack = owed[positions[id(action)].pop(0)]
+            ack.local, ack.code = ack.code, None
+            group = [ack]
+            if uplink.forward(action, group):
+                groups[(action.info.object_key, signature_of(action))] = group
+            else:
+                ack.code = Status.SERVICE_UNAVAILABLE
+        for ack in owed:  # a majority's other members share the forwarded one's fate
+            if ack.code is Status.MAJORITY_ACCEPTED and ack.local is None and \
+                    ack.action is not None:
+                shared = groups.get((ack.action.info.object_key, signature_of(ack.action)))
+                if shared is not None:
+                    ack.local, ack.code = ack.code, None
+                    shared.append(ack)
+        return owed
+
+    def apply_master(self) -> list[tuple[str, Action, SharedObject | None,
+                                         SharedObject | None]]:
+        """The master's updates since the last round, applied to this zone's copy of the G
+        objects (an init first, as the actions that turn the copy into it): (origin, action,
+        before, after) each, as a round's applied list."""
+        created = self.uplink.created
+        actions: list[tuple[str, Action]] = []
+        if self.master_copy is not None:
+            actions += [(ZONE_INIT, a) for a in self._diff_to(self.master_copy)]
+            self.master_copy = None
+        actions += [(ZONE_ORIGIN, a) for a in self.relayed]
+        self.relayed = []
+        applied: list[tuple[str, Action, SharedObject | None, SharedObject | None]] = []
+        for origin, action in actions:
+            key = action.info.object_key
+            before = self.objects.get(key)
+            acting = before.owner if before is not None else created.get(key, "")
+            try:
+                after = apply_action(before, action, acting)
+            except ActionRefused as exc:  # cannot happen while the copy follows the master
+                self.env.trace("drop", layer=LAYER, key=self.session,
+                               reason=f"diverged from the master zone: {int(exc.status)}")
+                continue
+            if after is None:
+                self.objects.pop(key, None)
+                created.pop(key, None)
+            else:
+                self.objects[key] = after
+            applied.append((origin, action, before, after))
+        return applied
+
+    def _diff_to(self, master: dict[str, SharedObject]) -> list[Action]:
+        mine = {k: o for k, o in self.objects.items() if o.scope is Scope.GLOBAL}
+        actions: list[Action] = [Delete(mine[key].info()) for key in sorted(mine.keys()
+                                                                         - master.keys())]
+        for key, obj in sorted(master.items()):
+            old = mine.get(key)
+            if old is not None and old.value == obj.value and old.mode is obj.mode:
+                continue
+            if old is not None:
+                if old.owner:  # the local creator stays the owner
+                    self.uplink.created.setdefault(key, old.owner)
+                actions.append(Delete(old.info()))
+            actions.append(obj.as_create())
+        return actions
+
+    def _updates(self, snapshot: dict[str, SharedObject] | None,
+                 actions: tuple[Action, ...]) -> None:
+        if snapshot is not None:
+            self.master_copy, self.relayed = snapshot, []
+        self.relayed.extend(actions)
+        if len(self.relayed) > MAX_RELAYED:
+            # this zone's rounds are not keeping up with the master's updates: drop them and
+            # take the master's state afresh (the link's next join brings it in an init)
+            self.env.trace("drop", layer=LAYER, key=self.session, reason="relay_backlog",
+                           actions=len(self.relayed))
+            self.relayed = []
+            if self.uplink.conn is not None:
+                self.env.close(self.uplink.conn, CloseCode.TRY_AGAIN_LATER, "relay backlog")
