@@ -213,11 +213,6 @@ class AppSyncPeer:
             self._sync(msg)
 
     def _init(self, msg: Init) -> None:
-        # an init replaces the syncs this peer missed, and their acks: what it had in flight
-        # might have happened (the init's values tell)
-        for number in self.in_flight:
-            self._result(number, None)
-        self.in_flight.clear()
         self.client_id = msg.header.client_id
         self.session_config = msg.config
         self.round = msg.header.last

@@ -405,9 +405,13 @@ class AppSyncServer:
             for frame in kept:
                 self.env.write(peer.conn, frame)
             return
+        # too far behind to resend: the syncs it missed carried acks that an init cannot (an
+        # init has none), so the peer would match the acks that follow to the wrong requests.
+        # It rejoins instead: its requests in flight are answered unknown (they might have
+        # happened), its client id comes back, and the join's init brings the state
         self.env.trace("repair", layer=LAYER, key=session.name, peer=peer.client_id,
-                       init=True)
-        self.env.write(peer.conn, self.codec.encode(self._init_for(session, peer)))
+                       rejoin=True)
+        self._drop_peer(session, peer, "too far behind: rejoin", code=CloseCode.TRY_AGAIN_LATER)
 
     def _all_answered(self, session: Session) -> bool:
         return all(p.answered == session.round for p in session.peers.values())
@@ -574,10 +578,11 @@ class AppSyncServer:
                     session.member.stop()
                     session.member = None
 
-    def _drop_peer(self, session: Session, peer: PeerState, why: str) -> None:
+    def _drop_peer(self, session: Session, peer: PeerState, why: str, *,
+                   code: int = CloseCode.POLICY) -> None:
         self.env.trace("drop", layer=LAYER, key=session.name, peer=peer.client_id, reason=why)
         self.peers.pop(peer.conn, None)
-        self.env.close(peer.conn, CloseCode.POLICY, why)
+        self.env.close(peer.conn, code, why)
         self._remove(session, peer, why)
 
     def _remove(self, session: Session, peer: PeerState, reason: str) -> None:

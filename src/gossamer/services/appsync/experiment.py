@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 from ...core.errors import ConfigError
 from ...core.trace import TraceSink
@@ -51,8 +52,8 @@ class AppSyncRunOptions:
             raise ConfigError("need cuts, leaves >= 0 and request_chance in [0, 1]")
         if not 0 <= self.loss < 1 or self.rto <= 0:
             raise ConfigError("need loss in [0, 1) and rto > 0")
-        if self.zones not in (1, 2) or self.zone_faults < 0:
-            raise ConfigError("need zones 1 or 2 and zone_faults >= 0")
+        if self.zones not in (1, 2, 3) or self.zone_faults < 0:
+            raise ConfigError("need zones 1, 2 or 3 and zone_faults >= 0")
         if self.p2p and (self.peers < 3 or self.zones != 1 or self.loss):
             raise ConfigError("p2p needs 3 or more participants, one zone and no loss knob")
         if self.ctrl_crashes < 0 or self.partitions < 0:
@@ -72,14 +73,8 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
     if options.p2p:
         return _run_p2p(options, trace_sink)
     started = time.perf_counter()
-    world = AppSyncWorld(WorldConfig(peers=options.peers, seed=options.seed,
-                                     latency=options.latency, min_ms=options.min_ms,
-                                     max_ms=options.max_ms,
-                                     request_chance=options.request_chance,
-                                     loss=options.loss, rto=options.rto,
-                                     drop_updates=options.drop_updates,
-                                     zones=options.zones, traced_peers=options.traced_peers),
-                         trace=trace_sink, run=options.run or f"appsync-s{options.seed}")
+    world = AppSyncWorld(_world_config(options), trace=trace_sink,
+                         run=options.run or f"appsync-s{options.seed}")
     world.run_for(0.2)
     world.faults(options.workload, cuts=options.cuts, leaves=options.leaves,
                  server_restarts=1 if options.server_restart else 0,
@@ -90,8 +85,7 @@ def run_appsync_sim(options: AppSyncRunOptions, trace_sink: TraceSink | None = N
     peers = [name for name in states if not name.startswith("=")]
     shared = {str(sorted((k, v) for k, v in states[name].items() if k.startswith("G/")))
               for name in peers}  # the G objects: one master copy, the same in every zone
-    converged = len(peers) == options.peers and len(shared) <= 1 and all(
-        states[name] == states.get(f"={name}") for name in peers)
+    converged = len(shared) <= 1 and _as_ctrl_says(states, options.peers)
     server = world.server()
     rounds = 0 if server is None else sum(s.rounds_done for s in server.sessions.values())
     if trace_sink is not None:
@@ -106,11 +100,7 @@ def _run_p2p(options: AppSyncRunOptions, trace_sink: TraceSink | None) -> AppSyn
     are cut, other participants crash; converged: every participant holds what the agreed
     CTRL says it may see, and every copy of the log's state is the same."""
     started = time.perf_counter()
-    world = P2PWorld(WorldConfig(peers=options.peers, seed=options.seed,
-                                 latency=options.latency, min_ms=options.min_ms,
-                                 max_ms=options.max_ms, request_chance=options.request_chance,
-                                 rto=options.rto, drop_updates=options.drop_updates),
-                     participants=options.peers, trace=trace_sink,
+    world = P2PWorld(_world_config(options), participants=options.peers, trace=trace_sink,
                      run=options.run or f"appsync-s{options.seed}")
     world.run_for(1.5)  # the first CTRL is chosen
     world.faults(options.workload, ctrl_crashes=options.ctrl_crashes, cuts=options.cuts,
@@ -118,9 +108,7 @@ def _run_p2p(options: AppSyncRunOptions, trace_sink: TraceSink | None) -> AppSyn
     world.quiesce(options.settle + 2.0)  # a CTRL that crashed last is replaced first
     world.record_states()
     states = world.visible_states()
-    peers = [name for name in states if not name.startswith("=")]
-    converged = (len(peers) == options.peers and len(world.replicated_states()) == 1
-                 and all(states[name] == states.get(f"={name}") for name in peers))
+    converged = len(world.replicated_states()) == 1 and _as_ctrl_says(states, options.peers)
     rounds = 0
     ctrl = world.ctrl()
     if ctrl is not None and ctrl in world.participants():
@@ -130,3 +118,18 @@ def _run_p2p(options: AppSyncRunOptions, trace_sink: TraceSink | None) -> AppSyn
         trace_sink.flush()
     return AppSyncRunResult(rounds=rounds, converged=converged, events=world.sim.events,
                             wall_seconds=time.perf_counter() - started)
+
+
+def _world_config(options: AppSyncRunOptions) -> WorldConfig:
+    return WorldConfig(peers=options.peers, seed=options.seed, latency=options.latency,
+                       min_ms=options.min_ms, max_ms=options.max_ms,
+                       request_chance=options.request_chance, loss=options.loss,
+                       rto=options.rto, drop_updates=options.drop_updates,
+                       zones=options.zones, traced_peers=options.traced_peers)
+
+
+def _as_ctrl_says(states: dict[str, dict[str, Any]], peers: int) -> bool:
+    """Every one of the ``peers`` joined and holds what its CTRL says it may see."""
+    joined = [name for name in states if not name.startswith("=")]
+    return len(joined) == peers and all(states[name] == states.get(f"={name}")
+                                        for name in joined)
