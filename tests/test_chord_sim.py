@@ -26,6 +26,7 @@ from gossamer.core import (
     TraceRow,
     node_ids,
 )
+from gossamer.core.errors import ConfigError
 from gossamer.protocols.membership.chord import (
     Ack,
     Chord,
@@ -674,3 +675,38 @@ def test_identifiers_are_truncated_sha256() -> None:
     assert chord_id("10.0.0.1:7000", 256) == digest
     assert chord_id("10.0.0.1:7000", 32) == digest >> 224
     assert vnode_name("h:1", 0, 1) == "h:1" and vnode_name("h:1", 3, 20) == "h:1#3"
+
+
+def test_a_node_joining_with_a_dead_nodes_identity_takes_its_keys() -> None:
+    """Seed 001, phase 3: a spare takes a dead active node's place with the same Chord id, so
+    every key the dead node was root of is routed to the spare (at its own address)."""
+    seed = 14
+    ring = Ring(20, seed=seed)
+    sim = ring.build()
+    ring.run(ring.joined_by + 8.0)
+    dead = ring.ids[7]
+    keys = [k for k in (f"k{i}" for i in range(400))
+            if ideal_root(ideal_ring(ring.alive_hosts()), k, 32).node == dead]
+    assert keys, f"seed={seed}: {dead} is root of no key"
+    sim.crash(dead)
+    spare = "spare-of-" + dead
+    config = ChordConfig(identity=dead)
+
+    def take_over(env: Env) -> ChordHost:
+        host = ring.hosts[spare] = Chord(env, contacts=ring.ids[:CONTACTS], config=config)
+        return host
+
+    sim.add_node(spare, take_over)
+    ring.run(sim.now + 10.0)
+    host = ring.hosts[spare]
+    assert host.joined and host.identity == dead
+    assert host.views()[0].me.ident == chord_id(dead, 32)
+    live = ring.alive_hosts()
+    assert ring_errors(live, fingers=False) == [], f"seed={seed}"
+    assert {ideal_root(ideal_ring(live), k, 32).node for k in keys} == {spare}
+    asked = ring.find_roots(keys, random.Random(seed))
+    ring.run(sim.now + 4.0)
+    roots = {root for _, key, root, _, ref in ring.answers if ref >= 1}
+    assert len(asked) == len(keys) and roots == {spare}, f"seed={seed}: {roots}"
+    with pytest.raises(ConfigError):
+        ChordConfig(identity="")

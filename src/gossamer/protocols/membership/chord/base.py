@@ -48,6 +48,10 @@ class ChordConfig:
     departed_ttl: float = 120.0  # and for how long
     left_memory: float = 2.0  # seconds a goodbye is remembered, to ignore stragglers after it
     durable: bool = True  # remember in env.store that this node was a member (no re-create)
+    # the name this node's identifiers hash (None: its node id). A spare that takes a dead
+    # node's place joins with the dead node's name, so the keys it owned stay where Chord
+    # routes them (seed 001, phase 3)
+    identity: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= MAX_BITS:
@@ -68,6 +72,10 @@ class ChordConfig:
         for name in ("lookup_retries", "hop_retries"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0")
+        if self.identity is not None and (not isinstance(self.identity, str)
+                                          or not self.identity):
+            raise ConfigError(f"identity must be a non-empty str or None, got "
+                              f"{self.identity!r}")
 
 
 class RequestKind(enum.Enum):
@@ -144,8 +152,9 @@ class HostBase:
         self.contacts = [check_node_id(c) for c in contacts if c != env.node]
         self.create = create
         self._modulus = 1 << cfg.bits
+        self.identity = cfg.identity if cfg.identity is not None else env.node
         self._vnodes = [
-            VNode(Peer(chord_id(vnode_name(env.node, i, cfg.vnodes), cfg.bits), env.node, i),
+            VNode(Peer(chord_id(vnode_name(self.identity, i, cfg.vnodes), cfg.bits), env.node, i),
                   i, cfg.bits)
             for i in range(cfg.vnodes)
         ]
