@@ -4,7 +4,11 @@ whose topic owner crashes mid-stream, shared by the simulator and pipeline tests
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
+
+from checks import named
 
 from gossamer.core import MemorySink, node_ids
 from gossamer.protocols.dissemination.scribe.owners import (
@@ -12,6 +16,9 @@ from gossamer.protocols.dissemination.scribe.owners import (
     TopicOwners,
     owner_groups,
 )
+from gossamer.protocols.dissemination.scribe import Scribe
+from gossamer.protocols.dissemination.scribe.owners import spare_groups
+from gossamer.protocols.dissemination.scribe.placement import OwnerProcess
 from gossamer.protocols.membership.chord import Chord, ChordConfig
 from gossamer.protocols.ordering.paxos import PaxosConfig
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
@@ -85,3 +92,118 @@ def owner_crash(seed: int, loss: float, *, count: int = 60, trace_messages: bool
     sim = net.build()
     sim.run(until=start + 0.05 * count + 14.0)
     return OwnerCrash(net, list(net.sink.rows), subscribers, set(sim.alive()), crash_at, count)
+
+
+def ordered_at(rows: Sequence[Any]) -> tuple[dict[int, str], list[str]]:
+    """The decided order of ``TOPIC`` (position -> msg) and any disagreement between nodes."""
+    order: dict[int, str] = {}
+    problems: list[str] = []
+    for row in named(rows):
+        if row.event == "ordered" and row.key == TOPIC:
+            assert row.seq is not None and row.msg is not None
+            if order.setdefault(row.seq, row.msg) != row.msg:
+                problems.append(f"position {row.seq}: {order[row.seq]} and {row.msg} at "
+                                f"{row.node}")
+    return order, problems
+
+
+def order_problems(rows: Sequence[Any], subscribers: set[str], alive: set[str]) -> list[str]:
+    order, problems = ordered_at(rows)
+    first_at: dict[str, int] = {}
+    for pos in sorted(order):
+        first_at.setdefault(order[pos], pos)  # a publish decided twice counts where first
+    delivered: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for row in named(rows):
+        if row.event == "deliver" and row.layer == "scribe" and row.key == TOPIC:
+            delivered[row.node].append((row.seq, row.msg))
+    for node, seen in delivered.items():
+        positions = [pos for pos, _ in seen]
+        if positions != sorted(set(positions)):
+            problems.append(f"{node} delivered positions out of order: {positions[:20]}")
+        for pos, mid in seen:
+            if order.get(pos) != mid or first_at.get(mid) != pos:
+                problems.append(f"{node} delivered {mid} at {pos}; decided there: "
+                                f"{order.get(pos)}")
+    acked = {row.msg for row in named(rows) if row.event == "acked" and row.key == TOPIC}
+    for mid in sorted(acked):
+        if mid not in first_at:
+            problems.append(f"acknowledged {mid} was never decided")
+        for node in sorted(subscribers & alive):
+            if mid not in {m for _, m in delivered[node]}:
+                problems.append(f"acknowledged {mid} never delivered at {node}")
+    return problems
+
+
+class SpareNet:
+    """The seed's placement: ``active`` ring nodes, each with two spare processes outside the
+    ring; the three are one group that orders the active node's topics (``OwnerProcess``)."""
+
+    def __init__(self, active: int, *, seed: int, loss: float = 0.0) -> None:
+        self.seed = seed
+        ids = node_ids(active * 3)
+        self.ring = ids[:active]
+        self.spares = {a: (ids[active + 2 * i], ids[active + 2 * i + 1])
+                       for i, a in enumerate(self.ring)}
+        self.groups = spare_groups(self.spares)
+        link = LinkModel(latency=Uniform(0.005, 0.03), loss=loss)
+        spares = [s for pair in self.spares.values() for s in pair]
+        self.scenario = Scenario(seed=seed, nodes=[self.ring[0], *spares], link=link)
+        for i, node in enumerate(self.ring[1:]):
+            self.scenario.join(0.1 + 0.02 * i, node)
+        self.joined_by = 0.1 + 0.02 * active
+        self.sink = MemorySink()
+        self.procs: dict[str, OwnerProcess] = {}
+        self.owner = TopicOwners(FakeEnv(self.ring[0]), groups=self.groups,
+                                 bits=BITS).owner_of(TOPIC)
+
+    def factory(self, env: Any) -> OwnerProcess:
+        owner = next(o for o, members in self.groups.items() if env.node in members)
+        owners = TopicOwners(env, groups=self.groups, bits=BITS, config=PAXOS)
+
+        def build() -> Scribe:
+            chord = Chord(env, contacts=self.ring[:3], create=env.node == self.ring[0],
+                          config=ChordConfig(identity=owner))
+            return Scribe(env, chord, orderer=owners)
+
+        proc = self.procs[env.node] = OwnerProcess(env, owners, build)
+        return proc
+
+    def scribe(self, node: str) -> Scribe:
+        return self.procs[node].inner  # type: ignore[return-value]
+
+    def build(self) -> Simulation:
+        return self.scenario.build(self.factory, trace=self.sink)
+
+
+@dataclasses.dataclass
+class SpareRun:
+    net: SpareNet
+    rows: list[Any]
+    subscribers: set[str]
+    alive: set[str]
+    crash_at: float
+    count: int
+
+
+def active_crash(seed: int, loss: float, *, count: int = 60,
+                 recover_after: float | None = None) -> SpareRun:
+    """6 active nodes with 2 spares each, 3 subscribers of ``TOPIC`` and 2 publishers (ring
+    nodes, none of them its owner); the publishers send ``count`` publishes 50 ms apart and
+    the topic's active node crashes 1.2 s in (and comes back on its store after
+    ``recover_after``, if given)."""
+    net = SpareNet(6, seed=seed, loss=loss)
+    others = [n for n in net.ring if n != net.owner]
+    subscribers, publishers = set(others[:3]), others[3:5]
+    t0 = net.joined_by + 2.0
+    for node in sorted(subscribers):
+        net.scenario.at(t0, lambda sim, n=node: sim.call(n, lambda p: p.inner.subscribe(TOPIC)))
+    start = t0 + 2.0
+    for i in range(count):
+        origin = publishers[i % 2]
+        net.scenario.at(start + 0.05 * i, lambda sim, n=origin, i=i: sim.call(
+            n, lambda p: p.inner.publish(TOPIC, {"i": i})))
+    crash_at = start + 1.2
+    net.scenario.crash(crash_at, net.owner, recover_after=recover_after)
+    sim = net.build()
+    sim.run(until=start + 0.05 * count + 14.0)
+    return SpareRun(net, list(net.sink.rows), subscribers, set(sim.alive()), crash_at, count)

@@ -32,47 +32,7 @@ from gossamer.protocols.ordering.paxos.groups import (
 )
 from gossamer.protocols.ordering.paxos.messages import Nack
 from gossamer.testing import FakeEnv
-from owners_world import BITS, TOPIC, owner_crash
-
-
-def ordered_at(rows: Sequence[Any]) -> tuple[dict[int, str], list[str]]:
-    """The decided order of ``TOPIC`` (position -> msg) and any disagreement between nodes."""
-    order: dict[int, str] = {}
-    problems: list[str] = []
-    for row in named(rows):
-        if row.event == "ordered" and row.key == TOPIC:
-            assert row.seq is not None and row.msg is not None
-            if order.setdefault(row.seq, row.msg) != row.msg:
-                problems.append(f"position {row.seq}: {order[row.seq]} and {row.msg} at "
-                                f"{row.node}")
-    return order, problems
-
-
-def order_problems(rows: Sequence[Any], subscribers: set[str], alive: set[str]) -> list[str]:
-    order, problems = ordered_at(rows)
-    first_at: dict[str, int] = {}
-    for pos in sorted(order):
-        first_at.setdefault(order[pos], pos)  # a publish decided twice counts where first
-    delivered: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for row in named(rows):
-        if row.event == "deliver" and row.layer == "scribe" and row.key == TOPIC:
-            delivered[row.node].append((row.seq, row.msg))
-    for node, seen in delivered.items():
-        positions = [pos for pos, _ in seen]
-        if positions != sorted(set(positions)):
-            problems.append(f"{node} delivered positions out of order: {positions[:20]}")
-        for pos, mid in seen:
-            if order.get(pos) != mid or first_at.get(mid) != pos:
-                problems.append(f"{node} delivered {mid} at {pos}; decided there: "
-                                f"{order.get(pos)}")
-    acked = {row.msg for row in named(rows) if row.event == "acked" and row.key == TOPIC}
-    for mid in sorted(acked):
-        if mid not in first_at:
-            problems.append(f"acknowledged {mid} was never decided")
-        for node in sorted(subscribers & alive):
-            if mid not in {m for _, m in delivered[node]}:
-                problems.append(f"acknowledged {mid} never delivered at {node}")
-    return problems
+from owners_world import BITS, TOPIC, order_problems, owner_crash
 
 
 def run_owner_crash(seed: int, loss: float, recover_after: float | None = None) -> None:
@@ -118,7 +78,7 @@ def test_owner_groups_are_the_owner_and_its_next_two_ring_nodes() -> None:
         owner_groups(ids, bits=BITS, backups=-1)
 
 
-def test_a_node_outside_a_topics_group_redirects_to_its_owner() -> None:
+def test_a_node_outside_a_topics_group_redirects_to_a_member_of_it() -> None:
     ids = node_ids(6)
     groups = owner_groups(ids, bits=BITS)
     probe = TopicOwners(FakeEnv(ids[0]), ids, bits=BITS)
@@ -128,7 +88,7 @@ def test_a_node_outside_a_topics_group_redirects_to_its_owner() -> None:
     answers: list[Any] = []
     owners.propose(TOPIC, object(), answers.append)
     assert [type(a).__name__ for a in answers] == ["Redirected"]
-    assert answers[0].leader == owner
+    assert answers[0].leader in groups[owner]  # any member takes it
 
 
 def test_group_messages_validate_and_unknown_or_bad_ones_are_dropped() -> None:

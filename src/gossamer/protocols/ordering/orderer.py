@@ -135,6 +135,12 @@ class ReplicatedOrderer(Orderer):
     def history(self, key: str) -> list[tuple[int, Any]]:
         """The last items ordered for ``key`` at this node, oldest first."""
 
+    def takes(self, key: str) -> bool:
+        """Whether this node orders ``key``'s items although it may not be the key's root
+        (it replicates the key's log: the seed-001 publisher may send to any replica of the
+        topic's owner). Not by default."""
+        return False
+
 
 class ImmediateOrderer(Orderer):
     """The default: orders nothing and accepts every item at once, at the next position of its

@@ -371,7 +371,13 @@ class Scribe(TreeMembership):
             state = self._topics[topic] = TopicState(TreeRole.ROOT)
             self.env.trace("root", layer=LAYER, key=topic)
             self._new_stream(topic, state)
-        if state is not None and state.role is TreeRole.MEMBER and state.parent is not None:
+        # a replica of the topic's owner that is not its root (a spare, seed 001 phase 3):
+        # orders it here; the root sends it down the tree once decided
+        orderer = self.orderer
+        replica = ((state is None or state.role is not TreeRole.ROOT)
+                   and isinstance(orderer, ReplicatedOrderer) and orderer.takes(topic))
+        if (not replica and state is not None and state.role is TreeRole.MEMBER
+                and state.parent is not None):
             # the tree's root is above us (Chord's view and the tree disagree while the ring
             # settles): pass it up; the root acknowledges to the publisher
             if msg.hops >= self.config.max_depth:
@@ -384,7 +390,7 @@ class Scribe(TreeMembership):
                 del passed[next(iter(passed))]
             self.env.send(state.parent, up)
             return
-        if state is None or state.role is not TreeRole.ROOT:
+        if not replica and (state is None or state.role is not TreeRole.ROOT):
             self._drop(src, msg, "not_root")  # the publisher's timeout looks the root up again
             return
         mid = message_id(msg.origin, msg.seq)
@@ -394,7 +400,8 @@ class Scribe(TreeMembership):
         if mid in self._ordering:
             self._drop(src, msg, "being_ordered")  # a retry: the orderer's decision answers it
             return
-        if (self._held and not held) or self._children_full(state):
+        if state is not None and not replica and (
+                (self._held and not held) or self._children_full(state)):
             # back-pressure down the tree: taken (and acknowledged) once our children's links
             # drain, in arrival order; meanwhile the publisher's pending counts it in flight
             if len(self._held) >= self.config.max_ordering:

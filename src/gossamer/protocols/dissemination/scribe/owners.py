@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from ....core.env import Env, MessageHandler, Process
@@ -39,7 +39,7 @@ from ...ordering.orderer import (
     Redirected,
     ReplicatedOrderer,
 )
-from ...ordering.paxos.config import PaxosConfig
+from ...ordering.paxos.config import DecidedOp, PaxosConfig
 from ...ordering.paxos.groups import GroupMessage, PaxosGroups
 from ...ordering.paxos.orderer import PaxosOrderer
 from ...ordering.paxos.replica import PaxosReplica
@@ -47,7 +47,9 @@ from .base import DeliverFn, ScribeConfig
 from .messages import Publish, message_id
 from .node import Scribe
 
-__all__ = ["OwnedProcess", "ReplicatedScribe", "TopicOwners", "owner_groups"]
+__all__ = ["OwnedProcess", "ReplicatedScribe", "TopicOwners", "owner_groups", "spare_groups"]
+
+ActiveFn = Callable[[NodeId, NodeId], None]
 
 
 def owner_groups(ring: Sequence[NodeId], *, bits: int,
@@ -61,6 +63,23 @@ def owner_groups(ring: Sequence[NodeId], *, bits: int,
             for i, node in enumerate(nodes)}
 
 
+def spare_groups(spares: Mapping[NodeId, Sequence[NodeId]]) -> dict[NodeId, tuple[NodeId, ...]]:
+    """The seed's placement: each active node -> its group, itself and its spare processes
+    (outside the ring). A process belongs to one group only."""
+    groups: dict[NodeId, tuple[NodeId, ...]] = {}
+    seen: set[NodeId] = set()
+    for active, its_spares in spares.items():
+        members = (check_node_id(active), *(check_node_id(s) for s in its_spares))
+        if seen & set(members) or len(set(members)) != len(members):
+            raise ConfigError(f"a process is in two groups, or twice in one: {active} with "
+                              f"{list(its_spares)}")
+        seen.update(members)
+        groups[active] = members
+    if not groups:
+        raise ConfigError("the placement needs at least one active node")
+    return groups
+
+
 def _encode(item: Publish) -> Any:
     return [item.origin, item.seq, item.payload]
 
@@ -68,14 +87,19 @@ def _encode(item: Publish) -> Any:
 class TopicOwners(ReplicatedOrderer):
     """The groups this node is a member of, as Scribe's orderer (see the module docstring)."""
 
-    __slots__ = ("_decided", "_histories", "_keys", "_orderers", "bits", "env", "groups",
-                 "history_limit", "max_topics", "owners")
+    __slots__ = ("_active", "_decided", "_histories", "_keys", "_orderers", "bits", "env",
+                 "groups", "history_limit", "max_topics", "members_of", "on_active",
+                 "on_leader", "owners")
 
     LAYER = "paxos"
 
-    def __init__(self, env: Env, ring: Sequence[NodeId], *, bits: int, backups: int = 2,
+    def __init__(self, env: Env, ring: Sequence[NodeId] = (), *, bits: int, backups: int = 2,
+                 groups: Mapping[NodeId, Sequence[NodeId]] | None = None,
                  config: PaxosConfig | None = None, history_limit: int = 256,
                  max_topics: int = 4096) -> None:
+        """The groups are ``owner_groups(ring, backups=...)`` (each founding node and its
+        next ring nodes), or ``groups`` (owner -> its members, the owner first: the seed's
+        placement, ``spare_groups``)."""
         if history_limit < 1 or max_topics < 1:
             raise ConfigError(f"history_limit and max_topics must be >= 1, got "
                               f"{history_limit} and {max_topics}")
@@ -84,7 +108,20 @@ class TopicOwners(ReplicatedOrderer):
         self.bits = bits
         self.history_limit = history_limit
         super().__init__()
-        every = owner_groups(ring, bits=bits, backups=backups)
+        if groups is None:
+            every = owner_groups(ring, bits=bits, backups=backups)
+        else:
+            every = {check_node_id(o): tuple(m) for o, m in groups.items()}
+            for owner, members in every.items():
+                if not members or members[0] != owner or len(set(members)) != len(members):
+                    raise ConfigError(f"group {owner}: its members must start with it and "
+                                      f"name each process once, got {list(members)}")
+        self.members_of = every
+        # owner -> the member on the ring as the owner (its Chord identity): the log's
+        # ``{"active": node}`` operations say which (the owner itself at first)
+        self._active: dict[NodeId, NodeId] = {owner: owner for owner in every}
+        self.on_active: ActiveFn | None = None  # (owner, node) once a change is decided
+        self.on_leader: ActiveFn | None = None  # (owner, node): LEADER-CHANGED in a group
         self.owners = sorted(every, key=lambda n: (chord_id(n, bits), n))
         self._keys = [chord_id(n, bits) for n in self.owners]
         self.groups = PaxosGroups(env)
@@ -98,7 +135,9 @@ class TopicOwners(ReplicatedOrderer):
             name = f"owner:{owner}"
             replica = PaxosReplica(
                 self.groups.view(name), members, config=config, group=name,
-                initial_leader=owner)
+                initial_leader=owner,
+                on_decided=functools.partial(self._control, owner),
+                on_leader_changed=functools.partial(self._leader_changed, owner))
             orderer = PaxosOrderer(replica, on_ordered=functools.partial(self._ordered, owner),
                                    encode=_encode, anywhere=True)
             replica.snapshot_fn = functools.partial(self._snapshot, owner)
@@ -118,8 +157,13 @@ class TopicOwners(ReplicatedOrderer):
     def propose(self, key: str, item: Any, on_decided: DecisionFn) -> None:
         owner = self.owner_of(key)
         orderer = self._orderers.get(owner)
-        if orderer is None:  # not a member of the key's group: its owner orders it
-            on_decided(Redirected(owner))
+        if orderer is None:
+            # not a member of the key's group: any member takes it (its leader orders it);
+            # which one is alive is not known here, so a publisher sent to a dead one times
+            # out and is redirected again, to a member drawn afresh
+            members = self.members_of[owner]
+            on_decided(Redirected(members[0] if len(members) == 1
+                                  else self.env.rng.choice(members)))
             return
         if isinstance(item, Publish):
             position = self._decided[owner].get(key, {}).get(message_id(item.origin, item.seq))
@@ -127,6 +171,44 @@ class TopicOwners(ReplicatedOrderer):
                 on_decided(Accepted(position))
                 return
         orderer.propose(key, item, on_decided)
+
+    def takes(self, key: str) -> bool:
+        return self.owner_of(key) in self._orderers
+
+    def active_of(self, owner: NodeId) -> NodeId:
+        """The member the group's log names active (on the ring as ``owner``)."""
+        return self._active[owner]
+
+    def propose_active(self, owner: NodeId) -> None:
+        """Propose in ``owner``'s group that this node is its active member from now on."""
+        orderer = self._orderers.get(owner)
+        if orderer is None:
+            raise ConfigError(f"{self.env.node} is no member of {owner}'s group")
+        orderer.replica.propose({"active": self.env.node})
+
+    def _control(self, owner: NodeId, op: DecidedOp) -> None:
+        """A decided operation of ``owner``'s group that is not a publish: a new active
+        member (anything else was not proposed by this code: traced and ignored)."""
+        payload = op.payload
+        node = payload.get("active") if isinstance(payload, dict) else None
+        if not (isinstance(payload, dict) and payload.keys() == {"active"}
+                and node in self.members_of[owner]):
+            self.env.trace("drop", layer=self.LAYER, key=f"owner:{owner}",
+                           reason="unknown_operation", seq=op.slot)
+            return
+        self._set_active(owner, node)
+
+    def _set_active(self, owner: NodeId, node: NodeId) -> None:
+        if self._active[owner] == node:
+            return
+        self._active[owner] = node
+        self.env.trace("active", layer=self.LAYER, key=f"owner:{owner}", peer=node)
+        if self.on_active is not None:
+            self.on_active(owner, node)
+
+    def _leader_changed(self, owner: NodeId, node: NodeId, ballot: Any) -> None:
+        if self.on_leader is not None:
+            self.on_leader(owner, node)
 
     def history(self, key: str) -> list[tuple[int, Any]]:
         owner = self.owner_of(key)
@@ -163,12 +245,14 @@ class TopicOwners(ReplicatedOrderer):
             self.on_ordered(key, position, item)
 
     def _snapshot(self, owner: NodeId) -> Any:
-        return {"positions": self._orderers[owner].snapshot(),
+        return {"positions": self._orderers[owner].snapshot(), "active": self._active[owner],
                 "history": {key: [[pos, _encode(item)] for pos, item in items]
                             for key, items in self._histories[owner].items()}}
 
     def _restore(self, owner: NodeId, state: Any) -> None:
         self._orderers[owner].restore(state["positions"])
+        if state.get("active") in self.members_of[owner]:
+            self._set_active(owner, state["active"])
         topics = self._histories[owner] = {}
         decided = self._decided[owner] = {}
         for key, items in state["history"].items():

@@ -1,0 +1,148 @@
+"""The seed's placement of replicated topic owners (seed 001, phase 3): every active node of the
+Chord ring runs with two spare processes outside the ring, and the three are one Multi-Paxos
+group that orders the active node's topics (``spare_groups``, ``TopicOwners(groups=...)``).
+
+Every process of a group is an ``OwnerProcess``: always a replica of the group, and on the
+ring as the group's owner (a Chord node whose identifier is the owner's, ``ChordConfig(
+identity=owner)``) only while the group's log names it active. The log decides who is active
+with ``{"active": node}`` operations, so two members never both believe they are:
+
+- the owner is active first. The group's leader watches the active member: every group
+  message it gets from it counts (a live member answers the leader's NOOP with a NOOP_OK);
+  when the active member is not the leader and has been silent for the group's suspicion
+  timeout (the seed's 2 s), the leader proposes itself, and joins the ring once that is
+  decided. So a leader change alone (a lost NOOP or two) moves nobody off the ring; a dead
+  active node is replaced after its death is noticed by the election and then by the leader.
+  The new active node takes the dead node's Chord identifier, so Chord routes the owner's
+  topics to it, its Scribe becomes their root, and its stream starts from the group's decided
+  log: no acknowledged publish is lost;
+- a member the log no longer names active (an old owner that comes back, or one that was only
+  cut off) leaves the ring and stays a replica; a restarted member does not join the ring on
+  its own: it waits to be elected leader, or for the log to name it;
+- a spare is a replica even while off the ring: a publisher redirected to it (any member of
+  the topic's group takes a publish, the seed's PUB REQUEST to "one of the nodes in the list")
+  has it ordered there and acknowledged once decided.
+
+Not built (README): a new spare added through the log from a pool after a take-over (a
+restarted member is a spare again), and handing the state of moved topics over through the
+log when a node joining the ring takes part of an owner's key range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+from ....core.env import Env, MessageHandler, Process, TimerHandle
+from ....core.errors import ConfigError
+from ....core.ids import NodeId
+from ....core.messages import Message
+from ...ordering.paxos.groups import GroupMessage
+from .owners import TopicOwners
+
+__all__ = ["OwnerProcess"]
+
+LAYER = "paxos"
+
+
+class OwnerProcess:
+    """One process of an owner's group in the seed's placement (module docstring).
+    ``build()`` makes the stack the process runs on the ring (Chord with the owner's identity,
+    Scribe ordering through ``owners``); one is built at once and started only while this
+    process is active, and a fresh one replaces it when it leaves the ring."""
+
+    def __init__(self, env: Env, owners: TopicOwners, build: Callable[[], Process]) -> None:
+        mine = [o for o, members in owners.members_of.items() if env.node in members]
+        if len(mine) != 1:
+            raise ConfigError(f"{env.node} must be a member of exactly one group, is of "
+                              f"{len(mine)}")
+        self.env = env
+        self.owner = mine[0]
+        self.owners = owners
+        replica = owners.replica(self.owner)
+        assert replica is not None  # a member has its group's replica
+        self.replica = replica
+        self._build = build
+        self.inner = build()
+        self.active = False
+        self._running = False
+        self._heard: dict[NodeId, float] = {}  # member -> when a group message came from it
+        self._since = 0.0  # when this process started watching
+        self._proposed_at: float | None = None
+        self._watch: TimerHandle | None = None
+        owners.on_active = self._on_active
+        owners.on_leader = self._on_leader
+
+    def start(self) -> None:
+        self._running = True
+        self._since = self.env.now()
+        self.owners.start()
+        self._watch = self.env.set_timer(self.replica.config.heartbeat_interval, self._check)
+
+    def stop(self) -> None:
+        self._running = False
+        if self._watch is not None:
+            self.env.cancel(self._watch)
+            self._watch = None
+        if self.active:
+            self.inner.stop()
+            self.active = False
+        self.owners.stop()
+
+    def on_message(self, src: NodeId, msg: Message) -> None:
+        if isinstance(msg, GroupMessage):
+            self._heard[src] = self.env.now()
+            self.owners.on_message(src, msg)
+        else:  # while off the ring: a publish is ordered here; the rest finds nothing to do
+            cast(MessageHandler, self.inner).on_message(src, msg)
+
+    def on_unreachable(self, node: NodeId) -> None:
+        hook = getattr(self.inner, "on_unreachable", None)
+        if hook is not None and self.active:
+            hook(node)
+
+    # -- who is on the ring ----------------------------------------------------------------
+
+    def _on_leader(self, owner: NodeId, node: NodeId) -> None:
+        if node == self.env.node and self._running and self.owners.active_of(owner) == node:
+            self._join_ring()  # the active member (re-)elected: on the ring, if not yet
+
+    def _check(self) -> None:
+        """As the group's leader: propose this process active when the active member has
+        been silent for the suspicion timeout (module docstring)."""
+        env, config = self.env, self.replica.config
+        self._watch = env.set_timer(config.heartbeat_interval, self._check)
+        active = self.owners.active_of(self.owner)
+        if active == env.node or self.replica.current_leader != env.node:
+            return
+        now = env.now()
+        if now - self._heard.get(active, self._since) < config.suspect_timeout:
+            return
+        if self._proposed_at is not None and now - self._proposed_at < config.suspect_timeout:
+            return  # proposed already: wait for it to be decided
+        self._proposed_at = now
+        env.trace("suspect", layer=LAYER, key=f"owner:{self.owner}", peer=active,
+                  reason="active_silent")
+        self.owners.propose_active(self.owner)
+
+    def _on_active(self, owner: NodeId, node: NodeId) -> None:
+        if not self._running:
+            return
+        if node == self.env.node:
+            self._join_ring()
+        elif self.active:
+            self._leave_ring(node)
+
+    def _join_ring(self) -> None:
+        if self.active:
+            return
+        self.active = True
+        self.env.trace("take_over", layer=LAYER, key=f"owner:{self.owner}",
+                       peer=self.owner)
+        self.inner.start()
+
+    def _leave_ring(self, successor: NodeId) -> None:
+        self.active = False
+        self.env.trace("step_down", layer=LAYER, key=f"owner:{self.owner}", peer=successor)
+        self.inner.stop()
+        self.inner = self._build()

@@ -1,0 +1,77 @@
+"""The seed's placement of topic owners (issue 19 point 2, seed 001 phase 3) in the simulator:
+every active node runs with two spare processes outside the Chord ring, the three one
+Multi-Paxos group. The topic's active node crashes while publishes flow: a spare becomes active
+through the group's log, joins the ring with the dead node's Chord identifier and is the
+topic's root; no acknowledged publish is lost and every subscriber delivers the one decided
+order. Every assertion message names the seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from checks import named
+from gossamer.core.errors import ConfigError
+from gossamer.protocols.dissemination.scribe import TreeRole
+from gossamer.protocols.dissemination.scribe.owners import TopicOwners, spare_groups
+from gossamer.protocols.membership.chord.ring import chord_id
+from gossamer.testing import FakeEnv
+from owners_world import BITS, TOPIC, active_crash, order_problems
+
+
+def check_take_over(seed: int, loss: float, recover_after: float | None = None) -> Any:
+    run = active_crash(seed, loss, recover_after=recover_after)
+    net, rows = run.net, named(run.rows)
+    problems = order_problems(run.rows, run.subscribers, run.alive)
+    assert problems == [], f"seed={seed} loss={loss} owner={net.owner}: {problems[:10]}"
+    acked = [r for r in rows if r.event == "acked" and r.key == TOPIC]
+    assert len(acked) >= run.count - 5, f"seed={seed}: {len(acked)} of {run.count} acked"
+    assert [r for r in acked if r.t > run.crash_at + 1.0], f"seed={seed}: none acked after"
+    spares = set(net.spares[net.owner])
+    # (under loss a live active node of another group may be taken for dead and replaced
+    # too: that is allowed, its group's log decides it)
+    took = [r.node for r in rows if r.event == "take_over" and r.t > run.crash_at
+            and r.key == f"owner:{net.owner}"]
+    assert len(took) == 1 and took[0] in spares, f"seed={seed}: took over: {took}"
+    new = took[0]
+    active = [n for n in run.alive if net.procs[n].active
+              and net.procs[n].owner == net.owner]
+    assert active == [new], f"seed={seed}: active for {net.owner}: {active}"
+    chord = net.scribe(new).chord
+    assert chord.joined and chord.views()[0].me.ident == chord_id(net.owner, BITS)
+    roots = [n for n in run.alive if net.scribe(n).role(TOPIC) is TreeRole.ROOT]
+    assert roots == [new], f"seed={seed}: roots {roots}, new active {new}"
+    return run
+
+
+@pytest.mark.parametrize(("seed", "loss"), [
+    (1, 0.0), (2, 0.03), pytest.param(3, 0.05, marks=pytest.mark.slow)])
+def test_a_spare_takes_the_dead_active_nodes_place_and_nothing_acknowledged_is_lost(
+        seed: int, loss: float) -> None:
+    check_take_over(seed, loss)
+
+
+def test_the_old_active_node_comes_back_as_a_spare() -> None:
+    seed = 4
+    run = check_take_over(seed, 0.0, recover_after=3.0)
+    old = run.net.procs[run.net.owner]
+    assert run.net.owner in run.alive and not old.active, f"seed={seed}"
+    assert not old.inner.chord.joined, f"seed={seed}: the old owner is on the ring again"
+
+
+def test_a_spare_off_the_ring_orders_a_publish_sent_to_it() -> None:
+    groups = spare_groups({"a": ("b", "c"), "d": ("e", "f")})
+    owners = TopicOwners(FakeEnv("b"), groups=groups, bits=BITS)
+    key = next(k for k in (f"t{i}" for i in range(100)) if owners.owner_of(k) == "a")
+    other = next(k for k in (f"t{i}" for i in range(100)) if owners.owner_of(k) == "d")
+    assert owners.takes(key) and not owners.takes(other)
+    answers: list[Any] = []
+    owners.propose(other, object(), answers.append)
+    assert [type(a).__name__ for a in answers] == ["Redirected"]
+    assert answers[0].leader in groups["d"]
+    assert owners.active_of("a") == "a"
+    with pytest.raises(ConfigError):
+        spare_groups({"a": ("b", "c"), "d": ("b", "f")})  # b in two groups
+    with pytest.raises(ConfigError):
+        TopicOwners(FakeEnv("a"), groups={"a": ("b", "a")}, bits=BITS)  # owner not first
