@@ -9,15 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from checks import named
-
 from gossamer.core import MemorySink, node_ids
+from gossamer.protocols.dissemination.scribe import Scribe
 from gossamer.protocols.dissemination.scribe.owners import (
     ReplicatedScribe,
     TopicOwners,
     owner_groups,
+    spare_groups,
 )
-from gossamer.protocols.dissemination.scribe import Scribe
-from gossamer.protocols.dissemination.scribe.owners import spare_groups
 from gossamer.protocols.dissemination.scribe.placement import OwnerProcess
 from gossamer.protocols.membership.chord import Chord, ChordConfig
 from gossamer.protocols.ordering.paxos import PaxosConfig

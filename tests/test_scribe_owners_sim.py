@@ -8,8 +8,6 @@ Every check reads the trace; every assertion message names the seed.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
