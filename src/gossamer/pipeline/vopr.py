@@ -232,10 +232,14 @@ _PUBSUB_KNOBS = (
                                 "documented for 10% (README: limits)"),
     Knob("duplicate", 0.0, 0.2, note="a third of the seeds"),
     Knob("reorder", 0.0, 0.3, note="a third of the seeds"),
-    Knob("crash", 0.0, 0.3, note="gossip modes only: a fraction crashing at once, for good "
-                                 "(40% of their seeds). Not for Scribe: a crashed topic root "
-                                 "loses what it accepted (README: limits; replicated owners "
-                                 "are not built)"),
+    Knob("spares", choices=(0, 2),
+         note="Scribe only (half its seeds): the seed's placement, each ring node with two "
+              "spare processes outside the ring that replicate its topics through "
+              "Multi-Paxos and take its place when it dies"),
+    Knob("crash", 0.0, 0.3, note="a fraction of the nodes crashing at once, for good (40% of "
+                                 "the gossip seeds and of the Scribe seeds with spares; never "
+                                 "the ring's three contacts). Not for Scribe without spares: "
+                                 "a crashed topic root loses what it accepted"),
     Knob("crash_at", 0.0, 12.0, note="seconds into the publishing, within it"),
     Knob("crash_publishers", choices=(False,),
          note="the crashing nodes publish nothing: a publish is acknowledged to no one, so "
@@ -265,7 +269,9 @@ def _draw_pubsub(d: _Draw) -> None:
     d.maybe(1 / 3, "duplicate")
     d.maybe(1 / 3, "reorder")
     gossip = mode != "scribe"
-    if gossip and d.rng.random() < 0.4:
+    spares = 2 if not gossip and d.rng.random() < 0.5 else 0
+    d.set("spares", spares)
+    if (gossip or spares) and d.rng.random() < 0.4:
         d.uniform("crash", low=_at_least_one(nodes))
         d.uniform("crash_at", high=span)
         d.set("crash_publishers", False)
@@ -281,7 +287,8 @@ def _draw_pubsub(d: _Draw) -> None:
 
 
 def _pubsub_faults(o: Mapping[str, Scalar]) -> list[str]:
-    out = [str(o.get("mode")), *_link_faults(o)]
+    out = [str(o.get("mode")) + (f" +{o['spares']} spares" if o.get("spares") else ""),
+           *_link_faults(o)]
     if o.get("crash"):
         out.append(f"crash-stop {_share(o['crash'], o['nodes'])} @{_s(o.get('crash_at'))}")
     if o.get("partition"):
@@ -419,8 +426,9 @@ _PUBSUB = Plan(
     "pubsub",
     "Seed 001 topic pub/sub (services/pubsub/experiment.py), gossip, gossip-tree or Scribe: "
     "every node subscribed when a message was published and up at the end delivers it, under "
-    "loss up to 10%, duplication and reordering; in the gossip modes also while up to 30% of "
-    "the nodes crash for good (they publish nothing) and across a healed partition.",
+    "loss up to 10%, duplication and reordering; in the gossip modes, and in Scribe with the "
+    "seed's spares, also while up to 30% of the nodes crash for good (they publish nothing); "
+    "in the gossip modes across a healed partition.",
     _PUBSUB_KNOBS, 0.1, _draw_pubsub, _pubsub_faults)
 _ACTIVITY = Plan(
     "activity",

@@ -24,7 +24,12 @@ topic-balance metric.
 founding node of the ring, each leads a Multi-Paxos group of itself and its next ``backups``
 ring nodes (``TopicOwners`` as Scribe's orderer, the seed's phase 3), and a publish is
 acknowledged once its topic's group decided it; ``paxos_heartbeat`` / ``paxos_suspect`` are
-the groups' timers. Judge such runs with total order per topic (``experiments/
+the groups' timers. ``spares`` > 0 (scribe mode only, instead of ``backups``) is the seed's own
+placement: each of the ``nodes`` ring nodes runs with ``spares`` spare processes outside the
+ring (``n003.s1``, ``n003.s2``: they publish and subscribe nothing), the group of the three
+orders its topics, and a spare takes a crashed node's place on the ring
+(``protocols/dissemination/scribe/placement.py``); ``crash`` may then crash ring nodes in
+scribe mode too. Judge such runs with total order per topic (``experiments/
 pubsub_owned.toml``).
 """
 
@@ -49,7 +54,8 @@ from ...protocols.membership.hyparview import HyParViewConfig
 from ...protocols.ordering.paxos import PaxosConfig
 from ...runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
 from .node import LAYER, PubSubNode
-from .owned import owned_stack
+from ...protocols.dissemination.scribe.owners import spare_groups
+from .owned import owned_stack, placed_stack
 
 __all__ = ["MODES", "PubSubRunOptions", "PubSubRunResult", "run_pubsub_sim", "topic_owners"]
 
@@ -92,6 +98,7 @@ class PubSubRunOptions:
     settle: float = 10.0  # virtual seconds after the last publish or fault for repair
     until: float | None = None  # the end of the run (default: workload, faults, settle)
     backups: int = 0  # scribe: replicated topic owners, each with this many backups (0: none)
+    spares: int = 0  # scribe: the seed's placement, this many spare processes per ring node
     paxos_heartbeat: float = 1.0  # ... their leaders' NOOP period (the seed's default)
     paxos_suspect: float = 2.0  # ... followers suspect a silent leader after this
     seed: int = 1
@@ -122,6 +129,9 @@ class PubSubRunOptions:
         if self.backups < 0 or (self.backups and self.mode != "scribe"):
             raise ConfigError("backups (replicated topic owners) must be >= 0, and > 0 only "
                               "in scribe mode")
+        if self.spares < 0 or (self.spares and (self.mode != "scribe" or self.backups)):
+            raise ConfigError("spares (the seed's placement of topic owners) must be >= 0, "
+                              "and > 0 only in scribe mode without backups")
         if self.backups >= self.nodes:
             raise ConfigError(f"backups must be fewer than the nodes ({self.nodes})")
         if not 0 < self.paxos_heartbeat < self.paxos_suspect:
@@ -274,7 +284,10 @@ def run_pubsub_sim(
     link = LinkModel(latency=parse_latency(options.latency), loss=options.loss,
                      duplicate=options.duplicate, reorder=options.reorder)
     ids = node_ids(options.nodes)
-    scenario = Scenario(seed=options.seed, nodes=[ids[0]], link=link,
+    spares = {n: tuple(f"{n}.s{k}" for k in range(1, options.spares + 1)) for n in ids}
+    groups = spare_groups(spares) if options.spares else {}
+    every = [*ids, *(s for pair in spares.values() for s in pair)]
+    scenario = Scenario(seed=options.seed, nodes=[ids[0], *every[len(ids):]], link=link,
                         connection_refused=options.connection_refused)
     for index, node in enumerate(ids[1:]):
         scenario.join(_JOIN_START + index * options.spacing, node)
@@ -289,6 +302,15 @@ def run_pubsub_sim(
         if gossip:
             app = PubSubNode(env, "gossip", contacts=contacts[node],
                              hyparview_config=hyparview_config, gossip_config=gossip_config)
+        elif options.spares:
+            def built(app: PubSubNode) -> None:
+                apps[node] = app
+
+            return placed_stack(
+                env, groups, paxos=PaxosConfig(heartbeat_interval=options.paxos_heartbeat,
+                                               suspect_timeout=options.paxos_suspect),
+                contacts=tuple(ids[:_SCRIBE_CONTACTS]), create=node == ids[0],
+                chord_config=chord, scribe_config=scribe_config, on_build=built)
         elif options.backups:
             app, process = owned_stack(
                 env, tuple(ids), backups=options.backups,
@@ -344,7 +366,7 @@ def run_pubsub_sim(
     for node in victims:
         scenario.crash(options.publish_start + options.crash_at, node)
     if options.partition:
-        shuffled = list(ids)
+        shuffled = list(every)
         faults.shuffle(shuffled)
         half = len(shuffled) // 2
         start = options.publish_start + options.partition_at
@@ -360,7 +382,8 @@ def run_pubsub_sim(
     wall = time.perf_counter() - started
 
     alive = [n for n in ids if sim.status(n) is NodeStatus.UP]
-    owners = _owners(options, apps, alive, chord.bits)
+    owners = _owners(options, apps, [n for n in every if sim.status(n) is NodeStatus.UP],
+                     chord.bits)
     for topic, nodes in owners.items():
         for node in nodes:
             tap.append((run_id, sim.now, node, LAYER, "owner", None, None, None, topic, None,

@@ -11,14 +11,16 @@ committed it to its store (``docs/pubsub.md``, "Replicated topic owners").
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from ...core.env import Env
+from ...core.env import Env, Process
 from ...core.errors import ConfigError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec
 from ...protocols.dissemination.scribe import ScribeConfig
 from ...protocols.dissemination.scribe.owners import OwnedProcess, TopicOwners
+from ...protocols.dissemination.scribe.placement import OwnerProcess
 from ...protocols.membership.chord import Chord, ChordConfig
 from ...protocols.ordering.paxos import PaxosConfig
 from ...protocols.ordering.paxos.groups import GROUP_CODEC
@@ -26,7 +28,7 @@ from ...runtimes.net import host_port_address
 from .node import MessageFn, PubSubNode, codec_for
 
 __all__ = ["OwnersOptions", "build_owned", "owned_analysis_checks", "owned_codec", "owned_stack",
-           "owners_status"]
+           "owners_status", "placed_stack"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +99,36 @@ def owned_stack(env: Env, ring: tuple[NodeId, ...], *, backups: int, paxos: Paxo
     pubsub = PubSubNode(env, "scribe", overlay=chord, scribe_config=scribe_config,
                         orderer=owners, on_message=on_message)
     return pubsub, OwnedProcess(owners, pubsub.process)
+
+
+def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: PaxosConfig,
+                 contacts: tuple[NodeId, ...], create: bool, chord_config: ChordConfig,
+                 scribe_config: ScribeConfig | None = None,
+                 on_message: MessageFn | None = None,
+                 on_build: Callable[[PubSubNode], None] | None = None) -> OwnerProcess:
+    """A process of the seed's placement (``placement.OwnerProcess``): the replica of its
+    owner's group (``groups``: ``spare_groups``), and a pub/sub node over Chord + Scribe whose
+    Chord node has the owner's identity, on the ring while the group's log names this process
+    active. ``on_build(app)`` hears each pub/sub node built (a fresh one after leaving the
+    ring)."""
+    scribe_config = scribe_config if scribe_config is not None else ScribeConfig()
+    owners = TopicOwners(env, groups=groups, bits=chord_config.bits, config=paxos,
+                         history_limit=scribe_config.topic_log_limit,
+                         max_topics=scribe_config.max_topics)
+    owner = next((o for o, members in groups.items() if env.node in members), None)
+    if owner is None:
+        raise ConfigError(f"{env.node} is in no group of the placement")
+    chord_config = dataclasses.replace(chord_config, identity=owner)
+
+    def build() -> Process:
+        chord = Chord(env, contacts=contacts, create=create, config=chord_config)
+        app = PubSubNode(env, "scribe", overlay=chord, scribe_config=scribe_config,
+                         orderer=owners, on_message=on_message)
+        if on_build is not None:
+            on_build(app)
+        return app.process
+
+    return OwnerProcess(env, owners, build)
 
 
 def owned_analysis_checks(checks: dict[str, Any]) -> dict[str, Any]:

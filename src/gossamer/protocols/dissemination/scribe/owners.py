@@ -87,7 +87,8 @@ def _encode(item: Publish) -> Any:
 class TopicOwners(ReplicatedOrderer):
     """The groups this node is a member of, as Scribe's orderer (see the module docstring)."""
 
-    __slots__ = ("_active", "_decided", "_histories", "_keys", "_orderers", "bits", "env",
+    __slots__ = ("_active", "_decided", "_histories", "_keys", "_orderers", "_turns", "bits",
+                 "env",
                  "groups", "history_limit", "max_topics", "members_of", "on_active",
                  "on_leader", "owners")
 
@@ -117,6 +118,7 @@ class TopicOwners(ReplicatedOrderer):
                     raise ConfigError(f"group {owner}: its members must start with it and "
                                       f"name each process once, got {list(members)}")
         self.members_of = every
+        self._turns: dict[NodeId, int] = {}  # owner -> redirects to its group so far
         # owner -> the member on the ring as the owner (its Chord identity): the log's
         # ``{"active": node}`` operations say which (the owner itself at first)
         self._active: dict[NodeId, NodeId] = {owner: owner for owner in every}
@@ -159,11 +161,11 @@ class TopicOwners(ReplicatedOrderer):
         orderer = self._orderers.get(owner)
         if orderer is None:
             # not a member of the key's group: any member takes it (its leader orders it);
-            # which one is alive is not known here, so a publisher sent to a dead one times
-            # out and is redirected again, to a member drawn afresh
+            # which one is alive is not known here, so the members take turns: a publisher
+            # sent to a dead one is redirected to the next one when it asks again
             members = self.members_of[owner]
-            on_decided(Redirected(members[0] if len(members) == 1
-                                  else self.env.rng.choice(members)))
+            turn = self._turns[owner] = self._turns.get(owner, -1) + 1
+            on_decided(Redirected(members[turn % len(members)]))
             return
         if isinstance(item, Publish):
             position = self._decided[owner].get(key, {}).get(message_id(item.origin, item.seq))
