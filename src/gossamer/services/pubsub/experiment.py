@@ -49,12 +49,12 @@ from ...core.ids import NodeId, node_ids
 from ...core.trace import Row, TraceSink, encode_info
 from ...protocols.dissemination.gossip import GossipConfig
 from ...protocols.dissemination.scribe import ScribeConfig, TreeRole
+from ...protocols.dissemination.scribe.owners import spare_groups
 from ...protocols.membership.chord import ChordConfig, chord_id
 from ...protocols.membership.hyparview import HyParViewConfig
 from ...protocols.ordering.paxos import PaxosConfig
 from ...runtimes.sim import LinkModel, NodeStatus, Scenario, Simulation, parse_latency
 from .node import LAYER, PubSubNode
-from ...protocols.dissemination.scribe.owners import spare_groups
 from .owned import owned_stack, placed_stack
 
 __all__ = ["MODES", "PubSubRunOptions", "PubSubRunResult", "run_pubsub_sim", "topic_owners"]
