@@ -284,6 +284,37 @@ def test_the_workload_with_replicated_owners_orders_each_topic_through_paxos(see
                            for seqs in by_node.values()), f"seed={seed}"
 
 
+@pytest.mark.parametrize("seed", [2, 3])
+def test_the_workload_with_the_seeds_spares_delivers_everything_when_ring_nodes_crash(
+        seed: int) -> None:
+    """``spares = 2``: two of eight ring nodes crash for good one second into the publishing
+    (seeds 2 and 3: the owner of a topic among them); a spare of each takes its place on the
+    ring with its Chord identifier, and every publish reaches every live subscriber in the
+    group's decided order."""
+    from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
+
+    options = PubSubRunOptions(nodes=8, mode="scribe", topics=3, subscribe_probability=1.0,
+                               publishes_per_node=5, rate=20.0, warmup=6.0, settle=15.0,
+                               spares=2, crash=0.25, crash_at=1.0, crash_publishers=False,
+                               seed=seed)
+    sink = MemorySink()
+    result = run_pubsub_sim(options, sink)
+    assert len(result.crashed) == 2 and result.reliability == 1.0, f"seed={seed}: {result}"
+    took = {(r[8], r[2]) for r in sink.rows if r[4] == "take_over" and r[1] > 8.0}
+    assert {owner for owner, _ in took} == {f"owner:{n}" for n in result.crashed}, (
+        f"seed={seed}: {took}")
+    assert all(node.startswith(owner[6:] + ".s") for owner, node in took), f"seed={seed}"
+    replaced = [n for roots in result.owners.values() for n in roots if ".s" in n]
+    assert replaced, f"seed={seed}: no spare is a topic's root: {result.owners}"
+    position_of: dict[tuple[str, str], int] = {}  # a retry decided twice: its first position
+    for r in sink.rows:
+        if r[3] == "paxos" and r[4] == "ordered":
+            position_of[(r[8], r[5])] = min(r[9], position_of.get((r[8], r[5]), r[9]))
+    for r in sink.rows:
+        if r[3] == "scribe" and r[4] == "deliver":
+            assert position_of[(r[8], r[5])] == r[9], f"seed={seed}: {r}"
+
+
 def test_replicated_owners_are_refused_where_they_cannot_work() -> None:
     from gossamer.services.pubsub.experiment import PubSubRunOptions
 
@@ -293,3 +324,7 @@ def test_replicated_owners_are_refused_where_they_cannot_work() -> None:
         PubSubRunOptions(mode="scribe", nodes=3, backups=3)
     with pytest.raises(ConfigError, match="paxos_heartbeat"):
         PubSubRunOptions(mode="scribe", backups=2, paxos_heartbeat=2.0, paxos_suspect=2.0)
+    with pytest.raises(ConfigError, match="spares"):
+        PubSubRunOptions(mode="scribe", backups=2, spares=2)
+    with pytest.raises(ConfigError, match="spares"):
+        PubSubRunOptions(mode="gossip", spares=2)
