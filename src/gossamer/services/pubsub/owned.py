@@ -120,15 +120,22 @@ def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: P
         raise ConfigError(f"{env.node} is in no group of the placement")
     chord_config = dataclasses.replace(chord_config, identity=owner)
 
+    current: list[PubSubNode] = []
+
     def build() -> Process:
         chord = Chord(env, contacts=contacts, create=create, config=chord_config)
         app = PubSubNode(env, "scribe", overlay=chord, scribe_config=scribe_config,
                          orderer=owners, on_message=on_message)
+        current[:] = [app]
         if on_build is not None:
             on_build(app)
         return app.process
 
-    return OwnerProcess(env, owners, build)
+    def leave() -> None:  # off the ring, nothing reaches its subscriptions: they end
+        for topic in current[0].subscriptions():
+            current[0].unsubscribe(topic)
+
+    return OwnerProcess(env, owners, build, on_leave=leave)
 
 
 def owned_analysis_checks(checks: dict[str, Any]) -> dict[str, Any]:

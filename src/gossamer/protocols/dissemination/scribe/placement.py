@@ -9,16 +9,19 @@ with ``{"active": node}`` operations, so two members never both believe they are
 
 - the owner is active first. The group's leader watches the active member: every group
   message it gets from it counts (a live member answers the leader's NOOP with a NOOP_OK);
-  when the active member is not the leader and has been silent for the group's suspicion
-  timeout (the seed's 2 s), the leader proposes itself, and joins the ring once that is
-  decided. So a leader change alone (a lost NOOP or two) moves nobody off the ring; a dead
-  active node is replaced after its death is noticed by the election and then by the leader.
+  when the active member is not the leader and has been silent for twice the group's
+  suspicion timeout (the seed's 2 s: so 4 s, about four NOOP rounds lost in a row), the
+  leader proposes itself, and joins the ring once that is decided. So a leader change alone
+  (a lost NOOP or two) moves nobody off the ring; a dead active node is replaced once the
+  election and then the leader have noticed it.
   The new active node takes the dead node's Chord identifier, so Chord routes the owner's
   topics to it, its Scribe becomes their root, and its stream starts from the group's decided
   log: no acknowledged publish is lost;
-- a member the log no longer names active (an old owner that comes back, or one that was only
-  cut off) leaves the ring and stays a replica; a restarted member does not join the ring on
-  its own: it waits to be elected leader, or for the log to name it;
+- a member the log no longer names active (an old owner that comes back, or a live one taken
+  for dead: one cut off, or under heavy loss) leaves the ring and stays a replica; its
+  subscriptions end with it (``on_leave``: traced unsubscribes), since a process off the ring
+  receives nothing. A restarted member does not join the ring on its own: it waits to be
+  elected leader, or for the log to name it;
 - a spare is a replica even while off the ring: a publisher redirected to it (any member of
   the topic's group takes a publish, the seed's PUB REQUEST to "one of the nodes in the list")
   has it ordered there and acknowledged once decided.
@@ -51,7 +54,9 @@ class OwnerProcess:
     Scribe ordering through ``owners``); one is built at once and started only while this
     process is active, and a fresh one replaces it when it leaves the ring."""
 
-    def __init__(self, env: Env, owners: TopicOwners, build: Callable[[], Process]) -> None:
+    def __init__(self, env: Env, owners: TopicOwners, build: Callable[[], Process], *,
+                 on_leave: Callable[[], None] | None = None) -> None:
+        """``on_leave()`` runs before the stack stops when this process leaves the ring."""
         mine = [o for o, members in owners.members_of.items() if env.node in members]
         if len(mine) != 1:
             raise ConfigError(f"{env.node} must be a member of exactly one group, is of "
@@ -63,6 +68,7 @@ class OwnerProcess:
         assert replica is not None  # a member has its group's replica
         self.replica = replica
         self._build = build
+        self._on_leave = on_leave
         self.inner = build()
         self.active = False
         self._running = False
@@ -116,7 +122,7 @@ class OwnerProcess:
         if active == env.node or self.replica.current_leader != env.node:
             return
         now = env.now()
-        if now - self._heard.get(active, self._since) < config.suspect_timeout:
+        if now - self._heard.get(active, self._since) < 2 * config.suspect_timeout:
             return
         if self._proposed_at is not None and now - self._proposed_at < config.suspect_timeout:
             return  # proposed already: wait for it to be decided
@@ -143,6 +149,8 @@ class OwnerProcess:
 
     def _leave_ring(self, successor: NodeId) -> None:
         self.active = False
-        self.env.trace("step_down", layer=LAYER, key=f"owner:{self.owner}", peer=successor)
+        self.env.trace("leave_ring", layer=LAYER, key=f"owner:{self.owner}", peer=successor)
+        if self._on_leave is not None:
+            self._on_leave()
         self.inner.stop()
         self.inner = self._build()
