@@ -237,8 +237,8 @@ _PUBSUB_KNOBS = (
               "spare processes outside the ring that replicate its topics through "
               "Multi-Paxos and take its place when it dies"),
     Knob("crash", 0.0, 0.3, note="a fraction of the nodes crashing at once, for good (40% of "
-                                 "the gossip seeds and of the Scribe seeds with spares, whose "
-                                 "loss is then at most 5%; never the ring's three contacts). "
+                                 "the gossip seeds and of the Scribe seeds with spares; never "
+                                 "the ring's three contacts). "
                                  "Not for Scribe without spares: a crashed topic root loses "
                                  "what it accepted"),
     Knob("crash_at", 0.0, 12.0, note="seconds into the publishing, within it"),
@@ -255,9 +255,6 @@ _PUBSUB_KNOBS = (
     Knob("warmup", 2.0, 6.0, note="fixed per mode: 6 s for Scribe's ring, as in quickstart"),
     Knob("settle", 15.0, 15.0, note="fixed: after the last publish or fault"),
 )
-
-
-_SPARES_CRASH_LOSS = 0.05  # the most loss drawn with crashes of ring nodes that have spares
 
 
 def _draw_pubsub(d: _Draw) -> None:
@@ -279,9 +276,6 @@ def _draw_pubsub(d: _Draw) -> None:
         d.uniform("crash", low=_at_least_one(nodes))
         d.uniform("crash_at", high=span)
         d.set("crash_publishers", False)
-        if spares:  # README (limits): a take-over under heavier loss may leave a topic's
-            # tree under the dead node's successor, which is no member of its group
-            d.set("loss", min(float(d.options["loss"]), _SPARES_CRASH_LOSS))
     else:
         d.set("crash", 0.0)
     if gossip and d.flag(0.3, "partition"):

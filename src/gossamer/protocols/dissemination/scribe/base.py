@@ -116,6 +116,7 @@ class TopicState:
     nonce: int = 0  # of our JOIN in flight: retries of older ones are stale
     children: dict[NodeId, float] = dataclasses.field(default_factory=dict)  # -> last heard
     not_root_ticks: int = 0
+    cycle_at: float = -1.0  # when we last broke a cycle (a second one soon after waits a tick)
     # messages we took as a root Chord no longer names, to publish in the tree we join: by id
     handover: dict[str, ScribeData] = dataclasses.field(default_factory=dict)
     handover_ticks: int = 0
@@ -209,6 +210,7 @@ class PendingPublish:
     seq: int
     payload: Any
     tries: int = 0
+    redirects: int = 0  # answers naming another node (not lost tries: counted apart)
     timer: TimerHandle | None = None
     sent_to: NodeId | None = None  # the root we sent it to last (None: a lookup is out)
     on_done: PublishDoneFn | None = None  # told once how it ended
@@ -258,6 +260,13 @@ class ScribeBase:
         self._sequence = DurableSequence(env.store if self.config.durable else None, STATE_TABLE,
                                          incarnation=env.incarnation,
                                          lease=self.config.seq_lease)
+
+    def may_root(self, topic: str) -> bool:
+        """Whether a tree of ``topic`` may be rooted here: always, unless the topic's order is
+        replicated and this node is no member of its group (its stream would have none of the
+        decided log, and subscribers would give up what it lacks)."""
+        orderer = self.orderer
+        return not isinstance(orderer, ReplicatedOrderer) or orderer.takes(topic)
 
     def _drop(self, src: NodeId, msg: Message, reason: str) -> None:
         mid, origin, key, seq = msg.trace_ids()

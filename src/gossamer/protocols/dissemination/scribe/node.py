@@ -44,6 +44,8 @@ from .tree import TreeMembership
 
 __all__ = ["Scribe"]
 
+REDIRECTS_PER_TRY = 4  # a publish follows at most this many redirects per try it may make
+
 
 class Scribe(TreeMembership):
     """Scribe trees over a Chord host. It is the node's process: it starts Chord and passes it
@@ -361,7 +363,11 @@ class Scribe(TreeMembership):
         """A publish for a topic we may be the root of (``held``: one we held, taken now)."""
         topic = msg.topic
         state = self._topics.get(topic)
-        if state is None and self.chord.root_of(topic) is not None:
+        # Chord names us root of a topic whose replica group we are no member of (its owner
+        # died and no spare is on the ring in its place yet): its group orders it (the answer
+        # sends the publisher to a member), and no tree is rooted here (``may_root``)
+        outsider = self.chord.root_of(topic) is not None and not self.may_root(topic)
+        if state is None and self.chord.root_of(topic) is not None and not outsider:
             # Chord names us root but no tree is here yet (it is still under the old root, which
             # joins us within a few heartbeats): take the message into a stream of ours, so the
             # tree fetches it when it moves here
@@ -374,8 +380,9 @@ class Scribe(TreeMembership):
         # a replica of the topic's owner that is not its root (a spare, seed 001 phase 3):
         # orders it here; the root sends it down the tree once decided
         orderer = self.orderer
-        replica = ((state is None or state.role is not TreeRole.ROOT)
-                   and isinstance(orderer, ReplicatedOrderer) and orderer.takes(topic))
+        replica = outsider or ((state is None or state.role is not TreeRole.ROOT)
+                               and isinstance(orderer, ReplicatedOrderer)
+                               and orderer.takes(topic))
         if (not replica and state is not None and state.role is TreeRole.MEMBER
                 and state.parent is not None):
             # the tree's root is above us (Chord's view and the tree disagree while the ring
@@ -542,7 +549,14 @@ class Scribe(TreeMembership):
         env.trace("publish_redirect", layer=LAYER, msg=message_id(env.node, msg.seq),
                   origin=env.node, seq=msg.seq, key=msg.topic, peer=msg.to, by=src)
         self._remember_root(msg.topic, msg.to)
-        self._try_again(pending)
+        pending.redirects += 1
+        if pending.redirects <= REDIRECTS_PER_TRY * (self.config.publish_retries + 1):
+            # an answer, not a lost try: while a group replaces its dead owner a publisher
+            # goes round its members, and those turns must not use up the tries that the
+            # fail-over needs (bounded all the same: a redirect loop ends)
+            self._send_publish(pending)
+        else:
+            self._try_again(pending)
 
     def _on_publish_refused(self, src: NodeId, msg: PublishRefused) -> None:
         """The root's orderer refused it: the publish ends here (it was not taken)."""

@@ -37,7 +37,9 @@ class TreeMembership(StreamRepair):
         self.chord.route(topic, {"t": JOIN_TAG, "n": state.nonce})
         # if the route could not start (not on the ring yet) the next tick tries again
 
-    def _rejoin(self, topic: str, state: TopicState, reason: str) -> None:
+    def _rejoin(self, topic: str, state: TopicState, reason: str, *, at_once: bool = True) -> None:
+        """Leave our parent and join again: at once, or (``at_once`` False) at the next tick,
+        when Chord may have settled the routes that made a cycle."""
         old = state.parent
         self.env.trace("repair", layer=LAYER, key=topic, peer=old, reason=reason)
         if state.role is TreeRole.ROOT and state.log:
@@ -52,7 +54,11 @@ class TreeMembership(StreamRepair):
             state.handover_ticks = 0
         if old is not None:
             self.env.send(old, ScribeLeave(topic=topic))
-        self._join(topic, state)
+        if at_once:
+            self._join(topic, state)
+        else:  # ``_tick`` joins what is JOINING
+            state.role = TreeRole.JOINING
+            state.parent = None
 
     def _hand_over(self, topic: str, state: TopicState) -> None:
         """Publish again, through our parent, what we took as a false root (each tick, until it
@@ -118,6 +124,11 @@ class TreeMembership(StreamRepair):
         if prev is None and (state is None or state.nonce != nonce):
             self.env.trace("drop", layer=LAYER, key=key, reason="stale_join")
             return
+        if not self.may_root(key):
+            # no member of the topic's replica group (a spare is about to take the dead
+            # owner's place): no tree here; the joiner's parent timeout makes it join again
+            self.env.trace("drop", layer=LAYER, key=key, peer=prev, reason="not_a_replica")
+            return
         if state is None:
             if len(self._topics) >= self.config.max_topics:
                 self.env.trace("drop", layer=LAYER, key=key, reason="too_many_topics")
@@ -148,9 +159,15 @@ class TreeMembership(StreamRepair):
             self._join(topic, state)
             return
         if child == state.parent:
-            # our parent joins through us: the ring was inconsistent; break the loop
+            # our parent joins through us: the ring was inconsistent; break the loop. Join
+            # again at once, unless we broke one within a heartbeat: then at the next tick,
+            # since two nodes whose routes point at each other would make the cycle again at
+            # network speed until Chord settles
+            now = self.env.now()
+            again = state.cycle_at >= 0 and now - state.cycle_at < self.config.heartbeat_interval
+            state.cycle_at = now
             self._add_child(topic, state, child)
-            self._rejoin(topic, state, "cycle")
+            self._rejoin(topic, state, "cycle", at_once=not again)
             return
         self._add_child(topic, state, child)
 

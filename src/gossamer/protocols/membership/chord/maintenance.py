@@ -46,15 +46,22 @@ class HostMaintenance(HostRouting):
             self._join(vn, Peer(first.me.ident, first.me.node, 0))
 
     def _join(self, vn: VNode, contact: Peer | None = None) -> None:
-        if contact is None:
-            if not self.contacts:
-                vn.state = ChordState.IDLE
-                return
-            node = self.contacts[self._contact_turn % len(self.contacts)]
-            self._contact_turn += 1
-            contact = Peer(0, node, 0)
+        """Look our own identifier up through ``contact``, or through two of our contacts at
+        once (the next ones in turn): the answer comes straight back, unacknowledged, so under
+        loss one lost reply would cost a whole lookup timeout; the first answer joins us."""
+        if contact is not None:
+            contacts = [contact]
+        elif not self.contacts:
+            vn.state = ChordState.IDLE
+            return
+        else:
+            count = min(2, len(self.contacts))
+            contacts = [Peer(0, self.contacts[(self._contact_turn + k) % len(self.contacts)], 0)
+                        for k in range(count)]
+            self._contact_turn += count
         vn.state = ChordState.JOINING
-        self._look_up_self(vn, contact, LookupPurpose.JOIN)
+        for peer in contacts:
+            self._look_up_self(vn, peer, LookupPurpose.JOIN)
 
     def _retry_join(self, vn: VNode) -> None:
         def again() -> None:
@@ -215,8 +222,10 @@ class HostMaintenance(HostRouting):
             assert request.peer is not None
             self._missed(request.peer)
         elif request.purpose is LookupPurpose.JOIN:
-            if vn.state is ChordState.JOINING:
-                self._retry_join(vn)
+            if vn.state is ChordState.JOINING and not any(
+                    r.vnode == vn.index and r.purpose is LookupPurpose.JOIN
+                    for r in self._requests.values()):
+                self._retry_join(vn)  # once the last of a round's lookups timed out
         elif request.purpose is LookupPurpose.FINGER and vn.finger_ref == ref:
             vn.finger_ref = None
             vn.next_finger = request.finger + 1
