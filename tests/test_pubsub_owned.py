@@ -38,7 +38,7 @@ def test_owners_options_refuse_what_cannot_run() -> None:
         with pytest.raises(ConfigError):
             OwnersOptions(**bad)
     OwnersOptions(ring=RING).check_member(RING[1])
-    with pytest.raises(ConfigError, match="not in the founding ring"):
+    with pytest.raises(ConfigError, match="is not in"):
         OwnersOptions(ring=RING).check_member("127.0.0.1:4999")
 
 
@@ -105,3 +105,28 @@ def test_the_command_line_defaults_to_unreplicated_owners() -> None:
     args = _parse("--mode", "scribe", "--port", "4000", "--backups", "2", "--ring", RING[0],
                   "--ring", RING[1], "--paxos-suspect", "3")
     assert args.backups == 2 and args.ring == list(RING[:2]) and args.paxos_suspect == 3.0
+
+
+SPARES = (("127.0.0.1:4000", ("127.0.0.1:5000", "127.0.0.1:5001")),
+          ("127.0.0.1:4001", ("127.0.0.1:5002", "127.0.0.1:5003")))
+
+
+def test_the_seeds_placement_on_the_command_line_and_what_it_refuses() -> None:
+    args = _parse("--mode", "scribe", "--port", "4000",
+                  "--spares", "127.0.0.1:4000=127.0.0.1:5000,127.0.0.1:5001",
+                  "--spares", "127.0.0.1:4001=127.0.0.1:5002,127.0.0.1:5003")
+    assert tuple(args.spares) == SPARES
+    owners = OwnersOptions(spares=SPARES)
+    assert owners.placement() == {a: (a, *s) for a, s in SPARES}
+    assert owners.is_spare("127.0.0.1:5002") and not owners.is_spare("127.0.0.1:4001")
+    owners.check_member("127.0.0.1:5003")
+    with pytest.raises(ConfigError, match="not in"):
+        owners.check_member("127.0.0.1:4002")
+    for bad in (dict(spares=SPARES, ring=RING),  # both placements
+                dict(spares=((RING[0], (RING[1],)), (RING[2], (RING[1],)))),  # in two groups
+                dict(spares=(("n1", ("n2",)),))):  # not HOST:PORT
+        with pytest.raises(ConfigError):
+            OwnersOptions(**bad)  # type: ignore[arg-type]
+    for text in ("127.0.0.1:4000", "127.0.0.1:4000=", "nohost=127.0.0.1:5000"):
+        with pytest.raises(SystemExit):
+            _parse("--mode", "scribe", "--spares", text)

@@ -109,6 +109,14 @@ def add_pubsub_parser(
                        metavar="HOST:PORT",
                        help="a founding node of the ring (repeat for each, this node too; "
                             "the same list at every node); needs a fixed --port")
+    owned.add_argument("--spares", type=_spare_group, action="append", default=None,
+                       metavar="HOST:PORT=HOST:PORT,HOST:PORT",
+                       help="the seed's placement instead of --backups/--ring: an active "
+                            "ring node and its spare processes outside the ring (the seed: "
+                            "two), which replicate its topics and take its place when it "
+                            "dies; repeat for each active node, the same list at every "
+                            "process (spares too); needs a fixed --port and --data-dir, and "
+                            "--contact for every process but the ring's first")
     owned.add_argument("--paxos-heartbeat", type=_seconds, default=1.0, metavar="SECONDS",
                        help="a group leader's NOOP period (default 1.0, the seed's)")
     owned.add_argument("--paxos-suspect", type=_seconds, default=2.0, metavar="SECONDS",
@@ -138,6 +146,16 @@ def add_pubsub_parser(
     return pubsub
 
 
+def _spare_group(text: str) -> tuple[str, tuple[str, ...]]:
+    """``HOST:PORT=HOST:PORT,HOST:PORT``: an active node and its spares."""
+    active, sep, rest = text.partition("=")
+    spares = tuple(s for s in rest.split(",") if s)
+    if not sep or not spares:
+        raise argparse.ArgumentTypeError(f"expected ACTIVE=SPARE1,SPARE2 (HOST:PORT each), "
+                                         f"got {text!r}")
+    return _contact(active), tuple(_contact(node) for node in spares)
+
+
 def _cmd_client(args: argparse.Namespace, console: Console) -> int:
     host, port = args.address
     out = Output(sys.stdout, json=args.json)
@@ -148,7 +166,13 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     owners = None
-    if args.backups:
+    if args.spares:
+        if args.backups or args.ring:
+            raise ConfigError("--spares is the seed's placement: give it instead of "
+                              "--backups and --ring")
+        owners = OwnersOptions(spares=tuple(args.spares), heartbeat=args.paxos_heartbeat,
+                               suspect=args.paxos_suspect)
+    elif args.backups:
         owners = OwnersOptions(ring=tuple(args.ring or ()), backups=args.backups,
                                heartbeat=args.paxos_heartbeat, suspect=args.paxos_suspect)
     elif args.ring:

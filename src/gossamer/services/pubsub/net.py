@@ -42,6 +42,7 @@ from ...core.trace import TraceSink
 from ...core.traceio import trace_path, write_settings
 from ...protocols.dissemination.scribe import PublishResult, TreeRole
 from ...protocols.dissemination.scribe.owners import OwnedProcess
+from ...protocols.dissemination.scribe.placement import OwnerProcess
 from ...protocols.membership.chord import ChordConfig, ChordHost
 from ...protocols.membership.chord.ring import Peer, VNodeView
 from ...protocols.membership.hyparview import HyParView, OverlayState
@@ -61,6 +62,7 @@ from .owned import (
     owned_analysis_checks,
     owned_codec,
     owners_status,
+    placed_stack,
 )
 from .shell import HELP, MAX_LINE, MAX_MESSAGE, Command, CommandError, parse_command
 
@@ -278,7 +280,7 @@ class PubSubNetNode:
         self.on_message = on_message
         self.failed = asyncio.Event()
         self.pubsub: PubSubNode | None = None
-        self.owned: OwnedProcess | None = None  # with replicated owners
+        self.owned: OwnedProcess | OwnerProcess | None = None  # with replicated owners
         store: SqliteStore | WriteBehindStore | None = None
         if options.data_dir is not None:
             options.data_dir.mkdir(parents=True, exist_ok=True)
@@ -319,7 +321,20 @@ class PubSubNetNode:
         opts = self.options
         create = not opts.contacts
         process: Any
-        if opts.owners is not None:
+        if opts.owners is not None and opts.owners.spares:
+            def built(app: PubSubNode) -> None:  # a fresh one after leaving the ring
+                self.pubsub = app
+                if self.port is not None:
+                    self.port.pubsub = app
+
+            placement = opts.owners.placement()
+            assert placement is not None
+            self.owned = placed_stack(
+                env, placement, paxos=opts.owners.paxos(), contacts=opts.contacts,
+                create=not opts.contacts, chord_config=ChordConfig(bits=opts.chord_bits),
+                on_message=self._delivered, on_build=built)
+            process = self.owned
+        elif opts.owners is not None:
             self.pubsub, self.owned = build_owned(
                 env, opts.owners, contacts=opts.contacts,
                 chord_config=ChordConfig(bits=opts.chord_bits), on_message=self._delivered)
@@ -332,6 +347,7 @@ class PubSubNetNode:
             process = self.pubsub.process
         if opts.command_port is None:
             return process
+        assert self.pubsub is not None
         self.port = CommandPort(env, self.pubsub, status=self.status, joined=self.joined,
                                 overload=self.net.overload)
         return NodeProcess(process, self.port)
@@ -358,6 +374,10 @@ class PubSubNetNode:
         if self.options.owners is not None:
             try:
                 self.options.owners.check_member(node)
+                if self.options.owners.is_spare(node) and not self.options.contacts:
+                    raise ConfigError(f"{node} is a spare: give it --contact HOST:PORT (a "
+                                      f"ring node to join through when it takes a node's "
+                                      f"place)")
             except ConfigError:
                 await self.net.close()
                 raise
@@ -418,6 +438,9 @@ class PubSubNetNode:
                 for topic in scribe.topics()}
             if self.owned is not None:
                 info.update(owners_status(self.owned.owners, sorted(scribe.topics())))
+            if isinstance(self.owned, OwnerProcess):
+                info["active"] = self.owned.active  # on the ring as its group's owner
+                info["owner"] = self.owned.owner
         return info
 
     def _call(self, fn: Callable[[PubSubNode], Any]) -> Any:
@@ -657,9 +680,16 @@ async def automated(node: PubSubNetNode, options: AutoOptions, out: Output,
     return published
 
 
-async def _announce_joined(node: PubSubNetNode, out: Output, timeout: float) -> bool:
+async def _announce_joined(node: PubSubNetNode, out: Output, timeout: float | None) -> bool:
     """Print ``joined`` once in the overlay; False (and an error line) when a node that was
     given contacts is not in the overlay within ``timeout`` seconds."""
+    owners = node.options.owners
+    if owners is not None and owners.spares:
+        # the seed's placement: a process is on the ring only while its group's log names it
+        # (a spare until it takes a node's place, an old owner back after one did): no deadline
+        if owners.is_spare(node.node_id):
+            out.info("spare", f"spare {node.node_id}", node=node.node_id)
+        timeout = None
     if await node.wait_joined(timeout if node.options.contacts else None):
         out.info("joined", f"joined {node.node_id}", node=node.node_id)
         return True

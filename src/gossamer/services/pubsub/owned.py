@@ -19,7 +19,7 @@ from ...core.errors import ConfigError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec
 from ...protocols.dissemination.scribe import ScribeConfig
-from ...protocols.dissemination.scribe.owners import OwnedProcess, TopicOwners
+from ...protocols.dissemination.scribe.owners import OwnedProcess, TopicOwners, spare_groups
 from ...protocols.dissemination.scribe.placement import OwnerProcess
 from ...protocols.membership.chord import Chord, ChordConfig
 from ...protocols.ordering.paxos import PaxosConfig
@@ -33,38 +33,66 @@ __all__ = ["OwnersOptions", "build_owned", "owned_analysis_checks", "owned_codec
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OwnersOptions:
-    """``backups`` ring nodes replicate each founding owner (the seed: 2); ``ring`` is every
-    founding node (``host:port``); the Paxos timers are the seed's defaults: the leader's NOOP
-    every ``heartbeat`` seconds, a follower suspects it after ``suspect`` seconds."""
+    """Either ``ring`` (every founding node, ``host:port``) with ``backups`` ring nodes
+    replicating each founding owner, or ``spares`` (the seed's placement: each active node
+    ``host:port`` with its spare processes outside the ring, ``spare_groups``); the Paxos
+    timers are the seed's defaults: the leader's NOOP every ``heartbeat`` seconds, a follower
+    suspects it after ``suspect`` seconds."""
 
-    ring: tuple[NodeId, ...]
+    ring: tuple[NodeId, ...] = ()
     backups: int = 2
     heartbeat: float = 1.0
     suspect: float = 2.0
+    spares: tuple[tuple[NodeId, tuple[NodeId, ...]], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.backups < 1:
-            raise ConfigError(f"replicated owners need backups >= 1, got {self.backups}")
-        if not self.ring:
-            raise ConfigError("replicated owners need the founding ring (--ring HOST:PORT, "
-                              "one for each founding node, this one too)")
-        for node in self.ring:
-            check_node_id(node)
-            if host_port_address(node) is None:
-                raise ConfigError(f"ring node {node!r} is not HOST:PORT")
-        if len(set(self.ring)) != len(self.ring):
-            raise ConfigError(f"a ring node is named twice: {sorted(self.ring)}")
+        if self.spares:
+            if self.ring:
+                raise ConfigError("give the founding ring with backups on it (--ring) or the "
+                                  "seed's placement (--spares), not both")
+            for node in self.processes():
+                if host_port_address(check_node_id(node)) is None:
+                    raise ConfigError(f"process {node!r} of the placement is not HOST:PORT")
+            self.placement()  # says what is wrong with the groups
+        else:
+            if self.backups < 1:
+                raise ConfigError(f"replicated owners need backups >= 1, got {self.backups}")
+            if not self.ring:
+                raise ConfigError("replicated owners need the founding ring (--ring "
+                                  "HOST:PORT, one for each founding node, this one too) or "
+                                  "the seed's placement (--spares)")
+            for node in self.ring:
+                check_node_id(node)
+                if host_port_address(node) is None:
+                    raise ConfigError(f"ring node {node!r} is not HOST:PORT")
+            if len(set(self.ring)) != len(self.ring):
+                raise ConfigError(f"a ring node is named twice: {sorted(self.ring)}")
         # PaxosConfig says what is wrong with the timers
         self.paxos()
 
     def paxos(self) -> PaxosConfig:
         return PaxosConfig(heartbeat_interval=self.heartbeat, suspect_timeout=self.suspect)
 
+    def placement(self) -> dict[NodeId, tuple[NodeId, ...]] | None:
+        """The groups of the seed's placement (None: backups on the ring)."""
+        return spare_groups(dict(self.spares)) if self.spares else None
+
+    def processes(self) -> list[NodeId]:
+        """Every process named: the ring, or the active nodes and their spares."""
+        if not self.spares:
+            return list(self.ring)
+        return [n for active, spares in self.spares for n in (active, *spares)]
+
+    def is_spare(self, node: NodeId) -> bool:
+        """A spare of the seed's placement (off the ring until it takes a node's place)."""
+        return any(node in spares for _, spares in self.spares)
+
     def check_member(self, node: NodeId) -> None:
-        """A node with replicated owners is a founding node of the ring."""
-        if node not in self.ring:
-            raise ConfigError(f"{node} is not in the founding ring ({', '.join(self.ring)}): "
-                              f"with replicated owners every node is named by --ring and "
+        """A node with replicated owners is named by the ring or the placement."""
+        if node not in self.processes():
+            flag = "--spares" if self.spares else "--ring"
+            raise ConfigError(f"{node} is not in {', '.join(self.processes())}: with "
+                              f"replicated owners every process is named by {flag} and "
                               f"listens on a fixed --port")
 
 

@@ -88,9 +88,8 @@ class TopicOwners(ReplicatedOrderer):
     """The groups this node is a member of, as Scribe's orderer (see the module docstring)."""
 
     __slots__ = ("_active", "_decided", "_histories", "_keys", "_orderers", "_turns", "bits",
-                 "env",
-                 "groups", "history_limit", "max_topics", "members_of", "on_active",
-                 "on_leader", "owners")
+                 "env", "groups", "history_limit", "max_topics", "members_of", "on_active",
+                 "owners")
 
     LAYER = "paxos"
 
@@ -123,7 +122,6 @@ class TopicOwners(ReplicatedOrderer):
         # ``{"active": node}`` operations say which (the owner itself at first)
         self._active: dict[NodeId, NodeId] = {owner: owner for owner in every}
         self.on_active: ActiveFn | None = None  # (owner, node) once a change is decided
-        self.on_leader: ActiveFn | None = None  # (owner, node): LEADER-CHANGED in a group
         self.owners = sorted(every, key=lambda n: (chord_id(n, bits), n))
         self._keys = [chord_id(n, bits) for n in self.owners]
         self.groups = PaxosGroups(env)
@@ -138,8 +136,7 @@ class TopicOwners(ReplicatedOrderer):
             replica = PaxosReplica(
                 self.groups.view(name), members, config=config, group=name,
                 initial_leader=owner,
-                on_decided=functools.partial(self._control, owner),
-                on_leader_changed=functools.partial(self._leader_changed, owner))
+                on_decided=functools.partial(self._control, owner))
             orderer = PaxosOrderer(replica, on_ordered=functools.partial(self._ordered, owner),
                                    encode=_encode, anywhere=True)
             replica.snapshot_fn = functools.partial(self._snapshot, owner)
@@ -181,36 +178,41 @@ class TopicOwners(ReplicatedOrderer):
         """The member the group's log names active (on the ring as ``owner``)."""
         return self._active[owner]
 
-    def propose_active(self, owner: NodeId) -> None:
-        """Propose in ``owner``'s group that this node is its active member from now on."""
+    def propose_active(self, owner: NodeId, instead_of: NodeId) -> None:
+        """Propose in ``owner``'s group that this node is its active member from now on, if
+        ``instead_of`` still is when the proposal is decided (a compare-and-set: two spares
+        that both propose themselves make one change, and a restarted member confirming that
+        it is still active changes nothing if another took its place meanwhile)."""
         orderer = self._orderers.get(owner)
         if orderer is None:
             raise ConfigError(f"{self.env.node} is no member of {owner}'s group")
-        orderer.replica.propose({"active": self.env.node})
+        orderer.replica.propose({"active": self.env.node, "instead_of": instead_of})
 
     def _control(self, owner: NodeId, op: DecidedOp) -> None:
         """A decided operation of ``owner``'s group that is not a publish: a new active
-        member (anything else was not proposed by this code: traced and ignored)."""
+        member, or a member confirmed active (anything else was not proposed by this code:
+        traced and ignored). Every member applies it the same way, in log order."""
         payload = op.payload
-        node = payload.get("active") if isinstance(payload, dict) else None
-        if not (isinstance(payload, dict) and payload.keys() == {"active"}
-                and node in self.members_of[owner]):
+        members = self.members_of[owner]
+        if not (isinstance(payload, dict) and payload.keys() == {"active", "instead_of"}
+                and payload["active"] in members and payload["instead_of"] in members):
             self.env.trace("drop", layer=self.LAYER, key=f"owner:{owner}",
                            reason="unknown_operation", seq=op.slot)
             return
-        self._set_active(owner, node)
+        if self._active[owner] != payload["instead_of"]:
+            self.env.trace("drop", layer=self.LAYER, key=f"owner:{owner}", seq=op.slot,
+                           peer=payload["active"], reason="active_changed_meanwhile")
+            return
+        self._set_active(owner, payload["active"], confirmed=True)
 
-    def _set_active(self, owner: NodeId, node: NodeId) -> None:
-        if self._active[owner] == node:
+    def _set_active(self, owner: NodeId, node: NodeId, *, confirmed: bool = False) -> None:
+        """``confirmed``: decided now (the callback hears it even if nothing changed)."""
+        if self._active[owner] == node and not confirmed:
             return
         self._active[owner] = node
         self.env.trace("active", layer=self.LAYER, key=f"owner:{owner}", peer=node)
         if self.on_active is not None:
             self.on_active(owner, node)
-
-    def _leader_changed(self, owner: NodeId, node: NodeId, ballot: Any) -> None:
-        if self.on_leader is not None:
-            self.on_leader(owner, node)
 
     def history(self, key: str) -> list[tuple[int, Any]]:
         owner = self.owner_of(key)

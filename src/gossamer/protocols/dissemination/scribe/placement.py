@@ -5,23 +5,25 @@ group that orders the active node's topics (``spare_groups``, ``TopicOwners(grou
 Every process of a group is an ``OwnerProcess``: always a replica of the group, and on the
 ring as the group's owner (a Chord node whose identifier is the owner's, ``ChordConfig(
 identity=owner)``) only while the group's log names it active. The log decides who is active
-with ``{"active": node}`` operations, so two members never both believe they are:
+with ``{"active": node, "instead_of": current}`` operations (a compare-and-set, applied in log
+order at every member), so two members never both believe they are:
 
-- the owner is active first. The group's leader watches the active member: every group
-  message it gets from it counts (a live member answers the leader's NOOP with a NOOP_OK);
-  when the active member is not the leader and has been silent for twice the group's
-  suspicion timeout (the seed's 2 s: so 4 s, about four NOOP rounds lost in a row), the
-  leader proposes itself, and joins the ring once that is decided. So a leader change alone
-  (a lost NOOP or two) moves nobody off the ring; a dead active node is replaced once the
-  election and then the leader have noticed it.
-  The new active node takes the dead node's Chord identifier, so Chord routes the owner's
-  topics to it, its Scribe becomes their root, and its stream starts from the group's decided
-  log: no acknowledged publish is lost;
+- the owner is active first; a process that its log (or, at its first start, the placement)
+  names active proposes itself instead of itself when it starts, and joins the ring once that
+  is decided: a member restarted after a spare took its place finds the compare-and-set
+  failed and stays a spare. The group's leader watches the active member: every group message
+  it gets from it counts (a live member answers the leader's NOOP with a NOOP_OK); when the
+  active member is not the leader and has been silent for twice the group's suspicion
+  timeout (the seed's 2 s: so 4 s, about four NOOP rounds lost in a row), the leader proposes
+  itself instead of it, and joins the ring once that is decided. So a leader change alone (a
+  lost NOOP or two) moves nobody off the ring; a dead active node is replaced once the
+  election and then the leader have noticed it. The new active node takes the dead node's
+  Chord identifier, so Chord routes the owner's topics to it, its Scribe becomes their root,
+  and its stream starts from the group's decided log: no acknowledged publish is lost;
 - a member the log no longer names active (an old owner that comes back, or a live one taken
   for dead: one cut off, or under heavy loss) leaves the ring and stays a replica; its
   subscriptions end with it (``on_leave``: traced unsubscribes), since a process off the ring
-  receives nothing. A restarted member does not join the ring on its own: it waits to be
-  elected leader, or for the log to name it;
+  receives nothing;
 - a spare is a replica even while off the ring: a publisher redirected to it (any member of
   the topic's group takes a publish, the seed's PUB REQUEST to "one of the nodes in the list")
   has it ordered there and acknowledged once decided.
@@ -77,13 +79,18 @@ class OwnerProcess:
         self._proposed_at: float | None = None
         self._watch: TimerHandle | None = None
         owners.on_active = self._on_active
-        owners.on_leader = self._on_leader
 
     def start(self) -> None:
-        self._running = True
         self._since = self.env.now()
-        self.owners.start()
+        self.owners.start()  # replays the stored log first: old decisions move nobody now
+        self._running = True
         self._watch = self.env.set_timer(self.replica.config.heartbeat_interval, self._check)
+        me = self.env.node
+        if self.owners.active_of(self.owner) == me:
+            # named active by what this process knows (the owner at its first start, or its
+            # store): on the ring once the group confirms it, so a member restarted after a
+            # spare took its place does not come back as a second node of the same identity
+            self.owners.propose_active(self.owner, instead_of=me)
 
     def stop(self) -> None:
         self._running = False
@@ -109,10 +116,6 @@ class OwnerProcess:
 
     # -- who is on the ring ----------------------------------------------------------------
 
-    def _on_leader(self, owner: NodeId, node: NodeId) -> None:
-        if node == self.env.node and self._running and self.owners.active_of(owner) == node:
-            self._join_ring()  # the active member (re-)elected: on the ring, if not yet
-
     def _check(self) -> None:
         """As the group's leader: propose this process active when the active member has
         been silent for the suspicion timeout (module docstring)."""
@@ -129,7 +132,7 @@ class OwnerProcess:
         self._proposed_at = now
         env.trace("suspect", layer=LAYER, key=f"owner:{self.owner}", peer=active,
                   reason="active_silent")
-        self.owners.propose_active(self.owner)
+        self.owners.propose_active(self.owner, instead_of=active)
 
     def _on_active(self, owner: NodeId, node: NodeId) -> None:
         if not self._running:

@@ -1,0 +1,125 @@
+"""The seed's placement over real sockets (issue 19, seed 001 phase 3): ``gossamer pubsub node
+--spares ACTIVE=SPARE1,SPARE2`` processes on 127.0.0.1, three active ring nodes with two spare
+processes each (nine processes). The topic's active node is killed with SIGKILL mid-stream; a
+spare of its group takes its place on the ring with its Chord identifier (``status`` says it is
+active for that owner), and every acknowledged publish reaches both subscribers exactly once,
+in one order."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gossamer.protocols.dissemination.scribe.owners import TopicOwners, spare_groups
+from gossamer.protocols.membership.chord import chord_id
+from gossamer.testing import FakeEnv
+from harness_net import reserve_port
+from test_pubsub_loopback import START_WAIT, WAIT, NodeProcess
+
+pytestmark = [pytest.mark.processes]
+
+TOPIC = "news"
+PAXOS = ("--paxos-heartbeat", "0.3", "--paxos-suspect", "1.0")
+
+
+def _until(pred: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not pred():
+        assert time.monotonic() < deadline, f"not {what} after {WAIT}s"
+        time.sleep(0.05)  # polling a status command, not waiting for the event itself
+
+
+def _answers(node: NodeProcess, since: int, count: int) -> list[dict[str, object]]:
+    def answers() -> list[dict[str, object]]:
+        return [e for e in node.events[since:] if e["event"] in ("publish", "error")]
+    node.wait(lambda _e: len(answers()) >= count, WAIT, since=since)
+    return answers()[:count]
+
+
+def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> None:
+    addr = [f"127.0.0.1:{reserve_port()}" for _ in range(9)]
+    ring = addr[:3]
+    spares = {a: (addr[3 + 2 * i], addr[4 + 2 * i]) for i, a in enumerate(ring)}
+    groups = spare_groups(spares)
+    bits = 256  # gossamer pubsub node's --chord-bits default (the seed's SHA-256 ring)
+    owners = TopicOwners(FakeEnv(ring[0]), groups=groups, bits=bits)
+    topic = next(t for t in (f"{TOPIC}{i}" for i in range(200))
+                 if owners.owner_of(t) == ring[1])  # not the ring's first node (a contact)
+    placement = [arg for a, s in spares.items() for arg in ("--spares", f"{a}={','.join(s)}")]
+    nodes: dict[str, NodeProcess] = {}
+    with (tmp_path / "nodes.log").open("wb") as log:
+        def spawn(me: str) -> NodeProcess:
+            port = me.rsplit(":", 1)[1]
+            contact = None if me == ring[0] else ring[0]
+            node = nodes[me] = NodeProcess("scribe", contact, tmp_path, log, extra=(
+                "--interactive", "--run", "loopback-spares", "--port", port, *placement,
+                *PAXOS, "--data-dir", str(tmp_path / port)))
+            return node
+
+        try:
+            for me in addr:
+                spawn(me)
+            for me in addr:
+                assert nodes[me].ready().node == me
+            for me in ring:
+                nodes[me].wait(lambda e: e["event"] == "joined", START_WAIT)
+            for me in addr[3:]:
+                nodes[me].wait(lambda e: e["event"] == "spare", START_WAIT)
+            victim, subscribers, publisher = ring[1], [ring[0], ring[2]], nodes[ring[2]]
+            for me in subscribers:
+                nodes[me].command(f"subscribe {topic}", "subscribe")
+
+            def attached(me: str) -> bool:
+                state = nodes[me].command("status", "status")["topics"].get(topic, {})
+                return state.get("role") == "root" or bool(state.get("parent"))
+
+            for me in subscribers:
+                _until(lambda me=me: attached(me), f"{me} attached to {topic}")
+            acked: list[str] = []
+
+            def publish_round(first: int, count: int) -> None:
+                mark = publisher.mark()
+                texts = [f"m{first + i}" for i in range(count)]
+                for text in texts:
+                    publisher.send(f"publish {topic} {text}")
+                answers = _answers(publisher, mark, count)
+                answers.sort(key=lambda a: int(str(a["msg"]).rsplit(":", 1)[1]))
+                for answer, text in zip(answers, texts, strict=True):
+                    # an error is a timeout (perhaps ordered), never a rejection
+                    assert answer["event"] == "publish" or answer.get("definite") is False
+                    if answer["event"] == "publish":
+                        acked.append(text)
+
+            publish_round(0, 10)
+            nodes[victim].proc.kill()  # SIGKILL
+            nodes[victim].proc.wait(WAIT)
+
+            def taken_over() -> list[str]:
+                out = []
+                for spare in spares[victim]:
+                    status = nodes[spare].command("status", "status")
+                    if status.get("active") and status.get("joined"):
+                        out.append(spare)
+                return out
+
+            _until(lambda: len(taken_over()) == 1, f"a spare of {victim} on the ring")
+            (new,) = taken_over()
+            ring_view = nodes[new].command("status", "status")["ring"][0]
+            publish_round(10, 10)
+            assert len(acked) >= 15, acked
+            for me in subscribers:
+                for text in acked:
+                    nodes[me].wait_delivered(topic, text)
+            orders = [nodes[me].delivered(topic) for me in subscribers]
+            for got in orders:
+                assert len(got) == len(set(got)), f"delivered twice: {got}"
+            common = [m for m in orders[0] if m in orders[1]]
+            assert common == [m for m in orders[1] if m in orders[0]], orders
+            # the new active node is on the ring with the dead node's identifier
+            assert ring_view["id"] == format(chord_id(victim, bits), "x"), ring_view
+        finally:
+            for node in nodes.values():
+                node.close()
