@@ -137,27 +137,33 @@ class SpareNet:
     """The seed's placement: ``active`` ring nodes, each with two spare processes outside the
     ring; the three are one group that orders the active node's topics (``OwnerProcess``)."""
 
-    def __init__(self, active: int, *, seed: int, loss: float = 0.0) -> None:
+    def __init__(self, active: int, *, seed: int, loss: float = 0.0, reserves: int = 0) -> None:
         self.seed = seed
-        ids = node_ids(active * 3)
+        ids = node_ids(active * (3 + reserves))
         self.ring = ids[:active]
         self.spares = {a: (ids[active + 2 * i], ids[active + 2 * i + 1])
                        for i, a in enumerate(self.ring)}
+        first = active * 3
+        self.reserves = {a: tuple(ids[first + reserves * i + k] for k in range(reserves))
+                         for i, a in enumerate(self.ring)}
         self.groups = spare_groups(self.spares)
         link = LinkModel(latency=Uniform(0.005, 0.03), loss=loss)
-        spares = [s for pair in self.spares.values() for s in pair]
+        spares = [s for pair in (*self.spares.values(), *self.reserves.values()) for s in pair]
         self.scenario = Scenario(seed=seed, nodes=[self.ring[0], *spares], link=link)
         for i, node in enumerate(self.ring[1:]):
             self.scenario.join(0.1 + 0.02 * i, node)
         self.joined_by = 0.1 + 0.02 * active
         self.sink = MemorySink()
         self.procs: dict[str, OwnerProcess] = {}
+        self.second: str | None = None  # the active node of a second crash
         self.owner = TopicOwners(FakeEnv(self.ring[0]), groups=self.groups,
                                  bits=BITS).owner_of(TOPIC)
 
     def factory(self, env: Any) -> OwnerProcess:
-        owner = next(o for o, members in self.groups.items() if env.node in members)
-        owners = TopicOwners(env, groups=self.groups, bits=BITS, config=PAXOS)
+        owner = next(o for o, members in self.groups.items()
+                     if env.node in (*members, *self.reserves[o]))
+        owners = TopicOwners(env, groups=self.groups, reserves=self.reserves, bits=BITS,
+                             config=PAXOS)
 
         def build() -> Scribe:
             chord = Chord(env, contacts=self.ring[:3], create=env.node == self.ring[0],
@@ -185,12 +191,14 @@ class SpareRun:
 
 
 def active_crash(seed: int, loss: float, *, count: int = 60,
-                 recover_after: float | None = None) -> SpareRun:
-    """6 active nodes with 2 spares each, 3 subscribers of ``TOPIC`` and 2 publishers (ring
-    nodes, none of them its owner); the publishers send ``count`` publishes 50 ms apart and
-    the topic's active node crashes 1.2 s in (and comes back on its store after
-    ``recover_after``, if given)."""
-    net = SpareNet(6, seed=seed, loss=loss)
+                 recover_after: float | None = None, reserves: int = 0,
+                 second_crash: float | None = None) -> SpareRun:
+    """6 active nodes with 2 spares each (and ``reserves`` each), 3 subscribers of ``TOPIC``
+    and 2 publishers (ring nodes, none of them its owner); the publishers send ``count``
+    publishes 50 ms apart and the topic's active node crashes 1.2 s in (and comes back on its
+    store after ``recover_after``, if given); with ``second_crash``, the process active for
+    the topic's owner then crashes that many seconds after the first crash."""
+    net = SpareNet(6, seed=seed, loss=loss, reserves=reserves)
     others = [n for n in net.ring if n != net.owner]
     subscribers, publishers = set(others[:3]), others[3:5]
     t0 = net.joined_by + 2.0
@@ -203,6 +211,14 @@ def active_crash(seed: int, loss: float, *, count: int = 60,
             n, lambda p: p.inner.publish(TOPIC, {"i": i})))
     crash_at = start + 1.2
     net.scenario.crash(crash_at, net.owner, recover_after=recover_after)
+    if second_crash is not None:
+        def crash_the_new_one(sim: Any) -> None:
+            (new,) = [n for n in sim.alive() if net.procs[n].owner == net.owner
+                      and net.procs[n].active]
+            net.second = new
+            sim.crash(new)
+
+        net.scenario.at(crash_at + second_crash, crash_the_new_one)
     sim = net.build()
     sim.run(until=start + 0.05 * count + 14.0)
     return SpareRun(net, list(net.sink.rows), subscribers, set(sim.alive()), crash_at, count)

@@ -1,9 +1,10 @@
 """The seed's placement over real sockets (issue 19, seed 001 phase 3): ``gossamer pubsub node
---spares ACTIVE=SPARE1,SPARE2`` processes on 127.0.0.1, three active ring nodes with two spare
-processes each (nine processes). The topic's active node is killed with SIGKILL mid-stream; a
-spare of its group takes its place on the ring with its Chord identifier (``status`` says it is
-active for that owner), and every acknowledged publish reaches both subscribers exactly once,
-in one order."""
+--spares ACTIVE=SPARE1,SPARE2 --reserve ACTIVE=RESERVE`` processes on 127.0.0.1, three active
+ring nodes with two spare processes and a reserve each (twelve processes). The topic's active
+node is killed with SIGKILL mid-stream; a spare of its group takes its place on the ring with
+its Chord identifier (``status`` says it is active for that owner), the group adds its reserve
+and removes the dead node through its log, and every acknowledged publish reaches both
+subscribers exactly once, in one order."""
 
 from __future__ import annotations
 
@@ -40,15 +41,17 @@ def _answers(node: NodeProcess, since: int, count: int) -> list[dict[str, object
 
 
 def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> None:
-    addr = [f"127.0.0.1:{reserve_port()}" for _ in range(9)]
+    addr = [f"127.0.0.1:{reserve_port()}" for _ in range(12)]
     ring = addr[:3]
     spares = {a: (addr[3 + 2 * i], addr[4 + 2 * i]) for i, a in enumerate(ring)}
+    reserves = {a: (addr[9 + i],) for i, a in enumerate(ring)}
     groups = spare_groups(spares)
     bits = 256  # gossamer pubsub node's --chord-bits default (the seed's SHA-256 ring)
     owners = TopicOwners(FakeEnv(ring[0]), groups=groups, bits=bits)
     topic = next(t for t in (f"{TOPIC}{i}" for i in range(200))
                  if owners.owner_of(t) == ring[1])  # not the ring's first node (a contact)
     placement = [arg for a, s in spares.items() for arg in ("--spares", f"{a}={','.join(s)}")]
+    placement += [arg for a, r in reserves.items() for arg in ("--reserve", f"{a}={r[0]}")]
     nodes: dict[str, NodeProcess] = {}
     with (tmp_path / "nodes.log").open("wb") as log:
         def spawn(me: str) -> NodeProcess:
@@ -109,6 +112,15 @@ def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> 
             (new,) = taken_over()
             ring_view = nodes[new].command("status", "status")["ring"][0]
             publish_round(10, 10)
+            # the group took its reserve in through the log and let the dead node go
+            reserve = reserves[victim][0]
+
+            def members() -> list[str]:
+                status = nodes[new].command("status", "status")
+                return sorted(status["groups"][victim]["members"])
+
+            _until(lambda: members() == sorted([*spares[victim], reserve]),
+                   f"the reserve {reserve} in the group instead of {victim}")
             assert len(acked) >= 15, acked
             for me in subscribers:
                 for text in acked:

@@ -75,3 +75,28 @@ def test_a_spare_off_the_ring_orders_a_publish_sent_to_it() -> None:
         spare_groups({"a": ("b", "c"), "d": ("b", "f")})  # b in two groups
     with pytest.raises(ConfigError):
         TopicOwners(FakeEnv("a"), groups={"a": ("b", "a")}, bits=BITS)  # owner not first
+
+
+@pytest.mark.parametrize(("seed", "loss"), [(5, 0.0), (6, 0.03)])
+def test_a_reserve_replaces_the_dead_member_so_a_second_failure_is_survived(
+        seed: int, loss: float) -> None:
+    """After the take-over the new active node adds the group's reserve through the log and
+    removes the dead member; then the new active node dies too: the group (the other spare and
+    the reserve) still has a majority, a third process takes the owner's place, and nothing
+    acknowledged is lost."""
+    run = active_crash(seed, loss, reserves=1, second_crash=7.0, count=200)
+    net, rows = run.net, named(run.rows)
+    problems = order_problems(run.rows, run.subscribers, run.alive)
+    assert problems == [], f"seed={seed} loss={loss}: {problems[:10]}"
+    own = f"owner:{net.owner}"
+    took = [r.node for r in rows if r.event == "take_over" and r.key == own
+            and r.t > run.crash_at]
+    assert len(took) == 2 and took[0] == net.second and took[1] != net.second, (
+        f"seed={seed}: took over: {took}, second crash {net.second}")
+    (reserve,) = net.reserves[net.owner]
+    replica = net.procs[took[1]].replica
+    assert replica.members == {*net.spares[net.owner], reserve}, (
+        f"seed={seed}: members {sorted(replica.members)}")
+    late = [r for r in rows if r.event == "acked" and r.key == TOPIC
+            and r.t > run.crash_at + 7.0 + 1.0]
+    assert late, f"seed={seed}: nothing acknowledged after the second crash"

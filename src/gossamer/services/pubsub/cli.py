@@ -117,6 +117,12 @@ def add_pubsub_parser(
                             "dies; repeat for each active node, the same list at every "
                             "process (spares too); needs a fixed --port and --data-dir, and "
                             "--contact for every process but the ring's first")
+    owned.add_argument("--reserve", type=_spare_group, action="append", default=None,
+                       metavar="HOST:PORT=HOST:PORT",
+                       help="with --spares: processes that join an active node's group "
+                            "through its log after a spare took the node's place (a new "
+                            "spare, so the group is three again); the same list at every "
+                            "process")
     owned.add_argument("--paxos-heartbeat", type=_seconds, default=1.0, metavar="SECONDS",
                        help="a group leader's NOOP period (default 1.0, the seed's)")
     owned.add_argument("--paxos-suspect", type=_seconds, default=2.0, metavar="SECONDS",
@@ -170,11 +176,13 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         if args.backups or args.ring:
             raise ConfigError("--spares is the seed's placement: give it instead of "
                               "--backups and --ring")
-        owners = OwnersOptions(spares=tuple(args.spares), heartbeat=args.paxos_heartbeat,
-                               suspect=args.paxos_suspect)
+        owners = OwnersOptions(spares=tuple(args.spares), reserves=tuple(args.reserve or ()),
+                               heartbeat=args.paxos_heartbeat, suspect=args.paxos_suspect)
     elif args.backups:
         owners = OwnersOptions(ring=tuple(args.ring or ()), backups=args.backups,
                                heartbeat=args.paxos_heartbeat, suspect=args.paxos_suspect)
+    elif args.reserve:
+        raise ConfigError("--reserve belongs to the seed's placement: give --spares too")
     elif args.ring:
         raise ConfigError("--ring names the founding ring of replicated owners: give "
                           "--backups N too")

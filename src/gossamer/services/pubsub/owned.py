@@ -44,8 +44,14 @@ class OwnersOptions:
     heartbeat: float = 1.0
     suspect: float = 2.0
     spares: tuple[tuple[NodeId, tuple[NodeId, ...]], ...] = ()
+    # the seed's placement: processes that join an active node's group through its log after
+    # a take-over (a new spare), by active node
+    reserves: tuple[tuple[NodeId, tuple[NodeId, ...]], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.reserves and not self.spares:
+            raise ConfigError("reserves (--reserve) belong to the seed's placement: give "
+                              "--spares too")
         if self.spares:
             if self.ring:
                 raise ConfigError("give the founding ring with backups on it (--ring) or the "
@@ -54,6 +60,11 @@ class OwnersOptions:
                 if host_port_address(check_node_id(node)) is None:
                     raise ConfigError(f"process {node!r} of the placement is not HOST:PORT")
             self.placement()  # says what is wrong with the groups
+            named = self.processes()
+            if len(named) != len(set(named)) or not set(dict(self.reserves)) <= set(
+                    dict(self.spares)):
+                raise ConfigError("a reserve belongs to an active node named by --spares and "
+                                  "is named once, nowhere else")
         else:
             if self.backups < 1:
                 raise ConfigError(f"replicated owners need backups >= 1, got {self.backups}")
@@ -81,11 +92,13 @@ class OwnersOptions:
         """Every process named: the ring, or the active nodes and their spares."""
         if not self.spares:
             return list(self.ring)
-        return [n for active, spares in self.spares for n in (active, *spares)]
+        return [*(n for active, spares in self.spares for n in (active, *spares)),
+                *(n for _, reserves in self.reserves for n in reserves)]
 
     def is_spare(self, node: NodeId) -> bool:
-        """A spare of the seed's placement (off the ring until it takes a node's place)."""
-        return any(node in spares for _, spares in self.spares)
+        """A spare or a reserve of the seed's placement (off the ring until it takes a node's
+        place)."""
+        return any(node in spares for _, spares in (*self.spares, *self.reserves))
 
     def check_member(self, node: NodeId) -> None:
         """A node with replicated owners is named by the ring or the placement."""
@@ -130,6 +143,7 @@ def owned_stack(env: Env, ring: tuple[NodeId, ...], *, backups: int, paxos: Paxo
 
 
 def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: PaxosConfig,
+                 reserves: dict[NodeId, tuple[NodeId, ...]] | None = None,
                  contacts: tuple[NodeId, ...], create: bool, chord_config: ChordConfig,
                  scribe_config: ScribeConfig | None = None,
                  on_message: MessageFn | None = None,
@@ -137,13 +151,15 @@ def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: P
     """A process of the seed's placement (``placement.OwnerProcess``): the replica of its
     owner's group (``groups``: ``spare_groups``), and a pub/sub node over Chord + Scribe whose
     Chord node has the owner's identity, on the ring while the group's log names this process
-    active. ``on_build(app)`` hears each pub/sub node built (a fresh one after leaving the
+    active; ``reserves``: processes that a group adds through its log after a take-over.
+    ``on_build(app)`` hears each pub/sub node built (a fresh one after leaving the
     ring)."""
     scribe_config = scribe_config if scribe_config is not None else ScribeConfig()
-    owners = TopicOwners(env, groups=groups, bits=chord_config.bits, config=paxos,
+    owners = TopicOwners(env, groups=groups, reserves=reserves, bits=chord_config.bits,
+                         config=paxos,
                          history_limit=scribe_config.topic_log_limit,
                          max_topics=scribe_config.max_topics)
-    owner = next((o for o, members in groups.items() if env.node in members), None)
+    owner = next((o for o in groups if env.node in owners.candidates(o)), None)
     if owner is None:
         raise ConfigError(f"{env.node} is in no group of the placement")
     chord_config = dataclasses.replace(chord_config, identity=owner)

@@ -49,7 +49,7 @@ from .node import Scribe
 
 __all__ = ["OwnedProcess", "ReplicatedScribe", "TopicOwners", "owner_groups", "spare_groups"]
 
-ActiveFn = Callable[[NodeId, NodeId], None]
+ActiveFn = Callable[[NodeId, NodeId, NodeId], None]
 
 
 def owner_groups(ring: Sequence[NodeId], *, bits: int,
@@ -89,17 +89,20 @@ class TopicOwners(ReplicatedOrderer):
 
     __slots__ = ("_active", "_decided", "_histories", "_keys", "_orderers", "_turns", "bits",
                  "env", "groups", "history_limit", "max_topics", "members_of", "on_active",
-                 "owners")
+                 "owners", "reserves_of")
 
     LAYER = "paxos"
 
     def __init__(self, env: Env, ring: Sequence[NodeId] = (), *, bits: int, backups: int = 2,
                  groups: Mapping[NodeId, Sequence[NodeId]] | None = None,
+                 reserves: Mapping[NodeId, Sequence[NodeId]] | None = None,
                  config: PaxosConfig | None = None, history_limit: int = 256,
                  max_topics: int = 4096) -> None:
         """The groups are ``owner_groups(ring, backups=...)`` (each founding node and its
         next ring nodes), or ``groups`` (owner -> its members, the owner first: the seed's
-        placement, ``spare_groups``)."""
+        placement, ``spare_groups``). ``reserves``: owner -> processes that are no member of
+        its group yet and may be added through its log (a new spare after a take-over); such
+        a process builds the group's replica as a joining one."""
         if history_limit < 1 or max_topics < 1:
             raise ConfigError(f"history_limit and max_topics must be >= 1, got "
                               f"{history_limit} and {max_topics}")
@@ -117,11 +120,19 @@ class TopicOwners(ReplicatedOrderer):
                     raise ConfigError(f"group {owner}: its members must start with it and "
                                       f"name each process once, got {list(members)}")
         self.members_of = every
+        self.reserves_of = {check_node_id(o): tuple(check_node_id(r) for r in rs)
+                            for o, rs in (reserves or {}).items()}
+        named = [n for o in every for n in (*every[o], *self.reserves_of.get(o, ()))]
+        if self.reserves_of and (set(self.reserves_of) - set(every)
+                                 or len(named) != len(set(named))):
+            raise ConfigError("each reserve belongs to one group of the placement and is no "
+                              "member of any")
         self._turns: dict[NodeId, int] = {}  # owner -> redirects to its group so far
         # owner -> the member on the ring as the owner (its Chord identity): the log's
         # ``{"active": node}`` operations say which (the owner itself at first)
         self._active: dict[NodeId, NodeId] = {owner: owner for owner in every}
-        self.on_active: ActiveFn | None = None  # (owner, node) once a change is decided
+        # (owner, node, previous) once a change is decided
+        self.on_active: ActiveFn | None = None
         self.owners = sorted(every, key=lambda n: (chord_id(n, bits), n))
         self._keys = [chord_id(n, bits) for n in self.owners]
         self.groups = PaxosGroups(env)
@@ -130,11 +141,13 @@ class TopicOwners(ReplicatedOrderer):
         self._histories: dict[NodeId, dict[str, collections.deque[tuple[int, Publish]]]] = {}
         self._decided: dict[NodeId, dict[str, dict[str, int]]] = {}
         for owner, members in every.items():
-            if env.node not in members:
+            reserve = env.node in self.reserves_of.get(owner, ())
+            if env.node not in members and not reserve:
                 continue
             name = f"owner:{owner}"
             replica = PaxosReplica(
-                self.groups.view(name), members, config=config, group=name,
+                self.groups.view(name), () if reserve else members, joining=reserve,
+                contacts=members if reserve else (), config=config, group=name,
                 initial_leader=owner,
                 on_decided=functools.partial(self._control, owner))
             orderer = PaxosOrderer(replica, on_ordered=functools.partial(self._ordered, owner),
@@ -160,7 +173,7 @@ class TopicOwners(ReplicatedOrderer):
             # not a member of the key's group: any member takes it (its leader orders it);
             # which one is alive is not known here, so the members take turns: a publisher
             # sent to a dead one is redirected to the next one when it asks again
-            members = self.members_of[owner]
+            members = self.candidates(owner)
             turn = self._turns[owner] = self._turns.get(owner, -1) + 1
             on_decided(Redirected(members[turn % len(members)]))
             return
@@ -193,7 +206,7 @@ class TopicOwners(ReplicatedOrderer):
         member, or a member confirmed active (anything else was not proposed by this code:
         traced and ignored). Every member applies it the same way, in log order."""
         payload = op.payload
-        members = self.members_of[owner]
+        members = self.candidates(owner)
         if not (isinstance(payload, dict) and payload.keys() == {"active", "instead_of"}
                 and payload["active"] in members and payload["instead_of"] in members):
             self.env.trace("drop", layer=self.LAYER, key=f"owner:{owner}",
@@ -207,12 +220,17 @@ class TopicOwners(ReplicatedOrderer):
 
     def _set_active(self, owner: NodeId, node: NodeId, *, confirmed: bool = False) -> None:
         """``confirmed``: decided now (the callback hears it even if nothing changed)."""
-        if self._active[owner] == node and not confirmed:
+        previous = self._active[owner]
+        if previous == node and not confirmed:
             return
         self._active[owner] = node
         self.env.trace("active", layer=self.LAYER, key=f"owner:{owner}", peer=node)
         if self.on_active is not None:
-            self.on_active(owner, node)
+            self.on_active(owner, node, previous)
+
+    def candidates(self, owner: NodeId) -> tuple[NodeId, ...]:
+        """Every process that is or may become a member of ``owner``'s group."""
+        return (*self.members_of[owner], *self.reserves_of.get(owner, ()))
 
     def history(self, key: str) -> list[tuple[int, Any]]:
         owner = self.owner_of(key)
@@ -255,7 +273,7 @@ class TopicOwners(ReplicatedOrderer):
 
     def _restore(self, owner: NodeId, state: Any) -> None:
         self._orderers[owner].restore(state["positions"])
-        if state.get("active") in self.members_of[owner]:
+        if state.get("active") in self.candidates(owner):
             self._set_active(owner, state["active"])
         topics = self._histories[owner] = {}
         decided = self._decided[owner] = {}

@@ -28,9 +28,11 @@ order at every member), so two members never both believe they are:
   the topic's group takes a publish, the seed's PUB REQUEST to "one of the nodes in the list")
   has it ordered there and acknowledged once decided.
 
-Not built (README): a new spare added through the log from a pool after a take-over (a
-restarted member is a spare again), and handing the state of moved topics over through the
-log when a node joining the ring takes part of an owner's key range.
+After a take-over the new active node, as the group's leader, adds one of the group's
+reserves (processes named for it that are no member yet: ``TopicOwners(reserves=...)``)
+through the log and then removes the dead member, so the group is three again. Not built
+(README): handing the state of moved topics over through the log when a node joining the ring
+takes part of an owner's key range.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ....core.env import Env, MessageHandler, Process, TimerHandle
 from ....core.errors import ConfigError
 from ....core.ids import NodeId
 from ....core.messages import Message
+from ...ordering.paxos.config import Committed
 from ...ordering.paxos.groups import GroupMessage
 from .owners import TopicOwners
 
@@ -59,10 +62,10 @@ class OwnerProcess:
     def __init__(self, env: Env, owners: TopicOwners, build: Callable[[], Process], *,
                  on_leave: Callable[[], None] | None = None) -> None:
         """``on_leave()`` runs before the stack stops when this process leaves the ring."""
-        mine = [o for o, members in owners.members_of.items() if env.node in members]
+        mine = [o for o in owners.members_of if env.node in owners.candidates(o)]
         if len(mine) != 1:
-            raise ConfigError(f"{env.node} must be a member of exactly one group, is of "
-                              f"{len(mine)}")
+            raise ConfigError(f"{env.node} must be a member (or a reserve) of exactly one "
+                              f"group, is of {len(mine)}")
         self.env = env
         self.owner = mine[0]
         self.owners = owners
@@ -134,13 +137,37 @@ class OwnerProcess:
                   reason="active_silent")
         self.owners.propose_active(self.owner, instead_of=active)
 
-    def _on_active(self, owner: NodeId, node: NodeId) -> None:
+    def _on_active(self, owner: NodeId, node: NodeId, previous: NodeId) -> None:
         if not self._running:
             return
         if node == self.env.node:
             self._join_ring()
+            if previous != node:  # a take-over: a reserve takes the dead member's place
+                self.env.set_timer(0.0, lambda: self._replace(previous))
         elif self.active:
             self._leave_ring(node)
+
+    def _replace(self, dead: NodeId) -> None:
+        """As the group's leader after a take-over: add a reserve that is no member yet
+        through the log (ADDREPLICA), and once that is decided remove ``dead`` (REMOVEREPLICA),
+        so the group keeps three members and a majority that outlives the next failure.
+        Without a reserve left the dead member stays in the group (it may come back)."""
+        replica = self.replica
+        if not self._running or replica.current_leader != self.env.node:
+            return
+        members = replica.members
+        spare = next((r for r in self.owners.reserves_of.get(self.owner, ())
+                      if r not in members), None)
+        if spare is None or dead not in members:
+            return
+        self.env.trace("replace", layer=LAYER, key=f"owner:{self.owner}", peer=dead,
+                       spare=spare)
+
+        def added(outcome: object) -> None:
+            if isinstance(outcome, Committed) and self._running:
+                self.replica.remove_replica(dead)
+
+        replica.add_replica(spare, added)
 
     def _join_ring(self) -> None:
         if self.active:
