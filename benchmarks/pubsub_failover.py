@@ -4,15 +4,19 @@ Five ``gossamer pubsub node --backups 2`` processes on 127.0.0.1 (Paxos timers a
 seed's by default: NOOP every 1 s, suspicion after 2 s), one topic, three subscribers and one
 publisher sending a publish every ``--interval`` seconds through its stdin. The topic's Paxos
 leader is killed with SIGKILL after ``--kill-after`` publishes and started again on its port
-and data dir after ``--restart-after`` more.
+and data dir after ``--restart-after`` more. With ``--placement spares``, the seed's own
+placement: four ring nodes with two spare processes each (``--spares``), two subscribers and
+a publisher; the topic's active node is killed, a spare takes its place, and the killed node
+comes back as a spare.
 
 * **fail-over**: from the ``kill -9`` to the first acknowledged publish on the topic among
   those sent after the kill (wall clock of this process, which reads every node's output).
 * **delivery**: every acknowledged publish delivered at every subscriber exactly once, and the
   subscribers' orders equal; with ``--analyze``, ``gossamer analyze`` of the trace too.
 
-Run ``python benchmarks/pubsub_failover.py [--repeat N] [--publishes N] [--interval S]
-[--heartbeat S] [--suspect S] [--analyze] [--dir DIR] [--json OUT]``. Fail-over is measured
+Run ``python benchmarks/pubsub_failover.py [--placement backups|spares] [--repeat N]
+[--publishes N] [--interval S] [--heartbeat S] [--suspect S] [--analyze] [--dir DIR]
+[--json OUT]``. Fail-over is measured
 once per repeat (a fresh cluster each time); issue 19's run is ``--publishes 1000 --analyze``.
 """
 
@@ -35,11 +39,12 @@ from typing import IO, Any
 
 from _common import free_port
 from gossamer.protocols.dissemination.scribe.owners import TopicOwners, owner_groups
-from gossamer.protocols.membership.chord import ChordConfig
 from gossamer.testing import FakeEnv
 
 TOPIC = "news"
 NODES = 5
+SPARE_RING = 4  # ring nodes with --placement spares (twelve processes)
+CHORD_BITS = 256  # gossamer pubsub node's --chord-bits default
 WAIT = 120.0  # upper bound of any one wait (a loaded machine)
 Event = dict[str, Any]
 
@@ -111,20 +116,29 @@ def _until(pred: Callable[[], bool], what: str) -> None:
 
 
 def one_run(base: Path, args: argparse.Namespace, log: IO[bytes]) -> dict[str, Any]:
-    ring = [f"127.0.0.1:{free_port()}" for _ in range(NODES)]
-    bits = ChordConfig().bits
-    owner = TopicOwners(FakeEnv(ring[0]), ring, bits=bits).owner_of(TOPIC)
-    group = owner_groups(ring, bits=bits)[owner]
+    spares = args.placement == "spares"
+    ring = [f"127.0.0.1:{free_port()}" for _ in range(SPARE_RING if spares else NODES)]
+    bits = CHORD_BITS
+    groups: dict[str, tuple[str, ...]]
+    if spares:  # the seed's: each ring node with two spare processes outside the ring
+        groups = {a: (a, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}") for a in ring}
+        owner = TopicOwners(FakeEnv(ring[0]), groups=groups, bits=bits).owner_of(TOPIC)
+        placement = [arg for a, g in groups.items()
+                     for arg in ("--spares", f"{a}={','.join(g[1:])}")]
+    else:
+        groups = owner_groups(ring, bits=bits)
+        owner = TopicOwners(FakeEnv(ring[0]), ring, bits=bits).owner_of(TOPIC)
+        placement = [*(arg for member in ring for arg in ("--ring", member)), "--backups", "2"]
+    group = groups[owner]
+    processes = [*ring, *(m for a in ring for m in groups[a][1:])] if spares else ring
     nodes: dict[str, Node] = {}
 
     def spawn(me: str, contact: str | None) -> Node:
         port = me.rsplit(":", 1)[1]
         argv = [sys.executable, "-m", "gossamer.cli.main", "pubsub", "node", "--json",
-                "--interactive", "--mode", "scribe", "--port", port, "--backups", "2",
+                "--interactive", "--mode", "scribe", "--port", port, *placement,
                 "--paxos-heartbeat", str(args.heartbeat), "--paxos-suspect", str(args.suspect),
                 "--data-dir", str(base / port), "--trace-dir", str(base), "--run", "owners"]
-        for member in ring:
-            argv += ["--ring", member]
         if contact is not None:
             argv += ["--contact", contact]
         node = nodes[me] = Node(argv, log)
@@ -133,10 +147,10 @@ def one_run(base: Path, args: argparse.Namespace, log: IO[bytes]) -> dict[str, A
 
     try:
         spawn(ring[0], None)
-        for me in ring[1:]:
+        for me in processes[1:]:
             spawn(me, ring[0])
-        for node in nodes.values():
-            node.wait(lambda e: e["event"] == "joined", "joined")
+        for me in ring:
+            nodes[me].wait(lambda e: e["event"] == "joined", "joined")
 
         def agreed() -> bool:
             leaders = {nodes[m].command("status", "status")["groups"][owner]["leader"]
@@ -144,9 +158,11 @@ def one_run(base: Path, args: argparse.Namespace, log: IO[bytes]) -> dict[str, A
             return len(leaders) == 1 and None not in leaders
 
         _until(agreed, "one leader of the topic's group")
-        leader = nodes[group[0]].command("status", "status")["groups"][owner]["leader"]
+        # the victim: the topic's Paxos leader (backups on the ring), or its active node
+        leader = owner if spares else nodes[group[0]].command(
+            "status", "status")["groups"][owner]["leader"]
         others = [n for n in ring if n != leader]
-        subscribers, publisher = [nodes[n] for n in others[:3]], nodes[others[3]]
+        subscribers, publisher = [nodes[n] for n in others[:-1]], nodes[others[-1]]
         for sub in subscribers:
             sub.command(f"subscribe {TOPIC}", "subscribe")
 
@@ -164,7 +180,7 @@ def one_run(base: Path, args: argparse.Namespace, log: IO[bytes]) -> dict[str, A
                 killed_at = time.time()
                 nodes[leader].proc.wait()
             if i == args.kill_after + args.restart_after:
-                spawn(leader, others[0])
+                spawn(leader, others[0])  # with spares: back as a spare (its place is taken)
                 restarted_at = time.time()
             sent_at[i] = time.time()
             publisher.send(f"publish {TOPIC} m{i}")
@@ -198,7 +214,8 @@ def one_run(base: Path, args: argparse.Namespace, log: IO[bytes]) -> dict[str, A
                 node.proc.send_signal(signal.SIGTERM)
         for node in nodes.values():
             node.proc.wait(WAIT)
-        return {"failover_s": failover, "acked": len(acked), "sent": args.publishes,
+        return {"placement": args.placement, "failover_s": failover, "acked": len(acked),
+                "sent": args.publishes,
                 "failed": args.publishes - len(acked), "exactly_once": once,
                 "same_order": same, "delivered": [len(o) for o in orders],
                 "restart_s": restarted_at - killed_at, "leader_was_owner": leader == owner}
@@ -217,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="publishes before the kill (default: a third)")
     parser.add_argument("--restart-after", type=int, default=None,
                         help="publishes between the kill and the restart (default: a third)")
+    parser.add_argument("--placement", choices=("backups", "spares"), default="backups",
+                        help="backups: five ring nodes, each group an owner and its next two "
+                             "(--backups 2); spares: the seed's, four ring nodes with two "
+                             "spare processes each (--spares), the active node killed")
     parser.add_argument("--heartbeat", type=float, default=1.0)
     parser.add_argument("--suspect", type=float, default=2.0)
     parser.add_argument("--analyze", action="store_true",

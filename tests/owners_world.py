@@ -137,7 +137,10 @@ class SpareNet:
     """The seed's placement: ``active`` ring nodes, each with two spare processes outside the
     ring; the three are one group that orders the active node's topics (``OwnerProcess``)."""
 
-    def __init__(self, active: int, *, seed: int, loss: float = 0.0, reserves: int = 0) -> None:
+    def __init__(self, active: int, *, seed: int, loss: float = 0.0, reserves: int = 0,
+                 owner_joins_at: float | None = None) -> None:
+        """``owner_joins_at``: the topic's owner joins the ring then (its spares are up from
+        the start), not with the others."""
         self.seed = seed
         ids = node_ids(active * (3 + reserves))
         self.ring = ids[:active]
@@ -149,15 +152,16 @@ class SpareNet:
         self.groups = spare_groups(self.spares)
         link = LinkModel(latency=Uniform(0.005, 0.03), loss=loss)
         spares = [s for pair in (*self.spares.values(), *self.reserves.values()) for s in pair]
+        self.owner = TopicOwners(FakeEnv(self.ring[0]), groups=self.groups,
+                                 bits=BITS).owner_of(TOPIC)
         self.scenario = Scenario(seed=seed, nodes=[self.ring[0], *spares], link=link)
         for i, node in enumerate(self.ring[1:]):
-            self.scenario.join(0.1 + 0.02 * i, node)
+            late = node == self.owner and owner_joins_at is not None
+            self.scenario.join(owner_joins_at if late else 0.1 + 0.02 * i, node)
         self.joined_by = 0.1 + 0.02 * active
         self.sink = MemorySink()
         self.procs: dict[str, OwnerProcess] = {}
         self.second: str | None = None  # the active node of a second crash
-        self.owner = TopicOwners(FakeEnv(self.ring[0]), groups=self.groups,
-                                 bits=BITS).owner_of(TOPIC)
 
     def factory(self, env: Any) -> OwnerProcess:
         owner = next(o for o, members in self.groups.items()

@@ -100,3 +100,42 @@ def test_a_reserve_replaces_the_dead_member_so_a_second_failure_is_survived(
     late = [r for r in rows if r.event == "acked" and r.key == TOPIC
             and r.t > run.crash_at + 7.0 + 1.0]
     assert late, f"seed={seed}: nothing acknowledged after the second crash"
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_an_active_node_that_starts_late_finds_a_spare_in_its_place(seed: int) -> None:
+    """The placement fixes each active node's key range from the start, so no range moves
+    from one group to another: an active node that is not up yet is, to its group, a dead
+    one. Its spares elect a leader, one of them takes its place on the ring, publishes to its
+    topics are acknowledged and delivered; when the node starts at last, the log refuses its
+    claim and it stays a spare."""
+    from owners_world import SpareNet
+    from gossamer.runtimes.sim import Simulation
+
+    late = 9.0
+    net = SpareNet(6, seed=seed, owner_joins_at=late)
+    assert net.owner != net.ring[0], f"seed={seed}: the owner creates the ring"
+    others = [n for n in net.ring if n != net.owner]
+    subscribers, publishers = set(others[:3]), others[3:5]
+    t0 = net.joined_by + 2.0
+    for node in sorted(subscribers):
+        net.scenario.at(t0, lambda sim, n=node: sim.call(n, lambda p: p.inner.subscribe(TOPIC)))
+    start = t0 + 1.0
+    for i in range(120):
+        net.scenario.at(start + 0.05 * i, lambda sim, i=i: sim.call(
+            publishers[i % 2], lambda p: p.inner.publish(TOPIC, {"i": i})))
+    sim: Simulation = net.build()
+    sim.run(until=start + 6.0 + 12.0)
+    rows = named(net.sink.rows)
+    problems = order_problems(list(net.sink.rows), subscribers, set(sim.alive()))
+    assert problems == [], f"seed={seed}: {problems[:10]}"
+    acked = [r for r in rows if r.event == "acked" and r.key == TOPIC]
+    assert len(acked) >= 115, f"seed={seed}: {len(acked)} of 120 acknowledged"
+    own = f"owner:{net.owner}"
+    took = [r.node for r in rows if r.event == "take_over" and r.key == own]
+    assert len(took) == 1 and took[0] in net.spares[net.owner], f"seed={seed}: {took}"
+    refused = [r for r in rows if r.node == net.owner and r.event == "drop"
+               and "active_changed_meanwhile" in (r.info or "")]
+    assert refused and not net.procs[net.owner].active, f"seed={seed}"
+    roots = [n for n in sim.alive() if net.scribe(n).role(TOPIC) is TreeRole.ROOT]
+    assert roots == took, f"seed={seed}: roots {roots}"
