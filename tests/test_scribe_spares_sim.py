@@ -109,8 +109,8 @@ def test_an_active_node_that_starts_late_finds_a_spare_in_its_place(seed: int) -
     one. Its spares elect a leader, one of them takes its place on the ring, publishes to its
     topics are acknowledged and delivered; when the node starts at last, the log refuses its
     claim and it stays a spare."""
-    from owners_world import SpareNet
     from gossamer.runtimes.sim import Simulation
+    from owners_world import SpareNet
 
     late = 9.0
     net = SpareNet(6, seed=seed, owner_joins_at=late)
