@@ -300,7 +300,7 @@ def test_the_workload_with_the_seeds_spares_delivers_everything_when_ring_nodes_
     sink = MemorySink()
     result = run_pubsub_sim(options, sink)
     assert len(result.crashed) == 2 and result.reliability == 1.0, f"seed={seed}: {result}"
-    took = {(r[8], r[2]) for r in sink.rows if r[4] == "take_over" and r[1] > 8.0}
+    took = {(r[8], r[2]) for r in sink.rows if r[4] == "join_ring" and r[1] > 8.0}
     assert {owner for owner, _ in took} == {f"owner:{n}" for n in result.crashed}, (
         f"seed={seed}: {took}")
     assert all(node.startswith(owner[6:] + ".s") for owner, node in took), f"seed={seed}"

@@ -31,7 +31,7 @@ def check_take_over(seed: int, loss: float, recover_after: float | None = None) 
     spares = set(net.spares[net.owner])
     # (under loss a live active node of another group may be taken for dead and replaced
     # too: that is allowed, its group's log decides it)
-    took = [r.node for r in rows if r.event == "take_over" and r.t > run.crash_at
+    took = [r.node for r in rows if r.event == "join_ring" and r.t > run.crash_at
             and r.key == f"owner:{net.owner}"]
     assert len(took) == 1 and took[0] in spares, f"seed={seed}: took over: {took}"
     new = took[0]
@@ -89,7 +89,7 @@ def test_a_reserve_replaces_the_dead_member_so_a_second_failure_is_survived(
     problems = order_problems(run.rows, run.subscribers, run.alive)
     assert problems == [], f"seed={seed} loss={loss}: {problems[:10]}"
     own = f"owner:{net.owner}"
-    took = [r.node for r in rows if r.event == "take_over" and r.key == own
+    took = [r.node for r in rows if r.event == "join_ring" and r.key == own
             and r.t > run.crash_at]
     assert len(took) == 2 and took[0] == net.second and took[1] != net.second, (
         f"seed={seed}: took over: {took}, second crash {net.second}")
@@ -132,7 +132,7 @@ def test_an_active_node_that_starts_late_finds_a_spare_in_its_place(seed: int) -
     acked = [r for r in rows if r.event == "acked" and r.key == TOPIC]
     assert len(acked) >= 115, f"seed={seed}: {len(acked)} of 120 acknowledged"
     own = f"owner:{net.owner}"
-    took = [r.node for r in rows if r.event == "take_over" and r.key == own]
+    took = [r.node for r in rows if r.event == "join_ring" and r.key == own]
     assert len(took) == 1 and took[0] in net.spares[net.owner], f"seed={seed}: {took}"
     refused = [r for r in rows if r.node == net.owner and r.event == "drop"
                and "active_changed_meanwhile" in (r.info or "")]

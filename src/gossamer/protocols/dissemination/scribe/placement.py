@@ -120,8 +120,8 @@ class OwnerProcess:
     # -- who is on the ring ----------------------------------------------------------------
 
     def _check(self) -> None:
-        """As the group's leader: propose this process active when the active member has
-        been silent for the suspicion timeout (module docstring)."""
+        """As the group's leader: propose this process active instead of the active member
+        when that has been silent for twice the suspicion timeout (module docstring)."""
         env, config = self.env, self.replica.config
         self._watch = env.set_timer(config.heartbeat_interval, self._check)
         active = self.owners.active_of(self.owner)
@@ -173,7 +173,7 @@ class OwnerProcess:
         if self.active:
             return
         self.active = True
-        self.env.trace("take_over", layer=LAYER, key=f"owner:{self.owner}",
+        self.env.trace("join_ring", layer=LAYER, key=f"owner:{self.owner}",
                        peer=self.owner)
         self.inner.start()
 
