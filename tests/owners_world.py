@@ -177,6 +177,22 @@ class SpareNet:
         proc = self.procs[env.node] = OwnerProcess(env, owners, build)
         return proc
 
+    def workload(self, count: int, *, publish_after: float = 2.0) -> tuple[set[str], float]:
+        """3 ring nodes (none the topic's owner) subscribe to ``TOPIC`` 2 s after the joins,
+        and 2 others publish ``count`` messages 50 ms apart from ``publish_after`` later;
+        returns the subscribers and when the first publish is made."""
+        others = [n for n in self.ring if n != self.owner]
+        subscribers, publishers = set(others[:3]), others[3:5]
+        t0 = self.joined_by + 2.0
+        for node in sorted(subscribers):
+            self.scenario.at(t0, lambda sim, n=node: sim.call(
+                n, lambda p: p.inner.subscribe(TOPIC)))
+        start = t0 + publish_after
+        for i in range(count):
+            self.scenario.at(start + 0.05 * i, lambda sim, i=i: sim.call(
+                publishers[i % 2], lambda p: p.inner.publish(TOPIC, {"i": i})))
+        return subscribers, start
+
     def scribe(self, node: str) -> Scribe:
         return self.procs[node].inner  # type: ignore[return-value]
 
@@ -203,16 +219,7 @@ def active_crash(seed: int, loss: float, *, count: int = 60,
     store after ``recover_after``, if given); with ``second_crash``, the process active for
     the topic's owner then crashes that many seconds after the first crash."""
     net = SpareNet(6, seed=seed, loss=loss, reserves=reserves)
-    others = [n for n in net.ring if n != net.owner]
-    subscribers, publishers = set(others[:3]), others[3:5]
-    t0 = net.joined_by + 2.0
-    for node in sorted(subscribers):
-        net.scenario.at(t0, lambda sim, n=node: sim.call(n, lambda p: p.inner.subscribe(TOPIC)))
-    start = t0 + 2.0
-    for i in range(count):
-        origin = publishers[i % 2]
-        net.scenario.at(start + 0.05 * i, lambda sim, n=origin, i=i: sim.call(
-            n, lambda p: p.inner.publish(TOPIC, {"i": i})))
+    subscribers, start = net.workload(count)
     crash_at = start + 1.2
     net.scenario.crash(crash_at, net.owner, recover_after=recover_after)
     if second_crash is not None:

@@ -115,15 +115,7 @@ def test_an_active_node_that_starts_late_finds_a_spare_in_its_place(seed: int) -
     late = 9.0
     net = SpareNet(6, seed=seed, owner_joins_at=late)
     assert net.owner != net.ring[0], f"seed={seed}: the owner creates the ring"
-    others = [n for n in net.ring if n != net.owner]
-    subscribers, publishers = set(others[:3]), others[3:5]
-    t0 = net.joined_by + 2.0
-    for node in sorted(subscribers):
-        net.scenario.at(t0, lambda sim, n=node: sim.call(n, lambda p: p.inner.subscribe(TOPIC)))
-    start = t0 + 1.0
-    for i in range(120):
-        net.scenario.at(start + 0.05 * i, lambda sim, i=i: sim.call(
-            publishers[i % 2], lambda p: p.inner.publish(TOPIC, {"i": i})))
+    subscribers, start = net.workload(120, publish_after=1.0)
     sim: Simulation = net.build()
     sim.run(until=start + 6.0 + 12.0)
     rows = named(net.sink.rows)
