@@ -54,7 +54,7 @@ def test_a_spare_takes_the_dead_active_nodes_place_and_nothing_acknowledged_is_l
 
 def test_the_old_active_node_comes_back_as_a_spare() -> None:
     seed = 4
-    run = check_take_over(seed, 0.0, recover_after=3.0)
+    run = check_take_over(seed, 0.0, recover_after=8.0)  # after a spare took its place
     old = run.net.procs[run.net.owner]
     assert run.net.owner in run.alive and not old.active, f"seed={seed}"
     assert not old.inner.chord.joined, f"seed={seed}: the old owner is on the ring again"
@@ -131,3 +131,38 @@ def test_an_active_node_that_starts_late_finds_a_spare_in_its_place(seed: int) -
     assert refused and not net.procs[net.owner].active, f"seed={seed}"
     roots = [n for n in sim.alive() if net.scribe(n).role(TOPIC) is TreeRole.ROOT]
     assert roots == took, f"seed={seed}: roots {roots}"
+
+
+def test_a_spare_that_becomes_leader_does_not_take_a_live_owner_for_dead() -> None:
+    """Leadership moves from the owner to one spare and then to the other while the group is
+    idle (no publishes: a follower hears only the leader, never the owner), and the owner
+    misses that election. The new leader counts the owner's silence from when it took the
+    lead, so it waits to hear from the owner and moves nobody off the ring (VOPR pubsub seed
+    814 took a live owner for dead at once)."""
+    from owners_world import SpareNet
+
+    seed = 9
+    net = SpareNet(6, seed=seed)
+    first, second = net.spares[net.owner]
+
+    def campaign(node: str) -> None:
+        net.scenario.at(at, lambda sim, n=node: sim.call(
+            n, lambda p: p.replica.leader.campaign()))
+
+    at = net.joined_by + 3.0
+    campaign(first)
+    at += 10.0
+    campaign(second)
+    # the owner misses the election (its answers lost): the new leader has not heard from it
+    everyone = [*net.ring, *(s for pair in net.spares.values() for s in pair)]
+    net.scenario.partition(at - 0.05, [[net.owner], [n for n in everyone if n != net.owner]],
+                           heal_at=at + 0.6)
+    sim = net.build()
+    sim.run(until=at + 10.0)
+    rows = named(net.sink.rows)
+    own = f"owner:{net.owner}"
+    leaders = [r.node for r in rows if r.event == "elected" and r.key == own]
+    assert leaders[-2:] == [first, second], f"seed={seed}: {leaders}"
+    moved = [(r.node, r.event) for r in rows if r.key == own and r.t > net.joined_by + 1.0
+             and r.event in ("join_ring", "leave_ring")]
+    assert moved == [] and net.procs[net.owner].active, f"seed={seed}: {moved}"

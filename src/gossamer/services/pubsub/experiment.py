@@ -4,7 +4,7 @@
 The run is built the way the pub/sub simulator tests build theirs: nodes ``n000``, ``n001``, ...
 join one by one (gossip: through a random earlier node; scribe: through the first three, the
 first creating the ring), then subscribe to topics ``t0``, ``t1``, ... (``subscribers`` random
-nodes per topic, or each node with ``subscribe_probability``), then publish
+nodes per topic, or each node with ``subscribe_probability``, at least one per topic), then publish
 ``publishes_per_node`` messages each, round-robin (or ``publishes_total`` in all, from nodes
 spread over the ids), at ``rate`` per virtual second on random
 topics. Faults: message loss, duplication and reordering on every link; a fraction of the
@@ -258,6 +258,10 @@ def _subscriptions(options: PubSubRunOptions, ids: list[NodeId]) -> dict[str, li
             out[topic] = sorted(rng.sample(ids, options.subscribers))
         else:
             out[topic] = [n for n in ids if rng.random() < options.subscribe_probability]
+            if not out[topic] and options.subscribe_probability > 0:
+                # at least one: a run whose topics nobody subscribed to traces no subscribe
+                # row, and the pipeline then owes every message to every node (README: limits)
+                out[topic] = [rng.choice(ids)]
     return out
 
 
