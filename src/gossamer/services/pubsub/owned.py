@@ -159,10 +159,7 @@ def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: P
                          config=paxos,
                          history_limit=scribe_config.topic_log_limit,
                          max_topics=scribe_config.max_topics)
-    owner = next((o for o in groups if env.node in owners.candidates(o)), None)
-    if owner is None:
-        raise ConfigError(f"{env.node} is in no group of the placement")
-    chord_config = dataclasses.replace(chord_config, identity=owner)
+    chord_config = dataclasses.replace(chord_config, identity=owners.group_of(env.node))
 
     current: list[PubSubNode] = []
 

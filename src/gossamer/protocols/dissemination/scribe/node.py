@@ -366,8 +366,9 @@ class Scribe(TreeMembership):
         # Chord names us root of a topic whose replica group we are no member of (its owner
         # died and no spare is on the ring in its place yet): its group orders it (the answer
         # sends the publisher to a member), and no tree is rooted here (``may_root``)
-        outsider = self.chord.root_of(topic) is not None and not self.may_root(topic)
-        if state is None and self.chord.root_of(topic) is not None and not outsider:
+        chord_root = self.chord.root_of(topic) is not None
+        outsider = chord_root and not self.may_root(topic)
+        if state is None and chord_root and not outsider:
             # Chord names us root but no tree is here yet (it is still under the old root, which
             # joins us within a few heartbeats): take the message into a stream of ours, so the
             # tree fetches it when it moves here

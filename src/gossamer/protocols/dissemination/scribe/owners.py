@@ -228,6 +228,14 @@ class TopicOwners(ReplicatedOrderer):
         if self.on_active is not None:
             self.on_active(owner, node, previous)
 
+    def group_of(self, node: NodeId) -> NodeId:
+        """The owner of the one group ``node`` is a member or a reserve of."""
+        mine = [o for o in self.members_of if node in self.candidates(o)]
+        if len(mine) != 1:
+            raise ConfigError(f"{node} must be a member (or a reserve) of exactly one group, "
+                              f"is of {len(mine)}")
+        return mine[0]
+
     def candidates(self, owner: NodeId) -> tuple[NodeId, ...]:
         """Every process that is or may become a member of ``owner``'s group."""
         return (*self.members_of[owner], *self.reserves_of.get(owner, ()))

@@ -41,7 +41,6 @@ from collections.abc import Callable
 from typing import cast
 
 from ....core.env import Env, MessageHandler, Process, TimerHandle
-from ....core.errors import ConfigError
 from ....core.ids import NodeId
 from ....core.messages import Message
 from ...ordering.paxos.config import Committed
@@ -67,12 +66,8 @@ class OwnerProcess:
     def __init__(self, env: Env, owners: TopicOwners, build: Callable[[], Process], *,
                  on_leave: Callable[[], None] | None = None) -> None:
         """``on_leave()`` runs before the stack stops when this process leaves the ring."""
-        mine = [o for o in owners.members_of if env.node in owners.candidates(o)]
-        if len(mine) != 1:
-            raise ConfigError(f"{env.node} must be a member (or a reserve) of exactly one "
-                              f"group, is of {len(mine)}")
         self.env = env
-        self.owner = mine[0]
+        self.owner = owners.group_of(env.node)
         self.owners = owners
         replica = owners.replica(self.owner)
         assert replica is not None  # a member has its group's replica
