@@ -200,6 +200,22 @@ def test_reliability_reports_a_subscriber_that_missed_its_topic(spark: Any) -> N
         ("r1", "b", "a:2", "a", 2, detail), ("r1", "e", "a:2", "a", 2, detail)]))
 
 
+def test_a_pubsub_run_in_which_nobody_subscribed_owes_nobody_its_publishes(spark: Any) -> None:
+    # no subscribe row at all: the publishes of the pub/sub layer and of the Scribe tree below
+    # it are owed by nobody (not by every node, as in a broadcast run)
+    rows = [row(0.1, "a", "send", layer="pubsub", peer="b"), row(0.1, "b", "send", layer="scribe",
+            peer="a"), pub(1.0, "a", 1, "x"), publish(1.0, "a", 1, layer="scribe", key="x")]
+    assert verdict(spark, rows, reliability_check(layers=["pubsub", "scribe"]))[0] is Status.PASS
+    # planted: b delivers it anyway, on a topic it never subscribed to
+    result = judge(spark, [*rows, got(1.1, "b", "a", 1, "x")], validity_check())
+    [found] = result.violations.collect()
+    assert (found.node, found.msg) == ("b", "a:1")
+    assert found.detail.startswith("delivered on topic x while not subscribed"), found.detail
+    # the same rows in a layer that is no topic layer: a broadcast run, b owes the message
+    plain = [publish(1.0, "a", 1, key="x"), row(0.1, "b", "send", peer="a")]
+    assert verdict(spark, plain, reliability_check())[0] is Status.FAIL
+
+
 def test_reliability_without_publishes_is_not_applicable(spark: Any) -> None:
     rows = [deliver(1.0, "b", "a", 1)]
     status, reason, _ = verdict(spark, rows, reliability_check())

@@ -90,3 +90,13 @@ def test_reliability_on_topics_asks_only_the_subscribers() -> None:
                sub("y", "unsubscribe", 2.0), owed([], key="k")]
     assert missing(records) == ["x"]
     assert missing(records, CheckConfig(layers=("other",))) == []
+
+
+def test_a_pubsub_run_in_which_nobody_subscribed_owes_nobody_its_publishes() -> None:
+    # the publish of the pub/sub layer marks the run as one of topics: a keyed message of it,
+    # in the layer below too, is owed by the subscribers only, and there are none
+    records = [*seen("p", "x", "y"), {**owed([], key="k"), "layer": "pubsub"},
+               {**owed([], key="k"), "msg": "p:2"}]
+    assert missing(records) == []
+    # without a row of a topic layer, the keyed message is a broadcast one, owed by all
+    assert missing([*seen("p", "x", "y"), owed([], key="k")]) == ["x", "y"]

@@ -20,6 +20,8 @@ from .schema import (
     MEMBERSHIP_EVENTS,
     ROW,
     RUNTIME_LAYERS,
+    SUBSCRIPTION_EVENTS,
+    TOPIC_LAYERS,
     UP_EVENTS,
     clock,
     membership_changes,
@@ -117,7 +119,6 @@ def _up_during(start_at: Column, start_row: Column, end_at: Column, end_row: Col
 
 # -- who is owed what ----------------------------------------------------------------------------
 
-_SUBSCRIPTION_EVENTS = ("subscribe", "unsubscribe")
 
 
 def subscription_intervals(trace: DataFrame) -> DataFrame:
@@ -129,7 +130,7 @@ def subscription_intervals(trace: DataFrame) -> DataFrame:
     A crash ends no subscription here: a node that recovers without subscribing again would
     still be expected to deliver (the pub/sub workloads do not recover crashed nodes)."""
     trace = with_row_order(trace)
-    rows = trace.filter(F.col("event").isin(list(_SUBSCRIPTION_EVENTS))
+    rows = trace.filter(F.col("event").isin(list(SUBSCRIPTION_EVENTS))
                         & F.col("key").isNotNull() & F.col("node").isNotNull())
     in_order = Window.partitionBy("run", "key", "node").orderBy("at", ROW)
     return rows.select("run", "key", "node", "event", clock().alias("at"), ROW).select(
@@ -137,6 +138,14 @@ def subscription_intervals(trace: DataFrame) -> DataFrame:
         F.col(ROW).alias("sub_row"), F.lead("at").over(in_order).alias("unsub_at"),
         F.lead(ROW).over(in_order).alias("unsub_row"),
     ).filter(F.col("event") == "subscribe").drop("event")
+
+
+def topic_runs(trace: DataFrame, subscriptions: DataFrame) -> DataFrame:
+    """(run): the runs whose keyed messages are owed by topic: those that trace a subscription
+    or any row of a topic layer (a pub/sub run in which nobody subscribed owes nobody its
+    publishes; without the layer rule it would look like a broadcast run)."""
+    by_layer = trace.filter(F.col("layer").isin(list(TOPIC_LAYERS))).select("run")
+    return subscriptions.select("run").unionByName(by_layer).distinct()
 
 
 def expected_deliveries(
@@ -151,10 +160,11 @@ def expected_deliveries(
     A node owes a message when it was up when the message was published (on the shared clock)
     and it is judged (up at the end, or it left cleanly: see ``member_status``). Who else:
 
-    - topics: in a run that traces ``subscribe``/``unsubscribe`` rows (topic pub/sub, key =
-      topic), a message with a ``key`` is owed only by the nodes subscribed to that key when it
-      was published (in every layer that carries it: the pub/sub layer and the Scribe tree
-      below it); a message without a key (a broadcast layer below pub/sub) by every member;
+    - topics: in a run that traces ``subscribe``/``unsubscribe`` rows or rows of a topic layer
+      (topic pub/sub, key = topic: ``topic_runs``), a message with a ``key`` is owed only by
+      the nodes subscribed to that key when it was published (in every layer that carries
+      it: the pub/sub layer and the Scribe tree below it); a message without a key (a
+      broadcast layer below pub/sub) by every member;
     - sessions (``session_layers``: what a node missed while away is not sent again, like seed
       003's clients): only by the nodes whose latest up interval covers the publish.
 
@@ -192,10 +202,10 @@ def _expected_deliveries(trace: DataFrame, layers: Sequence[str] | None,
         pairs = pairs.filter(~F.col("layer").isin(list(session_layers))
                              | F.col("last_interval"))
     subscriptions = subscription_intervals(trace)
-    topic_runs = subscriptions.select("run").distinct()
+    by_topic_runs = topic_runs(trace, subscriptions)
     scoped = F.col("key").isNotNull()
-    everyone = (pairs.join(F.broadcast(topic_runs), "run", "left_anti")
-                .unionByName(pairs.join(F.broadcast(topic_runs), "run", "left_semi")
+    everyone = (pairs.join(F.broadcast(by_topic_runs), "run", "left_anti")
+                .unionByName(pairs.join(F.broadcast(by_topic_runs), "run", "left_semi")
                              .filter(~scoped)))
     subscribed = (
         precedes(F.col("sub_at"), F.col("sub_row"), F.col("at_publish"), F.col("row_publish"))
@@ -361,9 +371,8 @@ def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None
     while_down = rows.join(F.broadcast(status), covered, "left_anti").select(
         "*", F.lit("delivered while the node was down (crashed or left)").alias("what"))
     subscriptions = subscription_intervals(trace)
-    topic_runs = subscriptions.select("run").distinct()
-    scoped = rows.filter(F.col("key").isNotNull()).join(F.broadcast(topic_runs), "run",
-                                                        "left_semi")
+    scoped = rows.filter(F.col("key").isNotNull()).join(
+        F.broadcast(topic_runs(trace, subscriptions)), "run", "left_semi")
     entitled = ((scoped["run"] == subscriptions["run"]) & (scoped["key"] == subscriptions["key"])
                 & (scoped["node"] == subscriptions["node"])
                 & precedes(subscriptions["sub_at"], subscriptions["sub_row"], scoped["at"],

@@ -37,7 +37,14 @@ from ..core.traceio import SCHEMA
 from .check_rows import CAUSAL_PREFIX, FIFO_AGAIN, FIFO_GAP, FIFO_REORDERED, OWED_DETAIL
 from .checks import CheckConfig
 from .errors import PipelineError
-from .schema import MEMBERSHIP_EVENTS, ROW, RUNTIME_LAYERS, UP_EVENTS
+from .schema import (
+    MEMBERSHIP_EVENTS,
+    ROW,
+    RUNTIME_LAYERS,
+    SUBSCRIPTION_EVENTS,
+    TOPIC_LAYERS,
+    UP_EVENTS,
+)
 from .settings import read_run_settings
 
 __all__ = ["LIVE_CHECKS", "LiveCheck", "LiveJudge", "LiveViolation", "follow", "segment_rows"]
@@ -55,7 +62,6 @@ MISSING_RANGES = 4_096
 PENDING_MESSAGES = 100_000
 #: the messages of a layer are judged in this many groups (a Python call per group and batch)
 MESSAGE_SHARDS = 8
-_SUBSCRIPTION_EVENTS = ("subscribe", "unsubscribe")
 _ROW_SCHEMA = pa.schema([*SCHEMA, pa.field(ROW, pa.int64())])
 _SEGMENT_BITS = 32  # row = segment index << 32 | position in the segment
 
@@ -182,7 +188,7 @@ def _node_step(run: str, node: str, rows: list[dict[str, Any]], blob: dict[str, 
             state["changes"][layer] = [at, row[ROW], event]
             out.append(_record("member", run, node=node, layer=layer, at=at, detail=event))
             continue
-        if event in _SUBSCRIPTION_EVENTS and row["key"] is not None:
+        if event in SUBSCRIPTION_EVENTS and row["key"] is not None:
             out.append(_record("subscription", run, node=node, key=row["key"], at=at,
                                detail=event))
             continue
@@ -381,6 +387,7 @@ class LiveJudge:
         """The violations among one micro-batch's records (membership first)."""
         found: list[LiveViolation] = []
         order = {"seen": 0, "member": 1, "subscription": 1}
+        self._topic_runs.update(r["run"] for r in records if r.get("layer") in TOPIC_LAYERS)
         for record in sorted(records, key=lambda r: (order.get(r["check"], 2), r["at"] or 0)):
             check, run = record["check"], record["run"]
             if check == "seen":

@@ -56,6 +56,11 @@ MEMBERSHIP_EVENTS = ("join", "leave", "crash", "recover")
 RUNTIME_LAYERS = ("sim", "net")
 #: membership events after which a node is up
 UP_EVENTS = ("join", "recover")
+#: a node's subscription to a topic (the row's ``key``) starts and ends with these events
+SUBSCRIPTION_EVENTS = ("subscribe", "unsubscribe")
+#: a run with a row in one of these layers delivers keyed messages by topic, to the subscribers
+#: only, even when nobody subscribed in it (then nobody owes its publishes)
+TOPIC_LAYERS = ("pubsub",)
 
 _SPARK_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),
