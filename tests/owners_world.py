@@ -11,6 +11,7 @@ from typing import Any
 from checks import named
 from gossamer.core import MemorySink, node_ids
 from gossamer.protocols.dissemination.scribe import Scribe
+from gossamer.protocols.dissemination.scribe.handover import in_range
 from gossamer.protocols.dissemination.scribe.owners import (
     ReplicatedScribe,
     TopicOwners,
@@ -19,6 +20,7 @@ from gossamer.protocols.dissemination.scribe.owners import (
 )
 from gossamer.protocols.dissemination.scribe.placement import OwnerProcess
 from gossamer.protocols.membership.chord import Chord, ChordConfig
+from gossamer.protocols.membership.chord.ring import chord_id
 from gossamer.protocols.ordering.paxos import PaxosConfig
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 from gossamer.testing import FakeEnv
@@ -138,9 +140,12 @@ class SpareNet:
     ring; the three are one group that orders the active node's topics (``OwnerProcess``)."""
 
     def __init__(self, active: int, *, seed: int, loss: float = 0.0, reserves: int = 0,
-                 owner_joins_at: float | None = None) -> None:
+                 owner_joins_at: float | None = None, grow: bool = False) -> None:
         """``owner_joins_at``: the topic's owner joins the ring then (its spares are up from
-        the start), not with the others."""
+        the start), not with the others. ``grow``: there is a new group (``grown``, its active
+        node and two spares, given the whole placement; the others were not told of it), its
+        active node between ``TOPIC`` and the topic's owner on the ring, so it takes the
+        topic's range from the owner's group when it starts (scheduled by the caller)."""
         self.seed = seed
         ids = node_ids(active * (3 + reserves))
         self.ring = ids[:active]
@@ -162,12 +167,20 @@ class SpareNet:
         self.sink = MemorySink()
         self.procs: dict[str, OwnerProcess] = {}
         self.second: str | None = None  # the active node of a second crash
+        self.grown: str | None = None
+        self.grown_groups = self.groups
+        if grow:
+            self.grown = grown_owner(self.ring, self.owner)
+            members = (self.grown, f"{self.grown}.s1", f"{self.grown}.s2")
+            self.grown_groups = {**self.groups, self.grown: members}
 
     def factory(self, env: Any) -> OwnerProcess:
-        owner = next(o for o, members in self.groups.items()
-                     if env.node in (*members, *self.reserves[o]))
-        owners = TopicOwners(env, groups=self.groups, reserves=self.reserves, bits=BITS,
-                             config=PAXOS)
+        new = self.grown is not None and env.node in self.grown_groups[self.grown]
+        groups = self.grown_groups if new else self.groups
+        owner = next(o for o, members in groups.items()
+                     if env.node in (*members, *self.reserves.get(o, ())))
+        owners = TopicOwners(env, groups=groups, reserves=self.reserves, bits=BITS,
+                             config=PAXOS, grown=[owner] if new else ())
 
         def build() -> Scribe:
             chord = Chord(env, contacts=self.ring[:3], create=env.node == self.ring[0],
@@ -233,3 +246,44 @@ def active_crash(seed: int, loss: float, *, count: int = 60,
     sim = net.build()
     sim.run(until=start + 0.05 * count + 14.0)
     return SpareRun(net, list(net.sink.rows), subscribers, set(sim.alive()), crash_at, count)
+
+
+def grown_owner(ring: Sequence[str], owner: str) -> str:
+    """A node name whose identifier lies after ``TOPIC``'s and before ``owner``'s, with no
+    node of ``ring`` between: joining, it takes ``TOPIC`` from ``owner``'s range."""
+    topic, mine = chord_id(TOPIC, BITS), chord_id(owner, BITS)
+    others = [chord_id(n, BITS) for n in ring if n != owner]
+    for i in range(100_000):
+        name = f"g{i:04d}"
+        ident = chord_id(name, BITS)
+        if in_range(ident, topic - 1, mine) and ident != mine and not any(
+                in_range(o, topic - 1, ident) for o in others):
+            return name
+    raise AssertionError("no name fits")
+
+
+@dataclasses.dataclass
+class GrowRun:
+    net: SpareNet
+    rows: list[Any]
+    subscribers: set[str]
+    alive: set[str]
+    grow_at: float
+    count: int
+
+
+def grow(seed: int, loss: float, *, count: int = 60, crash_new: float | None = None) -> GrowRun:
+    """6 active nodes with 2 spares each, the workload of ``SpareNet.workload``, and 1.2 s into
+    the publishes a new group starts whose active node takes ``TOPIC``'s range (``grown``);
+    with ``crash_new``, its active node crashes that many seconds after it starts."""
+    net = SpareNet(6, seed=seed, loss=loss, grow=True)
+    subscribers, start = net.workload(count)
+    grow_at = start + 1.2
+    assert net.grown is not None
+    for node in net.grown_groups[net.grown]:
+        net.scenario.join(grow_at, node)
+    if crash_new is not None:
+        net.scenario.crash(grow_at + crash_new, net.grown)
+    sim = net.build()
+    sim.run(until=start + 0.05 * count + 16.0)
+    return GrowRun(net, list(net.sink.rows), subscribers, set(sim.alive()), grow_at, count)

@@ -27,6 +27,8 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+import orjson
+
 from ....core.env import Env, MessageHandler, Process
 from ....core.errors import ConfigError
 from ....core.ids import NodeId, check_node_id
@@ -44,6 +46,15 @@ from ...ordering.paxos.groups import GroupMessage, PaxosGroups
 from ...ordering.paxos.orderer import PaxosOrderer
 from ...ordering.paxos.replica import PaxosReplica
 from .base import DeliverFn, ScribeConfig
+from .handover import (
+    MAX_MOVES,
+    RangeClaim,
+    RangeState,
+    in_range,
+    node_list,
+    owner_range,
+    state_fits,
+)
 from .messages import Publish, message_id
 from .node import Scribe
 
@@ -84,12 +95,17 @@ def _encode(item: Publish) -> Any:
     return [item.origin, item.seq, item.payload]
 
 
+def _size(value: Any) -> int:
+    return len(orjson.dumps(value))
+
+
 class TopicOwners(ReplicatedOrderer):
     """The groups this node is a member of, as Scribe's orderer (see the module docstring)."""
 
-    __slots__ = ("_active", "_decided", "_histories", "_keys", "_orderers", "_turns", "bits",
-                 "env", "groups", "history_limit", "max_topics", "members_of", "on_active",
-                 "owners", "reserves_of")
+    __slots__ = ("_active", "_asked", "_decided", "_handed", "_histories", "_keys", "_lower",
+                 "_moved", "_orderers", "_taken", "_taking", "_turns", "bits", "env", "groups",
+                 "history_limit", "max_topics", "members_of", "on_active", "owners",
+                 "reserves_of")
 
     LAYER = "paxos"
 
@@ -97,12 +113,14 @@ class TopicOwners(ReplicatedOrderer):
                  groups: Mapping[NodeId, Sequence[NodeId]] | None = None,
                  reserves: Mapping[NodeId, Sequence[NodeId]] | None = None,
                  config: PaxosConfig | None = None, history_limit: int = 256,
-                 max_topics: int = 4096) -> None:
+                 max_topics: int = 4096, grown: Sequence[NodeId] = ()) -> None:
         """The groups are ``owner_groups(ring, backups=...)`` (each founding node and its
         next ring nodes), or ``groups`` (owner -> its members, the owner first: the seed's
         placement, ``spare_groups``). ``reserves``: owner -> processes that are no member of
         its group yet and may be added through its log (a new spare after a take-over); such
-        a process builds the group's replica as a joining one."""
+        a process builds the group's replica as a joining one. ``grown``: owners among
+        ``groups`` that join a running placement; each takes its key range from the group of
+        the owner after it, through both logs (``handover``), and orders nothing before."""
         if history_limit < 1 or max_topics < 1:
             raise ConfigError(f"history_limit and max_topics must be >= 1, got "
                               f"{history_limit} and {max_topics}")
@@ -135,6 +153,26 @@ class TopicOwners(ReplicatedOrderer):
         self.on_active: ActiveFn | None = None
         self.owners = sorted(every, key=lambda n: (chord_id(n, bits), n))
         self._keys = [chord_id(n, bits) for n in self.owners]
+        grown = [check_node_id(g) for g in grown]
+        if set(grown) - set(every) or len(set(grown)) >= len(every):
+            raise ConfigError(f"a grown owner is one of the placement's, and some are not "
+                              f"grown: {grown}")
+        founding = [o for o in self.owners if o not in grown]
+        # owner -> the lower end of the key range its group still holds (it hands the rest
+        # of ``(lower, owner]`` over to grown groups); the moves it made, and their state
+        self._lower = {o: owner_range(founding, o, bits)[0] for o in founding}
+        self._moved: dict[NodeId, list[tuple[int, int, NodeId, tuple[NodeId, ...]]]] = {
+            o: [] for o in every}
+        self._handed: dict[tuple[NodeId, int], dict[str, Any]] = {}
+        # grown owner -> (lo, hi, the owner whose group holds the range until it is taken)
+        self._taking: dict[NodeId, tuple[int, int, NodeId]] = {}
+        for owner in grown:
+            others = [o for o in self.owners if o == owner or o not in grown]
+            lo, hi = owner_range(others, owner, bits)
+            source = others[(others.index(owner) + 1) % len(others)]
+            self._taking[owner] = (lo, hi, source)
+        self._taken: set[NodeId] = set()
+        self._asked: dict[tuple[str, NodeId, int], float] = {}  # a proposal made, when
         self.groups = PaxosGroups(env)
         self._orderers: dict[NodeId, PaxosOrderer] = {}
         # per owner: topic -> the last items ordered (position, Publish); mid -> position
@@ -151,7 +189,8 @@ class TopicOwners(ReplicatedOrderer):
                 initial_leader=owner,
                 on_decided=functools.partial(self._control, owner))
             orderer = PaxosOrderer(replica, on_ordered=functools.partial(self._ordered, owner),
-                                   encode=_encode, anywhere=True)
+                                   encode=_encode, anywhere=True,
+                                   admits=functools.partial(self._admits, owner))
             replica.snapshot_fn = functools.partial(self._snapshot, owner)
             replica.restore_fn = functools.partial(self._restore, owner)
             self.groups.add(replica)
@@ -173,9 +212,11 @@ class TopicOwners(ReplicatedOrderer):
             # not a member of the key's group: any member takes it (its leader orders it);
             # which one is alive is not known here, so the members take turns: a publisher
             # sent to a dead one is redirected to the next one when it asks again
-            members = self.candidates(owner)
-            turn = self._turns[owner] = self._turns.get(owner, -1) + 1
-            on_decided(Redirected(members[turn % len(members)]))
+            on_decided(Redirected(self._turn(owner, self.candidates(owner))))
+            return
+        if not self._admits(owner, key):  # moved to a grown group, or not taken yet
+            elsewhere = self._holder(owner, key)
+            on_decided(Redirected(self._turn(elsewhere[0], elsewhere[1])))
             return
         if isinstance(item, Publish):
             position = self._decided[owner].get(key, {}).get(message_id(item.origin, item.seq))
@@ -184,8 +225,163 @@ class TopicOwners(ReplicatedOrderer):
                 return
         orderer.propose(key, item, on_decided)
 
+    def _turn(self, group: NodeId, members: Sequence[NodeId]) -> NodeId:
+        turn = self._turns[group] = self._turns.get(group, -1) + 1
+        return members[turn % len(members)]
+
     def takes(self, key: str) -> bool:
-        return self.owner_of(key) in self._orderers
+        owner = self.owner_of(key)
+        return owner in self._orderers and self._admits(owner, key)
+
+    # -- growing the placement (``handover``) ----------------------------------------------------
+
+    def _admits(self, owner: NodeId, key: str) -> bool:
+        """Whether ``owner``'s group orders ``key`` now (by its log: the same at every
+        member): not a grown group before its take, nor a key its group handed over."""
+        if owner in self._taking and owner not in self._taken:
+            return False
+        moved = self._moved.get(owner)
+        if not moved:
+            return True
+        ident = chord_id(key, self.bits)
+        return not any(in_range(ident, lo, hi) for lo, hi, _, _ in moved)
+
+    def _holder(self, owner: NodeId, key: str) -> tuple[NodeId, tuple[NodeId, ...]]:
+        """The group that orders ``key`` instead of ``owner``'s, and its processes."""
+        taking = self._taking.get(owner)
+        if taking is not None and owner not in self._taken:
+            return taking[2], self.candidates(taking[2])
+        ident = chord_id(key, self.bits)
+        to, members = next((to, members) for lo, hi, to, members in self._moved[owner]
+                           if in_range(ident, lo, hi))
+        return to, members
+
+    def claiming(self, owner: NodeId) -> bool:
+        """Whether ``owner``'s group (one of this node's) still has to take its range."""
+        return owner in self._taking and owner not in self._taken
+
+    def claim(self, owner: NodeId) -> None:
+        """Send ``owner``'s claim (it is a grown group's) to every process of the group
+        that holds its range (``handover``, step 1)."""
+        lo, hi, source = self._taking[owner]
+        msg = RangeClaim(lo=lo, hi=hi, to=owner, members=self.candidates(owner))
+        for node in self.candidates(source):
+            self.env.send(node, msg)
+
+    def on_range_message(self, src: NodeId, msg: RangeClaim | RangeState) -> None:
+        if isinstance(msg, RangeClaim):
+            self._on_claim(src, msg)
+        else:
+            self._on_state(src, msg)
+
+    def _on_claim(self, src: NodeId, msg: RangeClaim) -> None:
+        if src not in msg.members:
+            self._drop_range(src, msg, "claim_not_from_its_group")
+            return
+        for owner, orderer in self._orderers.items():
+            if self.claiming(owner):
+                continue
+            if any(hi == msg.hi and to == msg.to for _, hi, to, _ in self._moved[owner]):
+                limit = orderer.replica.config.max_command_bytes - 1024
+                state = state_fits(self._handed[(owner, msg.hi)], _size, limit)
+                self.env.send(src, RangeState(lo=msg.lo, hi=msg.hi, owner=owner, state=state))
+                return
+            if self._fits(owner, msg.lo, msg.hi):
+                if self._ask("hand_over", owner, msg.hi):
+                    orderer.replica.propose({"hand_over": {
+                        "lo": msg.lo, "hi": msg.hi, "to": msg.to, "members": list(msg.members)}})
+                return
+        self._drop_range(src, msg, "claim_out_of_range")
+
+    def _on_state(self, src: NodeId, msg: RangeState) -> None:
+        for owner, (lo, hi, source) in self._taking.items():
+            if owner in self._orderers and (lo, hi, source) == (msg.lo, msg.hi, msg.owner):
+                if src not in self.candidates(source):
+                    self._drop_range(src, msg, "state_not_from_its_group")
+                elif self.claiming(owner) and self._ask("take", owner, hi):
+                    limit = self._orderers[owner].replica.config.max_command_bytes - 1024
+                    self._orderers[owner].replica.propose({"take": {
+                        "lo": lo, "hi": hi, "from": source,
+                        "state": state_fits(msg.state, _size, limit)}})
+                return
+        self._drop_range(src, msg, "state_of_no_claim")
+
+    def _drop_range(self, src: NodeId, msg: RangeClaim | RangeState, reason: str) -> None:
+        self.env.trace("drop", layer=self.LAYER, peer=src, seq=msg.hi, reason=reason)
+
+    def _ask(self, what: str, owner: NodeId, hi: int) -> bool:
+        """Whether to propose ``what`` now: not if proposed within a suspicion timeout."""
+        now, key = self.env.now(), (what, owner, hi)
+        replica = self._orderers[owner].replica
+        if now - self._asked.get(key, -1e18) < replica.config.suspect_timeout:
+            return False
+        self._asked[key] = now
+        return True
+
+    def _fits(self, owner: NodeId, lo: int, hi: int) -> bool:
+        """Whether ``(lo, hi]`` is the start of what ``owner``'s group still holds."""
+        mine = chord_id(owner, self.bits)
+        return (owner in self._lower and lo == self._lower[owner] and hi != mine
+                and in_range(hi, lo, mine) and len(self._moved[owner]) < MAX_MOVES)
+
+    def _hand_over(self, owner: NodeId, spec: Any, slot: int) -> None:
+        """Decided in ``owner``'s log: the keys of ``(lo, hi]`` go to group ``to``."""
+        try:
+            lo, hi, to = int(spec["lo"]), int(spec["hi"]), check_node_id(spec["to"])
+            members = node_list(spec["members"])
+        except (KeyError, TypeError, ValueError):
+            self._drop_op(owner, slot, "unknown_operation")
+            return
+        if any(h == hi and t == to for _, h, t, _ in self._moved[owner]):
+            self._drop_op(owner, slot, "handed_over_already")
+            return
+        if not self._fits(owner, lo, hi):
+            self._drop_op(owner, slot, "claim_out_of_range")
+            return
+        positions = {key: pos for key, pos in self._orderers[owner].snapshot().items()
+                     if in_range(chord_id(key, self.bits), lo, hi)}
+        history: dict[str, Any] = {}
+        for key in positions:
+            items = self._histories[owner].pop(key, None)
+            self._decided[owner].pop(key, None)
+            if items:
+                history[key] = [[pos, _encode(item)] for pos, item in items]
+        self._moved[owner].append((lo, hi, to, members))
+        self._handed[(owner, hi)] = {"positions": positions, "history": history}
+        self._lower[owner] = hi
+        self.env.trace("hand_over", layer=self.LAYER, key=f"owner:{owner}", peer=to, seq=slot,
+                       topics=len(positions))
+
+    def _take(self, owner: NodeId, spec: Any, slot: int) -> None:
+        """Decided in ``owner``'s log (a grown group's): the moved keys' state, from which
+        its group goes on ordering them."""
+        if not self.claiming(owner):
+            self._drop_op(owner, slot, "taken_already")
+            return
+        lo, hi, source = self._taking[owner]
+        try:
+            if (spec["lo"], spec["hi"], spec["from"]) != (lo, hi, source):
+                raise ValueError("another range")
+            positions = {str(k): int(v) for k, v in spec["state"]["positions"].items()}
+            history = [(str(key), int(pos), Publish(topic=str(key), origin=origin, seq=seq,
+                                                     payload=payload))
+                       for key, items in spec["state"]["history"].items()
+                       for pos, (origin, seq, payload) in items]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self._drop_op(owner, slot, "bad_take")
+            return
+        orderer = self._orderers[owner]
+        for key, pos in positions.items():
+            orderer.advance(key, pos)
+        for key, pos, item in sorted(history, key=lambda h: (h[0], h[1])):
+            self._remember(owner, key, pos, item)
+        self._taken.add(owner)
+        self._lower[owner] = lo  # what it holds now: it may hand a part on in turn
+        self.env.trace("take", layer=self.LAYER, key=f"owner:{owner}", peer=source, seq=slot,
+                       topics=len(positions))
+
+    def _drop_op(self, owner: NodeId, slot: int, reason: str) -> None:
+        self.env.trace("drop", layer=self.LAYER, key=f"owner:{owner}", seq=slot, reason=reason)
 
     def active_of(self, owner: NodeId) -> NodeId:
         """The member the group's log names active (on the ring as ``owner``)."""
@@ -206,6 +402,12 @@ class TopicOwners(ReplicatedOrderer):
         member, or a member confirmed active (anything else was not proposed by this code:
         traced and ignored). Every member applies it the same way, in log order."""
         payload = op.payload
+        if isinstance(payload, dict) and payload.keys() == {"hand_over"}:
+            self._hand_over(owner, payload["hand_over"], op.slot)
+            return
+        if isinstance(payload, dict) and payload.keys() == {"take"}:
+            self._take(owner, payload["take"], op.slot)
+            return
         members = self.candidates(owner)
         if not (isinstance(payload, dict) and payload.keys() == {"active", "instead_of"}
                 and payload["active"] in members and payload["instead_of"] in members):
@@ -256,7 +458,15 @@ class TopicOwners(ReplicatedOrderer):
     def _ordered(self, owner: NodeId, key: str, position: int, value: Any) -> None:
         origin, seq, payload = value
         item = Publish(topic=key, origin=origin, seq=seq, payload=payload)
-        mid = message_id(origin, seq)
+        self._remember(owner, key, position, item)
+        self.env.trace("ordered", layer=self.LAYER, msg=message_id(origin, seq), origin=origin,
+                       key=key, seq=position, group=f"owner:{owner}")
+        if self.on_ordered is not None:
+            self.on_ordered(key, position, item)
+
+    def _remember(self, owner: NodeId, key: str, position: int, item: Publish) -> None:
+        """Keep ``item`` in ``owner``'s history of ``key`` (bounded) and its id as decided."""
+        mid = message_id(item.origin, item.seq)
         topics, decided_ids = self._histories[owner], self._decided[owner]
         if key not in topics and len(topics) >= self.max_topics:
             oldest_topic = next(iter(topics))  # bounded: the oldest topic's history goes
@@ -269,28 +479,34 @@ class TopicOwners(ReplicatedOrderer):
             decided.pop(message_id(oldest.origin, oldest.seq), None)
         history.append((position, item))
         decided.setdefault(mid, position)
-        self.env.trace("ordered", layer=self.LAYER, msg=mid, origin=origin, key=key,
-                       seq=position, group=f"owner:{owner}")
-        if self.on_ordered is not None:
-            self.on_ordered(key, position, item)
 
     def _snapshot(self, owner: NodeId) -> Any:
+        moved = self._moved[owner]
         return {"positions": self._orderers[owner].snapshot(), "active": self._active[owner],
                 "history": {key: [[pos, _encode(item)] for pos, item in items]
-                            for key, items in self._histories[owner].items()}}
+                            for key, items in self._histories[owner].items()},
+                "lower": self._lower.get(owner), "taken": owner in self._taken,
+                "moved": [[lo, hi, to, list(members), self._handed[(owner, hi)]]
+                          for lo, hi, to, members in moved]}
 
     def _restore(self, owner: NodeId, state: Any) -> None:
         self._orderers[owner].restore(state["positions"])
         if state.get("active") in self.candidates(owner):
             self._set_active(owner, state["active"])
-        topics = self._histories[owner] = {}
-        decided = self._decided[owner] = {}
+        self._histories[owner] = {}
+        self._decided[owner] = {}
         for key, items in state["history"].items():
-            history = topics[key] = collections.deque(maxlen=self.history_limit)
             for pos, (origin, seq, payload) in items:
-                history.append((pos, Publish(topic=key, origin=origin, seq=seq,
-                                             payload=payload)))
-                decided.setdefault(key, {})[message_id(origin, seq)] = pos
+                self._remember(owner, key, pos, Publish(topic=key, origin=origin, seq=seq,
+                                                        payload=payload))
+        if state.get("lower") is not None:
+            self._lower[owner] = state["lower"]
+        if state.get("taken"):
+            self._taken.add(owner)
+        self._moved[owner] = []
+        for lo, hi, to, members, handed in state.get("moved", ()):
+            self._moved[owner].append((lo, hi, to, tuple(members)))
+            self._handed[(owner, hi)] = handed
 
     def start(self) -> None:
         self.groups.start()

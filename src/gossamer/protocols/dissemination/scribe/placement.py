@@ -30,9 +30,11 @@ order at every member), so two members never both believe they are:
 
 After a take-over the new active node, as the group's leader, adds one of the group's
 reserves (processes named for it that are no member yet: ``TopicOwners(reserves=...)``)
-through the log and then removes the dead member, so the group is three again. Not built
-(README): handing the state of moved topics over through the log when a node joining the ring
-takes part of an owner's key range.
+through the log and then removes the dead member, so the group is three again.
+
+A group that joins a running placement (``TopicOwners(grown=...)``) takes its key range from
+the group after it through both logs (``handover``): its active process claims the range once
+a heartbeat until its log has taken it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from ....core.ids import NodeId
 from ....core.messages import Message
 from ...ordering.paxos.config import Committed
 from ...ordering.paxos.groups import GroupMessage
+from .handover import RangeClaim, RangeState
 from .owners import TopicOwners
 
 __all__ = ["OwnerProcess"]
@@ -110,6 +113,8 @@ class OwnerProcess:
         if isinstance(msg, GroupMessage):
             self._heard[src] = self.env.now()
             self.owners.on_message(src, msg)
+        elif isinstance(msg, RangeClaim | RangeState):
+            self.owners.on_range_message(src, msg)
         else:  # while off the ring: a publish is ordered here; the rest finds nothing to do
             cast(MessageHandler, self.inner).on_message(src, msg)
 
@@ -128,6 +133,8 @@ class OwnerProcess:
         self._watch = env.set_timer(config.heartbeat_interval, self._check)
         active = self.owners.active_of(self.owner)
         now = env.now()
+        if self.active and self.owners.claiming(self.owner):
+            self.owners.claim(self.owner)  # a grown group's range: until its log took it
         if self.replica.current_leader != env.node:
             self._leading_since = None
             return

@@ -34,13 +34,18 @@ class PaxosOrderer(Orderer):
     here: the layer above applies a retried item once)."""
 
     __slots__ = ("_answers", "_anywhere", "_decode", "_encode", "_passed_on", "_positions",
-                 "on_ordered", "replica")
+                 "admits", "on_ordered", "replica")
 
     def __init__(self, replica: PaxosReplica, *, on_ordered: OrderedFn | None = None,
                  encode: Callable[[Any], Any] = lambda item: item,
                  decode: Callable[[Any], Any] = lambda value: value,
-                 anywhere: bool = False) -> None:
+                 anywhere: bool = False,
+                 admits: Callable[[str], bool] | None = None) -> None:
+        """``admits(key)``: whether an item of ``key`` decided now is ordered (applied in log
+        order at every replica, so the same everywhere); one that is not gets no position and
+        its proposer is answered as if its outcome were unknown (it asks again)."""
         self.replica = replica
+        self.admits = admits
         self._anywhere = anywhere
         self.on_ordered = on_ordered
         self._encode = encode
@@ -92,6 +97,10 @@ class PaxosOrderer(Orderer):
                 self._passed_on(op)
             return
         key = payload["key"]
+        if self.admits is not None and not self.admits(key):
+            self.replica.env.trace("drop", layer=self.replica.LAYER, key=key, seq=op.slot,
+                                   reason="key_not_ordered_here")
+            return
         position = self._positions[key] = self._positions.get(key, 0) + 1
         if self.replica.awaiting(op.id):
             self._answers[op.id] = position  # answered by ``done`` right after this
@@ -101,6 +110,10 @@ class PaxosOrderer(Orderer):
     def position(self, key: str) -> int:
         """The last position ordered for ``key`` here (0: none yet)."""
         return self._positions.get(key, 0)
+
+    def advance(self, key: str, position: int) -> None:
+        """``key``'s items go on after ``position`` (the state of a key handed over)."""
+        self._positions[key] = max(self._positions.get(key, 0), position)
 
     def snapshot(self) -> dict[str, int]:
         return dict(self._positions)
