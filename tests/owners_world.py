@@ -11,7 +11,7 @@ from typing import Any
 from checks import named
 from gossamer.core import MemorySink, node_ids
 from gossamer.protocols.dissemination.scribe import Scribe
-from gossamer.protocols.dissemination.scribe.handover import in_range
+from gossamer.protocols.dissemination.scribe.handover import taker_name
 from gossamer.protocols.dissemination.scribe.owners import (
     ReplicatedScribe,
     TopicOwners,
@@ -20,7 +20,6 @@ from gossamer.protocols.dissemination.scribe.owners import (
 )
 from gossamer.protocols.dissemination.scribe.placement import OwnerProcess
 from gossamer.protocols.membership.chord import Chord, ChordConfig
-from gossamer.protocols.membership.chord.ring import chord_id
 from gossamer.protocols.ordering.paxos import PaxosConfig
 from gossamer.runtimes.sim import LinkModel, Scenario, Simulation, Uniform
 from gossamer.testing import FakeEnv
@@ -170,7 +169,7 @@ class SpareNet:
         self.grown: str | None = None
         self.grown_groups = self.groups
         if grow:
-            self.grown = grown_owner(self.ring, self.owner)
+            self.grown = taker_name(self.ring, TOPIC, BITS)
             members = (self.grown, f"{self.grown}.s1", f"{self.grown}.s2")
             self.grown_groups = {**self.groups, self.grown: members}
 
@@ -246,20 +245,6 @@ def active_crash(seed: int, loss: float, *, count: int = 60,
     sim = net.build()
     sim.run(until=start + 0.05 * count + 14.0)
     return SpareRun(net, list(net.sink.rows), subscribers, set(sim.alive()), crash_at, count)
-
-
-def grown_owner(ring: Sequence[str], owner: str) -> str:
-    """A node name whose identifier lies after ``TOPIC``'s and before ``owner``'s, with no
-    node of ``ring`` between: joining, it takes ``TOPIC`` from ``owner``'s range."""
-    topic, mine = chord_id(TOPIC, BITS), chord_id(owner, BITS)
-    others = [chord_id(n, BITS) for n in ring if n != owner]
-    for i in range(100_000):
-        name = f"g{i:04d}"
-        ident = chord_id(name, BITS)
-        if in_range(ident, topic - 1, mine) and ident != mine and not any(
-                in_range(o, topic - 1, ident) for o in others):
-            return name
-    raise AssertionError("no name fits")
 
 
 @dataclasses.dataclass

@@ -124,9 +124,15 @@ def test_the_seeds_placement_on_the_command_line_and_what_it_refuses() -> None:
         owners.check_member("127.0.0.1:4002")
     for bad in (dict(spares=SPARES, ring=RING),  # both placements
                 dict(spares=((RING[0], (RING[1],)), (RING[2], (RING[1],)))),  # in two groups
-                dict(spares=(("n1", ("n2",)),))):  # not HOST:PORT
+                dict(spares=(("n1", ("n2",)),)),  # not HOST:PORT
+                dict(spares=SPARES, grown=("127.0.0.1:5000",)),  # a grown spare
+                dict(ring=RING, grown=(RING[0],))):  # grown without the seed's placement
         with pytest.raises(ConfigError):
             OwnersOptions(**bad)  # type: ignore[arg-type]
+    grown = _parse("--mode", "scribe", "--port", "4000", "--grown", "127.0.0.1:4001",
+                   "--spares", "127.0.0.1:4000=127.0.0.1:5000,127.0.0.1:5001")
+    assert grown.grown == ["127.0.0.1:4001"]
+    assert OwnersOptions(spares=SPARES, grown=("127.0.0.1:4001",)).grown == ("127.0.0.1:4001",)
     for text in ("127.0.0.1:4000", "127.0.0.1:4000=", "nohost=127.0.0.1:5000"):
         with pytest.raises(SystemExit):
             _parse("--mode", "scribe", "--spares", text)

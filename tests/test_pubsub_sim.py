@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pytest
 
 from checks import assert_one_seed_one_trace, count, link_faults, named
@@ -315,6 +316,40 @@ def test_the_workload_with_the_seeds_spares_delivers_everything_when_ring_nodes_
             assert position_of[(r[8], r[5])] == r[9], f"seed={seed}: {r}"
 
 
+@pytest.mark.parametrize(("seed", "loss"), [(1, 0.0), (2, 0.05)])
+def test_the_workload_with_a_group_joining_the_running_placement_moves_a_topic(
+        seed: int, loss: float) -> None:
+    """``grow = 1``: a new active node and its spares start one second into the publishing,
+    named to take one topic from its owner: the range moves through both groups' logs, the
+    new node is the topic's root, and every publish reaches every subscriber at the position
+    its group decided (the old group's positions, then the new one's after them)."""
+    from gossamer.services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
+
+    options = PubSubRunOptions(nodes=8, mode="scribe", topics=3, subscribe_probability=1.0,
+                               publishes_per_node=8, rate=10.0, warmup=6.0, settle=15.0,
+                               spares=2, grow=1, grow_at=1.0, loss=loss, seed=seed)
+    sink = MemorySink()
+    result = run_pubsub_sim(options, sink)
+    assert result.reliability == 1.0, f"seed={seed}: {result}"
+    [new] = {r[2] for r in sink.rows if r[4] == "join_ring" and r[1] > 8.0}
+    taken = [r for r in sink.rows if r[4] == "take"]
+    assert taken and all(r[8] == f"owner:{new}" for r in taken), f"seed={seed}: {taken}"
+    [moved] = [t for t, roots in result.owners.items() if roots == [new]]
+    by_group: dict[str, set[int]] = {}  # the moved topic's positions, by the group deciding
+    position_of: dict[tuple[str, str], int] = {}
+    for r in sink.rows:
+        if r[3] == "paxos" and r[4] == "ordered":
+            position_of[(r[8], r[5])] = min(r[9], position_of.get((r[8], r[5]), r[9]))
+            if r[8] == moved:
+                by_group.setdefault(orjson.loads(r[11])["group"], set()).add(r[9])
+    mine = by_group.pop(f"owner:{new}", set())
+    [old] = by_group.values()
+    assert old and mine and min(mine) > max(old), f"seed={seed}: {by_group}, {mine}"
+    for r in sink.rows:
+        if r[3] == "scribe" and r[4] == "deliver":
+            assert position_of[(r[8], r[5])] == r[9], f"seed={seed}: {r}"
+
+
 def test_replicated_owners_are_refused_where_they_cannot_work() -> None:
     from gossamer.services.pubsub.experiment import PubSubRunOptions
 
@@ -328,3 +363,7 @@ def test_replicated_owners_are_refused_where_they_cannot_work() -> None:
         PubSubRunOptions(mode="scribe", backups=2, spares=2)
     with pytest.raises(ConfigError, match="spares"):
         PubSubRunOptions(mode="gossip", spares=2)
+    with pytest.raises(ConfigError, match="grow"):
+        PubSubRunOptions(mode="scribe", grow=1)  # without the seed's placement
+    with pytest.raises(ConfigError, match="grow"):
+        PubSubRunOptions(mode="scribe", spares=2, grow=2)

@@ -14,7 +14,12 @@ import pytest
 from checks import named
 from gossamer.core.errors import ConfigError
 from gossamer.protocols.dissemination.scribe import TreeRole
-from gossamer.protocols.dissemination.scribe.handover import RangeClaim, RangeState, in_range
+from gossamer.protocols.dissemination.scribe.handover import (
+    RangeClaim,
+    RangeState,
+    ident_hex,
+    in_range,
+)
 from gossamer.protocols.dissemination.scribe.owners import TopicOwners, spare_groups
 from gossamer.protocols.membership.chord.ring import chord_id
 from gossamer.protocols.ordering.orderer import Redirected
@@ -79,7 +84,7 @@ def _names(prefix: str) -> Any:
     return (f"{prefix}{i}" for i in range(100_000))
 
 
-def _setup() -> tuple[str, str, str, str, int, int]:
+def _setup() -> tuple[str, str, str, str, str, str]:
     """``holder`` (of the two founding owners, the one whose range the new owner ``new``
     cuts), a key ``moved`` of ``new``'s part, a key ``kept`` of the rest, and the range."""
     holder, other = HIGH[1], LOW[1]
@@ -89,7 +94,7 @@ def _setup() -> tuple[str, str, str, str, int, int]:
     mine = chord_id(new, BITS)
     moved = next(k for k in _names("k") if in_range(chord_id(k, BITS), lo, mine))
     kept = next(k for k in _names("k") if in_range(chord_id(k, BITS), mine, hi))
-    return holder, new, moved, kept, lo, mine
+    return holder, new, moved, kept, ident_hex(lo), ident_hex(mine)
 
 
 def decide(owners: TopicOwners, owner: str, slot: int, payload: Any) -> None:
@@ -112,7 +117,8 @@ def test_the_old_group_hands_the_range_over_in_log_order_and_orders_none_of_it_a
     assert owners.position(moved) == 1 and owners.takes(moved)
     # forged or misfit claims change nothing
     owners.on_range_message("x9", RangeClaim(lo=lo, hi=hi, to=new, members=members))
-    owners.on_range_message(new, RangeClaim(lo=lo + 1, hi=hi, to=new, members=members))
+    wrong = ident_hex(int(lo, 16) + 1)
+    owners.on_range_message(new, RangeClaim(lo=wrong, hi=hi, to=new, members=members))
     assert reasons(env)[-2:] == ["claim_not_from_its_group", "claim_out_of_range"]
     assert owners.takes(moved)
     # a fitting claim is proposed in the holder's log; nothing moves until it is decided

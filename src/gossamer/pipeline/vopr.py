@@ -252,6 +252,11 @@ _PUBSUB_KNOBS = (
               "(README: limits)"),
     Knob("partition_at", 0.0, 12.0, note="seconds into the publishing, within it"),
     Knob("partition_for", 0.5, 3.0, note="then it heals"),
+    Knob("grow", choices=(0, 1),
+         note="Scribe with spares only (half those seeds): a new active node and its spares "
+              "join the running placement, named so that they take a topic from its owner; "
+              "the range moves through both groups' logs"),
+    Knob("grow_at", 0.0, 12.0, note="seconds into the publishing, within it"),
     Knob("warmup", 2.0, 6.0, note="fixed per mode: 6 s for Scribe's ring, as in quickstart"),
     Knob("settle", 15.0, 15.0, note="fixed: after the last publish or fault"),
 )
@@ -283,6 +288,11 @@ def _draw_pubsub(d: _Draw) -> None:
         d.uniform("partition_for")
     else:
         d.set("partition", False)
+    if spares and d.rng.random() < 0.5:  # drawn last: the other draws of a seed stay as were
+        d.set("grow", 1)
+        d.uniform("grow_at", high=span)
+    else:
+        d.set("grow", 0)
     d.set("warmup", 6.0 if mode == "scribe" else 2.0)
     d.set("settle", 15.0)
 
@@ -294,6 +304,8 @@ def _pubsub_faults(o: Mapping[str, Scalar]) -> list[str]:
         out.append(f"crash-stop {_share(o['crash'], o['nodes'])} @{_s(o.get('crash_at'))}")
     if o.get("partition"):
         out.append(f"partition @{_s(o.get('partition_at'))} +{_s(o.get('partition_for'))}")
+    if o.get("grow"):
+        out.append(f"a group joins @{_s(o.get('grow_at'))}")
     return out
 
 

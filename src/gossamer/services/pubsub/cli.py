@@ -123,6 +123,13 @@ def add_pubsub_parser(
                             "through its log after a spare took the node's place (a new "
                             "spare, so the group is three again); the same list at every "
                             "process")
+    owned.add_argument("--grown", type=_contact, action="append", default=None,
+                       metavar="HOST:PORT",
+                       help="with --spares: an active node (named there) whose group joins a "
+                            "placement that is running without it; it takes its key range "
+                            "from the group after it on the ring through both groups' logs. "
+                            "Give its processes the whole placement and this flag (the "
+                            "running ones need neither)")
     owned.add_argument("--paxos-heartbeat", type=_seconds, default=1.0, metavar="SECONDS",
                        help="a group leader's NOOP period (default 1.0, the seed's)")
     owned.add_argument("--paxos-suspect", type=_seconds, default=2.0, metavar="SECONDS",
@@ -177,12 +184,14 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
             raise ConfigError("--spares is the seed's placement: give it instead of "
                               "--backups and --ring")
         owners = OwnersOptions(spares=tuple(args.spares), reserves=tuple(args.reserve or ()),
+                               grown=tuple(args.grown or ()),
                                heartbeat=args.paxos_heartbeat, suspect=args.paxos_suspect)
     elif args.backups:
         owners = OwnersOptions(ring=tuple(args.ring or ()), backups=args.backups,
                                heartbeat=args.paxos_heartbeat, suspect=args.paxos_suspect)
-    elif args.reserve:
-        raise ConfigError("--reserve belongs to the seed's placement: give --spares too")
+    elif args.reserve or args.grown:
+        raise ConfigError("--reserve and --grown belong to the seed's placement: give "
+                          "--spares too")
     elif args.ring:
         raise ConfigError("--ring names the founding ring of replicated owners: give "
                           "--backups N too")

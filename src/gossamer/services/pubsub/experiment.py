@@ -29,8 +29,10 @@ placement: each of the ``nodes`` ring nodes runs with ``spares`` spare processes
 ring (``n003.s1``, ``n003.s2``: they publish and subscribe nothing), the group of the three
 orders its topics, and a spare takes a crashed node's place on the ring
 (``protocols/dissemination/scribe/placement.py``); ``crash`` may then crash ring nodes in
-scribe mode too. Judge such runs with total order per topic (``experiments/
-pubsub_owned.toml``).
+scribe mode too; ``grow`` = 1 starts one more group (``g...`` and its spares, a name that
+takes one of the topics from its owner) ``grow_at`` seconds into the publishing, which takes
+its key range from the group after it through both logs (``scribe/handover.py``). Judge such
+runs with total order per topic (``experiments/pubsub_owned.toml``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ...core.ids import NodeId, node_ids
 from ...core.trace import Row, TraceSink, encode_info
 from ...protocols.dissemination.gossip import GossipConfig
 from ...protocols.dissemination.scribe import ScribeConfig, TreeRole
+from ...protocols.dissemination.scribe.handover import taker_name
 from ...protocols.dissemination.scribe.owners import spare_groups
 from ...protocols.membership.chord import ChordConfig, chord_id
 from ...protocols.membership.hyparview import HyParViewConfig
@@ -99,6 +102,10 @@ class PubSubRunOptions:
     until: float | None = None  # the end of the run (default: workload, faults, settle)
     backups: int = 0  # scribe: replicated topic owners, each with this many backups (0: none)
     spares: int = 0  # scribe: the seed's placement, this many spare processes per ring node
+    # spares: a group (an active node and its spares) that joins the running placement
+    # ``grow_at`` seconds into the publishing and takes its key range from the group after it
+    grow: int = 0
+    grow_at: float = 0.0
     paxos_heartbeat: float = 1.0  # ... their leaders' NOOP period (the seed's default)
     paxos_suspect: float = 2.0  # ... followers suspect a silent leader after this
     seed: int = 1
@@ -132,6 +139,9 @@ class PubSubRunOptions:
         if self.spares < 0 or (self.spares and (self.mode != "scribe" or self.backups)):
             raise ConfigError("spares (the seed's placement of topic owners) must be >= 0, "
                               "and > 0 only in scribe mode without backups")
+        if self.grow not in (0, 1) or (self.grow and not self.spares) or self.grow_at < 0:
+            raise ConfigError("grow (a group joining the seed's placement while it runs) is "
+                              "0 or 1, 1 only with spares, and grow_at >= 0")
         if self.backups >= self.nodes:
             raise ConfigError(f"backups must be fewer than the nodes ({self.nodes})")
         if not 0 < self.paxos_heartbeat < self.paxos_suspect:
@@ -293,6 +303,15 @@ def run_pubsub_sim(
     every = [*ids, *(s for pair in spares.values() for s in pair)]
     scenario = Scenario(seed=options.seed, nodes=[ids[0], *every[len(ids):]], link=link,
                         connection_refused=options.connection_refused)
+    grown: tuple[NodeId, ...] = ()  # the group that joins while it runs, its processes
+    if options.grow:
+        # a name that takes one of the topics from its owner, so a topic moves
+        topic = f"t{random.Random(f'{options.seed}/pubsub-grow').randrange(options.topics)}"
+        active = taker_name(ids, topic, chord.bits)
+        grown = (active, *(f"{active}.s{k}" for k in range(1, options.spares + 1)))
+        for node in grown:
+            scenario.join(options.publish_start + options.grow_at, node)
+        every += grown
     for index, node in enumerate(ids[1:]):
         scenario.join(_JOIN_START + index * options.spacing, node)
     contact_rng = random.Random(f"{options.seed}/pubsub-contacts")
@@ -310,9 +329,12 @@ def run_pubsub_sim(
             def built(app: PubSubNode) -> None:
                 apps[node] = app
 
+            new = node in grown
             return placed_stack(
-                env, groups, paxos=PaxosConfig(heartbeat_interval=options.paxos_heartbeat,
-                                               suspect_timeout=options.paxos_suspect),
+                env, {**groups, grown[0]: grown} if new else groups,
+                grown=grown[:1] if new else (),
+                paxos=PaxosConfig(heartbeat_interval=options.paxos_heartbeat,
+                                  suspect_timeout=options.paxos_suspect),
                 contacts=tuple(ids[:_SCRIBE_CONTACTS]), create=node == ids[0],
                 chord_config=chord, scribe_config=scribe_config, on_build=built)
         elif options.backups:

@@ -331,7 +331,8 @@ class PubSubNetNode:
             assert placement is not None
             self.owned = placed_stack(
                 env, placement, paxos=opts.owners.paxos(),
-                reserves=dict(opts.owners.reserves), contacts=opts.contacts,
+                reserves=dict(opts.owners.reserves), grown=opts.owners.grown,
+                contacts=opts.contacts,
                 create=not opts.contacts, chord_config=ChordConfig(bits=opts.chord_bits),
                 on_message=self._delivered, on_build=built)
             process = self.owned

@@ -47,11 +47,17 @@ class OwnersOptions:
     # the seed's placement: processes that join an active node's group through its log after
     # a take-over (a new spare), by active node
     reserves: tuple[tuple[NodeId, tuple[NodeId, ...]], ...] = ()
+    # the seed's placement: active nodes whose groups join a running placement (each takes
+    # its key range from the group after it through both logs, ``scribe.handover``)
+    grown: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.reserves and not self.spares:
-            raise ConfigError("reserves (--reserve) belong to the seed's placement: give "
-                              "--spares too")
+        if (self.reserves or self.grown) and not self.spares:
+            raise ConfigError("reserves (--reserve) and grown groups (--grown) belong to the "
+                              "seed's placement: give --spares too")
+        if not set(self.grown) <= {active for active, _ in self.spares}:
+            raise ConfigError(f"a grown group (--grown) is an active node named by --spares, "
+                              f"got {list(self.grown)}")
         if self.spares:
             if self.ring:
                 raise ConfigError("give the founding ring with backups on it (--ring) or the "
@@ -144,6 +150,7 @@ def owned_stack(env: Env, ring: tuple[NodeId, ...], *, backups: int, paxos: Paxo
 
 def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: PaxosConfig,
                  reserves: dict[NodeId, tuple[NodeId, ...]] | None = None,
+                 grown: tuple[NodeId, ...] = (),
                  contacts: tuple[NodeId, ...], create: bool, chord_config: ChordConfig,
                  scribe_config: ScribeConfig | None = None,
                  on_message: MessageFn | None = None,
@@ -151,12 +158,13 @@ def placed_stack(env: Env, groups: dict[NodeId, tuple[NodeId, ...]], *, paxos: P
     """A process of the seed's placement (``placement.OwnerProcess``): the replica of its
     owner's group (``groups``: ``spare_groups``), and a pub/sub node over Chord + Scribe whose
     Chord node has the owner's identity, on the ring while the group's log names this process
-    active; ``reserves``: processes that a group adds through its log after a take-over.
+    active; ``reserves``: processes that a group adds through its log after a take-over;
+    ``grown``: groups that join a running placement (``TopicOwners(grown=...)``).
     ``on_build(app)`` hears each pub/sub node built (a fresh one after leaving the
     ring)."""
     scribe_config = scribe_config if scribe_config is not None else ScribeConfig()
     owners = TopicOwners(env, groups=groups, reserves=reserves, bits=chord_config.bits,
-                         config=paxos,
+                         config=paxos, grown=grown,
                          history_limit=scribe_config.topic_log_limit,
                          max_topics=scribe_config.max_topics)
     chord_config = dataclasses.replace(chord_config, identity=owners.group_of(env.node))
@@ -188,12 +196,14 @@ def owned_analysis_checks(checks: dict[str, Any]) -> dict[str, Any]:
 
 def owners_status(owners: TopicOwners, topics: list[str]) -> dict[str, Any]:
     """For ``status``: each topic's founding owner, and the groups this node is a member of
-    with the leader it knows and how far it decided."""
+    with the leader it knows, how far it decided and whether it still claims its key range
+    (a grown group before its log took it)."""
     groups: dict[str, Any] = {}
     for owner in owners.owners:
         replica = owners.replica(owner)
         if replica is None:
             continue
         groups[owner] = {"members": sorted(replica.members), "leader": replica.current_leader,
-                         "decided": replica.decided_upto}
+                         "decided": replica.decided_upto,
+                         "claiming": owners.claiming(owner)}
     return {"owners": {topic: owners.owner_of(topic) for topic in topics}, "groups": groups}

@@ -30,14 +30,17 @@ the moved topics are left out if the state is bigger (their positions still move
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ....core.errors import ConfigError
 from ....core.ids import NodeId, check_node_id
 from ....core.messages import Message, message
 from ...membership.chord.ring import chord_id
 from ...ordering.paxos.groups import GROUP_CODEC
 
-__all__ = ["MAX_MOVES", "RangeClaim", "RangeState", "in_range", "owner_range"]
+__all__ = ["MAX_MOVES", "RangeClaim", "RangeState", "ident_hex", "ident_of", "in_range",
+           "owner_range", "taker_name"]
 
 MAX_MOVES = 64  # ranges one group hands over in its life (each kept, with its state)
 MAX_MEMBERS = 16  # processes a claim may name
@@ -56,18 +59,50 @@ def owner_range(owners: list[NodeId], owner: NodeId, bits: int) -> tuple[int, in
     return chord_id(owners[i - 1], bits), chord_id(owner, bits)
 
 
-def _check_range(lo: int, hi: int) -> None:
-    if lo < 0 or hi < 0 or lo == hi:
-        raise ValueError(f"a range is two different identifiers >= 0, got ({lo}, {hi}]")
+MAX_IDENT_HEX = 64  # hex digits of a ring identifier (a 256-bit ring: SHA-256)
+
+
+def ident_hex(ident: int) -> str:
+    """A ring identifier on the wire and in a log: hex (JSON integers stop at 64 bits)."""
+    return format(ident, "x")
+
+
+def ident_of(text: object) -> int:
+    """The identifier ``ident_hex`` wrote (``ValueError`` if ``text`` is not one)."""
+    if not isinstance(text, str) or not 1 <= len(text) <= MAX_IDENT_HEX:
+        raise ValueError(f"a ring identifier is 1-{MAX_IDENT_HEX} hex digits, got {text!r}")
+    return int(text, 16)
+
+
+def taker_name(ring: Sequence[NodeId], key: str, bits: int, *, prefix: str = "g") -> NodeId:
+    """A node name (``prefix`` and a number) whose identifier lies at or after ``key``'s and
+    before its owner's among ``ring``: a node of that name joining the ring takes ``key`` from
+    its owner's range (for experiments and tests of the hand-over)."""
+    idents = sorted(chord_id(n, bits) for n in ring)
+    target = chord_id(key, bits)
+    after = next((i for i in idents if i >= target), idents[0])
+    before = idents[idents.index(after) - 1]
+    for number in range(1_000_000):
+        name = f"{prefix}{number}"
+        ident = chord_id(name, bits)
+        if ident != after and in_range(target, before, ident) and in_range(ident, before, after):
+            return name
+    raise ConfigError(f"no name takes {key!r} from its owner (a ring of {len(ring)})")
+
+
+def _check_range(lo: str, hi: str) -> None:
+    if ident_of(lo) == ident_of(hi):
+        raise ValueError(f"a range is two different identifiers, got ({lo}, {hi}]")
 
 
 @message("owners.claim", codec=GROUP_CODEC)
 class RangeClaim(Message):
     """New active node's process -> each process of its successor's group: group ``to`` (with
-    ``members``) holds the keys in ``(lo, hi]`` from now on; hand their state over."""
+    ``members``) holds the keys in ``(lo, hi]`` from now on (``ident_hex``); hand their state
+    over."""
 
-    lo: int
-    hi: int
+    lo: str
+    hi: str
     to: str
     members: tuple[str, ...]
 
@@ -86,8 +121,8 @@ class RangeState(Message):
     ``owner``'s log handed them over (``positions``: key -> last position; ``history``: key ->
     ``[[position, [origin, seq, payload]], ...]``, oldest first)."""
 
-    lo: int
-    hi: int
+    lo: str
+    hi: str
     owner: str
     state: Any
 

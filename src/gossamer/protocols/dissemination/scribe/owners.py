@@ -50,6 +50,8 @@ from .handover import (
     MAX_MOVES,
     RangeClaim,
     RangeState,
+    ident_hex,
+    ident_of,
     in_range,
     node_list,
     owner_range,
@@ -264,7 +266,8 @@ class TopicOwners(ReplicatedOrderer):
         """Send ``owner``'s claim (it is a grown group's) to every process of the group
         that holds its range (``handover``, step 1)."""
         lo, hi, source = self._taking[owner]
-        msg = RangeClaim(lo=lo, hi=hi, to=owner, members=self.candidates(owner))
+        msg = RangeClaim(lo=ident_hex(lo), hi=ident_hex(hi), to=owner,
+                         members=self.candidates(owner))
         for node in self.candidates(source):
             self.env.send(node, msg)
 
@@ -278,36 +281,38 @@ class TopicOwners(ReplicatedOrderer):
         if src not in msg.members:
             self._drop_range(src, msg, "claim_not_from_its_group")
             return
+        lo, hi = ident_of(msg.lo), ident_of(msg.hi)
         for owner, orderer in self._orderers.items():
             if self.claiming(owner):
                 continue
-            if any(hi == msg.hi and to == msg.to for _, hi, to, _ in self._moved[owner]):
+            if any(h == hi and to == msg.to for _, h, to, _ in self._moved[owner]):
                 limit = orderer.replica.config.max_command_bytes - 1024
-                state = state_fits(self._handed[(owner, msg.hi)], _size, limit)
+                state = state_fits(self._handed[(owner, hi)], _size, limit)
                 self.env.send(src, RangeState(lo=msg.lo, hi=msg.hi, owner=owner, state=state))
                 return
-            if self._fits(owner, msg.lo, msg.hi):
-                if self._ask("hand_over", owner, msg.hi):
+            if self._fits(owner, lo, hi):
+                if self._ask("hand_over", owner, hi):
                     orderer.replica.propose({"hand_over": {
                         "lo": msg.lo, "hi": msg.hi, "to": msg.to, "members": list(msg.members)}})
                 return
         self._drop_range(src, msg, "claim_out_of_range")
 
     def _on_state(self, src: NodeId, msg: RangeState) -> None:
+        claim = (ident_of(msg.lo), ident_of(msg.hi), msg.owner)
         for owner, (lo, hi, source) in self._taking.items():
-            if owner in self._orderers and (lo, hi, source) == (msg.lo, msg.hi, msg.owner):
+            if owner in self._orderers and (lo, hi, source) == claim:
                 if src not in self.candidates(source):
                     self._drop_range(src, msg, "state_not_from_its_group")
                 elif self.claiming(owner) and self._ask("take", owner, hi):
                     limit = self._orderers[owner].replica.config.max_command_bytes - 1024
                     self._orderers[owner].replica.propose({"take": {
-                        "lo": lo, "hi": hi, "from": source,
+                        "lo": msg.lo, "hi": msg.hi, "from": source,
                         "state": state_fits(msg.state, _size, limit)}})
                 return
         self._drop_range(src, msg, "state_of_no_claim")
 
     def _drop_range(self, src: NodeId, msg: RangeClaim | RangeState, reason: str) -> None:
-        self.env.trace("drop", layer=self.LAYER, peer=src, seq=msg.hi, reason=reason)
+        self.env.trace("drop", layer=self.LAYER, peer=src, key=msg.hi, reason=reason)
 
     def _ask(self, what: str, owner: NodeId, hi: int) -> bool:
         """Whether to propose ``what`` now: not if proposed within a suspicion timeout."""
@@ -327,7 +332,7 @@ class TopicOwners(ReplicatedOrderer):
     def _hand_over(self, owner: NodeId, spec: Any, slot: int) -> None:
         """Decided in ``owner``'s log: the keys of ``(lo, hi]`` go to group ``to``."""
         try:
-            lo, hi, to = int(spec["lo"]), int(spec["hi"]), check_node_id(spec["to"])
+            lo, hi, to = ident_of(spec["lo"]), ident_of(spec["hi"]), check_node_id(spec["to"])
             members = node_list(spec["members"])
         except (KeyError, TypeError, ValueError):
             self._drop_op(owner, slot, "unknown_operation")
@@ -360,7 +365,7 @@ class TopicOwners(ReplicatedOrderer):
             return
         lo, hi, source = self._taking[owner]
         try:
-            if (spec["lo"], spec["hi"], spec["from"]) != (lo, hi, source):
+            if (ident_of(spec["lo"]), ident_of(spec["hi"]), spec["from"]) != (lo, hi, source):
                 raise ValueError("another range")
             positions = {str(k): int(v) for k, v in spec["state"]["positions"].items()}
             history = [(str(key), int(pos), Publish(topic=str(key), origin=origin, seq=seq,
@@ -485,9 +490,10 @@ class TopicOwners(ReplicatedOrderer):
         return {"positions": self._orderers[owner].snapshot(), "active": self._active[owner],
                 "history": {key: [[pos, _encode(item)] for pos, item in items]
                             for key, items in self._histories[owner].items()},
-                "lower": self._lower.get(owner), "taken": owner in self._taken,
-                "moved": [[lo, hi, to, list(members), self._handed[(owner, hi)]]
-                          for lo, hi, to, members in moved]}
+                "lower": None if owner not in self._lower else ident_hex(self._lower[owner]),
+                "taken": owner in self._taken,
+                "moved": [[ident_hex(lo), ident_hex(hi), to, list(members),
+                           self._handed[(owner, hi)]] for lo, hi, to, members in moved]}
 
     def _restore(self, owner: NodeId, state: Any) -> None:
         self._orderers[owner].restore(state["positions"])
@@ -500,13 +506,13 @@ class TopicOwners(ReplicatedOrderer):
                 self._remember(owner, key, pos, Publish(topic=key, origin=origin, seq=seq,
                                                         payload=payload))
         if state.get("lower") is not None:
-            self._lower[owner] = state["lower"]
+            self._lower[owner] = ident_of(state["lower"])
         if state.get("taken"):
             self._taken.add(owner)
         self._moved[owner] = []
         for lo, hi, to, members, handed in state.get("moved", ()):
-            self._moved[owner].append((lo, hi, to, tuple(members)))
-            self._handed[(owner, hi)] = handed
+            self._moved[owner].append((ident_of(lo), ident_of(hi), to, tuple(members)))
+            self._handed[(owner, ident_of(hi))] = handed
 
     def start(self) -> None:
         self.groups.start()
