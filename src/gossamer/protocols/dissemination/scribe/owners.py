@@ -14,9 +14,12 @@ decided position and not proposed again (the last ``history_limit`` of each topi
 orders through them), messages of the groups (``GroupMessage``) to them, the rest to the stack;
 ``ReplicatedScribe`` is one with a bare Scribe.
 
-The groups are fixed when the node is built, from the founding ring: a node that joins later
-is no member of any group (its topics are redirected to their founding owner's group), and
-groups do not follow ring changes (README "Not built yet").
+With backups on the ring the groups are fixed when the node is built, from the founding
+ring: a node that joins later is no member of any group (its topics are redirected to their
+founding owner's group), and groups do not follow ring changes. In the seed's placement
+(``groups=``) a group may join while the others run (``grown=``): it takes its key range from
+the group after it through both logs (``handover``), the moves being part of each group's
+replicated state.
 """
 
 from __future__ import annotations
