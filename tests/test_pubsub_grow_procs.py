@@ -16,7 +16,15 @@ from gossamer.protocols.dissemination.scribe.owners import TopicOwners, spare_gr
 from gossamer.testing import FakeEnv
 from harness_net import reserve_port
 from test_pubsub_loopback import NodeProcess
-from test_pubsub_spares_procs import PAXOS, START_WAIT, TOPIC, _answers, _until
+from test_pubsub_spares_procs import (
+    PAXOS,
+    START_WAIT,
+    TOPIC,
+    _until,
+    delivered_once_in_one_order,
+    publish_round,
+    subscribe_all,
+)
 
 pytestmark = [pytest.mark.processes]
 
@@ -52,30 +60,9 @@ def test_a_group_started_later_takes_its_key_range_and_the_topic_goes_on(
             for me in ring:
                 nodes[me].wait(lambda e: e["event"] == "joined", START_WAIT)
             subscribers, publisher = ring, nodes[ring[0]]
-            for me in subscribers:
-                nodes[me].command(f"subscribe {topic}", "subscribe")
-
-            def attached(me: str) -> bool:
-                state = nodes[me].command("status", "status")["topics"].get(topic, {})
-                return state.get("role") == "root" or bool(state.get("parent"))
-
-            for me in subscribers:
-                _until(lambda me=me: attached(me), f"{me} attached to {topic}")
+            subscribe_all([nodes[me] for me in subscribers], topic)
             acked: list[str] = []
-
-            def publish_round(first: int, count: int) -> None:
-                mark = publisher.mark()
-                texts = [f"m{first + i}" for i in range(count)]
-                for text in texts:
-                    publisher.send(f"publish {topic} {text}")
-                answers = _answers(publisher, mark, count)
-                answers.sort(key=lambda a: int(str(a["msg"]).rsplit(":", 1)[1]))
-                for answer, text in zip(answers, texts, strict=True):
-                    assert answer["event"] == "publish" or answer.get("definite") is False
-                    if answer["event"] == "publish":
-                        acked.append(text)
-
-            publish_round(0, 10)
+            publish_round(publisher, topic, 0, 10, acked)
             for me in (new, *spares[new]):
                 spawn(me, [*placement(spares), "--grown", new])
             for me in (new, *spares[new]):
@@ -89,16 +76,9 @@ def test_a_group_started_later_takes_its_key_range_and_the_topic_goes_on(
             _until(taken, f"{new}'s group holding its key range")
             _until(lambda: nodes[new].command("status", "status")["topics"].get(
                 topic, {}).get("role") == "root", f"{new} the root of {topic}")
-            publish_round(10, 10)
+            publish_round(publisher, topic, 10, 10, acked)
             assert len(acked) >= 15, acked
-            for me in subscribers:
-                for text in acked:
-                    nodes[me].wait_delivered(topic, text)
-            orders = [nodes[me].delivered(topic) for me in subscribers]
-            for got in orders:
-                assert len(got) == len(set(got)), f"delivered twice: {got}"
-            assert orders[0] == orders[1] or [m for m in orders[0] if m in orders[1]] == [
-                m for m in orders[1] if m in orders[0]], orders
+            delivered_once_in_one_order([nodes[me] for me in subscribers], topic, acked)
         finally:
             for node in nodes.values():
                 node.close()

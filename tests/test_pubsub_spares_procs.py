@@ -40,6 +40,51 @@ def _answers(node: NodeProcess, since: int, count: int) -> list[dict[str, object
     return answers()[:count]
 
 
+def attached(node: NodeProcess, topic: str) -> bool:
+    """Whether ``node`` is in ``topic``'s tree (its root, or with a parent)."""
+    state = node.command("status", "status")["topics"].get(topic, {})
+    return state.get("role") == "root" or bool(state.get("parent"))
+
+
+def subscribe_all(subscribers: list[NodeProcess], topic: str) -> None:
+    """Each subscribes to ``topic``; returns once each is in its tree."""
+    for node in subscribers:
+        node.command(f"subscribe {topic}", "subscribe")
+    for node in subscribers:
+        _until(lambda node=node: attached(node, topic), f"{node.node} attached to {topic}")
+
+
+def delivered_once_in_one_order(subscribers: list[NodeProcess], topic: str,
+                                acked: list[str]) -> None:
+    """Every acknowledged publish reaches each subscriber, none twice, and two subscribers
+    deliver what they both got in the same order."""
+    for node in subscribers:
+        for text in acked:
+            node.wait_delivered(topic, text)
+    orders = [node.delivered(topic) for node in subscribers]
+    for got in orders:
+        assert len(got) == len(set(got)), f"delivered twice: {got}"
+    for other in orders[1:]:
+        common = [m for m in orders[0] if m in other]
+        assert common == [m for m in other if m in orders[0]], orders
+
+
+def publish_round(publisher: NodeProcess, topic: str, first: int, count: int,
+                  acked: list[str]) -> None:
+    """Publish ``m{first}`` .. on ``topic`` and add the acknowledged ones to ``acked``; an
+    error must be a timeout (perhaps ordered), never a rejection."""
+    mark = publisher.mark()
+    texts = [f"m{first + i}" for i in range(count)]
+    for text in texts:
+        publisher.send(f"publish {topic} {text}")
+    answers = _answers(publisher, mark, count)
+    answers.sort(key=lambda a: int(str(a["msg"]).rsplit(":", 1)[1]))
+    for answer, text in zip(answers, texts, strict=True):
+        assert answer["event"] == "publish" or answer.get("definite") is False
+        if answer["event"] == "publish":
+            acked.append(text)
+
+
 def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> None:
     addr = [f"127.0.0.1:{reserve_port()}" for _ in range(12)]
     ring = addr[:3]
@@ -72,31 +117,9 @@ def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> 
             for me in addr[3:]:
                 nodes[me].wait(lambda e: e["event"] == "spare", START_WAIT)
             victim, subscribers, publisher = ring[1], [ring[0], ring[2]], nodes[ring[2]]
-            for me in subscribers:
-                nodes[me].command(f"subscribe {topic}", "subscribe")
-
-            def attached(me: str) -> bool:
-                state = nodes[me].command("status", "status")["topics"].get(topic, {})
-                return state.get("role") == "root" or bool(state.get("parent"))
-
-            for me in subscribers:
-                _until(lambda me=me: attached(me), f"{me} attached to {topic}")
+            subscribe_all([nodes[me] for me in subscribers], topic)
             acked: list[str] = []
-
-            def publish_round(first: int, count: int) -> None:
-                mark = publisher.mark()
-                texts = [f"m{first + i}" for i in range(count)]
-                for text in texts:
-                    publisher.send(f"publish {topic} {text}")
-                answers = _answers(publisher, mark, count)
-                answers.sort(key=lambda a: int(str(a["msg"]).rsplit(":", 1)[1]))
-                for answer, text in zip(answers, texts, strict=True):
-                    # an error is a timeout (perhaps ordered), never a rejection
-                    assert answer["event"] == "publish" or answer.get("definite") is False
-                    if answer["event"] == "publish":
-                        acked.append(text)
-
-            publish_round(0, 10)
+            publish_round(publisher, topic, 0, 10, acked)
             nodes[victim].proc.kill()  # SIGKILL
             nodes[victim].proc.wait(WAIT)
 
@@ -111,7 +134,7 @@ def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> 
             _until(lambda: len(taken_over()) == 1, f"a spare of {victim} on the ring")
             (new,) = taken_over()
             ring_view = nodes[new].command("status", "status")["ring"][0]
-            publish_round(10, 10)
+            publish_round(publisher, topic, 10, 10, acked)
             # the group took its reserve in through the log and let the dead node go
             reserve = reserves[victim][0]
 
@@ -122,14 +145,7 @@ def test_a_spare_process_takes_the_killed_active_nodes_place(tmp_path: Path) -> 
             _until(lambda: members() == sorted([*spares[victim], reserve]),
                    f"the reserve {reserve} in the group instead of {victim}")
             assert len(acked) >= 15, acked
-            for me in subscribers:
-                for text in acked:
-                    nodes[me].wait_delivered(topic, text)
-            orders = [nodes[me].delivered(topic) for me in subscribers]
-            for got in orders:
-                assert len(got) == len(set(got)), f"delivered twice: {got}"
-            common = [m for m in orders[0] if m in orders[1]]
-            assert common == [m for m in orders[1] if m in orders[0]], orders
+            delivered_once_in_one_order([nodes[me] for me in subscribers], topic, acked)
             # the new active node is on the ring with the dead node's identifier
             assert ring_view["id"] == format(chord_id(victim, bits), "x"), ring_view
         finally:
