@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from . import classes
 from .errors import PipelineError
 
 __all__ = ["DEFAULT_MASTER", "SMALL_TRACE_ROWS", "default_master", "get_spark", "parse_conf",
@@ -101,6 +102,8 @@ def get_spark(
     *,
     app_name: str = "gossamer",
     quiet: bool = False,
+    java_options: str = "",
+    map_classes: bool = True,
 ) -> SparkSession:
     """The SparkSession for a job (an existing one is reused, as ``getOrCreate`` does).
 
@@ -108,7 +111,9 @@ def get_spark(
     ``local`` masters: shuffle partitions scale with the cores (Spark's 200 would be 200 tiny
     tasks per shuffle), workers run this interpreter, and the JVM logs only errors; ``quiet``:
     nothing at all, from its start on (a JVM that cannot start included: the caller reports
-    the failure in one line). ``conf`` wins over every default here.
+    the failure in one line). ``conf`` wins over every default here. A local driver's JVM
+    maps this environment's class archive when it was built (``classes``; not with
+    ``map_classes`` False) and takes ``java_options`` too.
     """
     if master is not None and not master.strip():
         raise PipelineError("the Spark master must be non-empty (e.g. local[*] or spark://h:7077)")
@@ -126,8 +131,9 @@ def get_spark(
             "spark.default.parallelism": str(max(2, cores)),
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-            "spark.driver.extraJavaOptions":
+            "spark.driver.extraJavaOptions": " ".join(filter(None, (
                 f"-Dlog4j2.configurationFile=file:{_log_config('off' if quiet else 'error')}",
+                classes.java_options() if map_classes else "", java_options))),
             # local mode runs everything in the driver's JVM (see _local_driver_memory)
             "spark.driver.memory": _local_driver_memory(),
             # and smaller input splits keep each cached block well under the heap
