@@ -39,8 +39,8 @@ from ....core.messages import Message, message
 from ...membership.chord.ring import chord_id
 from ...ordering.paxos.groups import GROUP_CODEC
 
-__all__ = ["MAX_MOVES", "RangeClaim", "RangeState", "ident_hex", "ident_of", "in_range",
-           "owner_range", "taker_name"]
+__all__ = ["MAX_MEMBERS", "MAX_MOVES", "RangeClaim", "RangeState", "ident_hex", "ident_of",
+           "in_range", "owner_range", "taker_name"]
 
 MAX_MOVES = 64  # ranges one group hands over in its life (each kept, with its state)
 MAX_MEMBERS = 16  # processes a claim may name

@@ -50,6 +50,7 @@ from ...ordering.paxos.orderer import PaxosOrderer
 from ...ordering.paxos.replica import PaxosReplica
 from .base import DeliverFn, ScribeConfig
 from .handover import (
+    MAX_MEMBERS,
     MAX_MOVES,
     RangeClaim,
     RangeState,
@@ -270,7 +271,7 @@ class TopicOwners(ReplicatedOrderer):
         that holds its range (``handover``, step 1)."""
         lo, hi, source = self._taking[owner]
         msg = RangeClaim(lo=ident_hex(lo), hi=ident_hex(hi), to=owner,
-                         members=self.candidates(owner))
+                         members=self.candidates(owner)[:MAX_MEMBERS])  # the owner first
         for node in self.candidates(source):
             self.env.send(node, msg)
 
