@@ -252,8 +252,8 @@ class ScribeBase:
         self._roots: dict[str, tuple[NodeId, float]] = {}  # topic -> (root, when learnt)
         # nodes the runtime could not reach, until we hear from them again (bounded)
         self._unreachable: dict[NodeId, None] = {}
-        # the last publishes we passed up a tree: id -> (the parent, the publish as sent)
-        self._passed_up: dict[str, tuple[NodeId, Publish]] = {}
+        # the last publishes we passed up a tree: id -> (the parent, the publish as sent, when)
+        self._passed_up: dict[str, tuple[NodeId, Publish, float]] = {}
         self._nonce = env.rng.getrandbits(32)
         self._heartbeat_timer: TimerHandle | None = None
         self._stopped = False

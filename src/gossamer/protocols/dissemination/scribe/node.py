@@ -124,9 +124,9 @@ class Scribe(TreeMembership):
                 if pending.timer is not None:
                     self.env.cancel(pending.timer)
                 self._send_publish(pending)
-        lost = [mid for mid, (parent, _) in self._passed_up.items() if parent == node]
+        lost = [mid for mid, (parent, _, _) in self._passed_up.items() if parent == node]
         for mid in lost:
-            _, publish = self._passed_up.pop(mid)
+            _, publish, _ = self._passed_up.pop(mid)
             state = self._topics.get(publish.topic)
             if state is not None:
                 state.held_up[mid] = publish
@@ -391,9 +391,21 @@ class Scribe(TreeMembership):
             if msg.hops >= self.config.max_depth:
                 self._drop(src, msg, "publish_loop")  # a cycle: the publisher retries later
                 return
-            up = dataclasses.replace(msg, hops=msg.hops + 1)
+            mid, now = message_id(msg.origin, msg.seq), self.env.now()
             passed = self._passed_up
-            passed[message_id(msg.origin, msg.seq)] = (state.parent, up)
+            earlier = passed.get(mid)
+            if (earlier is not None and msg.hops >= earlier[1].hops
+                    and now - earlier[2] < self.config.publish_timeout):
+                # it came round a cycle of the tree (more hops than when we passed it up):
+                # once round is enough, or with duplicated datagrams every copy would go round
+                # again until max_depth, the copies multiplying at every hop (VOPR pubsub seed
+                # 46: millions of messages of 120 publishes). A retry (the publisher's, or a
+                # false root's hand-over) comes by the same path with as many hops as before
+                self._drop(src, msg, "came_round")
+                return
+            up = dataclasses.replace(msg, hops=msg.hops + 1)
+            passed.pop(mid, None)
+            passed[mid] = (state.parent, up, now)
             if len(passed) > self.config.max_pending:
                 del passed[next(iter(passed))]
             self.env.send(state.parent, up)
