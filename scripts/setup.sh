@@ -49,11 +49,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
   echo "$want" > "$stamp"
 fi
-# the Spark driver's class archive (gossamer.pipeline.classes): every later analysis starts
+# the Spark driver's class archive (gossamer.pipeline.classes, built by .warmup): every later analysis starts
 # faster; without it they still run, so a failure here only says so
 if ! .venv/bin/python -c 'import sys; from gossamer.pipeline.classes import java_options; sys.exit(0 if java_options() else 1)'; then
   echo "setup: building the Spark driver's class archive (once, about a minute)"
-  .venv/bin/python -c 'from gossamer.pipeline.classes import build; build()' >/dev/null 2>&1 \
+  .venv/bin/python -c 'from gossamer.pipeline.warmup import build_class_archive; build_class_archive()' >/dev/null 2>&1 \
     || echo "setup: no Spark class archive was built (analyses start a few seconds slower)"
 fi
 echo "setup: ok ($(.venv/bin/python --version), $(java -version 2>&1 | head -n1))"

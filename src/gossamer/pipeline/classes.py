@@ -4,8 +4,8 @@ by every later driver at its start instead of being found, loaded and verified a
 the fixed cost of ``gossamer analyze`` on a small trace (the JVM's start and its first queries:
 ``BENCHMARKS.md``, "Where a small analysis spends its time").
 
-``scripts/setup.sh`` builds it (``build()``: a small simulated run analysed in a JVM started
-with ``-XX:ArchiveClassesAtExit``) into this environment
+``scripts/setup.sh`` builds it (``warmup.build_class_archive()``: a small simulated run
+analysed in a JVM started with ``-XX:ArchiveClassesAtExit``) into this environment
 (``sys.prefix``/share/gossamer), named after the pyspark version, its jars and the Java binary,
 so another Spark or Java never maps it. ``get_spark`` maps it for local masters when it is there
 whole: its size is recorded after it was moved in place, and a file of another size is not
@@ -18,14 +18,11 @@ import hashlib
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-__all__ = ["ARCHIVE_ENV", "archive_path", "build", "java_options"]
+__all__ = ["ARCHIVE_ENV", "archive_path", "java_options", "record_size"]
 
 ARCHIVE_ENV = "GOSSAMER_SPARK_CLASSES"
-#: how long the archiving JVM may take to write its archive once the analysis is done
-_EXIT_WAIT = 600.0
 
 
 def _java_binary() -> str:
@@ -62,47 +59,9 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={archive} -Xshare:auto -Xlog:cds*=off" if whole else ""
 
 
-def build() -> Path:
-    """Analyse a small simulated run in a JVM that writes the classes it loaded at its exit,
-    then move the archive in place and record its size. Returns the archive's path."""
-    from pyspark import SparkContext
-
-    from ..core.traceio import ParquetSink, trace_path
-    from ..services.pubsub.experiment import PubSubRunOptions, run_pubsub_sim
-    from .analysis import analyze
-    from .spark import get_spark
-
-    archive = archive_path()
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    scratch = archive.with_name(f".{archive.name}.{os.getpid()}.tmp")
-    with tempfile.TemporaryDirectory(prefix="gossamer-classes-") as tmp:
-        options = PubSubRunOptions(nodes=6, mode="scribe", publishes_per_node=3, seed=1,
-                                   run="classes")
-        sink = ParquetSink(trace_path(tmp, "classes", "sim"))
-        run_pubsub_sim(options, sink)
-        sink.close()
-        # (the JVM lists every class it cannot archive: signed jars, old class files)
-        spark = get_spark(quiet=True, map_classes=False,
-                          java_options=f"-XX:ArchiveClassesAtExit={scratch} -Xlog:cds*=off")
-        analyze(spark, tmp, out_dir=Path(tmp) / "analysis")
-        spark.stop()
-        gateway = SparkContext._gateway
-        proc = getattr(gateway, "proc", None)
-        if gateway is not None:
-            gateway.shutdown()
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-        if proc is not None:  # the JVM exits on its stdin's end, and writes the archive then
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait(timeout=_EXIT_WAIT)
-    if not scratch.is_file() or scratch.stat().st_size == 0:
-        scratch.unlink(missing_ok=True)
-        raise RuntimeError(f"the JVM wrote no class archive at {scratch}")
-    os.replace(scratch, archive)
+def record_size(archive: Path) -> None:
+    """Record ``archive``'s size once it is in place: from then on it is mapped."""
     size = _size_path(archive)
-    size_scratch = size.with_name(f".{size.name}.{os.getpid()}.tmp")
-    size_scratch.write_text(str(archive.stat().st_size))
-    os.replace(size_scratch, size)
-    return archive
-
+    scratch = size.with_name(f".{size.name}.{os.getpid()}.tmp")
+    scratch.write_text(str(archive.stat().st_size))
+    os.replace(scratch, size)
