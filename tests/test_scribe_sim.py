@@ -715,6 +715,12 @@ def test_a_parent_answers_since_from_its_log_and_passes_it_up_when_it_joined_lat
                         ("p", ScribeSince(topic="t", epoch=5, age=5.0, hops=1))]
     env.sent.clear()
     env.rows.clear()
+    # the same request come round a cycle of the tree (more hops, at once): answered, not
+    # passed up again (with duplication its copies multiplied at every hop of the cycle)
+    app.on_message("c", ScribeSince(topic="t", epoch=5, age=5.0, hops=3))
+    assert [dst for dst, _ in env.sent] == ["c", "c"] and env.drop_reasons() == ["came_round"]
+    env.sent.clear()
+    env.rows.clear()
     before = app.snapshot()
     for src, msg in (("c", ScribeSince(topic="u", epoch=5, age=1.0)),
                      ("d", ScribeSince(topic="t", epoch=5, age=1.0)),

@@ -123,6 +123,8 @@ class TopicState:
     # publishes we passed up to a parent that turned out unreachable: passed on again, once,
     # when we are back in the tree (the publisher's timeout covers any loss after that)
     held_up: dict[str, Publish] = dataclasses.field(default_factory=dict)
+    # the last catch-up request (ScribeSince) we passed up: its hops, and when
+    since_up: tuple[int, float] = (-1, -1.0)
     beacon: int = 0  # the root's tick count, as last heard (a root: its own)
     beacon_at: float = 0.0  # when it last grew (or we took our parent)
     # loss recovery: positions in the root's stream

@@ -127,7 +127,16 @@ class StreamRepair(ScribeBase):
                 self.env.send(src, dataclasses.replace(state.log[pos], repair=True))
         if (state.role is TreeRole.MEMBER and state.parent is not None and since < state.synced_at
                 and msg.hops < self.config.max_depth):
-            # we joined after that: our parent may have more, which passes through us
+            # we joined after that: our parent may have more, which passes through us; not a
+            # request that came round a cycle of the tree (more hops than the one we passed up
+            # just now): with duplicated datagrams every copy would go round until max_depth,
+            # multiplying at every hop (as publishes did: ``_on_publish``)
+            now = self.env.now()
+            last_hops, last_at = state.since_up
+            if msg.hops > last_hops and now - last_at < self.config.heartbeat_interval / 2:
+                self._drop(src, msg, "came_round")
+                return
+            state.since_up = (msg.hops, now)
             self.env.send(state.parent, dataclasses.replace(msg, hops=msg.hops + 1))
 
     # -- dissemination -----------------------------------------------------------------------------
