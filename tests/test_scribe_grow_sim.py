@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from checks import named
@@ -19,6 +20,7 @@ from gossamer.protocols.dissemination.scribe.handover import (
     RangeState,
     ident_hex,
     in_range,
+    state_fits,
 )
 from gossamer.protocols.dissemination.scribe.owners import TopicOwners, spare_groups
 from gossamer.protocols.membership.chord.ring import chord_id
@@ -175,3 +177,16 @@ def test_the_new_group_orders_nothing_before_its_log_took_the_state() -> None:
         TopicOwners(FakeEnv(new), groups=groups, bits=BITS, grown=["zz"])
     with pytest.raises(ConfigError):
         TopicOwners(FakeEnv(new), groups=GROUPS, bits=BITS, grown=["a", "d"])
+
+
+def test_a_state_too_big_for_one_operation_leaves_out_its_oldest_history() -> None:
+    item = ["p", 1, "x" * 100]
+    state = {"positions": {"a": 30, "b": 20},
+             "history": {"a": [[p, item] for p in range(1, 31)],
+                         "b": [[p, item] for p in range(1, 21)]}}
+    fitted = state_fits(state, 2_000)
+    assert len(orjson.dumps(fitted)) <= 2_000
+    assert fitted["positions"] == {"a": 30, "b": 20}  # positions always move
+    kept = [p for items in fitted["history"].values() for p, _ in items]
+    assert kept and min(kept) > 15 and fitted["history"]["a"][-1][0] == 30  # newest kept
+    assert state_fits(state, 1 << 20) == state  # a state that fits is unchanged

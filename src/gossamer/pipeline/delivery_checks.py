@@ -120,7 +120,6 @@ def _up_during(start_at: Column, start_row: Column, end_at: Column, end_row: Col
 # -- who is owed what ----------------------------------------------------------------------------
 
 
-
 def subscription_intervals(trace: DataFrame) -> DataFrame:
     """(run, key, node, sub_at, sub_row, unsub_at, unsub_row): when each node was subscribed
     to each topic (``key``), on the shared clock, from its ``subscribe`` row to its next

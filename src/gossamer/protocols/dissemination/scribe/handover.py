@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from ....core.errors import ConfigError
 from ....core.ids import NodeId, check_node_id
 from ....core.messages import Message, message
@@ -135,12 +137,12 @@ class RangeState(Message):
             raise ValueError("a range's state is {positions: {...}, history: {...}}")
 
 
-def state_fits(state: dict[str, Any], size_of: Any, limit: int) -> dict[str, Any]:
-    """``state`` with its oldest history entries left out until ``size_of(state)`` is at most
-    ``limit`` (positions are always kept)."""
+def state_fits(state: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``state`` with its oldest history entries left out until it encodes to at most
+    ``limit`` bytes of JSON (positions are always kept)."""
     history = {key: list(items) for key, items in state["history"].items()}
     out = {"positions": state["positions"], "history": history}
-    while size_of(out) > limit and any(history.values()):
+    while len(orjson.dumps(out)) > limit and any(history.values()):
         oldest = min((items[0][0], key) for key, items in history.items() if items)[1]
         history[oldest].pop(0)
         if not history[oldest]:

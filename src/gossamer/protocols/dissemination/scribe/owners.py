@@ -30,8 +30,6 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-import orjson
-
 from ....core.env import Env, MessageHandler, Process
 from ....core.errors import ConfigError
 from ....core.ids import NodeId, check_node_id
@@ -99,10 +97,6 @@ def spare_groups(spares: Mapping[NodeId, Sequence[NodeId]]) -> dict[NodeId, tupl
 
 def _encode(item: Publish) -> Any:
     return [item.origin, item.seq, item.payload]
-
-
-def _size(value: Any) -> int:
-    return len(orjson.dumps(value))
 
 
 class TopicOwners(ReplicatedOrderer):
@@ -290,8 +284,7 @@ class TopicOwners(ReplicatedOrderer):
             if self.claiming(owner):
                 continue
             if any(h == hi and to == msg.to for _, h, to, _ in self._moved[owner]):
-                limit = orderer.replica.config.max_command_bytes - 1024
-                state = state_fits(self._handed[(owner, hi)], _size, limit)
+                state = self._fitted(owner, self._handed[(owner, hi)])
                 self.env.send(src, RangeState(lo=msg.lo, hi=msg.hi, owner=owner, state=state))
                 return
             if self._fits(owner, lo, hi):
@@ -308,12 +301,16 @@ class TopicOwners(ReplicatedOrderer):
                 if src not in self.candidates(source):
                     self._drop_range(src, msg, "state_not_from_its_group")
                 elif self.claiming(owner) and self._ask("take", owner, hi):
-                    limit = self._orderers[owner].replica.config.max_command_bytes - 1024
                     self._orderers[owner].replica.propose({"take": {
                         "lo": msg.lo, "hi": msg.hi, "from": source,
-                        "state": state_fits(msg.state, _size, limit)}})
+                        "state": self._fitted(owner, msg.state)}})
                 return
         self._drop_range(src, msg, "state_of_no_claim")
+
+    def _fitted(self, owner: NodeId, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` cut to what one operation of ``owner``'s log may carry (a take proposes
+        it whole; 1 KiB is left for the operation around it)."""
+        return state_fits(state, self._orderers[owner].replica.config.max_command_bytes - 1024)
 
     def _drop_range(self, src: NodeId, msg: RangeClaim | RangeState, reason: str) -> None:
         self.env.trace("drop", layer=self.LAYER, peer=src, key=msg.hi, reason=reason)
