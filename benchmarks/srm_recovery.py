@@ -50,9 +50,8 @@ LOSS_MODES = (("lossy link near source", "lossy"), ("loss on every link", "every
 
 
 class Member:
-    def __init__(self, env: Env, *, adaptive: bool, period: float) -> None:
-        self.srm = Srm(env, SrmConfig(group=GROUP, session_period=period,
-                                      timers=SrmTimerConfig(adaptive=adaptive)))
+    def __init__(self, env: Env, *, timers: SrmTimerConfig, period: float) -> None:
+        self.srm = Srm(env, SrmConfig(group=GROUP, session_period=period, timers=timers))
 
     def start(self) -> None:
         self.srm.start()
@@ -112,8 +111,9 @@ def make_tree(topology: str, members: list[str], *, lossy: float, link_loss: flo
                                 lossy_link_loss=lossy if lossy else link_loss)
 
 
-def run(seed: int, *, topology: str, members: int, items: int, adaptive: bool, lossy: float,
-        link_loss: float, period: float, rate: float, vertices: int) -> dict[str, float]:
+def run(seed: int, *, topology: str, members: int, items: int, timers: SrmTimerConfig,
+        lossy: float, link_loss: float, period: float, rate: float, vertices: int
+        ) -> dict[str, float]:
     names = [f"m{i:03d}" for i in range(members)]
     sink = MemorySink()
     sim = Simulation(seed=seed, link=LinkModel(), trace=sink, trace_messages=False)
@@ -123,7 +123,7 @@ def run(seed: int, *, topology: str, members: int, items: int, adaptive: bool, l
     nodes: dict[str, Member] = {}
 
     def factory(env: Env) -> Member:
-        nodes[env.node] = Member(env, adaptive=adaptive, period=period)
+        nodes[env.node] = Member(env, timers=timers, period=period)
         return nodes[env.node]
 
     def send() -> None:
@@ -191,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lossy", type=float, default=0.1)
     parser.add_argument("--link-loss", type=float, default=0.01)
     parser.add_argument("--period", type=float, default=1.0, help="session period (s)")
+    parser.add_argument("--ave-dups", type=float, default=SrmTimerConfig().ave_dups,
+                        help="the adaptive timers' target of duplicates per loss (AveDups)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="draw requests, repairs and delay per case (adapted half)")
@@ -219,7 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           f"{'adaptive' if adaptive else 'fixed'} timers, seed {seed} "
                           f"({time.monotonic() - started:.0f} s)")
             runs.append(run(seed, topology=topology, members=args.members, items=args.items,
-                            adaptive=adaptive, lossy=args.lossy if mode == "lossy" else 0.0,
+                            timers=SrmTimerConfig(adaptive=adaptive,
+                                                  ave_dups=args.ave_dups),
+                            lossy=args.lossy if mode == "lossy" else 0.0,
                             link_loss=args.link_loss if mode == "every" else 0.0,
                             period=args.period, rate=args.rate, vertices=args.vertices))
         row: dict[str, Any] = {key: statistics.fmean(r[key] for r in runs) for key in runs[0]}

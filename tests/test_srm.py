@@ -89,7 +89,7 @@ def test_a_holder_repairs_after_d1d_to_d1_plus_d2_d_unless_it_hears_a_repair() -
     env.advance(D - 1e-9)
     assert env.take_multicast() == []
     env.advance(D + 1e-9)
-    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "one"))]
+    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "one", D))]
     # a second request that crossed the repair is ignored (hold-down of 3 d)
     srm.on_message("b", SrmRequest("b", "s", 1))
     env.advance(2 * D)
@@ -151,7 +151,7 @@ def test_the_cache_is_bounded_and_the_holder_answers_for_what_it_lost() -> None:
     srm.holder = lambda source, seq: "durable" if (source, seq) == ("s", 1) else None
     srm.on_message("a", SrmRequest("a", "s", 1))
     env.advance(10 * D)
-    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "durable"))]
+    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "durable", D))]
 
 
 def test_a_loss_nobody_repairs_is_given_up_after_max_rounds() -> None:
@@ -174,15 +174,18 @@ def test_duplicates_and_own_items_are_delivered_never() -> None:
     assert delivered == [("s", 1, "x")]
 
 
-def test_adaptive_timers_move_c1_up_on_duplicate_requests() -> None:
-    srm, _env, _ = member(adaptive=True)
-    for other in ("s", "b", "c", "d"):  # a group of five: C2 may grow up to 5
+def test_adaptive_timers_widen_when_this_members_request_was_a_duplicate() -> None:
+    srm, env, _ = member(adaptive=True)
+    place(srm, env, "s", 0.01)
+    for other in ("b", "c", "d"):  # a group of five: C2 may grow up to 5
         srm.on_message(other, SrmSession(0.0, (), ()))
     srm.on_message("s", SrmData("s", 1, "x"))
-    for seq in range(2, 12, 2):  # five losses, each requested by three others
+    for seq in range(2, 12, 2):  # five losses; each time ours and two nearer members' went out
         srm.on_message("s", SrmData("s", seq + 1, "x"))
-        for other in ("b", "c", "d"):
-            srm.on_message(other, SrmRequest(other, "s", seq))
+        while not requests(env):
+            env.advance(0.001)
+        for other in ("b", "c"):
+            srm.on_message(other, SrmRequest(other, "s", seq, 0.005))
         srm.on_message("b", SrmRepair("b", "s", seq, "x"))
     assert srm.timers.c2 > 2.0  # wider: fewer duplicates next time
     fixed, _fixed_env, _ = member(adaptive=False)
@@ -200,35 +203,106 @@ def place(srm: Srm, env: FakeEnv, other: str, distance: float) -> None:
 
 
 def lose_and_recover(srm: Srm, env: FakeEnv, seq: int, *, duplicate_from: str | None,
-                     within: bool = True) -> None:
+                     within: bool = True, distance: float | None = None) -> None:
     """``seq`` of source s goes missing; our request goes out first, then (if given) a
-    duplicate request from another member, in the same round or (``within`` False) after
-    our ignore window; then the repair comes."""
+    duplicate request from another member (carrying ``distance``, its own to s), in the same
+    round or (``within`` False) after our ignore window; then the repair comes."""
     srm.on_message("s", SrmData("s", seq + 1, "x"))
     while not requests(env):
         env.advance(0.001)
     if duplicate_from is not None:
         if not within:
             env.advance(10.0)
-        srm.on_message(duplicate_from, SrmRequest(duplicate_from, "s", seq))
+        srm.on_message(duplicate_from, SrmRequest(duplicate_from, "s", seq, distance))
     srm.on_message("s", SrmRepair("s", "s", seq, "x"))
     env.take_multicast()
 
 
-def test_a_duplicate_request_widens_c2_unless_this_member_was_the_closest() -> None:
-    def c2_after(duplicate_from: str) -> float:
+def test_a_duplicate_request_counts_unless_it_came_from_farther_from_the_source() -> None:
+    def after(duplicate_from: str, distance: float | None) -> tuple[float, float]:
+        """Our duplicates average after one loss, and C2 once the next loss adjusted it."""
         srm, env, _ = member(adaptive=True)
         place(srm, env, "s", 0.01)
-        place(srm, env, "near", 0.012)  # about as far as the source: it could be suppressed
-        place(srm, env, "far", 0.1)  # > 1.5 x our distance to s: its duplicate is its own
+        place(srm, env, "near", 0.012)  # about as far from us as the source is
+        place(srm, env, "far", 0.1)  # more than 1.5 x our distance to s
         srm.on_message("s", SrmData("s", 1, "x"))
-        lose_and_recover(srm, env, 2, duplicate_from=duplicate_from)
-        assert srm.timers.ave_dup_req == 1.0
+        lose_and_recover(srm, env, 2, duplicate_from=duplicate_from, distance=distance)
+        duplicates = srm.timers.ave_dup_req
         srm.on_message("s", SrmData("s", 5, "x"))  # the next loss (4) adjusts C1, C2
-        return srm.timers.c2
+        return duplicates, srm.timers.c2
 
-    assert c2_after("near") == pytest.approx(2.5)  # widened: one duplicate per loss
-    assert c2_after("far") == pytest.approx(1.9)  # narrowed: we were the closest
+    # a member nearer the source asked too: ours was the duplicate, so wider next time
+    assert after("near", 0.008) == (1.0, pytest.approx(2.5))
+    # the other said it is farther from s than we are: its duplicate was its own to
+    # suppress; we count none, and our window narrows (our request came late: > 1 d)
+    assert after("near", 0.02) == (0.0, pytest.approx(1.9))
+    # a request that carries no distance: judged by the reference simulator's guess
+    assert after("far", None) == (0.0, pytest.approx(1.9))
+    assert after("near", None) == (1.0, pytest.approx(2.5))
+
+
+def test_a_member_suppressed_by_a_farther_members_request_gets_earlier() -> None:
+    srm, env, _ = member(adaptive=True)
+    place(srm, env, "s", 0.01)
+    srm.on_message("s", SrmData("s", 1, "x"))
+    srm.on_message("s", SrmData("s", 3, "x"))  # 2 is lost; our timer runs
+    srm.on_message("b", SrmRequest("b", "s", 2, 0.05))  # b, five times as far, asked first
+    srm.on_message("c", SrmRequest("c", "s", 2, 0.04))  # and c: two requests, one duplicate
+    srm.on_message("s", SrmRepair("s", "s", 2, "x"))
+    assert requests(env) == []  # we were suppressed
+    assert srm.timers.ave_dup_req == 0.0  # their duplicate is none of ours
+    c1 = srm.timers.c1
+    srm.on_message("s", SrmData("s", 5, "x"))  # the next loss adjusts C1 down
+    assert srm.timers.c1 == pytest.approx(c1 - 0.05)
+
+
+def test_a_member_suppressed_by_a_nearer_members_request_learns_nothing() -> None:
+    srm, env, _ = member(adaptive=True)
+    place(srm, env, "s", 0.01)
+    srm.on_message("s", SrmData("s", 1, "x"))
+    for seq in (2, 4, 6):
+        srm.on_message("s", SrmData("s", seq + 1, "x"))  # lost; our timer runs
+        for other in ("b", "c"):  # two nearer members asked (one duplicate): not ours
+            srm.on_message(other, SrmRequest(other, "s", seq, 0.005))
+        srm.on_message("s", SrmRepair("s", "s", seq, "x"))
+    assert requests(env) == []
+    assert srm.timers.requests_done == 0
+    assert (srm.timers.c1, srm.timers.c2) == (2.0, 2.0)
+
+
+def test_the_timers_move_once_per_closed_round_not_once_per_timer() -> None:
+    srm, env, _ = member("h", adaptive=True)
+    place(srm, env, "a", 0.01)
+    for seq in range(1, 8):
+        srm.on_message("s", SrmData("s", seq, "x"))
+    srm.on_message("a", SrmRequest("a", "s", 1, 0.02))
+    while not env.take_multicast():  # our repair goes out
+        env.advance(0.001)
+    srm.on_message("x", SrmRepair("x", "s", 1, "x", 0.005))  # a nearer holder's: a duplicate
+    env.advance(1.0)  # the round closes: one sample, above the target
+    d2 = srm.timers.d2
+    for seq in range(2, 8):  # six requests heard, six repair timers, one sample
+        srm.on_message("a", SrmRequest("a", "s", seq, 0.02))
+    assert srm.timers.d2 == pytest.approx(d2 + 0.5)
+
+
+def test_a_duplicate_repair_counts_unless_it_came_from_farther_from_the_requester() -> None:
+    def d2_after(distance: float) -> float:
+        srm, env, _ = member("h", adaptive=True)
+        place(srm, env, "a", 0.01)
+        srm.on_message("s", SrmData("s", 1, "one"))
+        srm.on_message("a", SrmRequest("a", "s", 1, 0.02))
+        d2 = srm.timers.d2
+        while not env.take_multicast():  # our repair goes out
+            env.advance(0.001)
+        srm.on_message("x", SrmRepair("x", "s", 1, "one", distance))  # and another one
+        env.advance(1.0)  # the round closes
+        srm.on_message("s", SrmData("s", 2, "two"))
+        srm.on_message("a", SrmRequest("a", "s", 2, 0.02))  # the next repair adjusts D1, D2
+        return srm.timers.d2 - d2
+
+    assert d2_after(0.005) == pytest.approx(0.5)  # x is nearer a: ours was the duplicate
+    assert d2_after(0.05) <= 0.0  # x is farther: its duplicate, not ours
 
 
 def test_a_request_of_a_later_round_is_no_duplicate() -> None:
@@ -249,7 +323,7 @@ def test_the_first_adaptive_repair_window_is_log10_of_the_group() -> None:
     env.advance(2 * D - 1e-9)
     assert env.take_multicast() == []  # not before D1 d
     env.advance(2 * D + 1e-9)  # by (D1 + D2) d it has gone
-    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "one"))]
+    assert env.take_multicast() == [("g", SrmRepair("h", "s", 1, "one", D))]
     fixed, _fixed_env, _ = member("h")
     fixed.on_message("s", SrmData("s", 1, "one"))
     fixed.on_message("a", SrmRequest("a", "s", 1))

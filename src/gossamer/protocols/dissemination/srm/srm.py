@@ -19,7 +19,7 @@ from ....core.env import DurableSequence, Env, TimerHandle
 from ....core.errors import ConfigError
 from ....core.ids import NodeId
 from ....core.messages import Message
-from .timers import AdaptiveTimers, SrmTimerConfig
+from .timers import AdaptiveTimers, Role, SrmTimerConfig
 from .wire import Echo, SrmData, SrmRepair, SrmRequest, SrmSession
 
 __all__ = ["LAYER", "Srm", "SrmConfig"]
@@ -110,8 +110,8 @@ class _Source:
 class _Loss:
     """One missing item: its request timer, backoff round and statistics."""
 
-    __slots__ = ("detected", "duplicates", "first_request", "ignore_until", "round", "sent_first",
-                 "timer")
+    __slots__ = ("detected", "duplicates", "first_request", "ignore_until", "nearest", "others",
+                 "round", "sent_first", "timer")
 
     def __init__(self, detected: float) -> None:
         self.detected = detected
@@ -121,13 +121,16 @@ class _Loss:
         self.ignore_until = -math.inf
         self.duplicates = 0  # requests of the first round heard or sent, beyond the first
         self.first_request: float | None = None
+        self.others = False  # another member's request of the first round was heard
+        self.nearest = True  # and every such request came from farther from the source
 
 
 class _Repair:
     """A repair this member will send unless it hears one first, and the repairs it then
     counts for the item (its duplicates statistic) until the round closes."""
 
-    __slots__ = ("first", "heard", "requested", "requester", "sent", "timer")
+    __slots__ = ("first", "heard", "nearest", "others", "requested", "requester", "sent",
+                 "timer")
 
     def __init__(self, requested: float, requester: NodeId, timer: TimerHandle | None) -> None:
         self.requested = requested
@@ -136,6 +139,8 @@ class _Repair:
         self.heard = 0
         self.first: float | None = None  # when the first repair was sent or heard
         self.sent = False
+        self.others = False  # another holder's repair of this round was heard
+        self.nearest = True  # and every such repair came from farther from the requester
 
 
 class Srm:
@@ -312,7 +317,8 @@ class Srm:
             self._give_up(item)
             return
         source, seq = item
-        self.env.multicast(self.config.group, SrmRequest(self.env.node, source, seq))
+        self.env.multicast(self.config.group, SrmRequest(self.env.node, source, seq,
+                                                         self.distance(source)))
         self.stats["requests"] += 1
         if loss.round == 0:
             loss.sent_first = True
@@ -320,16 +326,20 @@ class Srm:
         self._count_request(loss)
         self._back_off(item, loss)
 
-    def _count_request(self, loss: _Loss) -> None:
+    def _count_request(self, loss: _Loss) -> bool:
         """The first request of a loss, or a duplicate of it: one of the same round (heard
-        before the first back-off's ignore window closed). A request of a later round is
-        no failure of suppression (the repair was lost, or the loss is another region's)."""
+        before the first back-off's ignore window closed); True for those. A request of a
+        later round is no failure of suppression (the repair was lost, or the loss is
+        another region's)."""
         now = self.env.now()
         if loss.first_request is None:
             loss.first_request = now
             loss.duplicates = 0
         elif loss.round <= 1 and now < loss.ignore_until:
             loss.duplicates += 1
+        else:
+            return False
+        return True
 
     def _back_off(self, item: Item, loss: _Loss) -> None:
         """Back the request interval off (by the timers' factor); requests heard in the first
@@ -359,7 +369,9 @@ class Srm:
         now = self.env.now()
         d = self.distance(source)
         first = loss.first_request if loss.first_request is not None else now
-        self.timers.request_done(max(loss.duplicates, 0), (first - loss.detected) / d)
+        self.timers.request_done(max(loss.duplicates, 0), (first - loss.detected) / d,
+                                 Role(sent=loss.sent_first, others=loss.others,
+                                      nearest=loss.nearest))
         self.env.trace("recovered", layer=LAYER, msg=f"{source}:{seq}", origin=source, seq=seq,
                        delay=now - loss.detected, rounds=loss.round)
 
@@ -367,10 +379,11 @@ class Srm:
         item = (request.source, request.seq)
         loss = self._losses.get(item)
         if loss is not None:  # we miss it too: suppression, our own request backs off
-            if loss.sent_first and loss.round == 1:
-                far = self.distance(request.requester) > 1.5 * self.distance(request.source)
-                self.timers.heard_request_after_own(closest=far)
-            self._count_request(loss)
+            if self._count_request(loss):
+                loss.others = True
+                loss.nearest = loss.nearest and _farther(
+                    request.distance, self.distance(request.source),
+                    self.distance(request.requester))
             if self.env.now() >= loss.ignore_until:
                 self._back_off(item, loss)
             return
@@ -405,7 +418,8 @@ class Srm:
             self._repairs.pop(item, None)
             return
         self.env.multicast(self.config.group, SrmRepair(self.env.node, item[0], item[1],
-                                                        payload))
+                                                        payload,
+                                                        self.distance(repair.requester)))
         self.stats["repairs"] += 1
         repair.heard += 1
         repair.sent = True
@@ -427,7 +441,9 @@ class Srm:
         del self._repairs[item]
         d = self.distance(repair.requester)
         first = repair.first if repair.first is not None else self.env.now()
-        self.timers.repair_done(max(repair.heard - 1, 0), (first - repair.requested) / d)
+        self.timers.repair_done(max(repair.heard - 1, 0), (first - repair.requested) / d,
+                                Role(sent=repair.sent, others=repair.others,
+                                     nearest=repair.nearest))
 
     def _hold(self, item: Item) -> None:
         """Ignore requests for ``item`` for 3 distances to its source: they crossed a repair."""
@@ -441,17 +457,18 @@ class Srm:
         scheduled = self._repairs.get(item)
         if scheduled is not None:
             now = self.env.now()
-            if scheduled.first is None:
-                scheduled.first = now
+            counted = (scheduled.first is None
+                       # sent before its sender could have heard the first: a duplicate; a
+                       # later one answered another region's request, no failure here
+                       or now <= scheduled.first + 2 * self.distance(scheduled.requester))
+            if counted:
+                if scheduled.first is None:
+                    scheduled.first = now
                 scheduled.heard += 1
-            elif now <= scheduled.first + 2 * self.distance(scheduled.requester):
-                # sent before its sender could have heard the first: a duplicate; a later
-                # one answered another region's request, no failure of suppression here
-                scheduled.heard += 1
-            if scheduled.sent and scheduled.heard == 2:  # the first duplicate of our own
-                far = (self.distance(repair.repairer)
-                       > 1.5 * self.distance(scheduled.requester))
-                self.timers.heard_repair_after_own(closest=far)
+                scheduled.others = True
+                scheduled.nearest = scheduled.nearest and _farther(
+                    repair.distance, self.distance(scheduled.requester),
+                    self.distance(repair.repairer))
             if scheduled.timer is not None:  # someone nearer answered first: suppressed
                 self.env.cancel(scheduled.timer)
                 scheduled.timer = None
@@ -521,3 +538,13 @@ class Srm:
         """``member`` left or was booted: its timestamps go (its items stay repairable)."""
         self._heard.pop(member, None)
         self._distance.pop(member, None)
+
+
+def _farther(theirs: float | None, mine: float, between: float) -> bool:
+    """Whether a duplicate's sender was farther than this member from what both answered
+    (the source, or the requester): by the distance it carried, or, from a sender that
+    carried none, by the reference simulator's guess (more than 1.5 times this member's
+    distance away from this member)."""
+    if theirs is None:
+        return between > 1.5 * mine
+    return theirs > mine

@@ -2,8 +2,9 @@
 
 A request timer is drawn from [C1·d, (C1+C2)·d], a repair timer from [D1·d, (D1+D2)·d], with
 d the one-way distance to the source (requests) or to the requester (repairs). Adaptive mode
-moves C1, C2, D1, D2 after each loss recovery from the moving averages of duplicate requests
-and repairs and of the request and repair delays (in units of d), within the paper's bounds.
+moves C1, C2, D1, D2 after each closed round from the moving averages of duplicate requests
+and repairs and of the request and repair delays (in units of d), within the paper's bounds,
+counting each duplicate against the farther of the members that sent it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import math
 
 from ....core.errors import ConfigError
 
-__all__ = ["AdaptiveTimers", "SrmTimerConfig"]
+__all__ = ["AdaptiveTimers", "Role", "SrmTimerConfig"]
 
-AVE_DUPS = 1.0  # the target of duplicates per loss
-AVE_DELAY = 1.0  # the target delay, in units of the distance
 EPSILON = 0.1
 WEIGHT = 0.25  # of a new sample in the moving averages
 
@@ -30,6 +29,11 @@ class SrmTimerConfig:
     d1: float = 1.0
     d2: float = 1.0
     adaptive: bool = True
+    ave_dups: float = 1.0
+    """The paper's AveDups: the duplicates (requests or repairs) per loss the adaptive timers
+    aim at, as each member counts them."""
+    ave_delay: float = 1.0
+    """The paper's AveDelay: the delay they aim at, in distances."""
     backoff: float | None = None
     """The factor a repeated request's interval grows by: None is 2 with fixed timers (the
     paper) and 3 with adaptive ones (its reference simulator: a repair window that widened
@@ -40,20 +44,52 @@ class SrmTimerConfig:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+        for name in ("ave_dups", "ave_delay"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
         if self.backoff is not None and not (math.isfinite(self.backoff)
                                              and self.backoff >= 1):
             raise ConfigError(f"backoff must be a finite number >= 1, got {self.backoff!r}")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Role:
+    """What one member did in one closed round (a loss's requests, or an item's repairs):
+    whether it ``sent`` one itself, whether it heard ``others`` of the same round, and
+    whether all of those came from members farther than it from whom they answer (the
+    source for requests, the requester for repairs: each message carries its sender's
+    distance)."""
+
+    sent: bool = False
+    others: bool = False
+    nearest: bool = True
+
+    @property
+    def suppressed_by_nearer(self) -> bool:
+        """Its own timer was cancelled by a nearer member's: it did what it should, and the
+        round says nothing about its timers."""
+        return self.others and not self.nearest and not self.sent
+
+    @property
+    def nearest_of_several(self) -> bool:
+        """Others answered too and all were farther: their duplicates were theirs to
+        suppress, none of them this member's."""
+        return self.others and self.nearest
+
+
 class AdaptiveTimers:
     """The current C1, C2, D1, D2 of one member and the averages that move them.
 
-    Besides the paper's rules it keeps the two refinements of its reference simulator: a
-    member's first repair starts from D1 = D2 = log10(G) (the group size is only known once
-    sessions are heard), and a member that was the closest to answer (its first request or
-    repair went out, and the duplicate came from a member more than 1.5 times as far away)
-    narrows its window (C2 or D2 down by 0.1) instead of widening it: the duplicate was the
-    far member's to suppress, not this one's."""
+    The paper's rules move them before a new timer is set; here they move once per new
+    sample (a closed round), not again before every timer: a holder sets a repair timer on
+    every request it hears, far more often than it closes rounds, and one average applied
+    at each would widen D2 by 0.5 per request heard. What a round counts is ``_sample``'s:
+    a duplicate is the farther sender's to suppress (each request and repair carries its
+    sender's distance). Two refinements of the paper's reference simulator stay: a member's
+    first repair starts from D1 = D2 = log10(G) (the group size is only known once sessions
+    are heard), and a member that sent a first request or a repair moves a little earlier
+    (C1 or D1 down by 0.05)."""
 
     def __init__(self, config: SrmTimerConfig) -> None:
         self.config = config
@@ -65,9 +101,9 @@ class AdaptiveTimers:
         self.ave_rep_delay = 0.0
         self.requests_done = 0
         self.repairs_done = 0
-        self.closest_requester = False
-        self.closest_repairer = False
         self._repair_armed = False
+        self._new_request_sample = False
+        self._new_repair_sample = False
         if config.backoff is not None:
             self.backoff = config.backoff
         else:
@@ -77,34 +113,59 @@ class AdaptiveTimers:
     def _average(old: float, sample: float) -> float:
         return (1 - WEIGHT) * old + WEIGHT * sample
 
-    def request_done(self, duplicates: int, delay_in_d: float) -> None:
+    def request_done(self, duplicates: int, delay_in_d: float, role: Role = Role()) -> None:
         """One loss recovered: ``duplicates`` requests beyond the first were heard for it,
-        and the first request came ``delay_in_d`` distances after the loss was detected."""
+        and the first request came ``delay_in_d`` distances after the loss was detected;
+        ``role``: this member's part in it (see ``_sample``)."""
+        sample = self._sample(duplicates, role)
+        if sample is None:
+            return
+        duplicates = sample
         if self.requests_done == 0:
             self.ave_dup_req, self.ave_req_delay = float(duplicates), delay_in_d
         else:
             self.ave_dup_req = self._average(self.ave_dup_req, duplicates)
             self.ave_req_delay = self._average(self.ave_req_delay, delay_in_d)
         self.requests_done += 1
+        self._new_request_sample = True
 
-    def repair_done(self, duplicates: int, delay_in_d: float) -> None:
+    def repair_done(self, duplicates: int, delay_in_d: float, role: Role = Role()) -> None:
         """One repair round closed: ``duplicates`` repairs beyond the first were heard, and
-        the first came ``delay_in_d`` distances (to the requester) after the request."""
+        the first came ``delay_in_d`` distances (to the requester) after the request;
+        ``role``: this member's part in it (see ``_sample``)."""
+        sample = self._sample(duplicates, role)
+        if sample is None:
+            return
+        duplicates = sample
         if self.repairs_done == 0:
             self.ave_dup_rep, self.ave_rep_delay = float(duplicates), delay_in_d
         else:
             self.ave_dup_rep = self._average(self.ave_dup_rep, duplicates)
             self.ave_rep_delay = self._average(self.ave_rep_delay, delay_in_d)
         self.repairs_done += 1
+        self._new_repair_sample = True
+
+    @staticmethod
+    def _sample(duplicates: int, role: Role) -> int | None:
+        """The duplicates a closed round counts for this member, or None when it counts
+        nothing. The paper counts every duplicate heard against every member that heard it;
+        here a duplicate is the farther sender's failure to be suppressed: a member
+        suppressed by a nearer one learns nothing (its timer worked), and the nearest of
+        several counts none (the others' were theirs to suppress)."""
+        if role.suppressed_by_nearer:
+            return None
+        if role.nearest_of_several:
+            return 0
+        return duplicates
 
     def before_request(self, group_size: int) -> None:
         """Adjust C1, C2 before a new request timer is set."""
         if not self.config.adaptive:
             return
-        if self.requests_done:
-            self.c1, self.c2, self.closest_requester = self._adjust(
-                self.c1, self.c2, self.ave_dup_req, self.ave_req_delay,
-                self.closest_requester)
+        if self._new_request_sample:
+            self._new_request_sample = False
+            self.c1, self.c2 = self._adjust(self.c1, self.c2, self.ave_dup_req,
+                                            self.ave_req_delay)
         self._bound(group_size)
 
     def sent_request(self, group_size: int) -> None:
@@ -114,17 +175,13 @@ class AdaptiveTimers:
             self.c1 -= 0.05
             self._bound(group_size)
 
-    def heard_request_after_own(self, *, closest: bool) -> None:
-        """Another first-round request came after this member's own; ``closest``: from a
-        member more than 1.5 times as far from this one as this one is from the source."""
-        self.closest_requester = closest
-
     def before_repair(self, group_size: int) -> None:
         if not self.config.adaptive:
             return
-        if self.repairs_done:
-            self.d1, self.d2, self.closest_repairer = self._adjust(
-                self.d1, self.d2, self.ave_dup_rep, self.ave_rep_delay, self.closest_repairer)
+        if self._new_repair_sample:
+            self._new_repair_sample = False
+            self.d1, self.d2 = self._adjust(self.d1, self.d2, self.ave_dup_rep,
+                                            self.ave_rep_delay)
         elif not self._repair_armed:
             self.d1 = self.d2 = math.log10(max(group_size, 2))
         self._repair_armed = True
@@ -135,27 +192,20 @@ class AdaptiveTimers:
             self.d1 -= 0.05
             self._bound(group_size)
 
-    def heard_repair_after_own(self, *, closest: bool) -> None:
-        """Another repair came after this member's own; ``closest``: from a member more than
-        1.5 times as far from the requester's side as this one is from the requester."""
-        self.closest_repairer = closest
-
-    @staticmethod
-    def _adjust(low: float, width: float, duplicates: float, delay: float,
-                closest: bool) -> tuple[float, float, bool]:
+    def _adjust(self, low: float, width: float, duplicates: float, delay: float
+                ) -> tuple[float, float]:
         """The paper's step for one pair (C1, C2) or (D1, D2): wider and later on
         duplicates, narrower when there are none and the answers come late."""
-        if closest:
-            return low, width - 0.1, False
-        if duplicates >= AVE_DUPS:
-            return low + 0.1, width + 0.5, False
-        if duplicates < AVE_DUPS - EPSILON:
-            if delay > AVE_DELAY:
+        target = self.config.ave_dups
+        if duplicates >= target:
+            return low + 0.1, width + 0.5
+        if duplicates < target - EPSILON * target:
+            if delay > self.config.ave_delay:
                 width -= 0.1
-            if duplicates < 0.25:
+            if duplicates < target / 4:
                 low -= 0.05
-            return low, width, False
-        return low + 0.05, width, False
+            return low, width
+        return low + 0.05, width
 
     def _bound(self, group_size: int) -> None:
         size = max(group_size, 2)

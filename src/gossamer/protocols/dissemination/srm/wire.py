@@ -41,11 +41,14 @@ class SrmData(Message):
 
 @message("srm.request", codec=CODEC)
 class SrmRequest(Message):
-    """``requester`` misses item ``seq`` of ``source``."""
+    """``requester`` misses item ``seq`` of ``source``; ``distance``: the requester's
+    one-way distance to the source (its timer's d), so that whoever hears a duplicate knows
+    which of the two was nearer."""
 
     requester: str
     source: str
     seq: int
+    distance: float | None = None
 
     def __post_init__(self) -> None:
         _check_item(self.source, self.seq)
@@ -56,12 +59,14 @@ class SrmRequest(Message):
 
 @message("srm.repair", codec=CODEC)
 class SrmRepair(Message):
-    """A copy of item ``seq`` of ``source`` sent by ``repairer`` after a request."""
+    """A copy of item ``seq`` of ``source`` sent by ``repairer`` after a request;
+    ``distance``: the repairer's one-way distance to the requester it answered."""
 
     repairer: str
     source: str
     seq: int
     payload: Any
+    distance: float | None = None
 
     def __post_init__(self) -> None:
         _check_item(self.source, self.seq)
