@@ -105,6 +105,36 @@ def test_abort_and_a_no_deliver_nothing() -> None:
     assert votes(env) == [Vote("a:3", "b", False)]
 
 
+def test_a_no_is_kept_so_a_restart_never_votes_yes_for_the_same_message() -> None:
+    process, env, _ = member()
+    process.atomic.refuse = lambda mid: True  # the disk is full: NO
+    process.on_message("a", data())
+    env.run_due()
+    assert votes(env) == [Vote("a:1", "b", False)]
+    env.crash()
+    again, env2, delivered = member(env=FakeEnv("b", store=env.store, seed=2))
+    again.on_message("a", data())  # the data once more (a repair) to the restarted member
+    env2.run_due()
+    assert votes(env2) == []  # no YES: whoever saw the NO has aborted it
+    assert "replay" in env2.drop_reasons("atomic")
+    again.on_message("c", GroupJoin("c"))
+    again.on_message("c", OutcomeQuery("c", "a:1"))  # and it answers ABORT when asked
+    env2.advance(1.0)
+    answers = [m for _, m in env2.take_multicast() if isinstance(m, OutcomeAnswer)]
+    assert [(m.mid, m.commit) for m in answers] == [("a:1", False)]
+    assert delivered == []
+
+
+def test_a_no_is_not_told_as_an_abort_before_it_is_on_disk() -> None:
+    process, env, _ = member()
+    process.atomic.refuse = lambda mid: True
+    process.on_message("a", data())
+    process.on_message("c", GroupJoin("c"))
+    process.on_message("c", OutcomeQuery("c", "a:1"))  # before the group commit lands
+    env.advance(1.0)
+    assert not [m for _, m in env.take_multicast() if isinstance(m, OutcomeAnswer)]
+
+
 def test_malformed_forged_outsiders_and_strangers_are_dropped_with_a_reason() -> None:
     process, env, delivered = member()
     process.on_message("a", SrmData("a", 1, {"k": "data", "mid": 5}))

@@ -104,6 +104,17 @@ def test_a_holder_repairs_after_d1d_to_d1_plus_d2_d_unless_it_hears_a_repair() -
     assert env2.take_multicast() == []
 
 
+def test_data_requests_and_repairs_in_another_members_name_are_dropped() -> None:
+    srm, env, delivered = member("h")
+    srm.on_message("q", SrmData("s", 1, "forged"))  # q is not the source s
+    srm.on_message("q", SrmRepair("r", "s", 1, "forged"))  # nor the repairer r
+    srm.on_message("s", SrmData("s", 1, "real"))
+    srm.on_message("q", SrmRequest("a", "s", 1))  # nor the requester a
+    env.advance(10 * D)
+    assert delivered == [("s", 1, "real")] and env.take_multicast() == []  # no repair
+    assert env.drop_reasons("srm") == ["forged_sender"] * 3
+
+
 def test_a_session_message_reveals_a_lost_last_item() -> None:
     srm, env, _ = member()
     srm.on_message("s", SrmData("s", 1, "x"))

@@ -71,6 +71,23 @@ def test_a_booted_member_that_is_alive_rejoins() -> None:
     assert env.take_multicast() == [("g", GroupJoin("a"))]
 
 
+def test_group_messages_in_another_members_name_or_from_outsiders_change_nothing() -> None:
+    group, env, changes = member("a")
+    for other in ("b", "c"):
+        group.on_message(other, GroupJoin(other))
+    before, changed = group.members(), list(changes)
+    group.on_message("x", GroupLeave("b"))  # x speaks for b
+    group.on_message("x", GroupJoin("ghost"))
+    group.on_message("y", GroupBoot("c", "y"))  # y is in no group of ours
+    group.on_message("b", GroupBoot("c", "y"))  # b boots in y's name
+    group.on_message("x", GroupState("b", "a", ("x",)))  # a state in b's name
+    assert group.members() == before and changes == changed
+    assert env.drop_reasons("group") == ["forged_member", "forged_member", "not_member",
+                                         "forged_member", "forged_member"]
+    group.on_message("b", GroupBoot("c", "b"))  # a member's own boot of another: taken
+    assert group.members() == ("a", "b")
+
+
 def test_leave_and_a_leaving_session_remove_the_member() -> None:
     group, env, changes = member("a")
     group.on_message("b", GroupJoin("b"))

@@ -119,6 +119,20 @@ class SrmGroup:
     # -- receiving -----------------------------------------------------------------------
 
     def on_message(self, src: NodeId, msg: Message) -> bool:
+        speaker = _speaker(msg)
+        if speaker is not None and speaker != src:
+            # a member joins, leaves, boots or tells the state for itself only: another
+            # holder of the group key speaking in its name changes nothing
+            self.env.trace("drop", layer=LAYER, peer=src, reason="forged_member",
+                           error=f"{msg.TYPE} in the name of {speaker!r}")
+            return True
+        if (isinstance(msg, GroupBoot) and msg.member != self.env.node
+                and not self.is_member(src)):
+            # only a member removes another (a group state may come from a member the joiner
+            # has not heard yet, and a boot of this member only makes it say it is here)
+            self.env.trace("drop", layer=LAYER, peer=src, reason="not_member",
+                           error="a boot from a node that is not in the group")
+            return True
         if isinstance(msg, GroupJoin):
             self._add(msg.member, "join")
             self._offer_state(msg.member)
@@ -192,3 +206,14 @@ class SrmGroup:
                 self.env.multicast(self._group, GroupBoot(member, self.env.node))
                 self._remove(member, "boot")
         self._schedule_check()
+
+
+def _speaker(msg: Message) -> NodeId | None:
+    """The member a group message speaks for (it must be its sender), or None."""
+    if isinstance(msg, GroupJoin | GroupLeave):
+        return msg.member
+    if isinstance(msg, GroupBoot):
+        return msg.booter
+    if isinstance(msg, GroupState):
+        return msg.sender
+    return None

@@ -95,7 +95,7 @@ def resolve_cluster_key(given: str | None, host: str,
     if not _is_loopback(host):
         raise ConfigError(f"a node listening on {host} needs a cluster key (--cluster-key or "
                           f"${KEY_ENV}); only 127.0.0.1 has a built-in one")
-    log.info("peer links on %s use the built-in cluster key (loopback only); set %s or "
+    log.warning("peer links on %s use the built-in cluster key (loopback only); set %s or "
              "--cluster-key for a key of your own", host, KEY_ENV)
     return ClusterKey(_LOOPBACK_KEY, builtin=True)
 

@@ -77,7 +77,7 @@ def resolve_group_key(given: str | None, interface: str,
     if not ipaddress.ip_address(interface).is_loopback:
         raise ConfigError(f"multicast on {interface} needs a group key (--group-key or "
                           f"${GROUP_KEY_ENV}); only loopback has a built-in one")
-    log.info("multicast on %s uses the built-in group key (loopback only); set %s or "
+    log.warning("multicast on %s uses the built-in group key (loopback only); set %s or "
              "--group-key for a key of your own", interface, GROUP_KEY_ENV)
     return GroupKey(_LOOPBACK_GROUP_KEY, builtin=True)
 

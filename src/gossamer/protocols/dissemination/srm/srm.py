@@ -221,7 +221,14 @@ class Srm:
     # -- receiving -----------------------------------------------------------------------
 
     def on_message(self, src: NodeId, msg: Message) -> bool:
-        """Handle an SRM message; False if ``msg`` is not one."""
+        """Handle an SRM message; False if ``msg`` is not one. Data, requests and repairs
+        name their sender (the source, the requester, the repairer): one that names another
+        than ``src`` is dropped (a holder of the group key speaking in another's name)."""
+        named = _sender_of(msg)
+        if named is not None and named != src:
+            self.env.trace("drop", layer=LAYER, peer=src, reason="forged_sender",
+                           error=f"{msg.TYPE} in the name of {named!r}")
+            return True
         if isinstance(msg, SrmData):
             self._arrived(msg.source, msg.seq, msg.payload)
         elif isinstance(msg, SrmRepair):
@@ -538,6 +545,16 @@ class Srm:
         """``member`` left or was booted: its timestamps go (its items stay repairable)."""
         self._heard.pop(member, None)
         self._distance.pop(member, None)
+
+
+def _sender_of(msg: Message) -> str | None:
+    if isinstance(msg, SrmData):
+        return msg.source
+    if isinstance(msg, SrmRequest):
+        return msg.requester
+    if isinstance(msg, SrmRepair):
+        return msg.repairer
+    return None
 
 
 def _farther(theirs: float | None, mine: float, between: float) -> bool:

@@ -10,7 +10,9 @@ marked durably before the application hears it, so a restart never delivers twic
 
 Termination (the seed leaves the sender's crash open). Only the sender decides, and it writes
 its decision before it sends it, so two outcomes of one message never exist. A NO from any
-snapshot member makes ABORT certain, so whoever sees a NO vote may abort at once; a snapshot
+snapshot member makes ABORT certain (its voter writes the ABORT before the NO leaves, so it
+never votes YES for that message, even after a restart that brings the data again), so
+whoever sees a NO vote may abort at once; a snapshot
 member that gets the data only after the sender was booted votes NO (the sender cannot have
 committed without its YES). A member holding a pending message with no outcome asks the group
 (``OutcomeQuery``) every few session periods; whoever keeps the outcome durably answers, the
@@ -284,10 +286,22 @@ class AtomicMember:
             put_json(self.env.store, _PENDING, mid, {"snap": list(data.snapshot),
                                                      "body": data.body})
         vote = Vote(mid, self.env.node, yes)
-        # the data is on disk before the YES leaves (group commit: the vote waits for it)
-        self.env.store.commit_then(lambda: self._cast(vote))
         if yes:
+            # the data is on disk before the YES leaves (group commit: the vote waits for it)
+            self.env.store.commit_then(lambda: self._cast(vote))
             self._ask_later(mid, first=False)
+            return
+        # a NO is this member's ABORT for good: written before the NO leaves, so a restart
+        # that is sent the data again never votes YES (whoever saw the NO has aborted), and
+        # answered to queries only once it is on disk
+        outcome = Outcome(mid, False, data.snapshot)
+        self._write_outcome(outcome)
+
+        def refused() -> None:
+            self._remember_outcome(outcome)
+            self._cast(vote)
+
+        self.env.store.commit_then(refused)
 
     def _cast(self, vote: Vote) -> None:
         self.srm.multicast(payload_of(vote))
