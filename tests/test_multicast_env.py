@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 
 import orjson
 import pytest
@@ -16,6 +17,7 @@ from gossamer.core.messages import Codec, Message, message
 from gossamer.core.trace import MemorySink
 from gossamer.runtimes.net import GroupKey, MulticastEnv, parse_group, resolve_group_key
 from gossamer.runtimes.net.loopenv import LoopEnv
+from gossamer.runtimes.net.multicast import REPLAY_WINDOW
 from gossamer.runtimes.sim import LinkModel, RouterTree, Simulation, TreeLink
 from gossamer.runtimes.sim.store import MemoryStore
 from gossamer.testing import FakeEnv
@@ -222,5 +224,68 @@ def test_loopback_multicast_delivers_and_drops_forgeries() -> None:
         finally:
             for env in envs:
                 env.close_group()
+
+    asyncio.run(main())
+
+
+def test_replays_and_untrusted_envelopes_are_dropped_and_a_restart_is_not_a_replay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    group = ("239.255.77.2", _free_udp_port())
+    key = GroupKey(b"k" * 16)
+
+    async def main() -> None:
+        sink = MemorySink()
+        store_a = MemoryStore()
+        a = MulticastEnv("a", group=group, key=key, codec=CODEC, store=store_a)
+        b = MulticastEnv("b", group=group, key=key, codec=CODEC, store=MemoryStore(),
+                         trace=sink)
+        ears: dict[str, Ear] = {}
+        for env in (a, b):
+            await env.open(lambda e: ears.setdefault(e.node, Ear(e)))
+
+        def reasons() -> list[str]:
+            return [orjson.loads(r.info or "{}")["reason"] for r in sink.named()
+                    if r.event == "drop"]
+
+        def tagged(envelope: object) -> bytes:  # a holder of the key writing by hand
+            body = orjson.dumps(envelope)
+            return b"G4" + key.tag(body) + body
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+            raw.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                           socket.inet_aton("127.0.0.1"))
+            try:
+                first, second = a._frame(Note("1")), a._frame(Note("2"))
+                old = a._frame(Note("old"))
+                for _ in range(REPLAY_WINDOW + 5):
+                    a._frame(Note("unsent"))
+                raw.sendto(second, group)  # out of order, within the window: both taken
+                raw.sendto(first, group)
+                await _wait(lambda: len(ears["b"].heard) == 2)
+                raw.sendto(first, group)  # the same datagram again: a replay
+                a.multicast(a.group_name, Note("3"))
+                await _wait(lambda: len(ears["b"].heard) == 3)
+                raw.sendto(old, group)  # never heard, but older than the window
+                raw.sendto(tagged({"n": "a", "g": a.group_name, "m": {}}), group)
+                raw.sendto(tagged({"n": "a", "g": "239.9.9.9:9", "c": 1,
+                                   "m": CODEC.to_dict(Note("elsewhere"))}), group)
+                a.multicast(a.group_name, Note("4"))
+                await _wait(lambda: len(ears["b"].heard) == 4 and len(reasons()) == 4)
+                assert [text for _, text in ears["b"].heard] == ["2", "1", "3", "4"]
+                assert reasons() == ["replay", "replay", "malformed", "other_group"]
+                a.close_group()
+                # a restarts on its store with its clock set back an hour: it numbers on from
+                # the bound it committed, above every number it used
+                now_ns = time.time_ns
+                monkeypatch.setattr(time, "time_ns",
+                                    lambda: now_ns() - 3600 * 10**9)
+                again = MulticastEnv("a", group=group, key=key, codec=CODEC, store=store_a)
+                await again.open(lambda e: Ear(e))
+                again.multicast(again.group_name, Note("5"))
+                await _wait(lambda: len(ears["b"].heard) == 5)
+                again.close_group()
+            finally:
+                a.close_group()
+                b.close_group()
 
     asyncio.run(main())

@@ -4,7 +4,15 @@ A ``MulticastEnv`` is a ``LoopEnv`` (the loop's clock and timers, a store, a tra
 ``multicast`` sends one UDP datagram to the group and whose ``send`` answers one member by UDP
 unicast, at the address its own datagrams came from. Anyone on the segment can send to a
 group, so every datagram carries an HMAC-SHA256 tag (16 bytes) under the group key; a datagram
-without a good tag, malformed, or from this node itself is dropped with a traced reason.
+without a good tag, malformed, or from this node itself is dropped with a traced reason. A
+captured datagram sent again is dropped too (``replay``): each sender numbers its datagrams
+(inside the tagged envelope) from a counter that only grows, across restarts too (it starts at
+the wall clock in microseconds, or past the bound it last committed to the store, whichever
+is higher: one commit per ``COUNTER_LEASE`` datagrams), and each receiver keeps, per sender,
+the highest number heard and which of the ``REPLAY_WINDOW`` below it arrived (reordering within
+the window is taken, anything older or heard before is not; the sliding window of IPsec's
+anti-replay). At most ``MAX_SENDERS`` senders are remembered, the longest silent forgotten
+first (a datagram of a forgotten sender is taken as its first).
 Datagrams are bounded by ``MAX_DATAGRAM``: a bigger message is refused (``DatagramTooLarge``).
 The receive socket asks for ``recv_buffer`` bytes of kernel buffer (``SO_RCVBUF``): while the
 loop is busy, datagrams wait there, and what does not fit is lost (SRM repairs it, at a cost).
@@ -22,12 +30,14 @@ import os
 import random
 import socket
 import struct
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
-from ...core.env import MAX_DATAGRAM, Process, Store, encode_datagram
+from ...core.env import MAX_DATAGRAM, Process, Store, encode_datagram, get_json, put_json
 from ...core.errors import ConfigError, ProtocolError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec, Message, layer_of
@@ -35,8 +45,8 @@ from ...core.trace import TraceSink
 from .loopenv import LoopEnv
 from .store import SqliteStore, WriteBehindStore
 
-__all__ = ["DEFAULT_RECV_BUFFER", "GROUP_KEY_ENV", "GroupKey", "MulticastEnv", "parse_group",
-           "resolve_group_key"]
+__all__ = ["COUNTER_LEASE", "DEFAULT_RECV_BUFFER", "GROUP_KEY_ENV", "MAX_SENDERS",
+           "REPLAY_WINDOW", "GroupKey", "MulticastEnv", "parse_group", "resolve_group_key"]
 
 log = logging.getLogger("gossamer.net")
 
@@ -45,6 +55,10 @@ _LOOPBACK_GROUP_KEY = b"gossamer: the built-in multicast group key, loopback onl
 _TAG = 16
 _MAGIC = b"G4"
 _OVERHEAD = 512  # the envelope around a message: magic, tag, node id, group
+REPLAY_WINDOW = 1024  # datagrams of one sender taken out of order
+MAX_SENDERS = 4096
+COUNTER_LEASE = 1_000_000  # datagram numbers per commit of the counter's bound
+_COUNTER = "multicast.counter"
 DEFAULT_RECV_BUFFER = 4 << 20
 """Bytes of receive buffer asked for: about 2,000 full datagrams, or a few seconds of a busy
 group, waiting while the loop does something else. Linux grants at most twice
@@ -93,6 +107,33 @@ def parse_group(text: str) -> tuple[str, int]:
     if not sep or not address.is_multicast or not 0 < port < 65536:
         raise ConfigError(f"a group is IPv4-multicast-address:port, got {text!r}")
     return str(address), port
+
+
+class _ReplayWindow:
+    """What arrived of one sender: its highest datagram number, and a bit for each of the
+    ``REPLAY_WINDOW`` numbers below it (bit 0: the highest itself)."""
+
+    __slots__ = ("highest", "seen")
+
+    def __init__(self, counter: int) -> None:
+        self.highest = counter
+        self.seen = 1
+
+    def admit(self, counter: int) -> bool:
+        """Take ``counter`` if it is new; False for one heard before or too old to tell."""
+        if counter > self.highest:
+            shift = counter - self.highest
+            self.seen = ((self.seen << shift) | 1) & _WINDOW_MASK if shift < REPLAY_WINDOW else 1
+            self.highest = counter
+            return True
+        back = self.highest - counter
+        if back >= REPLAY_WINDOW or self.seen >> back & 1:
+            return False
+        self.seen |= 1 << back
+        return True
+
+
+_WINDOW_MASK = (1 << REPLAY_WINDOW) - 1
 
 
 class _Datagrams(asyncio.DatagramProtocol):
@@ -150,6 +191,10 @@ class MulticastEnv(LoopEnv):
         self._ttl = ttl
         self.incarnation = incarnation
         self._addresses: dict[NodeId, tuple[str, int]] = {}
+        self._windows: OrderedDict[NodeId, _ReplayWindow] = OrderedDict()
+        saved = get_json(store, _COUNTER, "bound")
+        self._counter = max(time.time_ns() // 1000, int(saved) if saved is not None else 0)
+        self._counter_bound = self._counter  # committed: no number at or above it was used
         self._send_transport: asyncio.DatagramTransport | None = None
         self._recv_transport: asyncio.DatagramTransport | None = None
         self.process: Process | None = None
@@ -204,7 +249,13 @@ class MulticastEnv(LoopEnv):
     # -- sending -------------------------------------------------------------------------
 
     def _frame(self, msg: Message) -> bytes:
-        body = orjson.dumps({"n": self.node, "g": self.group_name,
+        counter = self._counter
+        self._counter += 1
+        if self._counter > self._counter_bound:  # a restart must start above every one used
+            self._counter_bound = counter + COUNTER_LEASE
+            put_json(self.store, _COUNTER, "bound", self._counter_bound)
+            self.store.commit()
+        body = orjson.dumps({"n": self.node, "g": self.group_name, "c": counter,
                              "m": self._codec.to_dict(msg)})
         return _MAGIC + self._key.tag(body) + body
 
@@ -244,13 +295,17 @@ class MulticastEnv(LoopEnv):
         if self.closed or self.process is None:
             return
         try:
-            src, msg = self._open_frame(data)
+            src, counter, msg = self._open_frame(data)
         except ProtocolError as exc:
             self.trace("drop", layer="multicast", peer=f"{addr[0]}:{addr[1]}",
                        reason=exc.reason, error=str(exc))
             return
         if src == self.node:
             return  # our own datagram, looped back
+        if not self._fresh(src, counter):
+            self.trace("drop", layer="multicast", peer=src, reason="replay",
+                       error=f"datagram {counter} of {src} heard before, or too old")
+            return
         if self.drop_rate and self._drop_rng.random() < self.drop_rate:
             self.trace("drop", layer="multicast", peer=src, reason="injected")
             return
@@ -262,7 +317,17 @@ class MulticastEnv(LoopEnv):
         except Exception as exc:
             self._failed(exc)
 
-    def _open_frame(self, data: bytes) -> tuple[NodeId, Message]:
+    def _fresh(self, src: NodeId, counter: int) -> bool:
+        window = self._windows.get(src)
+        if window is None:
+            self._windows[src] = _ReplayWindow(counter)
+            while len(self._windows) > MAX_SENDERS:
+                self._windows.popitem(last=False)
+            return True
+        self._windows.move_to_end(src)
+        return window.admit(counter)
+
+    def _open_frame(self, data: bytes) -> tuple[NodeId, int, Message]:
         if len(data) > MAX_DATAGRAM + _OVERHEAD or not data.startswith(_MAGIC):
             raise _Refused("malformed", "not a gossamer datagram or too large")
         tag, body = data[2:2 + _TAG], data[2 + _TAG:]
@@ -272,17 +337,20 @@ class MulticastEnv(LoopEnv):
             obj = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise _Refused("malformed", f"not JSON: {exc}") from exc
-        if not isinstance(obj, dict) or set(obj) != {"n", "g", "m"}:
+        if not isinstance(obj, dict) or set(obj) != {"n", "g", "c", "m"}:
             raise _Refused("malformed", "bad envelope")
         if obj["g"] != self.group_name:
             raise _Refused("other_group", f"for group {obj['g']!r}")
         if not isinstance(obj["n"], str):
             raise _Refused("malformed", "bad sender id")
+        counter = obj["c"]
+        if isinstance(counter, bool) or not isinstance(counter, int) or counter < 0:
+            raise _Refused("malformed", "bad datagram number")
         try:
             src = check_node_id(obj["n"])
         except ConfigError as exc:
             raise _Refused("malformed", str(exc)) from exc
-        return src, self._codec.from_dict(obj["m"])
+        return src, counter, self._codec.from_dict(obj["m"])
 
 
 def _ask_recv_buffer(sock: socket.socket, wanted: int, node: str) -> int:
