@@ -183,3 +183,43 @@ def test_outcomes_kept_durably_are_bounded() -> None:
     env.run_due()
     assert [k for k, _ in env.store.scan("atomic.outcome")] == ["a:12", "a:13"]
     assert [k for k, _ in env.store.scan("atomic.items")] == ["a:2", "a:3"]
+
+
+def test_a_sender_never_decides_again_an_outcome_it_let_go() -> None:
+    env = FakeEnv("a", seed=1)
+    process = AtomicProcess(env, AtomicProcessConfig(
+        group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
+    process.start()
+    process.on_message("b", GroupJoin("b"))
+    env.run_due()
+    outcomes: list[tuple[str, bool]] = []
+    process.atomic.on_outcome = lambda mid, ok: outcomes.append((mid, ok))
+    for vote_seq in (1, 2, 3):  # three messages, each confirmed; the first one let go
+        mid = process.atomic.send(f"m{vote_seq}")
+        process.on_message("b", SrmData("b", vote_seq, payload_of(Vote(mid, "b", True))))
+        env.run_due()
+    assert [ok for _, ok in outcomes] == [True, True, True]
+    first = outcomes[0][0]
+    assert first not in [k for k, _ in env.store.scan("atomic.outcome")]
+    env.take_multicast()
+    # a restarted member that took the old data again votes YES, and asks
+    process.on_message("b", SrmData("b", 4, payload_of(Vote(first, "b", True))))
+    process.on_message("b", OutcomeQuery("b", first))
+    env.advance(1.0)
+    assert outcomes[3:] == []  # no second decision: it was CONFIRMed
+    assert not [m for _, m in env.take_multicast()
+                if isinstance(m, SrmData) and m.payload.get("k") == "outcome"]
+    assert env.drop_reasons("atomic").count("forgotten") == 2
+    env.crash()  # the mark is durable: the same after a restart
+    env2 = FakeEnv("a", store=env.store, seed=2)
+    again = AtomicProcess(env2, AtomicProcessConfig(
+        group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
+    again.start()
+    again.on_message("b", GroupJoin("b"))
+    env2.run_due()
+    env2.take_multicast()
+    again.on_message("b", SrmData("b", 5, payload_of(Vote(first, "b", True))))
+    env2.advance(1.0)
+    assert not [m for _, m in env2.take_multicast()
+                if isinstance(m, SrmData) and m.payload.get("k") == "outcome"]
+    assert "forgotten" in env2.drop_reasons("atomic")

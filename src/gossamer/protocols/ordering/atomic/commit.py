@@ -47,13 +47,15 @@ from .records import (
     item_of,
     origin_of,
     payload_of,
+    seq_of,
 )
 
 __all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
 
 LAYER = "atomic"
-_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS = (
-    "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items")
+_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _FORGOTTEN = (
+    "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items",
+    "atomic.forgotten")
 
 DeliverFn = Callable[[str, str, Any], None]
 OutcomeFn = Callable[[str, bool], None]
@@ -115,6 +117,7 @@ class AtomicMember:
         self._query_timers: dict[str, TimerHandle] = {}
         self._answer_timers: dict[str, TimerHandle] = {}
         self._booted: set[NodeId] = set()
+        self._forgotten = 0  # the highest seq of this sender's own outcomes let go (durable)
         srm.on_deliver = self._item_arrived
         srm.holder = self._durable_item
         group.on_change = self._member_changed
@@ -125,6 +128,7 @@ class AtomicMember:
         """Reload what the store kept: outcomes, pending messages (their outcome is asked
         for) and this sender's undecided messages (aborted: it cannot know what it missed)."""
         store = self.env.store
+        self._forgotten = int(get_json(store, _FORGOTTEN, "own") or 0)
         for mid, raw in store.scan(_OUTCOME):
             record = orjson.loads(raw)
             self._outcomes[mid] = (bool(record["commit"]), tuple(record["snap"]))
@@ -328,7 +332,7 @@ class AtomicMember:
             ballot.yes.add(source)
             self._count(vote.mid)
         elif (origin_of(vote.mid) == self.env.node and vote.mid not in self._outcomes
-              and vote.mid not in self._deciding):
+              and vote.mid not in self._deciding and not self._let_go(vote.mid, source)):
             # a vote for a message of ours we have no record of: sent before a crash
             self._decide(vote.mid, False, (self.env.node, source), "restarted")
 
@@ -395,6 +399,19 @@ class AtomicMember:
         while len(self._outcomes) > self.config.max_outcomes:
             old, _ = self._outcomes.popitem(last=False)
             self.env.store.delete(_OUTCOME, old)
+            if origin_of(old) == self.env.node and seq_of(old) > self._forgotten:
+                # one of ours, decided: a vote or query for it later must not be taken for
+                # one we never decided (an ABORT now could contradict its CONFIRM)
+                self._forgotten = seq_of(old)
+                put_json(self.env.store, _FORGOTTEN, "own", self._forgotten)
+
+    def _let_go(self, mid: str, peer: str) -> bool:
+        """Whether ``mid``, ours with no record here, may have been decided and let go (its
+        seq is at most the highest of ours let go): then nobody here decides it again."""
+        if seq_of(mid) > self._forgotten:
+            return False
+        self._drop(mid, peer, "forgotten")
+        return True
 
     def _keep_item(self, seq: int, outcome: Item, source: str | None = None) -> None:
         """Keep an outcome item durably under its SRM name, so a request for it is answered
@@ -432,7 +449,7 @@ class AtomicMember:
         known = self._outcomes.get(mid)
         if known is None:
             if (origin_of(mid) == self.env.node and mid not in self._ballots
-                    and mid not in self._deciding):
+                    and mid not in self._deciding and not self._let_go(mid, query.asker)):
                 # ours, and we kept no record: we never decided it, so it is aborted
                 self._decide(mid, False, (self.env.node, query.asker), "restarted")
             return

@@ -16,7 +16,7 @@ from ....core.errors import InvalidMessage
 from ....core.messages import Codec, Message, TraceIds, message
 
 __all__ = ["CODEC", "Data", "Item", "Outcome", "OutcomeAnswer", "OutcomeQuery", "Vote",
-           "item_of", "origin_of", "payload_of"]
+           "item_of", "origin_of", "payload_of", "seq_of"]
 
 CODEC = Codec(max_frame=MAX_DATAGRAM)
 MAX_SNAPSHOT = 300
@@ -37,6 +37,12 @@ def _check_snapshot(snapshot: tuple[str, ...]) -> None:
 
 def origin_of(mid: str) -> str:
     return mid.rpartition(":")[0]
+
+
+def seq_of(mid: str) -> int:
+    """The sender's SRM seq in a message id (``origin:seq``); 0 if it has none."""
+    tail = mid.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
