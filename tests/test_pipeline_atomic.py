@@ -101,6 +101,10 @@ def test_atomic_metrics_count_what_the_trace_shows(spark: Any) -> None:
         len(msgs("publish")), committed, aborted)
     assert got["abort_rate"] == pytest.approx(aborted / (committed + aborted))
     assert got["commit_rate"] == pytest.approx(committed / (committed + aborted))
+    delivered = msgs("deliver")
+    assert delivered and (got["delivered"], got["deliveries"]) == (
+        len(delivered), sum(1 for r in rows if r["layer"] == "atomic" and r["event"] == "deliver"))
+    assert got["delivered_fraction"] == pytest.approx(len(delivered) / len(msgs("publish")))
     assert (got["losses"], got["recovered"], got["gave_up"]) == (
         losses, srm("recovered"), srm("gave_up"))
     assert got["requests_per_loss"] == pytest.approx(srm("send", "srm.request") / losses)

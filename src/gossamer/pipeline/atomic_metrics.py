@@ -19,8 +19,8 @@ __all__ = ["ATOMIC_RUN_COLUMNS", "SRM_LAYER", "atomic_metrics"]
 
 SRM_LAYER = "srm"
 #: the columns of ``atomic_metrics`` that the runs table carries (plotted against a sweep)
-ATOMIC_RUN_COLUMNS = ("commit_rate", "abort_rate", "commit_latency_p50", "requests_per_loss",
-                      "repairs_per_loss", "recovery_delay_p50")
+ATOMIC_RUN_COLUMNS = ("commit_rate", "abort_rate", "delivered_fraction", "commit_latency_p50",
+                      "requests_per_loss", "repairs_per_loss", "recovery_delay_p50")
 _QUANTILES = (0.5, 0.99)
 _ACCURACY = 10_000
 
@@ -31,17 +31,21 @@ def _count(condition: Column, name: str) -> Column:
 
 def atomic_metrics(trace: DataFrame) -> DataFrame:
     """Per run with atomic or SRM rows: ``published``, ``committed``, ``aborted``,
-    ``commit_rate`` and ``abort_rate`` (of the decided), ``commit_latency_p50/p99/max``
+    ``commit_rate`` and ``abort_rate`` (of the decided), ``delivered`` (messages delivered by
+    at least one member) and ``deliveries`` (deliveries in all), ``delivered_fraction``
+    (delivered of published: the seed's "messages delivered"), ``commit_latency_p50/p99/max``
     (seconds, publish to commit at the sender), SRM ``losses``, ``recovered``, ``gave_up``,
     ``requests`` and ``repairs`` sent, ``requests_per_loss`` and ``repairs_per_loss`` (null
     without losses) and ``recovery_delay_p50/p99`` (seconds). Empty without those layers."""
     atomic = trace.filter((F.col("layer") == ATOMIC_LAYER)
-                          & F.col("event").isin("publish", "commit", "abort"))
+                          & F.col("event").isin("publish", "commit", "abort", "deliver"))
     event = F.col("event")
     decisions = atomic.groupBy("run").agg(
         F.countDistinct(F.when(event == "publish", F.col("msg"))).alias("published"),
         F.countDistinct(F.when(event == "commit", F.col("msg"))).alias("committed"),
-        F.countDistinct(F.when(event == "abort", F.col("msg"))).alias("aborted"))
+        F.countDistinct(F.when(event == "abort", F.col("msg"))).alias("aborted"),
+        F.countDistinct(F.when(event == "deliver", F.col("msg"))).alias("delivered"),
+        _count(event == "deliver", "deliveries"))
     sent = (atomic.filter(event == "publish").groupBy("run", "msg", "node")
             .agg(F.min("t").alias("t_publish")))
     committed = (atomic.filter(event == "commit").groupBy("run", "msg", "node")
@@ -73,9 +77,11 @@ def atomic_metrics(trace: DataFrame) -> DataFrame:
             .select(
                 "run",
                 *[F.coalesce(F.col(c), F.lit(0)).alias(c)
-                  for c in ("published", "committed", "aborted")],
+                  for c in ("published", "committed", "aborted", "delivered", "deliveries")],
                 F.when(decided > 0, F.col("committed") / decided).alias("commit_rate"),
                 F.when(decided > 0, F.col("aborted") / decided).alias("abort_rate"),
+                F.when(F.col("published") > 0, F.coalesce(F.col("delivered"), F.lit(0))
+                       / F.col("published")).alias("delivered_fraction"),
                 "commit_latency_p50", "commit_latency_p99", "commit_latency_max",
                 *[F.coalesce(F.col(c), F.lit(0)).alias(c)
                   for c in ("losses", "recovered", "gave_up", "requests", "repairs")],

@@ -167,6 +167,7 @@ _SWEEP_METRICS = (
     ("rmr", "relative message redundancy (RMR)", "ratio"),
     ("peak_throughput", "peak throughput", "deliveries / s"),
     ("abort_rate", "atomic multicasts aborted, of those decided", "fraction"),
+    ("delivered_fraction", "atomic multicasts delivered, of those sent", "fraction"),
     ("commit_latency_p50", "commit latency p50, send to decision at the sender", "s"),
     ("requests_per_loss", "SRM repair requests sent per loss", "requests"),
     ("repairs_per_loss", "SRM repairs sent per loss", "repairs"),

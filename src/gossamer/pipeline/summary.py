@@ -26,6 +26,7 @@ _METRICS = [
     ("hops_p99", "lookup hops p99"), ("owned_max", "topics owned per node, max"),
     ("owned_p99_over_mean", "topics owned per node, p99 / mean"),
     ("abort_rate", "atomic multicasts aborted (fraction)"),
+    ("delivered_fraction", "atomic multicasts delivered (fraction of sent)"),
     ("commit_latency_p50", "atomic commit latency p50 (s)"),
     ("requests_per_loss", "SRM requests per loss"), ("repairs_per_loss", "SRM repairs per loss"),
     ("decisions_per_s", "Paxos decisions / s"), ("decide_latency_p50", "Paxos decide p50 (s)"),
