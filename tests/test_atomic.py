@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gossamer.protocols.dissemination.srm import SrmData
-from gossamer.protocols.membership.srm_group import GroupJoin
+from gossamer.protocols.dissemination.srm import SrmData, SrmSession
+from gossamer.protocols.membership.srm_group import GroupBoot, GroupJoin
 from gossamer.protocols.ordering.atomic import (
     AtomicConfig,
     AtomicProcess,
@@ -223,3 +223,68 @@ def test_a_sender_never_decides_again_an_outcome_it_let_go() -> None:
     assert not [m for _, m in env2.take_multicast()
                 if isinstance(m, SrmData) and m.payload.get("k") == "outcome"]
     assert "forgotten" in env2.drop_reasons("atomic")
+
+
+def keys(env: FakeEnv, table: str) -> list[str]:
+    return [k for k, _ in env.store.scan(table)]
+
+
+def marks_from(process: AtomicProcess, member: str, *resolved: tuple[str, int]) -> None:
+    """A session message of ``member`` saying up to where it needs nothing of each source."""
+    process.on_message(member, SrmSession(0.0, (), (), True, resolved))
+
+
+def test_an_outcome_goes_once_no_member_needs_it_and_its_data_is_refused_after() -> None:
+    process, env, _ = member()
+    process.on_message("c", GroupJoin("c"))
+    snapshot = ("a", "b", "c")
+    process.on_message("a", data(snapshot=snapshot))
+    env.run_due()
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", False, snapshot))))
+    env.run_due()
+    assert keys(env, "atomic.outcome") == ["a:1"] and keys(env, "atomic.items") == ["a:2"]
+    marks_from(process, "a", ("a", 2))
+    marks_from(process, "c", ("a", 1))  # c still misses the outcome's item (a:2)
+    env.advance(1e6)  # a session period: the collection runs
+    assert keys(env, "atomic.outcome") == ["a:1"]
+    marks_from(process, "c", ("a", 2))
+    env.advance(1e6)
+    assert keys(env, "atomic.outcome") == [] and keys(env, "atomic.items") == []
+    env.store.commit()  # (the collection's writes ride the next group commit)
+    env.crash()  # a restart, and the old data comes again (a repair for someone else)
+    again, env2, _ = member(env=FakeEnv("b", store=env.store, seed=2))
+    again.on_message("a", data(snapshot=snapshot))
+    env2.run_due()
+    assert votes(env2) == [] and "collected" in env2.drop_reasons("atomic")
+
+
+def test_a_member_that_said_nothing_or_was_booted_holds_outcomes_back() -> None:
+    process, env, _ = member()
+    process.on_message("c", GroupJoin("c"))
+    process.on_message("a", data(snapshot=("a", "b", "c")))
+    env.run_due()
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b", "c")))))
+    env.run_due()
+    marks_from(process, "a", ("a", 5))
+    env.advance(1e6)
+    assert keys(env, "atomic.outcome") == ["a:1"]  # c said nothing yet
+    process.on_message("a", GroupBoot("c", "a"))  # c is booted: it may recover
+    assert process.group.members() == ("a", "b")
+    env.advance(1e6)
+    assert keys(env, "atomic.outcome") == ["a:1"]
+    marks_from(process, "c", ("a", 5))  # c is back, and needs nothing more
+    env.advance(1e6)
+    assert keys(env, "atomic.outcome") == []
+
+
+def test_each_member_says_up_to_where_it_needs_nothing() -> None:
+    process, env, _ = member()
+    for seq in (1, 2):  # two messages of a, undecided here
+        process.on_message("a", data(mid=f"a:{seq}", seq=seq))
+    process.on_message("a", SrmData("a", 3, payload_of(Outcome("a:1", True, ("a", "b")))))
+    env.run_due()
+    env.take_multicast()
+    process.srm.send_session()
+    (_, session), = env.take_multicast()
+    assert isinstance(session, SrmSession)
+    assert dict(session.resolved)["a"] == 1  # a:2 is still undecided here

@@ -78,6 +78,8 @@ class SrmGroup:
         self.srm = srm
         self.config = config if config is not None else GroupConfig()
         self.on_change: ChangeFn = lambda member, joined, reason: None
+        self.on_session: Callable[[NodeId, SrmSession], None] = lambda src, session: None
+        """Each session message, once the group has taken the status it carries."""
         self._last_heard: dict[NodeId, float] = {}
         self._state_timers: dict[NodeId, TimerHandle] = {}
         self._check_timer: TimerHandle | None = None
@@ -161,6 +163,7 @@ class SrmGroup:
             self._add(src, "session")
         else:
             self._remove(src, "leave")
+        self.on_session(src, session)
 
     def _add(self, member: NodeId, reason: str) -> None:
         if member == self.env.node:

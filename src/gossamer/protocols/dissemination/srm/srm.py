@@ -50,6 +50,7 @@ class SrmConfig:
     max_request_rounds: int = 10
     max_backoff: int = 64
     max_session_entries: int = 120
+    max_resolved_entries: int = 60  # with 120 of each other kind, still one datagram
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -59,7 +60,8 @@ class SrmConfig:
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
         for name in ("max_cache", "max_losses", "max_sources", "max_gap", "max_request_rounds",
-                     "max_backoff", "max_session_entries", "seq_lease"):
+                     "max_backoff", "max_session_entries", "seq_lease",
+                     "max_resolved_entries"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -75,13 +77,22 @@ class _Source:
     ``limit`` entries: past that the oldest holes are given up). Losses are only ever
     counted above ``highest`` as it was when the source was first heard of."""
 
-    __slots__ = ("above", "base", "highest", "limit")
+    __slots__ = ("above", "base", "before", "highest", "limit")
 
     def __init__(self, first: int, limit: int) -> None:
         self.base = max(first - 1 - JOIN_WINDOW, 0)
         self.above: set[int] = set()
         self.highest = first - 1
+        self.before = first - 1  # history from before this member heard of the source
         self.limit = limit
+
+    def settled(self) -> int:
+        """Everything up to this seq arrived, was given up, or is history from before this
+        member heard of the source (taken if it comes, never waited for)."""
+        seq = max(self.base, self.before)
+        while seq + 1 in self.above:
+            seq += 1
+        return seq
 
     def has(self, seq: int) -> bool:
         return seq <= self.base or seq in self.above
@@ -156,6 +167,9 @@ class Srm:
         self.on_deliver: DeliverFn = lambda source, seq, payload: None
         self.holder: HolderFn = lambda source, seq: None
         self.on_session: SessionFn = lambda src, session: None
+        self.resolved: Callable[[], list[tuple[str, int]]] = list
+        """The ``resolved`` marks for the next session message (the layer above's; the first
+        ``max_resolved_entries`` are sent)."""
         self.group_size: Callable[[], int] = lambda: len(self._heard) + 1
         self.joined = True
         # one commit per ``seq_lease`` items, not per item; a restart skips past the unused
@@ -214,6 +228,18 @@ class Srm:
         """The one-way distance to ``member`` in seconds, never under the floor."""
         return max(self._distance.get(member, self.config.default_distance),
                    self.config.min_distance)
+
+    def settled(self, source: str) -> int:
+        """Every item of ``source`` up to this seq has arrived here, was given up, or is
+        history from before this member heard of it (this member's own: the last it sent)."""
+        if source == self.source:
+            return self.highest_sent
+        state = self._sources.get(source)
+        return state.settled() if state is not None else 0
+
+    def sources(self) -> list[str]:
+        """The sources heard of (at most ``max_sources``), this member's own first."""
+        return [self.source, *self._sources]
 
     def members_heard(self) -> list[NodeId]:
         return list(self._heard)
@@ -516,8 +542,9 @@ class Srm:
         echoes: list[Echo] = [(member, sent_at, now - at)
                               for member, (sent_at, at) in (heard[start:] + heard[:start])[:limit]]
         self._rotation += limit
+        resolved = tuple(self.resolved()[:self.config.max_resolved_entries])
         self.env.multicast(self.config.group, SrmSession(now, tuple(highest), tuple(echoes),
-                                                         self.joined))
+                                                         self.joined, resolved))
 
     def _session_heard(self, src: NodeId, session: SrmSession) -> None:
         now = self.env.now()

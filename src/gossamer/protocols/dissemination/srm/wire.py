@@ -82,17 +82,23 @@ Echo = tuple[str, float, float]
 @message("srm.session", codec=CODEC)
 class SrmSession(Message):
     """The one periodic message of a member: its clock (``sent_at``), the highest sequence
-    number it knows of each source, echoes of other members' timestamps (for distances), and
-    its group status: ``joined`` (a member) or not (leaving)."""
+    number it knows of each source, echoes of other members' timestamps (for distances), its
+    group status: ``joined`` (a member) or not (leaving), and ``resolved``: for some sources,
+    the sequence number up to which this member needs nothing more of that source (the layer
+    above says what that means: for the atomic layer, nothing of it undecided here), so that
+    what the others keep for it can go."""
 
     sent_at: float
     highest: tuple[tuple[str, int], ...]
     echoes: tuple[Echo, ...]
     joined: bool = True
+    resolved: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         for source, seq in self.highest:
             _check_item(source, seq + 1)  # 0: a source that has sent nothing yet
+        for source, seq in self.resolved:
+            _check_item(source, seq + 1)
         for _, _, held in self.echoes:
             if held < 0:
                 raise ValueError(f"an echo's held time must be >= 0, got {held}")

@@ -25,6 +25,7 @@ decision; then the members wait (their data kept durably) until the sender recov
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,7 @@ from ....core.env import Env, TimerHandle, encode_datagram, get_json, put_json
 from ....core.errors import ConfigError, InvalidMessage, StateError
 from ....core.ids import NodeId
 from ....core.messages import Message
-from ...dissemination.srm import Srm, SrmData
+from ...dissemination.srm import Srm, SrmData, SrmSession
 from ...membership.srm_group import SrmGroup
 from .records import (
     Data,
@@ -53,9 +54,9 @@ from .records import (
 __all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
 
 LAYER = "atomic"
-_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _FORGOTTEN = (
+_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _FORGOTTEN, _COLLECTED = (
     "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items",
-    "atomic.forgotten")
+    "atomic.forgotten", "atomic.collected")
 
 DeliverFn = Callable[[str, str, Any], None]
 OutcomeFn = Callable[[str, bool], None]
@@ -66,18 +67,20 @@ class AtomicConfig:
     """``atomic_periods``: session periods the sender waits for every vote; ``query_periods``:
     session periods a pending message waits for its outcome before asking; ``max_pending``:
     messages a member holds undecided (more: it votes NO); ``max_outcomes``: outcomes kept
-    durably (the oldest go first)."""
+    durably (the oldest go first; most go well before, once no member needs them);
+    ``collect_scan``: outcomes looked at per session period for letting go."""
 
     atomic_periods: float = 5.0
     query_periods: float = 3.0
     max_pending: int = 10_000
     max_sending: int = 1_000
     max_outcomes: int = 100_000
+    collect_scan: int = 1_000
 
     def __post_init__(self) -> None:
         if not (self.atomic_periods > 0 and self.query_periods > 0):
             raise ConfigError(f"periods must be > 0, got {self}")
-        if min(self.max_pending, self.max_sending, self.max_outcomes) < 1:
+        if min(self.max_pending, self.max_sending, self.max_outcomes, self.collect_scan) < 1:
             raise ConfigError(f"bounds must be >= 1, got {self}")
 
 
@@ -113,14 +116,21 @@ class AtomicMember:
         self._deciding: dict[str, Outcome] = {}  # decided, its record not yet on disk
         self._pending: dict[str, Data] = {}
         self._outcomes: OrderedDict[str, tuple[bool, tuple[str, ...]]] = OrderedDict()
-        self._item_keys: OrderedDict[str, None] = OrderedDict()  # durable outcome items
+        self._item_keys: OrderedDict[str, str] = OrderedDict()  # durable outcome item -> mid
+        self._item_of: dict[str, str] = {}  # mid -> its durable outcome item
+        self._marks: dict[NodeId, dict[str, int]] = {}  # each member's resolved marks
+        self._collected: dict[str, int] = {}  # per source: outcomes up to it let go (durable)
+        self._mark_rotation = 0
+        self._collect_timer: TimerHandle | None = None
         self._query_timers: dict[str, TimerHandle] = {}
         self._answer_timers: dict[str, TimerHandle] = {}
         self._booted: set[NodeId] = set()
         self._forgotten = 0  # the highest seq of this sender's own outcomes let go (durable)
         srm.on_deliver = self._item_arrived
         srm.holder = self._durable_item
+        srm.resolved = self._resolved_marks
         group.on_change = self._member_changed
+        group.on_session = self._session_heard
 
     # -- life ----------------------------------------------------------------------------
 
@@ -132,8 +142,12 @@ class AtomicMember:
         for mid, raw in store.scan(_OUTCOME):
             record = orjson.loads(raw)
             self._outcomes[mid] = (bool(record["commit"]), tuple(record["snap"]))
-        for key, _ in store.scan(_ITEMS):
-            self._item_keys[key] = None
+        for key, raw in store.scan(_ITEMS):
+            mid = orjson.loads(raw)["mid"]
+            self._item_keys[key] = mid
+            self._item_of[mid] = key
+        for source, raw in store.scan(_COLLECTED):
+            self._collected[source] = int(orjson.loads(raw))
         for mid, raw in store.scan(_PENDING):
             record = orjson.loads(raw)
             self._pending[mid] = Data(mid, tuple(record["snap"]), record["body"])
@@ -147,12 +161,16 @@ class AtomicMember:
             # message: its decision and its delivery are two commits): nobody will tell us
             commit, snapshot = self._outcomes[mid]
             self._apply(Outcome(mid, commit, snapshot))
+        self._collect_timer = self.env.set_timer(self.period, self._collect)
 
     def stop(self) -> None:
         if self._marked:  # a clean stop delivers what it marked (the env drops its timers)
             self._deliver_marked()
         for timer in [*self._query_timers.values(), *self._answer_timers.values()]:
             self.env.cancel(timer)
+        if self._collect_timer is not None:
+            self.env.cancel(self._collect_timer)
+            self._collect_timer = None
         for ballot in self._ballots.values():
             if ballot.deadline is not None:
                 self.env.cancel(ballot.deadline)
@@ -279,6 +297,9 @@ class AtomicMember:
         if (mid in self._pending or mid in self._outcomes
                 or self.env.store.get(_DELIVERED, mid) is not None):
             self._drop(mid, source, "replay")
+            return
+        if seq_of(mid) <= self._collected.get(source, 0):
+            self._drop(mid, source, "collected")  # decided, and let go by everyone
             return
         if self.env.node not in data.snapshot:
             self._drop(mid, source, "not_in_snapshot")
@@ -407,8 +428,9 @@ class AtomicMember:
 
     def _let_go(self, mid: str, peer: str) -> bool:
         """Whether ``mid``, ours with no record here, may have been decided and let go (its
-        seq is at most the highest of ours let go): then nobody here decides it again."""
-        if seq_of(mid) > self._forgotten:
+        seq is at most the highest of ours let go, as the oldest or as collected): then
+        nobody here decides it again."""
+        if seq_of(mid) > max(self._forgotten, self._collected.get(self.env.node, 0)):
             return False
         self._drop(mid, peer, "forgotten")
         return True
@@ -418,10 +440,12 @@ class AtomicMember:
         when SRM's bounded cache has dropped it (as many as outcomes, the oldest go first)."""
         key = f"{source or self.env.node}:{seq}"
         put_json(self.env.store, _ITEMS, key, payload_of(outcome))
-        self._item_keys[key] = None
+        self._item_keys[key] = outcome.mid
         self._item_keys.move_to_end(key)
+        self._item_of[outcome.mid] = key
         while len(self._item_keys) > self.config.max_outcomes:
-            old, _ = self._item_keys.popitem(last=False)
+            old, mid = self._item_keys.popitem(last=False)
+            self._item_of.pop(mid, None)
             self.env.store.delete(_ITEMS, old)
 
     def _durable_item(self, source: str, seq: int) -> Any:
@@ -464,12 +488,92 @@ class AtomicMember:
             self.env.multicast(self.srm.config.group,
                                OutcomeAnswer(self.env.node, mid, known[0], known[1]))
 
+    # -- letting outcomes go --------------------------------------------------------------
+
+    def _own_marks(self) -> dict[str, int]:
+        """Per source heard of, the seq up to which this member needs nothing more: every
+        item up to it arrived (or was given up) and none of its messages is undecided here."""
+        lowest: dict[str, int] = {}
+        for mid in self._pending:
+            source, seq = origin_of(mid), seq_of(mid)
+            if seq < lowest.get(source, seq + 1):
+                lowest[source] = seq
+        marks = {}
+        for source in self.srm.sources():
+            mark = self.srm.settled(source)
+            if source in lowest:
+                mark = min(mark, lowest[source] - 1)
+            marks[source] = max(mark, 0)
+        return marks
+
+    def _resolved_marks(self) -> list[tuple[str, int]]:
+        """This member's marks for its next session message, a different slice each time
+        when they do not all fit."""
+        marks = sorted(self._own_marks().items())
+        start = self._mark_rotation % max(len(marks), 1)
+        self._mark_rotation += self.srm.config.max_resolved_entries
+        return marks[start:] + marks[:start]
+
+    def _session_heard(self, src: NodeId, session: SrmSession) -> None:
+        if not session.resolved or not self.group.is_member(src):
+            return
+        if src not in self._marks:
+            while len(self._marks) >= 2 * self.group.config.max_members:
+                gone = next((m for m in self._marks
+                             if not self.group.is_member(m) and m not in self._booted), None)
+                if gone is None:
+                    return
+                del self._marks[gone]
+        marks = self._marks.setdefault(src, {})
+        for source, seq in session.resolved:
+            if source in marks or len(marks) < self.srm.config.max_sources:
+                marks[source] = max(marks.get(source, 0), seq)
+
+    def _collect(self) -> None:
+        """Let go of the oldest outcomes that no member may still need: every member of the
+        group, and every booted one (it may recover), says it needs nothing of that source
+        up to the outcome's data and its SRM item, and so does this member. A member that
+        has said nothing yet holds everything back."""
+        self._collect_timer = self.env.set_timer(self.period, self._collect)
+        waiting = [m for m in self.group.members() if m != self.env.node]
+        waiting += [m for m in self._booted if m not in waiting]
+        own = self._own_marks()
+        floors: dict[str, int] = {}
+
+        def floor(source: str) -> int:
+            if source not in floors:
+                floors[source] = min([own.get(source, 0)] + [
+                    self._marks.get(m, {}).get(source, 0) for m in waiting])
+            return floors[source]
+
+        let_go = []
+        for mid in itertools.islice(self._outcomes, self.config.collect_scan):
+            source = origin_of(mid)
+            key = self._item_of.get(mid)
+            needed = seq_of(key) if key is not None and origin_of(key) == source else 0
+            if max(seq_of(mid), needed) <= floor(source):
+                let_go.append(mid)
+        store = self.env.store
+        for mid in let_go:
+            del self._outcomes[mid]
+            store.delete(_OUTCOME, mid)
+            key = self._item_of.pop(mid, None)
+            if key is not None:
+                self._item_keys.pop(key, None)
+                store.delete(_ITEMS, key)
+        for source, seq in floors.items():
+            if seq > self._collected.get(source, 0):
+                self._collected[source] = seq
+                put_json(store, _COLLECTED, source, seq)
+
     # -- the group -----------------------------------------------------------------------
 
     def _member_changed(self, member: NodeId, joined: bool, reason: str) -> None:
         if joined:
             self._booted.discard(member)
             return
+        if reason == "leave":  # gone for good: it needs nothing any more
+            self._marks.pop(member, None)
         if reason == "boot":
             self._booted.add(member)
             if len(self._booted) > self.config.max_pending:
