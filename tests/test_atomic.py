@@ -288,3 +288,22 @@ def test_each_member_says_up_to_where_it_needs_nothing() -> None:
     (_, session), = env.take_multicast()
     assert isinstance(session, SrmSession)
     assert dict(session.resolved)["a"] == 1  # a:2 is still undecided here
+
+
+def test_after_a_restart_an_outcome_waits_for_its_snapshot_members_to_say_so() -> None:
+    process, env, _ = member()
+    process.on_message("a", data(snapshot=("a", "b", "c")))
+    env.run_due()
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b", "c")))))
+    env.run_due()
+    env.crash()
+    env2 = FakeEnv("b", store=env.store, seed=2)
+    again = AtomicProcess(env2, CONFIG)
+    again.start()  # nobody heard yet: the view is this member alone
+    env2.advance(1e6)
+    assert keys(env2, "atomic.outcome") == ["a:1"]  # a and c voted: they may need it
+    marks_from(again, "a", ("a", 5))
+    marks_from(again, "c", ("a", 5))
+    again.on_message("a", SrmSession(0.0, (("a", 2),), ()))  # and we hear of a's items
+    env2.advance(1e6)
+    assert keys(env2, "atomic.outcome") == []

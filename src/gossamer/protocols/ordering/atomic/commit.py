@@ -54,9 +54,10 @@ from .records import (
 __all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
 
 LAYER = "atomic"
-_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _FORGOTTEN, _COLLECTED = (
+_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _FORGOTTEN, _COLLECTED, _LEFT = (
     "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items",
-    "atomic.forgotten", "atomic.collected")
+    "atomic.forgotten", "atomic.collected", "atomic.left")
+MAX_LEFT = 4096  # members remembered as gone for good (a LEAVE heard), the oldest forgotten
 
 DeliverFn = Callable[[str, str, Any], None]
 OutcomeFn = Callable[[str, bool], None]
@@ -120,6 +121,7 @@ class AtomicMember:
         self._item_of: dict[str, str] = {}  # mid -> its durable outcome item
         self._marks: dict[NodeId, dict[str, int]] = {}  # each member's resolved marks
         self._collected: dict[str, int] = {}  # per source: outcomes up to it let go (durable)
+        self._left: OrderedDict[NodeId, None] = OrderedDict()  # left for good (durable)
         self._mark_rotation = 0
         self._collect_timer: TimerHandle | None = None
         self._query_timers: dict[str, TimerHandle] = {}
@@ -148,6 +150,8 @@ class AtomicMember:
             self._item_of[mid] = key
         for source, raw in store.scan(_COLLECTED):
             self._collected[source] = int(orjson.loads(raw))
+        for member, _ in store.scan(_LEFT):
+            self._left[member] = None
         for mid, raw in store.scan(_PENDING):
             record = orjson.loads(raw)
             self._pending[mid] = Data(mid, tuple(record["snap"]), record["body"])
@@ -532,26 +536,34 @@ class AtomicMember:
     def _collect(self) -> None:
         """Let go of the oldest outcomes that no member may still need: every member of the
         group, and every booted one (it may recover), says it needs nothing of that source
-        up to the outcome's data and its SRM item, and so does this member. A member that
-        has said nothing yet holds everything back."""
+        up to the outcome's data and its SRM item, and so do the outcome's snapshot members
+        (unless a LEAVE of theirs was heard: after a restart the view is empty for a while,
+        and the members that voted are the ones that may need it) and this member. A member
+        that has said nothing yet holds everything back."""
         self._collect_timer = self.env.set_timer(self.period, self._collect)
-        waiting = [m for m in self.group.members() if m != self.env.node]
-        waiting += [m for m in self._booted if m not in waiting]
+        waiting = set(self.group.members()) | self._booted
+        waiting.discard(self.env.node)
         own = self._own_marks()
         floors: dict[str, int] = {}
 
+        def mark(member: NodeId, source: str) -> int:
+            return self._marks.get(member, {}).get(source, 0)
+
         def floor(source: str) -> int:
             if source not in floors:
-                floors[source] = min([own.get(source, 0)] + [
-                    self._marks.get(m, {}).get(source, 0) for m in waiting])
+                floors[source] = min([own.get(source, 0)] + [mark(m, source) for m in waiting])
             return floors[source]
 
         let_go = []
-        for mid in itertools.islice(self._outcomes, self.config.collect_scan):
+        for mid, (_, snapshot) in itertools.islice(self._outcomes.items(),
+                                                   self.config.collect_scan):
             source = origin_of(mid)
             key = self._item_of.get(mid)
-            needed = seq_of(key) if key is not None and origin_of(key) == source else 0
-            if max(seq_of(mid), needed) <= floor(source):
+            needed = max(seq_of(mid),
+                         seq_of(key) if key is not None and origin_of(key) == source else 0)
+            if needed <= floor(source) and all(
+                    mark(m, source) >= needed for m in snapshot
+                    if m != self.env.node and m not in waiting and m not in self._left):
                 let_go.append(mid)
         store = self.env.store
         for mid in let_go:
@@ -561,7 +573,14 @@ class AtomicMember:
             if key is not None:
                 self._item_keys.pop(key, None)
                 store.delete(_ITEMS, key)
-        for source, seq in floors.items():
+        highest: dict[str, int] = {}
+        for mid in let_go:
+            source = origin_of(mid)
+            highest[source] = max(highest.get(source, 0), seq_of(mid))
+        for source, seq in highest.items():
+            # the highest let go, not the floor: after a restart the view is empty for a
+            # while and the floor says little; a message under it that is still here is a
+            # replay, and one never decided here was never this member's to keep
             if seq > self._collected.get(source, 0):
                 self._collected[source] = seq
                 put_json(store, _COLLECTED, source, seq)
@@ -571,9 +590,16 @@ class AtomicMember:
     def _member_changed(self, member: NodeId, joined: bool, reason: str) -> None:
         if joined:
             self._booted.discard(member)
+            if self._left.pop(member, None) is not None:
+                self.env.store.delete(_LEFT, member)
             return
         if reason == "leave":  # gone for good: it needs nothing any more
             self._marks.pop(member, None)
+            self._left[member] = None
+            put_json(self.env.store, _LEFT, member, True)
+            while len(self._left) > MAX_LEFT:
+                old, _ = self._left.popitem(last=False)
+                self.env.store.delete(_LEFT, old)
         if reason == "boot":
             self._booted.add(member)
             if len(self._booted) > self.config.max_pending:
