@@ -91,6 +91,19 @@ def test_a_member_that_crashed_after_yes_recovers_the_outcome_by_asking() -> Non
     assert delivered == ["a:1"]
 
 
+def test_a_delivery_is_not_lost_to_another_group_commit_landing_before_its_turn() -> None:
+    process, env, delivered = member()
+    process.on_message("a", data())
+    env.run_due()  # our YES for a:1 left
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b")))))
+    env.store.commit()  # another group lands (a YES for another message) before the delivery's
+    env.crash()  # turn, and the process dies there
+    assert delivered == []
+    _again, env2, delivered2 = member(env=FakeEnv("b", store=env.store, seed=2))
+    env2.run_due()
+    assert delivered2 == ["a:1"]  # still pending on disk, with its outcome: delivered now
+
+
 def test_abort_and_a_no_deliver_nothing() -> None:
     process, env, delivered = member()
     process.on_message("a", data())

@@ -375,12 +375,14 @@ class AtomicMember:
             self.env.cancel(timer)
         data = self._pending.pop(mid, None)
         store = self.env.store
-        store.delete(_PENDING, mid)
         if data is None or not outcome.commit or self.env.node not in outcome.snapshot:
+            store.delete(_PENDING, mid)
             held = data is not None
             store.commit_then(lambda: self._discarded(mid, outcome.commit, held))
             return
-        store.put(_DELIVERED, mid, b"1")
+        # the store is not touched until the delivery's own turn: another group commit landing
+        # in between (a YES of another message) would carry a mark, and a crash after it would
+        # leave a message marked delivered, not pending, that the application never heard
         self._marked.append((mid, data.body))
         if len(self._marked) == 1:
             self.env.set_timer(0.0, self._deliver_marked)
@@ -394,7 +396,11 @@ class AtomicMember:
         runs between the commit returning and the deliveries; the marks of one turn still
         share one commit."""
         marked, self._marked = self._marked, []
-        self.env.store.commit()
+        store = self.env.store
+        for mid, _ in marked:
+            store.delete(_PENDING, mid)
+            store.put(_DELIVERED, mid, b"1")
+        store.commit()
         for mid, body in marked:
             self._delivered(mid, origin_of(mid), body)
 
@@ -498,7 +504,7 @@ class AtomicMember:
         """Per source heard of, the seq up to which this member needs nothing more: every
         item up to it arrived (or was given up) and none of its messages is undecided here."""
         lowest: dict[str, int] = {}
-        for mid in self._pending:
+        for mid in [*self._pending, *(mid for mid, _ in self._marked)]:
             source, seq = origin_of(mid), seq_of(mid)
             if seq < lowest.get(source, seq + 1):
                 lowest[source] = seq
