@@ -184,12 +184,21 @@ def test_the_sender_commits_on_every_yes_and_aborts_on_a_no() -> None:
     assert "not_in_snapshot" in env.drop_reasons("atomic")
 
 
-def test_outcomes_kept_durably_are_bounded() -> None:
-    env = FakeEnv("b", seed=1)
+def bounded(node: str, other: str, env: FakeEnv | None = None) -> tuple[AtomicProcess,
+                                                                       FakeEnv]:
+    """A member keeping at most two outcomes, in a group with ``other``."""
+    env = env if env is not None else FakeEnv(node, seed=1)
     process = AtomicProcess(env, AtomicProcessConfig(
         group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
     process.start()
-    process.on_message("a", GroupJoin("a"))
+    process.on_message(other, GroupJoin(other))
+    env.run_due()
+    env.take_multicast()
+    return process, env
+
+
+def test_outcomes_kept_durably_are_bounded() -> None:
+    process, env = bounded("b", "a")
     for seq in (1, 2, 3):
         process.on_message("a", SrmData("a", seq, payload_of(
             Outcome(f"a:{seq + 10}", False, ("a", "b")))))
@@ -199,12 +208,7 @@ def test_outcomes_kept_durably_are_bounded() -> None:
 
 
 def test_a_sender_never_decides_again_an_outcome_it_let_go() -> None:
-    env = FakeEnv("a", seed=1)
-    process = AtomicProcess(env, AtomicProcessConfig(
-        group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
-    process.start()
-    process.on_message("b", GroupJoin("b"))
-    env.run_due()
+    process, env = bounded("a", "b")
     outcomes: list[tuple[str, bool]] = []
     process.atomic.on_outcome = lambda mid, ok: outcomes.append((mid, ok))
     for vote_seq in (1, 2, 3):  # three messages, each confirmed; the first one let go
@@ -224,13 +228,7 @@ def test_a_sender_never_decides_again_an_outcome_it_let_go() -> None:
                 if isinstance(m, SrmData) and m.payload.get("k") == "outcome"]
     assert env.drop_reasons("atomic").count("forgotten") == 2
     env.crash()  # the mark is durable: the same after a restart
-    env2 = FakeEnv("a", store=env.store, seed=2)
-    again = AtomicProcess(env2, AtomicProcessConfig(
-        group="g", session_period=1e6, atomic=AtomicConfig(max_outcomes=2)))
-    again.start()
-    again.on_message("b", GroupJoin("b"))
-    env2.run_due()
-    env2.take_multicast()
+    again, env2 = bounded("a", "b", FakeEnv("a", store=env.store, seed=2))
     again.on_message("b", SrmData("b", 5, payload_of(Vote(first, "b", True))))
     env2.advance(1.0)
     assert not [m for _, m in env2.take_multicast()

@@ -51,10 +51,20 @@ class Message:
     TYPE: ClassVar[str] = ""
     #: the codec of the protocol this message belongs to (set by ``@message``)
     CODEC: ClassVar[Codec | None] = None
+    #: the field naming the node the message speaks for, which must be the node that sent it
+    #: (see ``speaker_of``); None: the message names no one
+    SPEAKER: ClassVar[str | None] = None
 
     def trace_ids(self) -> TraceIds:
         """The trace columns (msg, origin, key, seq) this message fills; none by default."""
         return (None, None, None, None)
+
+
+def speaker_of(msg: Message) -> str | None:
+    """The node ``msg`` speaks for (its ``SPEAKER`` field), or None: a protocol that gets it
+    from another sender drops it (a holder of the group key speaking in another's name)."""
+    field = type(msg).SPEAKER
+    return None if field is None else str(getattr(msg, field))
 
 
 def parse_frame(data: bytes | str, max_frame: int) -> Any:

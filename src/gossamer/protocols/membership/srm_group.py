@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import ClassVar
 
 from ...core.env import MAX_DATAGRAM, Env, TimerHandle
 from ...core.errors import ConfigError
 from ...core.ids import NodeId
-from ...core.messages import Codec, Message, message
+from ...core.messages import Codec, Message, message, speaker_of
 from ..dissemination.srm import Srm, SrmSession
 
 __all__ = ["CODEC", "GroupBoot", "GroupConfig", "GroupJoin", "GroupLeave", "GroupState",
@@ -30,17 +31,23 @@ ChangeFn = Callable[[NodeId, bool, str], None]
 
 @message("group.join", codec=CODEC)
 class GroupJoin(Message):
+    SPEAKER: ClassVar[str | None] = "member"
+
     member: str
 
 
 @message("group.leave", codec=CODEC)
 class GroupLeave(Message):
+    SPEAKER: ClassVar[str | None] = "member"
+
     member: str
 
 
 @message("group.boot", codec=CODEC)
 class GroupBoot(Message):
     """``booter`` has not heard ``member`` for the boot period."""
+
+    SPEAKER: ClassVar[str | None] = "booter"
 
     member: str
     booter: str
@@ -49,6 +56,8 @@ class GroupBoot(Message):
 @message("group.state", codec=CODEC)
 class GroupState(Message):
     """The group as ``sender`` knows it, for the joiner ``to``."""
+
+    SPEAKER: ClassVar[str | None] = "sender"
 
     sender: str
     to: str
@@ -121,7 +130,7 @@ class SrmGroup:
     # -- receiving -----------------------------------------------------------------------
 
     def on_message(self, src: NodeId, msg: Message) -> bool:
-        speaker = _speaker(msg)
+        speaker = speaker_of(msg)
         if speaker is not None and speaker != src:
             # a member joins, leaves, boots or tells the state for itself only: another
             # holder of the group key speaking in its name changes nothing
@@ -209,14 +218,3 @@ class SrmGroup:
                 self.env.multicast(self._group, GroupBoot(member, self.env.node))
                 self._remove(member, "boot")
         self._schedule_check()
-
-
-def _speaker(msg: Message) -> NodeId | None:
-    """The member a group message speaks for (it must be its sender), or None."""
-    if isinstance(msg, GroupJoin | GroupLeave):
-        return msg.member
-    if isinstance(msg, GroupBoot):
-        return msg.booter
-    if isinstance(msg, GroupState):
-        return msg.sender
-    return None

@@ -18,7 +18,7 @@ from typing import Any
 from ....core.env import DurableSequence, Env, TimerHandle
 from ....core.errors import ConfigError
 from ....core.ids import NodeId
-from ....core.messages import Message
+from ....core.messages import Message, speaker_of
 from .timers import AdaptiveTimers, Role, SrmTimerConfig
 from .wire import Echo, SrmData, SrmRepair, SrmRequest, SrmSession
 
@@ -250,7 +250,7 @@ class Srm:
         """Handle an SRM message; False if ``msg`` is not one. Data, requests and repairs
         name their sender (the source, the requester, the repairer): one that names another
         than ``src`` is dropped (a holder of the group key speaking in another's name)."""
-        named = _sender_of(msg)
+        named = speaker_of(msg)
         if named is not None and named != src:
             self.env.trace("drop", layer=LAYER, peer=src, reason="forged_sender",
                            error=f"{msg.TYPE} in the name of {named!r}")
@@ -572,16 +572,6 @@ class Srm:
         """``member`` left or was booted: its timestamps go (its items stay repairable)."""
         self._heard.pop(member, None)
         self._distance.pop(member, None)
-
-
-def _sender_of(msg: Message) -> str | None:
-    if isinstance(msg, SrmData):
-        return msg.source
-    if isinstance(msg, SrmRequest):
-        return msg.requester
-    if isinstance(msg, SrmRepair):
-        return msg.repairer
-    return None
 
 
 def _farther(theirs: float | None, mine: float, between: float) -> bool:

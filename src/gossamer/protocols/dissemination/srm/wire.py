@@ -6,7 +6,7 @@ source's highest sequence number and the timestamps every member turns into dist
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from ....core.env import MAX_DATAGRAM
 from ....core.messages import Codec, Message, TraceIds, message
@@ -28,6 +28,8 @@ def _check_item(source: str, seq: int) -> None:
 class SrmData(Message):
     """Item ``seq`` of ``source``: an application payload (any JSON value)."""
 
+    SPEAKER: ClassVar[str | None] = "source"
+
     source: str
     seq: int
     payload: Any
@@ -45,6 +47,8 @@ class SrmRequest(Message):
     one-way distance to the source (its timer's d), so that whoever hears a duplicate knows
     which of the two was nearer."""
 
+    SPEAKER: ClassVar[str | None] = "requester"
+
     requester: str
     source: str
     seq: int
@@ -61,6 +65,8 @@ class SrmRequest(Message):
 class SrmRepair(Message):
     """A copy of item ``seq`` of ``source`` sent by ``repairer`` after a request;
     ``distance``: the repairer's one-way distance to the requester it answered."""
+
+    SPEAKER: ClassVar[str | None] = "repairer"
 
     repairer: str
     source: str
