@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gossamer.core.env import DatagramTooLarge, encode_datagram
 from gossamer.core.errors import ConfigError
 from gossamer.protocols.dissemination.srm import (
     AdaptiveTimers,
@@ -369,3 +370,25 @@ def test_bad_configuration_is_refused() -> None:
         SrmTimerConfig(c1=-1)
     with pytest.raises(ValueError):
         SrmData("s", 0, "x")
+
+
+def test_a_large_groups_session_messages_fit_a_datagram_and_rotate_through_everyone() -> None:
+    srm, env, _ = member("m00000000", max_session_entries=120)
+    names = [f"m{i:08x}" for i in range(1, 301)]
+    stamp = 1_764_000_000.123456  # wall-clock stamps, as on a network
+    env.advance(1_764_000_000.987654)
+    for name in names:
+        srm.on_message(name, SrmSession(stamp, ((name, 12_345_678),), ()))
+    full = SrmSession(env.now(), tuple((n, 12_345_678) for n in names[:120]),
+                      tuple((n, stamp, 0.123456789012) for n in names[:120]))
+    with pytest.raises(DatagramTooLarge):  # the premise: all 120 of each do not fit
+        encode_datagram(full)
+    env.take_multicast()  # (the periodic ones sent while the clock moved on)
+    echoed: set[str] = set()
+    for _ in range(12):
+        env.advance(0.123456789)
+        srm.send_session()
+        (_, session), = env.take_multicast()
+        assert isinstance(session, SrmSession)
+        echoed.update(member for member, _, _ in session.echoes)
+    assert echoed == set(names)  # every member's stamp went back to it within a few periods
