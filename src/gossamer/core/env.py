@@ -171,10 +171,11 @@ class DurableSequence:
     starts at its ``incarnation``'s own range: ``(incarnation - 1) * INCARNATION_SPAN + 1``. So
     a message id (origin, seq) carries the incarnation that made it, and a node restarted
     without its store is never mistaken for its old self (incarnation 1: 1, 2, ...; the
-    network runtime numbers incarnations by the clock when nothing is saved, see ``NetNode``)."""
+    network runtime numbers incarnations by the clock when nothing is saved, see ``NetNode``).
+    ``floor``: the sequence never starts below it (a clock reading, say)."""
 
     def __init__(self, store: Store | None, table: str, *, incarnation: int = 1,
-                 lease: int = 1, restart_gap: int = 0) -> None:
+                 lease: int = 1, restart_gap: int = 0, floor: int = 0) -> None:
         if isinstance(incarnation, bool) or not isinstance(incarnation, int) or incarnation < 1:
             raise ValueError(f"incarnation must be an int >= 1, got {incarnation!r}")
         if isinstance(lease, bool) or not isinstance(lease, int) or lease < 1:
@@ -185,8 +186,8 @@ class DurableSequence:
         self._table = table
         self._lease = lease
         saved = get_json(store, table, "next_seq") if store is not None else None
-        self.next = (int(saved) + restart_gap if saved is not None
-                     else (incarnation - 1) * INCARNATION_SPAN + 1)
+        self.next = max(int(saved) + restart_gap if saved is not None
+                        else (incarnation - 1) * INCARNATION_SPAN + 1, floor)
         self._bound = self.next  # committed: no number at or above it was handed out
 
     def take(self) -> int:

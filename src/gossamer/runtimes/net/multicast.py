@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from ...core.env import MAX_DATAGRAM, Process, Store, encode_datagram, get_json, put_json
+from ...core.env import MAX_DATAGRAM, DurableSequence, Process, Store, encode_datagram
 from ...core.errors import ConfigError, ProtocolError
 from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec, Message, layer_of
@@ -192,9 +192,8 @@ class MulticastEnv(LoopEnv):
         self.incarnation = incarnation
         self._addresses: dict[NodeId, tuple[str, int]] = {}
         self._windows: OrderedDict[NodeId, _ReplayWindow] = OrderedDict()
-        saved = get_json(store, _COUNTER, "bound")
-        self._counter = max(time.time_ns() // 1000, int(saved) if saved is not None else 0)
-        self._counter_bound = self._counter  # committed: no number at or above it was used
+        self._counter = DurableSequence(store, _COUNTER, lease=COUNTER_LEASE,
+                                        floor=time.time_ns() // 1000)
         self._send_transport: asyncio.DatagramTransport | None = None
         self._recv_transport: asyncio.DatagramTransport | None = None
         self.process: Process | None = None
@@ -249,12 +248,7 @@ class MulticastEnv(LoopEnv):
     # -- sending -------------------------------------------------------------------------
 
     def _frame(self, msg: Message) -> bytes:
-        counter = self._counter
-        self._counter += 1
-        if self._counter > self._counter_bound:  # a restart must start above every one used
-            self._counter_bound = counter + COUNTER_LEASE
-            put_json(self.store, _COUNTER, "bound", self._counter_bound)
-            self.store.commit()
+        counter = self._counter.take()  # a restart starts above every one used
         body = orjson.dumps({"n": self.node, "g": self.group_name, "c": counter,
                              "m": self._codec.to_dict(msg)})
         return _MAGIC + self._key.tag(body) + body
