@@ -54,9 +54,9 @@ from .records import (
 __all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
 
 LAYER = "atomic"
-_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _FORGOTTEN, _COLLECTED, _LEFT = (
+_SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _COLLECTED, _LEFT = (
     "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items",
-    "atomic.forgotten", "atomic.collected", "atomic.left")
+    "atomic.collected", "atomic.left")
 MAX_LEFT = 4096  # members remembered as gone for good (a LEAVE heard), the oldest forgotten
 
 DeliverFn = Callable[[str, str, Any], None]
@@ -127,7 +127,6 @@ class AtomicMember:
         self._query_timers: dict[str, TimerHandle] = {}
         self._answer_timers: dict[str, TimerHandle] = {}
         self._booted: set[NodeId] = set()
-        self._forgotten = 0  # the highest seq of this sender's own outcomes let go (durable)
         srm.on_deliver = self._item_arrived
         srm.holder = self._durable_item
         srm.resolved = self._resolved_marks
@@ -140,7 +139,6 @@ class AtomicMember:
         """Reload what the store kept: outcomes, pending messages (their outcome is asked
         for) and this sender's undecided messages (aborted: it cannot know what it missed)."""
         store = self.env.store
-        self._forgotten = int(get_json(store, _FORGOTTEN, "own") or 0)
         for mid, raw in store.scan(_OUTCOME):
             record = orjson.loads(raw)
             self._outcomes[mid] = (bool(record["commit"]), tuple(record["snap"]))
@@ -430,17 +428,16 @@ class AtomicMember:
         while len(self._outcomes) > self.config.max_outcomes:
             old, _ = self._outcomes.popitem(last=False)
             self.env.store.delete(_OUTCOME, old)
-            if origin_of(old) == self.env.node and seq_of(old) > self._forgotten:
+            if origin_of(old) == self.env.node:
                 # one of ours, decided: a vote or query for it later must not be taken for
                 # one we never decided (an ABORT now could contradict its CONFIRM)
-                self._forgotten = seq_of(old)
-                put_json(self.env.store, _FORGOTTEN, "own", self._forgotten)
+                self._let_go_of(old)
 
     def _let_go(self, mid: str, peer: str) -> bool:
         """Whether ``mid``, ours with no record here, may have been decided and let go (its
         seq is at most the highest of ours let go, as the oldest or as collected): then
         nobody here decides it again."""
-        if seq_of(mid) > max(self._forgotten, self._collected.get(self.env.node, 0)):
+        if seq_of(mid) > self._collected.get(self.env.node, 0):
             return False
         self._drop(mid, peer, "forgotten")
         return True
@@ -579,17 +576,18 @@ class AtomicMember:
             if key is not None:
                 self._item_keys.pop(key, None)
                 store.delete(_ITEMS, key)
-        highest: dict[str, int] = {}
         for mid in let_go:
-            source = origin_of(mid)
-            highest[source] = max(highest.get(source, 0), seq_of(mid))
-        for source, seq in highest.items():
-            # the highest let go, not the floor: after a restart the view is empty for a
-            # while and the floor says little; a message under it that is still here is a
-            # replay, and one never decided here was never this member's to keep
-            if seq > self._collected.get(source, 0):
-                self._collected[source] = seq
-                put_json(store, _COLLECTED, source, seq)
+            self._let_go_of(mid)
+
+    def _let_go_of(self, mid: str) -> None:
+        """Record that ``mid``'s outcome was let go: the highest seq let go per source, not a
+        floor (after a restart the view is empty for a while and a floor says little); a
+        message under it that is still here is a replay, and one never decided here was
+        never this member's to keep."""
+        source, seq = origin_of(mid), seq_of(mid)
+        if seq > self._collected.get(source, 0):
+            self._collected[source] = seq
+            put_json(self.env.store, _COLLECTED, source, seq)
 
     # -- the group -----------------------------------------------------------------------
 
