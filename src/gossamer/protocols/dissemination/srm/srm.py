@@ -50,7 +50,7 @@ class SrmConfig:
     max_request_rounds: int = 10
     max_backoff: int = 64
     max_session_entries: int = 120
-    max_resolved_entries: int = 60  # with 120 of each other kind, still one datagram
+    max_resolved_entries: int = 60  # marks per session message (all fitted to one datagram)
 
     def __post_init__(self) -> None:
         if not self.group:
