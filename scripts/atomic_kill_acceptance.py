@@ -8,11 +8,13 @@ the trace (the killed life's segments recovered): its atomicity check says every
 message was delivered by every member of its snapshot and by no one else, exactly once, and no
 aborted message anywhere.
 
-The script checks the processes' own output too: no member delivered a message twice (the
-killed member's two lives counted together), nothing aborted or undecided was delivered, every
-member that was never killed delivered every committed message, and the killed member
-delivered every committed message it had voted YES for, in either life (the one it was killed
-on included: it learned that outcome only after its restart).
+The script checks the processes' own records too, each member's delivery journal
+(``DATA_DIR/delivered.jsonl``, written before a delivery is printed or acknowledged): no member
+delivered a message twice (the killed member's two lives counted together), nothing aborted or
+undecided was delivered, every member that was never killed delivered every committed message,
+and the killed member delivered every committed message it had voted YES for, in either life
+(the one it was killed on included: it learned that outcome only after its restart); and every
+line a member printed is in its journal.
 
     .venv/bin/python scripts/atomic_kill_acceptance.py [--members 10] [--messages 1000]
         [--inflight 10] [--kill-after 300] [--session-period 0.5] [--out DIR] [--no-analyze]
@@ -88,7 +90,6 @@ async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
                     f"decisions)"]
         committed = {mid for mid, ok in sender.decided.items() if ok}
         aborted = set(sender.decided) - committed
-        lives = [first_life, members[victim_label]]
         victim_yes = set(first_life.voted_yes) | set(members[victim_label].voted_yes)
         others = [m for label, m in members.items() if label != victim_label]
         await net.until(lambda: all(set(m.delivered) >= committed for m in others),
@@ -96,7 +97,7 @@ async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
         owed = committed & victim_yes
 
         def victim_delivered() -> set[str]:
-            return {mid for life in lives for mid in life.delivered}
+            return set(net.journal(victim_label))
 
         await net.until(lambda: victim_delivered() >= owed,
                         "the killed member delivers every committed message it voted YES for",
@@ -105,9 +106,17 @@ async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
               f"({args.messages / elapsed:.1f}/s): {len(committed)} committed, "
               f"{len(aborted)} aborted")
         problems: list[str] = []
-        for label, member in members.items():
-            delivered = member.delivered if label != victim_label else [
-                d for life in lives for d in life.delivered]
+        for label in members:
+            delivered = net.journal(label)
+            printed = [d for life in net.lives if life.label == label for d in life.delivered]
+            if set(printed) - set(delivered):
+                problems.append(f"{label} printed deliveries its journal lacks: "
+                                f"{sorted(set(printed) - set(delivered))[:5]}")
+            if len(printed) < len(delivered):
+                print(f"({label}: {len(delivered) - len(printed)} journaled and not printed, "
+                      f"the kill came between)")
+            if len(set(printed)) < len(printed):
+                problems.append(f"{label} printed a delivery twice")
             twice = [mid for mid, n in Counter(delivered).items() if n > 1]
             if twice:
                 problems.append(f"{label} delivered {len(twice)} messages twice: {twice[:5]}")

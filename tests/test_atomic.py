@@ -25,7 +25,7 @@ def member(node: str = "b", env: FakeEnv | None = None) -> tuple[AtomicProcess, 
     env = env if env is not None else FakeEnv(node, seed=1)
     process = AtomicProcess(env, CONFIG)
     delivered: list[str] = []
-    process.atomic.on_deliver = lambda mid, origin, body: delivered.append(mid)
+    process.atomic.on_deliver = lambda mid, origin, body, position: delivered.append(mid)
     process.start()
     process.on_message("a", GroupJoin("a"))
     env.run_due()

@@ -39,7 +39,7 @@ def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
             sent = await a.send({"text": "hi"}, timeout=20)
             assert sent == Sent(sent.mid, True)
             got = await asyncio.wait_for(anext(aiter(b)), 20)
-            assert got == Delivered(sent.mid, a.name, {"text": "hi"})
+            assert got == Delivered(sent.mid, a.name, {"text": "hi"}, 1)
             own = await asyncio.wait_for(anext(aiter(a)), 20)
             assert own.mid == sent.mid
             with pytest.raises(DatagramTooLarge):
@@ -50,6 +50,45 @@ def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
         await a.leave()
         with pytest.raises(StateError):
             a.members()
+
+    asyncio.run(main())
+
+
+def test_a_delivery_not_acknowledged_is_handed_over_again_after_a_restart(
+        tmp_path: Path) -> None:
+    """Left (as a kill would) before asking for the next message: the restarted member hands
+    the first over again, same position; once acknowledged, never again."""
+    async def main() -> None:
+        address = _group()
+        a = AtomicGroup(address, data_dir=tmp_path / "a", session_period=0.1)
+        await a.join()
+
+        async def life() -> AtomicGroup:
+            b = AtomicGroup(address, data_dir=tmp_path / "b", session_period=0.1)
+            await b.join()
+            await _until(lambda: b.name in a.members() and len(b.members()) == 2)
+            return b
+
+        try:
+            b = await life()
+            first = await a.send("one", timeout=20)
+            got = await asyncio.wait_for(anext(aiter(b)), 20)
+            assert got == Delivered(first.mid, a.name, "one", 1)
+            await b.leave()  # not acknowledged: nothing asked for the next one
+            b = await life()
+            again = await asyncio.wait_for(anext(aiter(b)), 20)
+            assert again == got
+            b.acknowledge(again)
+            with pytest.raises(ValueError, match="not delivered yet"):
+                b.acknowledge(2)
+            await b.leave()
+            b = await life()
+            second = await a.send("two", timeout=20)
+            got = await asyncio.wait_for(anext(aiter(b)), 20)
+            assert got == Delivered(second.mid, a.name, "two", 2)
+            await b.leave()
+        finally:
+            await a.leave()
 
     asyncio.run(main())
 

@@ -325,7 +325,7 @@ def test_a_message_marked_delivered_on_disk_was_heard_by_the_application(
         def build(env: MulticastEnv) -> AtomicProcess:
             process = processes[env.node] = AtomicProcess(env, config)
             if env.node == "b":
-                process.atomic.on_deliver = lambda mid, origin, body: heard.append(mid)
+                process.atomic.on_deliver = lambda mid, origin, body, position: heard.append(mid)
             return process
 
         try:
@@ -360,7 +360,7 @@ def test_a_sender_that_died_between_its_decision_and_its_delivery_delivers_on_re
     env.store.commit()  # what the decision's commit left: the outcome, the data still pending
     process = AtomicProcess(env, AtomicProcessConfig(group="g", session_period=1e6))
     heard: list[str] = []
-    process.atomic.on_deliver = lambda mid, origin, body: heard.append(mid)
+    process.atomic.on_deliver = lambda mid, origin, body, position: heard.append(mid)
     process.start()
     env.run_due()
     assert heard == [mid]

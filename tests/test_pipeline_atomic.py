@@ -78,6 +78,27 @@ def test_a_clean_trace_passes_and_planted_violations_are_caught(spark: Any) -> N
     assert not judge_atomicity(_as_trace_rows(planted)).ok
 
 
+def test_a_redelivery_stands_for_a_lost_deliver_row_and_is_no_second_delivery(
+        spark: Any) -> None:
+    """After a kill -9 an inbox hands a delivery over again (``redeliver``): it stands for a
+    ``deliver`` row the kill kept out of the trace, counts no second time, and like any
+    delivery must be of a committed message."""
+    rows = clean()
+    commit = decided(rows, "commit")[0]
+    gone = next(r for r in rows if r["event"] == "deliver" and r["msg"] == commit["msg"]
+                and r["node"] != commit["node"])
+    instead = [r for r in rows if r is not gone] + [{**gone, "event": "redeliver"}]
+    both = [*rows, {**gone, "event": "redeliver", "t": gone["t"] + 1}]
+    for trace in (instead, both):
+        assert judge(spark, trace) == (Status.PASS, set())
+        assert judge_atomicity(_as_trace_rows(trace)).ok
+    aborted = decided(rows, "abort")[0]
+    wrong = [*rows, {**gone, "event": "redeliver", "msg": aborted["msg"]}]
+    assert judge(spark, wrong)[1] == {(gone["node"], aborted["msg"],
+                                       "delivered an aborted message")}
+    assert not judge_atomicity(_as_trace_rows(wrong)).ok
+
+
 def _as_trace_rows(rows: Rows) -> list[TraceRow]:
     return [TraceRow(*(r[c] for c in COLUMNS)) for r in rows]
 

@@ -1,10 +1,16 @@
 """The atomicity check (seed 004): all of a sender's snapshot delivers a message, or none.
 
 Over the ``atomic`` layer's rows: ``commit`` and ``abort`` (the sender's decision, with
-``info.snapshot``) and ``deliver``. A committed message is delivered exactly once by every
-member of its snapshot that is up at the end of the run (a member that crashed and recovered
-is owed it) and by no one else; an aborted or never decided message is delivered by no one;
-no message is both committed and aborted.
+``info.snapshot``), ``deliver`` and ``redeliver``. A committed message is delivered exactly once
+by every member of its snapshot that is up at the end of the run (a member that crashed and
+recovered is owed it) and by no one else; an aborted or never decided message is delivered by
+no one; no message is both committed and aborted.
+
+A ``redeliver`` row is a member's inbox handing a delivery over again after a restart (the
+application had not acknowledged it): it is not a second delivery, but it stands for the
+delivery when the ``deliver`` row of the life that was killed never reached the trace (a kill
+-9 between the delivery's commit and the trace's flush), and like any delivery it must be of a
+committed message, by a snapshot member.
 """
 
 from __future__ import annotations
@@ -46,11 +52,11 @@ def atomicity_violations(trace: DataFrame) -> DataFrame:
         F.lit("both committed and aborted"))
     commits = decided.filter(F.col("outcome") == "commit").dropDuplicates(["run", "msg"])
     aborts = decided.filter(F.col("outcome") == "abort").select("run", "msg").distinct()
-    delivered = atomic.filter(F.col("event") == "deliver").select(
-        "run", "node", "msg", "origin", "seq")
+    delivered = atomic.filter(F.col("event").isin("deliver", "redeliver")).select(
+        "run", "node", "msg", "origin", "seq", "event")
     counted = delivered.groupBy("run", "node", "msg").agg(
-        F.count(F.lit(1)).alias("times"), F.first("origin").alias("origin"),
-        F.first("seq").alias("seq"))
+        F.sum(F.when(F.col("event") == "deliver", 1).otherwise(0)).alias("times"),
+        F.first("origin").alias("origin"), F.first("seq").alias("seq"))
     twice = violation_rows(counted.filter(F.col("times") > 1),
                            F.format_string("delivered %d times", F.col("times")))
     uncommitted = counted.join(commits.select("run", "msg"), ["run", "msg"], "left_anti")

@@ -3,20 +3,32 @@
     group = AtomicGroup("239.1.2.3:5000", data_dir="node-a")
     await group.join()
     result = await group.send({"text": "hi"})     # Sent(mid, committed=True/False)
-    async for message in group:                   # Delivered(mid, origin, body), once each
-        print(message.body)
+    async for message in group:                   # Delivered(mid, origin, body, position)
+        print(message.body)                       # handled once the next one is asked for
     await group.leave()
 
-``data_dir`` keeps the member's name, pending messages, outcomes and delivery marks in sqlite
-(fsync'd), so a member killed and restarted with the same directory delivers what it voted YES
-for, exactly once; without it the member is in memory only. The store commits in groups (a
+``data_dir`` keeps the member's name, pending messages, outcomes, delivery marks and inbox in
+sqlite (fsync'd), so a member killed and restarted with the same directory delivers what it
+voted YES for; without it the member is in memory only. The store commits in groups (a
 ``WriteBehindStore``: one fsync for every write made meanwhile, on a thread of its own), and
 what depends on a write (a YES, a CONFIRM or ABORT, a delivery) waits for its group.
+
+Every delivery carries its ``position`` in the member's durable inbox (from 1, in delivery
+order, never reused) and stays there until acknowledged: ``async for`` acknowledges a message
+when the next one is asked for, ``on_delivered`` when the callback returns, and
+``acknowledge(position)`` does it by hand. After a kill -9 the restarted member hands over
+again, first and in order, every delivery not acknowledged, with its position. So an
+application that records the position it handled with its own effects, in one transaction,
+and skips positions up to it, handles every delivered message exactly once; one that does not
+may see the last few twice after a crash, never none (``gossamer atomic node`` does the first
+with its journal). A member whose application falls ``max_inbox`` deliveries behind votes NO
+on new messages (they abort) until it catches up: nothing is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import itertools
 import logging
@@ -28,7 +40,12 @@ from typing import Any
 from ...core.env import Store
 from ...core.errors import OperationError, StateError
 from ...core.trace import TraceSink
-from ...protocols.ordering.atomic import CODEC, AtomicProcess, AtomicProcessConfig
+from ...protocols.ordering.atomic import (
+    CODEC,
+    AtomicConfig,
+    AtomicProcess,
+    AtomicProcessConfig,
+)
 from ...runtimes.net import (
     DEFAULT_RECV_BUFFER,
     MulticastEnv,
@@ -56,9 +73,12 @@ class Sent:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Delivered:
+    """A confirmed message and its ``position`` in the member's inbox."""
+
     mid: str
     origin: str
     body: Any
+    position: int
 
 
 def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int]:
@@ -83,7 +103,7 @@ class AtomicGroup:
                  name: str | None = None, group_key: str | None = None,
                  interface: str = "127.0.0.1", ttl: int = 1, session_period: float = 1.0,
                  trace: TraceSink | None = None, run: str = "live",
-                 max_delivered: int = 10_000, recv_buffer: int = DEFAULT_RECV_BUFFER,
+                 max_inbox: int = 10_000, recv_buffer: int = DEFAULT_RECV_BUFFER,
                  drop_rate: float = 0.0) -> None:
         """``drop_rate``: drop that fraction of the datagrams received (traced ``drop``,
         reason ``injected``), to try the group under loss where the network loses none."""
@@ -96,11 +116,15 @@ class AtomicGroup:
         self._ttl = ttl
         self._recv_buffer = recv_buffer
         self._drop_rate = drop_rate
-        self._config = AtomicProcessConfig(group=f"{self._address[0]}:{self._address[1]}",
-                                           session_period=session_period)
+        self._config = AtomicProcessConfig(
+            group=f"{self._address[0]}:{self._address[1]}", session_period=session_period,
+            atomic=AtomicConfig(inbox=True, max_inbox=max_inbox))
         self._trace = trace
         self._run = run
-        self._delivered: asyncio.Queue[Delivered] = asyncio.Queue(max_delivered)
+        # handed over, not yet read by ``async for``: at most ``max_inbox`` (and the messages
+        # pending), since a member that many behind votes NO
+        self._ready: collections.deque[Delivered] = collections.deque()
+        self._arrived = asyncio.Event()
         self._waiting: dict[str, asyncio.Future[Sent]] = {}
         self._early: dict[str, bool] | None = None  # outcomes decided during a send call
         self._env: MulticastEnv | None = None
@@ -108,9 +132,9 @@ class AtomicGroup:
         self._store: Store | None = None
         #: hears ``(member, joined)`` for each change of the group as this member sees it
         self.on_member: Callable[[str, bool], None] = lambda member, joined: None
-        #: when set, hears each delivery at once, in the callback of the commit that marked it
-        #: delivered, instead of through ``async for`` (a kill -9 then has the least time
-        #: between the mark on disk and the application hearing of it)
+        #: when set, hears each delivery at once, right after the commit that marked it
+        #: delivered (and, after a restart, each one not acknowledged), instead of through
+        #: ``async for``; the delivery counts as handled (acknowledged) once it returns
         self.on_delivered: Callable[[Delivered], None] | None = None
         #: hears ``(mid, yes)`` for each vote this member cast, once it has left
         self.on_vote: Callable[[str, bool], None] = lambda mid, yes: None
@@ -143,23 +167,26 @@ class AtomicGroup:
 
         await env.open(build)
 
-    def _on_deliver(self, mid: str, origin: str, body: Any) -> None:
+    def _on_deliver(self, mid: str, origin: str, body: Any, position: int | None) -> None:
         # the delivery mark is on disk: the trace's deliver row reaches the file (the OS)
-        # before the application hears of it, so a kill -9 from now on loses neither
+        # before the application hears of it
         if self._trace is not None:
             self._trace.flush()
-        message = Delivered(mid, origin, body)
+        if position is None:
+            raise StateError("the atomic layer of an AtomicGroup keeps an inbox")
+        message = Delivered(mid, origin, body, position)
         if self.on_delivered is not None:
             self.on_delivered(message)
+            self.acknowledge(position)
             return
-        try:
-            self._delivered.put_nowait(message)
-        except asyncio.QueueFull:
-            # delivered (marked durably) but nobody reads: said loudly, never silently
-            log.error("%s: delivered %s but the reader is %d messages behind: dropped",
-                      self.name, mid, self._delivered.qsize())
-            if self._env is not None:
-                self._env.trace("drop", layer="atomic", msg=mid, reason="slow_reader")
+        self._ready.append(message)
+        self._arrived.set()
+
+    def acknowledge(self, message: Delivered | int) -> None:
+        """Every delivery up to ``message`` (or that position) is handled: it leaves the inbox
+        and is not handed over again after a restart."""
+        position = message.position if isinstance(message, Delivered) else message
+        self._member().atomic.acknowledge(position)
 
     def _on_outcome(self, mid: str, committed: bool) -> None:
         if self._early is not None:
@@ -217,7 +244,15 @@ class AtomicGroup:
 
     async def _iterate(self) -> AsyncIterator[Delivered]:
         while True:
-            yield await self._delivered.get()
+            while not self._ready:
+                self._arrived.clear()
+                await self._arrived.wait()
+            message = self._ready.popleft()
+            yield message
+            # asked for the next one: this one is handled (unless the member left meanwhile:
+            # then it is handed over again when the member rejoins on its data dir)
+            if self._env is not None and not self._env.closed:
+                self.acknowledge(message)
 
     async def leave(self) -> None:
         """Say LEAVE and close, once the group commits on their way landed (their deliveries

@@ -4,7 +4,8 @@ the pipeline's Spark check, ``gossamer.pipeline.atomic_checks``, applies the sam
 Rules, per message id: at most one decision (``commit`` or ``abort`` row, layer ``atomic``);
 a committed message is delivered exactly once by every member of its snapshot that is up at
 the end of the run, and by no one outside it; an aborted or undecided message is delivered by
-no one.
+no one. A ``redeliver`` row (an inbox handing a delivery over again after a restart) is no
+second delivery, but stands for one whose ``deliver`` row a kill kept out of the trace.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
             decisions[row.msg].append((row.event, tuple(info.get("snapshot", ()))))
         elif row.event == "deliver":
             delivered[(row.msg, row.node)] += 1
+        elif row.event == "redeliver":
+            delivered[(row.msg, row.node)] += 0  # seen, not counted again
     violations: list[str] = []
     by_mid: dict[str, list[str]] = defaultdict(list)
     for (mid, node), count in delivered.items():

@@ -1,9 +1,9 @@
 """``gossamer atomic node``: one member of an atomic multicast group on an IP multicast group
 (``--group 239.x.y.z:port``; loopback by default). It prints ``ready NAME``, then
-``delivered MID ORIGIN BODY`` for each confirmed message (once, even across restarts with the
-same ``--data-dir``), ``committed MID`` / ``aborted MID`` for its own sends, and
-``member+ NAME`` / ``member- NAME`` as the group changes, and with ``--print-votes``
-``voted MID yes|no`` once each of its votes has left (a YES: after the message is on disk).
+``delivered MID ORIGIN BODY`` for each confirmed message, ``committed MID`` / ``aborted MID``
+for its own sends, and ``member+ NAME`` / ``member- NAME`` as the group changes, and with
+``--print-votes`` ``voted MID yes|no`` once each of its votes has left (a YES: after the
+message is on disk).
 With ``--interactive`` it reads commands from stdin, one a line:
 
   send TEXT   multicast TEXT atomically (a JSON value, or else the text)
@@ -11,6 +11,13 @@ With ``--interactive`` it reads commands from stdin, one a line:
   leave       leave the group and exit (so do the end of input, SIGINT and SIGTERM)
 
 ``--send-every SECONDS --count N`` sends N numbered messages on its own (an automated sender).
+With ``--data-dir DIR`` each delivery is first appended to the journal ``DIR/delivered.jsonl``
+(``{"position", "mid", "origin", "body"}`` a line, fsync'd), which is the node's record: every
+message this member delivered is in it exactly once, even across kill -9 and restarts on the
+same directory (the atomic layer hands over again what the journal had not taken; positions up
+to the journal's last are skipped). The printed line follows the journal's write, so a kill
+between the two leaves a delivery in the journal that was never printed, never the reverse.
+
 The datagrams are authenticated with the group key (``--group-key``, else
 ``$GOSSAMER_GROUP_KEY``, else on loopback a built-in key, said in a log line).
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -35,9 +43,10 @@ from ...core.traceio import trace_path, write_settings
 from ...runtimes.net import DEFAULT_RECV_BUFFER
 from .api import AtomicGroup, Delivered
 
-__all__ = ["add_atomic_parser"]
+__all__ = ["JOURNAL", "Journal", "add_atomic_parser", "read_journal"]
 
 MAX_LINE = 8_192
+JOURNAL = "delivered.jsonl"
 #: what the pipeline checks on an atomic trace: the atomicity check of its ``atomic`` rows,
 #: and no per-node delivery check (reliability, FIFO, own delivery) of any layer: they would
 #: take an aborted message for a lost one (as ``experiments/atomic.toml`` says too), and SRM
@@ -77,6 +86,52 @@ async def _send(group: AtomicGroup, body: Any) -> None:
         _say(f"error: {exc}")
 
 
+class Journal:
+    """The node's delivery journal: one JSON line per delivery, appended and fsync'd before
+    the delivery is acknowledged to the atomic layer; ``last`` is the highest position in it.
+    A torn last line (a kill in the middle of a write) is cut off when it is opened."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.last = 0
+        good = 0
+        if path.exists():
+            data = path.read_bytes()
+            for line in data.splitlines(keepends=True):
+                if not line.endswith(b"\n"):
+                    break  # torn: its delivery was not acknowledged, it comes again
+                self.last = max(self.last, int(orjson.loads(line)["position"]))
+                good += len(line)
+            if good < len(data):
+                with path.open("r+b") as torn:
+                    torn.truncate(good)
+        self._file = path.open("ab")
+
+    def append(self, message: Delivered) -> bool:
+        """Journal ``message`` durably; False (nothing written) when it is there already."""
+        if message.position <= self.last:
+            return False
+        self._file.write(orjson.dumps({"position": message.position, "mid": message.mid,
+                                       "origin": message.origin, "body": message.body})
+                         + b"\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.last = message.position
+        return True
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_journal(data_dir: Path) -> list[dict[str, Any]]:
+    """The deliveries in a node's journal, oldest first (a torn last line left out)."""
+    path = data_dir / JOURNAL
+    if not path.exists():
+        return []
+    return [orjson.loads(line) for line in path.read_bytes().splitlines(keepends=True)
+            if line.endswith(b"\n")]
+
+
 async def run_node(args: argparse.Namespace) -> int:
     sink = None
     if args.trace_dir is not None:
@@ -85,6 +140,8 @@ async def run_node(args: argparse.Namespace) -> int:
                         ttl=args.ttl, session_period=args.session_period, trace=sink,
                         run=args.run, recv_buffer=args.recv_buffer,
                         drop_rate=args.drop_rate)
+    # (the group made the data dir) the journal is opened before the first delivery can come
+    journal = None if args.data_dir is None else Journal(args.data_dir / JOURNAL)
     if sink is not None:
         sink.path = trace_path(args.trace_dir, args.run, group.name)
         write_settings(args.trace_dir, args.run, ANALYSIS_SETTINGS)
@@ -104,7 +161,11 @@ async def run_node(args: argparse.Namespace) -> int:
         if args.print_votes:
             group.on_vote = lambda mid, yes: _say(f"voted {mid} {'yes' if yes else 'no'}")
 
-        def delivered(message: Delivered) -> None:  # printed as soon as it is marked
+        def delivered(message: Delivered) -> None:
+            # journaled (fsync'd) before it is printed and before this returns, which
+            # acknowledges it: a kill at any point loses nothing and repeats nothing
+            if journal is not None and not journal.append(message):
+                return
             body = orjson.dumps(message.body).decode()
             _say(f"delivered {message.mid} {message.origin} {body}")
 
@@ -150,6 +211,8 @@ async def run_node(args: argparse.Namespace) -> int:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await group.leave()
+        if journal is not None:
+            journal.close()
         if sink is not None:
             sink.close()
     return 0

@@ -98,6 +98,13 @@ class ProcessGroup:
         await self.until(lambda: member.name is not None, f"{label} ready")
         return member
 
+    def journal(self, label: str) -> list[str]:
+        """The message ids in ``label``'s delivery journal (every life of it), oldest first:
+        the member's record of what it delivered (its printed lines may miss the last one
+        journaled before a kill -9)."""
+        from .cli import read_journal
+        return [entry["mid"] for entry in read_journal(self.out / "data" / self.run / label)]
+
     async def until(self, condition: Callable[[], bool], what: str, timeout: float = WAIT,
                     on_timeout: Callable[[], str] = lambda: "") -> None:
         try:

@@ -53,13 +53,20 @@ from .records import (
 
 __all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
 
+
+def _position_key(position: int) -> str:
+    return f"{position:020d}"  # keys sort as the positions do
+
 LAYER = "atomic"
 _SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _COLLECTED, _LEFT = (
     "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items",
     "atomic.collected", "atomic.left")
+_INBOX, _INBOX_ACKED = "atomic.inbox", "atomic.inbox_acked"
 MAX_LEFT = 4096  # members remembered as gone for good (a LEAVE heard), the oldest forgotten
 
-DeliverFn = Callable[[str, str, Any], None]
+#: ``(mid, origin, body, position)``: ``position`` is the delivery's place in the inbox (from
+#: 1, never reused), or None when the member keeps no inbox
+DeliverFn = Callable[[str, str, Any, "int | None"], None]
 OutcomeFn = Callable[[str, bool], None]
 
 
@@ -69,7 +76,17 @@ class AtomicConfig:
     session periods a pending message waits for its outcome before asking; ``max_pending``:
     messages a member holds undecided (more: it votes NO); ``max_outcomes``: outcomes kept
     durably (the oldest go first; most go well before, once no member needs them);
-    ``collect_scan``: outcomes looked at per session period for letting go."""
+    ``collect_scan``: outcomes looked at per session period for letting go.
+
+    ``inbox``: the application acknowledges what it handled (``AtomicMember.acknowledge``).
+    Each delivery is then written to a durable inbox in the same commit as its delivery mark,
+    numbered by its position, and kept until acknowledged; a restart hands over again, in
+    order and with the same positions, every delivery not acknowledged. An application that
+    records the position it handled in its own transaction handles each message exactly once
+    even when killed between the mark and its own commit. ``max_inbox``: deliveries held
+    unacknowledged (with the messages pending; more: the member votes NO). Without an inbox a
+    delivery counts as handled once ``on_deliver`` returns (a kill -9 between the mark's
+    commit and the application's own loses it to the application)."""
 
     atomic_periods: float = 5.0
     query_periods: float = 3.0
@@ -77,11 +94,14 @@ class AtomicConfig:
     max_sending: int = 1_000
     max_outcomes: int = 100_000
     collect_scan: int = 1_000
+    inbox: bool = False
+    max_inbox: int = 10_000
 
     def __post_init__(self) -> None:
         if not (self.atomic_periods > 0 and self.query_periods > 0):
             raise ConfigError(f"periods must be > 0, got {self}")
-        if min(self.max_pending, self.max_sending, self.max_outcomes, self.collect_scan) < 1:
+        if min(self.max_pending, self.max_sending, self.max_outcomes, self.collect_scan,
+               self.max_inbox) < 1:
             raise ConfigError(f"bounds must be >= 1, got {self}")
 
 
@@ -99,7 +119,8 @@ class _Ballot:
 class AtomicMember:
     """One member's atomic layer over ``srm`` and ``group``. ``send(body)`` returns the
     message id; ``on_outcome(mid, committed)`` tells the sender; ``on_deliver(mid, origin,
-    body)`` delivers confirmed messages, once; ``on_vote(mid, yes)`` hears each vote of this
+    body, position)`` delivers confirmed messages, once (with ``AtomicConfig.inbox``: again
+    after a restart until ``acknowledge(position)``); ``on_vote(mid, yes)`` hears each vote of this
     member once it has left (a YES: after its write of the message is on disk)."""
 
     def __init__(self, env: Env, srm: Srm, group: SrmGroup,
@@ -108,7 +129,7 @@ class AtomicMember:
         self.srm = srm
         self.group = group
         self.config = config if config is not None else AtomicConfig()
-        self.on_deliver: DeliverFn = lambda mid, origin, body: None
+        self.on_deliver: DeliverFn = lambda mid, origin, body, position: None
         self.on_outcome: OutcomeFn = lambda mid, committed: None
         self.on_vote: OutcomeFn = lambda mid, yes: None  # this member's vote has left
         self.refuse: Callable[[str], bool] = lambda mid: False  # a test's "disk full"
@@ -127,6 +148,9 @@ class AtomicMember:
         self._query_timers: dict[str, TimerHandle] = {}
         self._answer_timers: dict[str, TimerHandle] = {}
         self._booted: set[NodeId] = set()
+        self._acked = 0  # inbox: positions up to it acknowledged (durable)
+        self._next_position = 1  # inbox: the next delivery's position
+        self._unacked = 0  # inbox: deliveries not acknowledged
         srm.on_deliver = self._item_arrived
         srm.holder = self._durable_item
         srm.resolved = self._resolved_marks
@@ -164,6 +188,7 @@ class AtomicMember:
             commit, snapshot = self._outcomes[mid]
             self._apply(Outcome(mid, commit, snapshot))
         self._collect_timer = self.env.set_timer(self.period, self._collect)
+        self._hand_over_inbox()
 
     def stop(self) -> None:
         if self._marked:  # a clean stop delivers what it marked (the env drops its timers)
@@ -307,7 +332,7 @@ class AtomicMember:
             self._drop(mid, source, "not_in_snapshot")
             return
         yes = (len(self._pending) < self.config.max_pending and not self.refuse(mid)
-               and source not in self._booted)
+               and source not in self._booted and self._inbox_has_room())
         if yes:
             self._pending[mid] = data
             put_json(self.env.store, _PENDING, mid, {"snap": list(data.snapshot),
@@ -395,12 +420,14 @@ class AtomicMember:
         share one commit."""
         marked, self._marked = self._marked, []
         store = self.env.store
-        for mid, _ in marked:
+        positions: list[int | None] = []
+        for mid, body in marked:
             store.delete(_PENDING, mid)
             store.put(_DELIVERED, mid, b"1")
+            positions.append(self._into_inbox(mid, body) if self.config.inbox else None)
         store.commit()
-        for mid, body in marked:
-            self._delivered(mid, origin_of(mid), body)
+        for (mid, body), position in zip(marked, positions, strict=True):
+            self._delivered(mid, origin_of(mid), body, position)
 
     def _discarded(self, mid: str, commit: bool, held: bool) -> None:
         """The outcome and the removal of the pending data are on disk."""
@@ -408,10 +435,76 @@ class AtomicMember:
             self.env.trace("discard", layer=LAYER, msg=mid, origin=origin_of(mid),
                            commit=commit)
 
-    def _delivered(self, mid: str, origin: str, body: Any) -> None:
-        self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin,
-                       key=self.srm.config.group)
-        self.on_deliver(mid, origin, body)
+    def _delivered(self, mid: str, origin: str, body: Any, position: int | None) -> None:
+        if position is None:
+            self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin,
+                           key=self.srm.config.group)
+        else:
+            self.env.trace("deliver", layer=LAYER, msg=mid, origin=origin,
+                           key=self.srm.config.group, position=position)
+        self.on_deliver(mid, origin, body, position)
+
+    # -- the inbox (``AtomicConfig.inbox``) ----------------------------------------------
+
+    def _inbox_has_room(self) -> bool:
+        """Whether a YES now keeps the inbox within ``max_inbox`` (every pending message may
+        end in it)."""
+        return (not self.config.inbox
+                or self._unacked + len(self._pending) < self.config.max_inbox)
+
+    def _into_inbox(self, mid: str, body: Any) -> int:
+        position = self._next_position
+        self._next_position += 1
+        self._unacked += 1
+        put_json(self.env.store, _INBOX, _position_key(position), {"mid": mid, "body": body})
+        return position
+
+    def _hand_over_inbox(self) -> None:
+        """After a restart: hand over again, in order, every delivery not acknowledged (traced
+        ``redeliver``: the protocol's delivery happened once, in the earlier life)."""
+        if not self.config.inbox:
+            return
+        store = self.env.store
+        raw = store.get(_INBOX_ACKED, "acked")
+        self._acked = 0 if raw is None else int(orjson.loads(raw))
+        self._next_position = self._acked + 1
+        entries = [(int(key), orjson.loads(value)) for key, value in store.scan(_INBOX)]
+        for position, entry in entries:
+            if position <= self._acked:  # acknowledged, its removal lost with the crash
+                store.delete(_INBOX, _position_key(position))
+                continue
+            self._next_position = position + 1
+            self._unacked += 1
+            mid = entry["mid"]
+            self.env.trace("redeliver", layer=LAYER, msg=mid, origin=origin_of(mid),
+                           key=self.srm.config.group, position=position)
+            self.on_deliver(mid, origin_of(mid), entry["body"], position)
+
+    def acknowledge(self, position: int) -> None:
+        """The application has handled every delivery up to ``position``: they leave the
+        inbox (durably with the next group commit; a crash before it hands them over again,
+        with the same positions). Acknowledging a position again, or an older one, does
+        nothing. Raises ``StateError`` without an inbox, and ``ValueError`` for a position
+        not delivered yet."""
+        if not self.config.inbox:
+            raise StateError("this member keeps no inbox (AtomicConfig.inbox is off)")
+        if position >= self._next_position:
+            raise ValueError(f"position {position} not delivered yet (the last is "
+                             f"{self._next_position - 1})")
+        if position <= self._acked:
+            return
+        store = self.env.store
+        for old in range(self._acked + 1, position + 1):
+            store.delete(_INBOX, _position_key(old))
+        self._unacked -= position - self._acked
+        self._acked = position
+        put_json(store, _INBOX_ACKED, "acked", position)
+        store.commit_then(lambda: None)
+
+    @property
+    def unacknowledged(self) -> int:
+        """Deliveries in the inbox the application has not acknowledged."""
+        return self._unacked
 
     # -- durable outcomes and their repair -----------------------------------------------
 
