@@ -2,7 +2,8 @@
 loopback IP multicast group; one sends ``--messages`` (1,000) with ``--inflight`` (10)
 undecided at a time; after ``--kill-after`` decisions one other member is killed with SIGKILL
 the moment it prints that a YES of its own has left (``--print-votes``: its write of the
-message is on disk), and restarted at once on its data dir. When every message is decided and
+message is on disk; with ``--kill-on delivered`` the moment it prints a delivery), and
+restarted at once on its data dir. When every message is decided and
 every member delivered what it must, each process leaves cleanly and ``gossamer analyze`` judges
 the trace (the killed life's segments recovered): its atomicity check says every confirmed
 message was delivered by every member of its snapshot and by no one else, exactly once, and no
@@ -17,7 +18,8 @@ and the killed member delivered every committed message it had voted YES for, in
 line a member printed is in its journal.
 
     .venv/bin/python scripts/atomic_kill_acceptance.py [--members 10] [--messages 1000]
-        [--inflight 10] [--kill-after 300] [--session-period 0.5] [--out DIR] [--no-analyze]
+        [--inflight 10] [--kill-after 300] [--kill-on yes|delivered] [--session-period 0.5]
+        [--out DIR] [--no-analyze]
 
 Exit code 0 when every check holds (and the analysis exits 0), 1 otherwise.
 """
@@ -59,19 +61,21 @@ async def scenario(args: argparse.Namespace, out: Path) -> list[str]:
         first_life = members[victim_label]
         killed_on: list[str] = []
 
-        def kill_on_yes(member: MemberProcess, line: str) -> None:
-            if (line.startswith("voted ") and line.endswith(" yes") and not killed_on
-                    and len(sender.decided) >= args.kill_after):
+        def kill_at_the_moment(member: MemberProcess, line: str) -> None:
+            moment = (line.startswith("voted ") and line.endswith(" yes")
+                      if args.kill_on == "yes" else line.startswith("delivered "))
+            if moment and not killed_on and len(sender.decided) >= args.kill_after:
                 member.proc.send_signal(signal.SIGKILL)  # right after its YES left
                 killed_on.append(line.split()[1])
 
-        first_life.on_line = kill_on_yes
+        first_life.on_line = kill_at_the_moment
 
         async def restart_once_killed() -> None:
             if killed_on and members[victim_label] is first_life:
                 await first_life.proc.wait()
-                print(f"killed {victim_label} ({first_life.name}) right after its YES for "
-                      f"{killed_on[0]}, after {len(sender.decided)} decisions; restarting it")
+                print(f"killed {victim_label} ({first_life.name}) right after it printed "
+                      f"{args.kill_on!r} for {killed_on[0]}, after {len(sender.decided)} "
+                      f"decisions; restarting it")
                 members[victim_label] = await net.spawn(victim_label)
 
         def has_room(sent: int) -> bool:
@@ -159,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--inflight", type=int, default=10)
     parser.add_argument("--kill-after", type=int, default=300,
                         help="decisions before the kill (the next YES of the victim)")
+    parser.add_argument("--kill-on", choices=["yes", "delivered"], default="yes",
+                        help="the line of the victim's on which it is killed: a YES of its "
+                             "own left, or it printed a delivery (the rest of that commit's "
+                             "deliveries then in the middle of their journaling)")
     parser.add_argument("--session-period", type=float, default=0.5)
     parser.add_argument("--out", type=Path, default=None, help="default: a temp dir, kept")
     parser.add_argument("--no-analyze", action="store_true")
