@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from gossamer.core.trace import MemorySink
 from gossamer.protocols.ordering.atomic import AtomicProcess, AtomicProcessConfig
 from gossamer.runtimes.sim import LinkModel, Simulation, Uniform
@@ -43,6 +45,39 @@ def test_crashes_of_members_and_senders_keep_atomicity() -> None:
         verdict = judge_atomicity(rows(sim))
         assert verdict.ok, f"seed={seed} {verdict.violations}"
         assert verdict.undecided == 0, f"seed={seed}: every sender recovered: {verdict}"
+
+
+INBOX_RUN = AtomicRunOptions(members=5, messages=15, loss=0.1, member_crashes=3,
+                             sender_crashes=1, inbox=True)
+
+
+def test_an_application_over_the_inbox_handles_each_delivery_once_across_crashes() -> None:
+    """Crashes fall between a hand-over and the application's commit (the delivery comes
+    again) and between that commit and its acknowledgement (it comes again and is skipped):
+    each member's application handles each message it delivered exactly once."""
+    redelivered = 0
+    for seed in (8, 20, 48):
+        trace = rows(run_atomic_sim(seed, INBOX_RUN))
+        verdict = judge_atomicity(trace)
+        assert verdict.ok, f"seed={seed} {verdict.violations}"
+        redelivered += sum(1 for r in trace if r.event == "redeliver")
+        handled = sorted((r.node, r.msg) for r in trace if r.event == "handle")
+        assert handled == sorted((r.node, r.msg) for r in trace if r.event == "deliver")
+    assert redelivered >= 3  # the seeds were chosen for it
+
+
+def test_an_application_that_forgets_what_it_handled_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gossamer.services.atomic.experiment import InboxAppProcess
+    build = InboxAppProcess.__init__
+
+    def forgetful(self: InboxAppProcess, env: object, config: AtomicProcessConfig) -> None:
+        build(self, env, config)  # type: ignore[arg-type]
+        self.handled = 0  # its own cursor lost: what the inbox hands over again is redone
+
+    monkeypatch.setattr(InboxAppProcess, "__init__", forgetful)
+    verdict = judge_atomicity(rows(run_atomic_sim(8, INBOX_RUN)))
+    assert any("handled 2 times" in v for v in verdict.violations), verdict
 
 
 def _group(seed: int, members: int = 3) -> Simulation:

@@ -99,6 +99,36 @@ def test_a_redelivery_stands_for_a_lost_deliver_row_and_is_no_second_delivery(
     assert not judge_atomicity(_as_trace_rows(wrong)).ok
 
 
+@functools.cache
+def _with_app() -> tuple[tuple[Any, ...], ...]:
+    sink = MemorySink()
+    run_atomic_sim(8, AtomicRunOptions(members=5, messages=15, loss=0.1, member_crashes=3,
+                                       sender_crashes=1, inbox=True),
+                   trace=sink, run="atomic-app")
+    return tuple(sink.rows)
+
+
+def test_an_application_over_the_inbox_is_held_to_exactly_once(spark: Any) -> None:
+    rows = [dict(zip(COLUMNS, row, strict=True)) for row in _with_app()]
+    assert any(r["event"] == "redeliver" for r in rows)
+    assert judge(spark, rows) == (Status.PASS, set())
+    handles = [r for r in rows if r["event"] == "handle"]
+    again, dropped = handles[0], handles[1]
+    stranger = next(r for r in rows if r["event"] == "deliver" and r["node"] != again["node"]
+                    and (r["msg"], again["node"]) not in {(h["msg"], h["node"]) for h in rows
+                                                          if h["event"] == "deliver"})
+    planted = [r for r in rows if r is not dropped]
+    planted += [{**again, "t": again["t"] + 1},  # handled twice
+                {**again, "msg": stranger["msg"], "t": again["t"] + 2}]  # never delivered
+    status, found = judge(spark, planted)
+    assert status is Status.FAIL
+    assert found == {
+        (again["node"], again["msg"], "handled 2 times by the application"),
+        (again["node"], stranger["msg"], "handled by the application, never delivered"),
+        (dropped["node"], dropped["msg"], "delivered, never handled by the application")}
+    assert len(judge_atomicity(_as_trace_rows(planted)).violations) == 3
+
+
 def _as_trace_rows(rows: Rows) -> list[TraceRow]:
     return [TraceRow(*(r[c] for c in COLUMNS)) for r in rows]
 

@@ -11,6 +11,10 @@ application had not acknowledged it): it is not a second delivery, but it stands
 delivery when the ``deliver`` row of the life that was killed never reached the trace (a kill
 -9 between the delivery's commit and the trace's flush), and like any delivery it must be of a
 committed message, by a snapshot member.
+
+Where a run has an application over the inbox (``handle`` rows: its effect of a delivery, on
+disk), each member handles each message it delivered exactly once (a member up at the end has
+handled all it delivered), and nothing it did not deliver.
 """
 
 from __future__ import annotations
@@ -75,4 +79,22 @@ def atomicity_violations(trace: DataFrame) -> DataFrame:
         owed.join(counted.select("run", "node", "msg"), ["run", "node", "msg"], "left_anti"),
         F.lit("committed, but this snapshot member never delivered it"))
     return (both.unionByName(twice).unionByName(not_committed).unionByName(outside)
-            .unionByName(missing))
+            .unionByName(missing).unionByName(_handling_violations(atomic, counted, trace)))
+
+
+def _handling_violations(atomic: DataFrame, delivered: DataFrame, trace: DataFrame) -> DataFrame:
+    """The application's exactly once, in the runs that have one (any ``handle`` row)."""
+    handled = atomic.filter(F.col("event") == "handle").groupBy("run", "node", "msg").agg(
+        F.count(F.lit(1)).alias("times"), F.first("origin").alias("origin"),
+        F.first("seq").alias("seq"))
+    twice = violation_rows(handled.filter(F.col("times") > 1), F.format_string(
+        "handled %d times by the application", F.col("times")))
+    keys = ["run", "node", "msg"]
+    undelivered = violation_rows(handled.join(delivered.select(*keys), keys, "left_anti"),
+                                 F.lit("handled by the application, never delivered"))
+    with_app = delivered.join(F.broadcast(handled.select("run").distinct()), ["run"])
+    unhandled = violation_rows(
+        with_app.join(handled.select(*keys), keys, "left_anti")
+        .join(_down_at_end(trace), ["run", "node"], "left_anti"),
+        F.lit("delivered, never handled by the application"))
+    return twice.unionByName(undelivered).unionByName(unhandled)

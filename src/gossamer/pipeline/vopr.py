@@ -362,6 +362,8 @@ _ATOMIC_KNOBS = (
     Knob("sender_crashes", 0, 2, note="at a random step between the sender's two phases"),
     Knob("down_for", 4.0, 12.0, note="session periods a crashed member stays down"),
     Knob("tree", choices=(False, True), note="a router tree (a loss drops for a subtree)"),
+    Knob("inbox", choices=(False, True),
+         note="members keep a durable inbox, an application handles and acknowledges it"),
 )
 
 
@@ -376,6 +378,7 @@ def _draw_atomic(d: _Draw) -> None:
     d.integer("sender_crashes")
     d.uniform("down_for")
     d.choice("tree")
+    d.choice("inbox")
 
 
 def _atomic_faults(o: Mapping[str, Scalar]) -> list[str]:
@@ -386,6 +389,8 @@ def _atomic_faults(o: Mapping[str, Scalar]) -> list[str]:
         faults.append(f"{o['sender_crashes']} sender crashes between phases")
     if o.get("tree"):
         faults.append("router tree")
+    if o.get("inbox"):
+        faults.append("inbox application")
     return faults
 
 

@@ -6,6 +6,10 @@ a committed message is delivered exactly once by every member of its snapshot th
 the end of the run, and by no one outside it; an aborted or undecided message is delivered by
 no one. A ``redeliver`` row (an inbox handing a delivery over again after a restart) is no
 second delivery, but stands for one whose ``deliver`` row a kill kept out of the trace.
+
+Where a run has an application over the inbox (``handle`` rows: its effect of a delivery, on
+disk), each member handles each message it delivered exactly once (a member up at the end has
+handled all it delivered), and nothing it did not deliver.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
     decisions: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
     published: set[str] = set()
     delivered: Counter[tuple[str, str]] = Counter()
+    handled: Counter[tuple[str, str]] = Counter()
     down: dict[str, bool] = {}
     for row in rows:
         if row.layer == "sim" and row.event in ("crash", "recover", "leave", "join"):
@@ -54,6 +59,8 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
             delivered[(row.msg, row.node)] += 1
         elif row.event == "redeliver":
             delivered[(row.msg, row.node)] += 0  # seen, not counted again
+        elif row.event == "handle":
+            handled[(row.msg, row.node)] += 1
     violations: list[str] = []
     by_mid: dict[str, list[str]] = defaultdict(list)
     for (mid, node), count in delivered.items():
@@ -84,6 +91,16 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
         missing = {m for m in snapshot if not down.get(m, False)} - receivers
         if missing:
             violations.append(f"{mid}: committed but not delivered by {sorted(missing)}")
+    if handled:  # an application over the inbox
+        for (mid, node), count in sorted(handled.items()):
+            if count > 1:
+                violations.append(f"{mid}: handled {count} times by {node}'s application")
+            if (mid, node) not in delivered:
+                violations.append(f"{mid}: handled by {node}'s application, never delivered")
+        for mid, node in sorted(set(delivered) - set(handled)):
+            if not down.get(node, False):
+                violations.append(f"{mid}: delivered by {node}, never handled by its "
+                                  f"application")
     undecided = len(published - set(decisions))
     return AtomicVerdict(len(published), committed, aborted, undecided,
                          sum(delivered.values()), tuple(violations))

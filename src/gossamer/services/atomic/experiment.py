@@ -4,23 +4,31 @@ and senders crashing between the phases, everyone recovering before the end.
 
 The run's trace holds the ``atomic`` rows the atomicity check judges
 (``gossamer.services.atomic.check`` here, the pipeline's Spark check on a trace directory).
+
+With ``inbox`` each member keeps a durable inbox and runs an application over it that handles
+each delivery a few milliseconds after it is handed over (a crash may fall between), commits
+the position it handled with its effect, and only then acknowledges: its ``handle`` rows, one
+per message and member, are what the exactly-once rule for applications is judged on.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import random
 import time
 from typing import Any
 
+from ...core.env import Env
 from ...core.errors import ConfigError
 from ...core.trace import MemorySink, Row, TraceSink
 from ...protocols.dissemination.srm import SrmSession
-from ...protocols.ordering.atomic import AtomicProcess, AtomicProcessConfig
+from ...protocols.ordering.atomic import AtomicConfig, AtomicProcess, AtomicProcessConfig
 from ...runtimes.sim import LinkModel, NodeStatus, RouterTree, Simulation, Uniform
 from .check import judge_atomicity
 
-__all__ = ["AtomicRunOptions", "AtomicRunResult", "run_atomic_experiment", "run_atomic_sim"]
+__all__ = ["AtomicRunOptions", "AtomicRunResult", "InboxAppProcess", "run_atomic_experiment",
+           "run_atomic_sim"]
 
 GROUP = "239.1.2.3:5000"
 
@@ -31,7 +39,8 @@ class AtomicRunOptions:
     as the draw falls); ``sender_crashes``: senders crashed just after a send of theirs, at a
     random step of the commit; ``down_for``: session periods a crashed node stays down;
     ``trace_sessions`` False leaves SRM's session messages out of the trace (their rows grow
-    with the square of the group: for groups of 100 and more; no check reads them)."""
+    with the square of the group: for groups of 100 and more; no check reads them);
+    ``inbox``: members keep a durable inbox, with an application over it (module doc)."""
 
     members: int = 5
     senders: int = 2
@@ -47,6 +56,7 @@ class AtomicRunOptions:
     tree: bool = False
     settle: float = 40.0
     trace_sessions: bool = True
+    inbox: bool = False
     seed: int = 0
     run: str = "atomic"
 
@@ -70,8 +80,9 @@ def run_atomic_sim(seed: int, options: AtomicRunOptions, *, trace: TraceSink | N
     tree = RouterTree.two_level(names[0], names, fanout=max(1, o.members // 5), delay=0.01,
                                 loss=o.loss) if o.tree else None
     sim.add_multicast_group(GROUP, names, tree=tree)
-    config = AtomicProcessConfig(group=GROUP, session_period=o.session_period)
-    sim.add_nodes(names, lambda env: AtomicProcess(env, config))
+    config = AtomicProcessConfig(group=GROUP, session_period=o.session_period,
+                                 atomic=AtomicConfig(inbox=o.inbox))
+    sim.add_nodes(names, lambda env: (InboxAppProcess if o.inbox else AtomicProcess)(env, config))
     rng = random.Random(f"{seed}/atomic-workload")
     senders = names[:o.senders]
     start = 3 * o.session_period  # the group has formed
@@ -131,6 +142,53 @@ class _Tee(TraceSink):
     def flush(self) -> None:
         self.first.flush()
         self.second.flush()
+
+
+class InboxAppProcess(AtomicProcess):
+    """An atomic member with an application over its inbox, as one that keeps state of its
+    own is written: deliveries are handled in position order, each 0-50 ms after it was handed
+    over; handling one writes the position with the effect and commits them, and only once
+    that is on disk is the effect traced (``handle``); it acknowledges 0-100 ms later (lazily,
+    as applications do). Positions up to the committed one are skipped: a hand-over again
+    after a crash that came after the application's commit and before its acknowledgement."""
+
+    TABLE = "app.handled"
+
+    def __init__(self, env: Env, config: AtomicProcessConfig) -> None:
+        super().__init__(env, config)
+        raw = env.store.get(self.TABLE, "position")
+        self.handled = 0 if raw is None else int(raw)
+        self._queue: collections.deque[tuple[str, str, int]] = collections.deque()
+        self._busy = False
+        self.atomic.on_deliver = self._handed
+
+    def _handed(self, mid: str, origin: str, body: Any, position: int | None) -> None:
+        assert position is not None  # (this member keeps an inbox)
+        self._queue.append((mid, origin, position))
+        if not self._busy:
+            self._busy = True
+            self.env.set_timer(self.env.rng.uniform(0.0, 0.05), self._handle_next)
+
+    def _handle_next(self) -> None:
+        mid, origin, position = self._queue.popleft()
+        if position <= self.handled:  # handled in an earlier life
+            self.atomic.acknowledge(position)
+        else:
+            self.handled = position
+            store = self.env.store
+            store.put(self.TABLE, "position", str(position).encode())
+
+            def done() -> None:
+                self.env.trace("handle", layer="atomic", msg=mid, origin=origin,
+                               position=position)
+                self.env.set_timer(self.env.rng.uniform(0.0, 0.1),
+                                   lambda: self.atomic.acknowledge(position))
+
+            store.commit_then(done)
+        if self._queue:
+            self.env.set_timer(self.env.rng.uniform(0.0, 0.05), self._handle_next)
+        else:
+            self._busy = False
 
 
 def _send(sim: Simulation, sender: str, body: Any) -> None:
