@@ -269,6 +269,26 @@ def test_an_outcome_goes_once_no_member_needs_it_and_its_data_is_refused_after()
     assert votes(env2) == [] and "collected" in env2.drop_reasons("atomic")
 
 
+def test_a_delivered_message_let_go_leaves_no_mark_and_is_refused_after() -> None:
+    process, env, delivered = member()
+    process.on_message("a", data())
+    env.run_due()
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b")))))
+    env.run_due()
+    assert delivered == ["a:1"] and keys(env, "atomic.delivered") == ["a:1"]
+    marks_from(process, "a", ("a", 2))
+    env.advance(1e6)
+    assert keys(env, "atomic.outcome") == [] and keys(env, "atomic.delivered") == []
+    env.store.commit()
+    env.crash()
+    again, env2, delivered2 = member(env=FakeEnv("b", store=env.store, seed=2))
+    again.on_message("a", data())
+    again.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b")))))
+    env2.run_due()
+    assert delivered2 == [] and votes(env2) == []
+    assert "collected" in env2.drop_reasons("atomic")
+
+
 def test_a_member_that_said_nothing_or_was_booted_holds_outcomes_back() -> None:
     process, env, _ = member()
     process.on_message("c", GroupJoin("c"))

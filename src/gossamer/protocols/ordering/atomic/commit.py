@@ -665,6 +665,9 @@ class AtomicMember:
         for mid in let_go:
             del self._outcomes[mid]
             store.delete(_OUTCOME, mid)
+            # its delivery mark too: the per-source record below refuses the data from now on
+            # (the two ride one group commit), so the marks do not grow with every message
+            store.delete(_DELIVERED, mid)
             key = self._item_of.pop(mid, None)
             if key is not None:
                 self._item_keys.pop(key, None)
