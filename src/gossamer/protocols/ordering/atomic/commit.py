@@ -53,10 +53,6 @@ from .records import (
 
 __all__ = ["LAYER", "AtomicConfig", "AtomicMember"]
 
-
-def _position_key(position: int) -> str:
-    return f"{position:020d}"  # keys sort as the positions do
-
 LAYER = "atomic"
 _SENT, _PENDING, _OUTCOME, _DELIVERED, _ITEMS, _COLLECTED, _LEFT = (
     "atomic.sent", "atomic.pending", "atomic.outcome", "atomic.delivered", "atomic.items",
@@ -68,6 +64,10 @@ MAX_LEFT = 4096  # members remembered as gone for good (a LEAVE heard), the olde
 #: 1, never reused), or None when the member keeps no inbox
 DeliverFn = Callable[[str, str, Any, "int | None"], None]
 OutcomeFn = Callable[[str, bool], None]
+
+
+def _position_key(position: int) -> str:
+    return f"{position:020d}"  # keys sort as the positions do
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
