@@ -11,6 +11,11 @@ Two topologies of ``--members`` members, each with a lossy link next to the sour
   spread over those, every member equally far from every other: the worst case for
   suppression (every timer of a kind falls in the same window).
 
+``--drops all`` (the default) applies the loss to every packet on the links, the source's
+data and every request, repair and session message alike; ``--drops data`` to the source's
+data packets only, as the paper's simulations do (a data packet dropped on a link, the
+recovery's own packets delivered): the figure the issue's targets take from the paper.
+
 One source sends ``--items`` items, ``--rate`` a second. A loss is one packet dropped on one
 link with members behind it (an item dropped on two links is two losses, however many members
 behind each missed it); the delay of a recovery is from the member detecting the loss to the
@@ -68,8 +73,10 @@ class DropCounter(RouterTree):
     that dropped one with members behind it (nothing behind a dropped link is reached, so
     no loss is counted twice)."""
 
-    def __init__(self, tree: RouterTree, source: str, members: Sequence[str]) -> None:
+    def __init__(self, tree: RouterTree, source: str, members: Sequence[str], *,
+                 data_only: bool = False) -> None:
         super().__init__(tree.links)
+        self.data_only = data_only
         self.members = tuple(m for m in members if m != source)
         self.source = source
         self.counting = False
@@ -87,6 +94,8 @@ class DropCounter(RouterTree):
                     todo.append(other)
 
     def spread(self, source: str, rng: random.Random) -> dict[str, float]:
+        if self.data_only and not self.counting:  # a request, repair or session message
+            return super().spread(source, _NoLoss())
         reached = super().spread(source, rng)
         if self.counting:
             dropped_at: set[str] = set()
@@ -112,13 +121,14 @@ def make_tree(topology: str, members: list[str], *, lossy: float, link_loss: flo
 
 
 def run(seed: int, *, topology: str, members: int, items: int, timers: SrmTimerConfig,
-        lossy: float, link_loss: float, period: float, rate: float, vertices: int
-        ) -> dict[str, float]:
+        lossy: float, link_loss: float, period: float, rate: float, vertices: int,
+        data_only: bool = False) -> dict[str, float]:
     names = [f"m{i:03d}" for i in range(members)]
     sink = MemorySink()
     sim = Simulation(seed=seed, link=LinkModel(), trace=sink, trace_messages=False)
     tree = DropCounter(make_tree(topology, names, lossy=lossy, link_loss=link_loss,
-                                 vertices=vertices, seed=seed), SOURCE, names)
+                                 vertices=vertices, seed=seed), SOURCE, names,
+                       data_only=data_only)
     sim.add_multicast_group(GROUP, names, tree=tree)
     nodes: dict[str, Member] = {}
 
@@ -193,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=1.0, help="session period (s)")
     parser.add_argument("--ave-dups", type=float, default=SrmTimerConfig().ave_dups,
                         help="the adaptive timers' target of duplicates per loss (AveDups)")
+    parser.add_argument("--drops", choices=("all", "data"), default="all",
+                        help="what the links drop: every packet (default) or the source's "
+                             "data only, as in the paper's simulations")
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="draw requests, repairs and delay per case (adapted half)")
@@ -202,8 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     topologies = args.topology or list(TOPOLOGIES)
     console = Console(width=150)
     table = Table(title=f"SRM loss recovery, {args.members} members, {args.items} items at "
-                        f"{args.rate:g}/s, {args.seeds} seed(s): whole run | adapted "
-                        "(second half)")
+                        f"{args.rate:g}/s, {args.seeds} seed(s), links drop "
+                        f"{'every packet' if args.drops == 'all' else 'data only'}: whole run "
+                        "| adapted (second half)")
     for column in ("topology", "loss", "timers", "losses", "requests/loss", "repairs/loss",
                    "delay (RTT)", "given up"):
         table.add_column(column, justify="left" if column in ("topology", "loss", "timers")
@@ -225,9 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   ave_dups=args.ave_dups),
                             lossy=args.lossy if mode == "lossy" else 0.0,
                             link_loss=args.link_loss if mode == "every" else 0.0,
-                            period=args.period, rate=args.rate, vertices=args.vertices))
+                            period=args.period, rate=args.rate, vertices=args.vertices,
+                            data_only=args.drops == "data"))
         row: dict[str, Any] = {key: statistics.fmean(r[key] for r in runs) for key in runs[0]}
-        row.update(topology=topology, loss=loss_name,
+        row.update(topology=topology, loss=loss_name, drops=args.drops,
                    timers="adaptive" if adaptive else "fixed")
         out.append(row)
         table.add_row(topology, loss_name, str(row["timers"]), _both(row, "losses", ".0f"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -207,6 +208,23 @@ def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Pat
     for row in rows:
         assert row["losses"] > 0 and row["requests_per_loss"] > 0, row
         assert row["adapted_losses"] < row["losses"] and row["gave_up"] == 0, row
+
+
+def test_srm_recovery_can_drop_the_data_only_as_the_paper_does(tmp_path: Path) -> None:
+    srm_recovery = load_benchmark("srm_recovery")
+    tree = srm_recovery.DropCounter(
+        srm_recovery.make_tree("two-level", ["m000", "m001", "m002"], lossy=1.0, link_loss=1.0,
+                               vertices=0, seed=1), "m000", ["m000", "m001", "m002"],
+        data_only=True)
+    rng = random.Random(1)
+    assert set(tree.spread("m001", rng)) >= {"m000", "m002"}  # a request or repair: no loss
+    tree.counting = True
+    assert set(tree.spread("m000", rng)) == set() and tree.drops > 0  # data: dropped
+    out = tmp_path / "srm.json"
+    assert srm_recovery.main(["--quick", "--topology", "paper", "--drops", "data", "--json",
+                              str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["drops"] for r in rows} == {"data"} and all(r["losses"] > 0 for r in rows)
 
 
 def test_atomic_commit_quick_run_prints_every_figure_and_the_ratios(
