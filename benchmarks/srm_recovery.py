@@ -261,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     """Requests and repairs per loss and the delay, fixed beside adaptive timers, for each
-    topology and loss (the adapted second half of the runs), with the 1.5 target marked."""
+    topology and loss: bars for the whole run, a black tick for its adapted second half, the
+    1.5 target marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,20 +273,27 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     for ax, key, title in zip(axes, ("requests_per_loss", "repairs_per_loss", "delay_rtt"),
                               ("requests per loss", "repairs per loss",
                                "recovery delay (round trips)"), strict=True):
+        highest = 0.0
         for offset, timers in ((-0.2, "fixed"), (0.2, "adaptive")):
-            values = [next(r["adapted_" + key] for r in rows
-                           if (r["topology"], r["loss"]) == case and r["timers"] == timers)
-                      for case in cases]
-            ax.bar([i + offset for i in range(len(cases))], values, width=0.4, label=timers)
+            chosen = [next(r for r in rows if (r["topology"], r["loss"]) == case
+                           and r["timers"] == timers) for case in cases]
+            xs = [i + offset for i in range(len(cases))]
+            whole = [r[key] for r in chosen]
+            ax.bar(xs, whole, width=0.4, label=f"{timers}, whole run")
+            ax.scatter(xs, [r["adapted_" + key] for r in chosen], marker="_", s=300,
+                       color="black", zorder=3, label="second half" if timers == "fixed" else None)
+            highest = max(highest, *whole)
         if key != "delay_rtt":
             ax.axhline(1.5, color="grey", linestyle="--", linewidth=1, label="target 1.5")
-        ax.set_yscale("log" if key == "repairs_per_loss" else "linear")
+        ax.set_yscale("log" if highest > 10 else "linear")
         ax.set_xticks(range(len(cases)))
         ax.set_xticklabels([f"{t}\n{loss.replace('loss on ', '').replace(' near source', '')}"
                             for t, loss in cases], fontsize=8)
         ax.set_title(title)
         ax.legend(fontsize=7)
-    figure.suptitle("SRM loss recovery, fixed against adaptive timers (second half of each run)")
+    drops = {r.get("drops", "all") for r in rows}
+    what = "the links drop the data only" if drops == {"data"} else "the links drop every packet"
+    figure.suptitle(f"SRM loss recovery, fixed against adaptive timers ({what})")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
