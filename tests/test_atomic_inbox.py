@@ -137,6 +137,57 @@ def test_a_full_inbox_votes_no_until_the_application_catches_up() -> None:
     assert votes(env) == [Vote("a:4", "b", True)]
 
 
+def test_a_delivery_marked_but_not_yet_in_the_inbox_counts_against_its_bound() -> None:
+    env = FakeEnv("b", seed=1)
+    process, _ = member(env, max_inbox=1)
+    process.on_message("a", SrmData("a", 1, payload_of(Data("a:1", ("a", "b"), 1))))
+    env.run_due()
+    votes(env)
+    # the CONFIRM of a:1 and the data of a:3 in one loop turn: a:1 is marked, not yet in
+    process.on_message("a", SrmData("a", 2, payload_of(Outcome("a:1", True, ("a", "b")))))
+    process.on_message("a", SrmData("a", 3, payload_of(Data("a:3", ("a", "b"), 2))))
+    env.run_due()
+    assert votes(env) == [Vote("a:3", "b", False)]
+    assert process.atomic.unacknowledged == 1
+
+
+def test_a_sender_whose_inbox_is_full_may_not_send() -> None:
+    env = FakeEnv("b", seed=1)
+    process, _ = member(env, max_inbox=2)
+    for n in (1, 2):
+        confirmed(process, env, n)
+    with pytest.raises(StateError, match="not acknowledged"):
+        process.atomic.send("mine")  # it would deliver its own message into a full inbox
+    process.atomic.acknowledge(2)
+    process.atomic.send("mine")
+
+
+def test_acknowledge_refuses_a_position_not_handed_over_yet() -> None:
+    """One commit's deliveries are numbered together, then handed over one by one: an
+    application may not acknowledge the next before it has it."""
+    env = FakeEnv("b", seed=1)
+    process, _ = member(env)
+    for n in (1, 2):
+        process.on_message("a", SrmData("a", 2 * n - 1,
+                                        payload_of(Data(f"a:{2 * n - 1}", ("a", "b"), n))))
+    env.run_due()
+    tried: list[str] = []
+
+    def greedy(mid: str, origin: str, body: object, position: int | None) -> None:
+        try:
+            process.atomic.acknowledge(2)
+        except ValueError as exc:
+            tried.append(str(exc))
+
+    process.atomic.on_deliver = greedy
+    for n in (1, 2):  # both CONFIRMs in one turn: one commit, positions 1 and 2
+        process.on_message("a", SrmData("a", 2 * n + 4, payload_of(
+            Outcome(f"a:{2 * n - 1}", True, ("a", "b")))))
+    env.run_due()
+    assert len(tried) == 1 and "not delivered yet" in tried[0]
+    assert process.atomic.unacknowledged == 0  # the second hand-over could acknowledge both
+
+
 def test_the_config_refuses_an_empty_inbox() -> None:
     from gossamer.core.errors import ConfigError
     with pytest.raises(ConfigError):

@@ -92,6 +92,14 @@ def test_a_redelivery_stands_for_a_lost_deliver_row_and_is_no_second_delivery(
     for trace in (instead, both):
         assert judge(spark, trace) == (Status.PASS, set())
         assert judge_atomicity(_as_trace_rows(trace)).ok
+    # the protocol delivering twice, its first deliver row lost with the kill: the message
+    # handed over again at its position, then delivered anew at another
+    first = {**gone, "event": "redeliver", "info": orjson.dumps({"position": 1}).decode()}
+    again = {**gone, "t": gone["t"] + 2, "info": orjson.dumps({"position": 2}).decode()}
+    anew = [r for r in rows if r is not gone] + [first, again]
+    assert judge(spark, anew)[1] == {(gone["node"], gone["msg"],
+                                      "handed over under 2 positions")}
+    assert not judge_atomicity(_as_trace_rows(anew)).ok
     aborted = decided(rows, "abort")[0]
     wrong = [*rows, {**gone, "event": "redeliver", "msg": aborted["msg"]}]
     assert judge(spark, wrong)[1] == {(gone["node"], aborted["msg"],

@@ -10,7 +10,8 @@ A ``redeliver`` row is a member's inbox handing a delivery over again after a re
 application had not acknowledged it): it is not a second delivery, but it stands for the
 delivery when the ``deliver`` row of the life that was killed never reached the trace (a kill
 -9 between the delivery's commit and the trace's flush), and like any delivery it must be of a
-committed message, by a snapshot member.
+committed message, by a snapshot member. It carries that delivery's position: a message a
+member handed over under two positions was delivered twice (the first ``deliver`` row lost).
 
 Where a run has an application over the inbox (``handle`` rows: its effect of a delivery, on
 disk), each member handles each message it delivered exactly once (a member up at the end has
@@ -57,12 +58,16 @@ def atomicity_violations(trace: DataFrame) -> DataFrame:
     commits = decided.filter(F.col("outcome") == "commit").dropDuplicates(["run", "msg"])
     aborts = decided.filter(F.col("outcome") == "abort").select("run", "msg").distinct()
     delivered = atomic.filter(F.col("event").isin("deliver", "redeliver")).select(
-        "run", "node", "msg", "origin", "seq", "event")
+        "run", "node", "msg", "origin", "seq", "event",
+        info_field("position").cast("long").alias("position"))
     counted = delivered.groupBy("run", "node", "msg").agg(
         F.sum(F.when(F.col("event") == "deliver", 1).otherwise(0)).alias("times"),
+        F.countDistinct("position").alias("positions"),
         F.first("origin").alias("origin"), F.first("seq").alias("seq"))
-    twice = violation_rows(counted.filter(F.col("times") > 1),
-                           F.format_string("delivered %d times", F.col("times")))
+    twice = violation_rows(
+        counted.filter((F.col("times") > 1) | (F.col("positions") > 1)),
+        F.when(F.col("times") > 1, F.format_string("delivered %d times", F.col("times")))
+        .otherwise(F.format_string("handed over under %d positions", F.col("positions"))))
     uncommitted = counted.join(commits.select("run", "msg"), ["run", "msg"], "left_anti")
     not_committed = violation_rows(
         uncommitted.join(aborts.withColumn("aborted", F.lit(True)), ["run", "msg"], "left"),

@@ -5,7 +5,9 @@ Rules, per message id: at most one decision (``commit`` or ``abort`` row, layer 
 a committed message is delivered exactly once by every member of its snapshot that is up at
 the end of the run, and by no one outside it; an aborted or undecided message is delivered by
 no one. A ``redeliver`` row (an inbox handing a delivery over again after a restart) is no
-second delivery, but stands for one whose ``deliver`` row a kill kept out of the trace.
+second delivery, but stands for one whose ``deliver`` row a kill kept out of the trace; it
+carries the position of that delivery, and a message a member handed over under two
+positions was delivered twice.
 
 Where a run has an application over the inbox (``handle`` rows: its effect of a delivery, on
 disk), each member handles each message it delivered exactly once (a member up at the end has
@@ -44,6 +46,7 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
     published: set[str] = set()
     delivered: Counter[tuple[str, str]] = Counter()
     handled: Counter[tuple[str, str]] = Counter()
+    positions: dict[tuple[str, str], set[int]] = defaultdict(set)
     down: dict[str, bool] = {}
     for row in rows:
         if row.layer == "sim" and row.event in ("crash", "recover", "leave", "join"):
@@ -55,10 +58,12 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
         elif row.event in ("commit", "abort"):
             info = orjson.loads(row.info or "{}")
             decisions[row.msg].append((row.event, tuple(info.get("snapshot", ()))))
-        elif row.event == "deliver":
-            delivered[(row.msg, row.node)] += 1
-        elif row.event == "redeliver":
-            delivered[(row.msg, row.node)] += 0  # seen, not counted again
+        elif row.event in ("deliver", "redeliver"):
+            # a redeliver is seen, not counted again: its position says which delivery it is
+            delivered[(row.msg, row.node)] += row.event == "deliver"
+            position = orjson.loads(row.info or "{}").get("position")
+            if position is not None:
+                positions[(row.msg, row.node)].add(position)
         elif row.event == "handle":
             handled[(row.msg, row.node)] += 1
     violations: list[str] = []
@@ -67,6 +72,9 @@ def judge_atomicity(rows: Iterable[TraceRow]) -> AtomicVerdict:
         by_mid[mid].append(node)
         if count > 1:
             violations.append(f"{mid}: delivered {count} times by {node}")
+        elif len(positions.get((mid, node), ())) > 1:
+            violations.append(f"{mid}: handed over by {node} under "
+                              f"{len(positions[(mid, node)])} positions")
     committed = aborted = 0
     for mid in sorted(published | set(decisions) | set(by_mid)):
         kinds = decisions.get(mid, [])

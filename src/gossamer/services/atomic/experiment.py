@@ -147,10 +147,12 @@ class _Tee(TraceSink):
 class InboxAppProcess(AtomicProcess):
     """An atomic member with an application over its inbox, as one that keeps state of its
     own is written: deliveries are handled in position order, each 0-50 ms after it was handed
-    over; handling one writes the position with the effect and commits them, and only once
-    that is on disk is the effect traced (``handle``); it acknowledges 0-100 ms later (lazily,
-    as applications do). Positions up to the committed one are skipped: a hand-over again
-    after a crash that came after the application's commit and before its acknowledgement."""
+    over; handling one writes the position with the effect and commits them at once (a
+    synchronous commit, as ``gossamer atomic node``'s journal does: the effect traced
+    ``handle`` is on disk when the row is written, and not before); it acknowledges 0-100 ms
+    later (lazily, as applications do). Positions up to the committed one are skipped: a
+    hand-over again after a crash that came after the application's commit and before its
+    acknowledgement."""
 
     TABLE = "app.handled"
 
@@ -177,14 +179,10 @@ class InboxAppProcess(AtomicProcess):
             self.handled = position
             store = self.env.store
             store.put(self.TABLE, "position", str(position).encode())
-
-            def done() -> None:
-                self.env.trace("handle", layer="atomic", msg=mid, origin=origin,
-                               position=position)
-                self.env.set_timer(self.env.rng.uniform(0.0, 0.1),
-                                   lambda: self.atomic.acknowledge(position))
-
-            store.commit_then(done)
+            store.commit()
+            self.env.trace("handle", layer="atomic", msg=mid, origin=origin, position=position)
+            self.env.set_timer(self.env.rng.uniform(0.0, 0.1),
+                               lambda: self.atomic.acknowledge(position))
         if self._queue:
             self.env.set_timer(self.env.rng.uniform(0.0, 0.05), self._handle_next)
         else:

@@ -150,6 +150,7 @@ class AtomicMember:
         self._booted: set[NodeId] = set()
         self._acked = 0  # inbox: positions up to it acknowledged (durable)
         self._next_position = 1  # inbox: the next delivery's position
+        self._handed = 0  # inbox: the highest position handed to the application
         self._unacked = 0  # inbox: deliveries not acknowledged
         srm.on_deliver = self._item_arrived
         srm.holder = self._durable_item
@@ -215,6 +216,9 @@ class AtomicMember:
         undecided = len(self._ballots) + len(self._deciding)
         if undecided >= self.config.max_sending:
             raise StateError(f"{undecided} messages still undecided: wait")
+        if not self._inbox_has_room():  # the sender delivers its own message too
+            raise StateError(f"{self._unacked} deliveries not acknowledged (max_inbox "
+                             f"{self.config.max_inbox}): acknowledge first")
         snapshot = self.group.members()
         mid = f"{self.env.node}:{self.srm.highest_sent + 1}"
         item = Data(mid, snapshot, body)
@@ -427,6 +431,8 @@ class AtomicMember:
             positions.append(self._into_inbox(mid, body) if self.config.inbox else None)
         store.commit()
         for (mid, body), position in zip(marked, positions, strict=True):
+            if position is not None:
+                self._handed = position
             self._delivered(mid, origin_of(mid), body, position)
 
     def _discarded(self, mid: str, commit: bool, held: bool) -> None:
@@ -449,8 +455,8 @@ class AtomicMember:
     def _inbox_has_room(self) -> bool:
         """Whether a YES now keeps the inbox within ``max_inbox`` (every pending message may
         end in it)."""
-        return (not self.config.inbox
-                or self._unacked + len(self._pending) < self.config.max_inbox)
+        return (not self.config.inbox or self._unacked + len(self._pending) + len(self._marked)
+                < self.config.max_inbox)
 
     def _into_inbox(self, mid: str, body: Any) -> int:
         position = self._next_position
@@ -478,6 +484,7 @@ class AtomicMember:
             mid = entry["mid"]
             self.env.trace("redeliver", layer=LAYER, msg=mid, origin=origin_of(mid),
                            key=self.srm.config.group, position=position)
+            self._handed = position
             self.on_deliver(mid, origin_of(mid), entry["body"], position)
 
     def acknowledge(self, position: int) -> None:
@@ -485,12 +492,12 @@ class AtomicMember:
         inbox (durably with the next group commit; a crash before it hands them over again,
         with the same positions). Acknowledging a position again, or an older one, does
         nothing. Raises ``StateError`` without an inbox, and ``ValueError`` for a position
-        not delivered yet."""
+        not handed over yet."""
         if not self.config.inbox:
             raise StateError("this member keeps no inbox (AtomicConfig.inbox is off)")
-        if position >= self._next_position:
-            raise ValueError(f"position {position} not delivered yet (the last is "
-                             f"{self._next_position - 1})")
+        if position > self._handed:
+            raise ValueError(f"position {position} not delivered yet (the last handed over "
+                             f"is {self._handed})")
         if position <= self._acked:
             return
         store = self.env.store
