@@ -203,8 +203,10 @@ class AtomicGroup:
 
     async def send(self, body: Any, *, timeout: float | None = None) -> Sent:
         """Multicast ``body`` to the group as it is now and wait for the decision. Raises
-        ``DatagramTooLarge`` (nothing sent) for a body over one datagram; a ``timeout`` raises
-        ``OperationError`` (not definite: it may still commit)."""
+        ``DatagramTooLarge`` (nothing sent) for a body over one datagram, ``StateError``
+        (nothing sent) while ``max_inbox`` deliveries wait for this member's acknowledgement
+        (its own message would be one more); a ``timeout`` raises ``OperationError`` (not
+        definite: it may still commit)."""
         process = self._member()
         self._early = {}
         try:

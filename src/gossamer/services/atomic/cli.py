@@ -17,6 +17,8 @@ message this member delivered is in it exactly once, even across kill -9 and res
 same directory (the atomic layer hands over again what the journal had not taken; positions up
 to the journal's last are skipped). The printed line follows the journal's write, so a kill
 between the two leaves a delivery in the journal that was never printed, never the reverse.
+The journal and the member's store (``DIR/atomic.sqlite``) belong together: a journal kept
+beside a new store would skip the new store's first positions as held.
 
 The datagrams are authenticated with the group key (``--group-key``, else
 ``$GOSSAMER_GROUP_KEY``, else on loopback a built-in key, said in a log line).
