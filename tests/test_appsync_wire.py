@@ -235,3 +235,30 @@ def test_a_sync_built_from_shared_encoded_actions_is_the_same_bytes() -> None:
     assert codec.encode_sync(Header("0001", 3, 2), (), b"[]") == doc_vectors()["beat"]
     with pytest.raises(ValueError):
         codec.encode_sync(Header("0001", 3, 2), (99,), b"[]")
+
+
+def test_object_infos_are_checked_once_and_the_cache_stays_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gossamer.protocols.appsync import wire
+
+    monkeypatch.setattr(wire, "INFO_CACHE_SIZE", 4)
+    monkeypatch.setattr(wire, "_INFO_CACHE", {})
+
+    def rqst(name: str, scope: str = "G") -> str:
+        return ('{"h":{"p":"APSYN/01","c":"0001","r":"0002","l":"0001"},'
+                f'"b":[{{"t":"upd","i":{{"s":"{scope}","n":"{name}"}},"d":1}}]}}')
+
+    first = codec.decode_from_peer(rqst("board.p1"))
+    again = codec.decode_from_peer(rqst("board.p1"))
+    assert isinstance(first, Rqst) and isinstance(again, Rqst)
+    assert again.actions[0].info is first.actions[0].info  # the same checked object
+    for n in range(10):
+        codec.decode_from_peer(rqst(f"board.q{n}"))
+        assert len(wire._INFO_CACHE) <= 4
+    for bad in ("bo ard", "a" * 300):  # refused every time, never kept
+        for _ in range(2):
+            with pytest.raises(BadRequest):
+                codec.decode_from_peer(rqst(bad))
+    with pytest.raises(BadRequest):
+        codec.decode_from_peer(rqst("board.p1", scope="X"))
+    assert all(key[2] not in ("bo ard", "a" * 300) for key in wire._INFO_CACHE)

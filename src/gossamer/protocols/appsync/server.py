@@ -173,7 +173,9 @@ class PeerState:
     requests: int = 0  # its requests this round
     zone: str | None = None  # the CTRL of another zone, joined as a peer: sees G objects only
     owed: collections.deque[OwedAck] = dataclasses.field(default_factory=collections.deque)
-    history: collections.deque[tuple[int, bytes]] = dataclasses.field(
+    # the syncs sent, kept to resend a lost one: (round, its parts), the round's shared updates
+    # held once for every peer (``AppSyncCodec.sync_parts``); bytes: their whole length
+    history: collections.deque[tuple[int, tuple[bytes, ...]]] = dataclasses.field(
         default_factory=collections.deque)
     history_bytes: int = 0
     # (round, rounds behind) of the last repair: a gap is repaired once a round, unless a
@@ -396,7 +398,7 @@ class AppSyncServer:
         if peer.repaired[0] == session.round and behind <= peer.repaired[1]:
             return  # resent already: they are on their way
         peer.repaired = (session.round, behind)
-        kept = [frame for number, frame in peer.history
+        kept = [b"".join(parts) for number, parts in peer.history
                 if 0 < self._rounds_between(number, session.round) < behind
                 or number == session.round]
         if behind < len(peer.history) and len(kept) == behind:
@@ -464,13 +466,14 @@ class AppSyncServer:
         outgoing: list[tuple[Conn, bytes]] = []
         syn_for = self._syn_lists(applied)
         for client, peer in session.peers.items():
-            frame = self.codec.encode_sync(Header(client, new_round, peer.answered),
-                                           _due(peer), syn_for(peer))
-            peer.history.append((new_round, frame))
+            parts = self.codec.sync_parts(Header(client, new_round, peer.answered),
+                                          _due(peer), syn_for(peer))
+            frame = b"".join(parts)
+            peer.history.append((new_round, parts))
             peer.history_bytes += len(frame)
             while len(peer.history) > self.config.history or (
                     len(peer.history) > 1 and peer.history_bytes > self.config.history_bytes):
-                peer.history_bytes -= len(peer.history.popleft()[1])
+                peer.history_bytes -= sum(map(len, peer.history.popleft()[1]))
             peer.requests = 0
             outgoing.append((peer.conn, frame))
         for peer in session.joining:

@@ -433,15 +433,31 @@ def _decode_header(value: Any) -> Header:
     return Header(client_id=client, round=_round(head["r"], "r"), last=_round(head["l"], "l"))
 
 
+#: object infos decoded before, by their wire fields: peers name the same few objects round
+#: after round, and an ``ObjectInfo`` (frozen) is checked once, not at every request. Cleared
+#: when full, so at most this many are kept.
+_INFO_CACHE: dict[tuple[str, str | None, str], ObjectInfo] = {}
+INFO_CACHE_SIZE = 65_536
+
+
 def _decode_info(value: Any) -> ObjectInfo:
     info = _obj(value, {"s", "i", "n"}, "object info", frozenset({"i"}))
     scope_text = _str(info["s"], "s")
+    scope_id = _str(info["i"], "i") if "i" in info else None
+    name = _str(info["n"], "n")
+    key = (scope_text, scope_id, name)
+    known = _INFO_CACHE.get(key)
+    if known is not None:
+        return known
     try:
         scope = Scope(scope_text)
     except ValueError as exc:
         raise BadRequest("s must be G, L or C") from exc
-    scope_id = _str(info["i"], "i") if "i" in info else None
-    return ObjectInfo(scope=scope, name=_str(info["n"], "n"), scope_id=scope_id)
+    decoded = ObjectInfo(scope=scope, name=name, scope_id=scope_id)
+    if len(_INFO_CACHE) >= INFO_CACHE_SIZE:
+        _INFO_CACHE.clear()
+    _INFO_CACHE[key] = decoded
+    return decoded
 
 
 def _decode_action(value: Any) -> Action:
@@ -498,10 +514,16 @@ class AppSyncCodec:
     def encode_sync(self, header: Header, acks: tuple[int, ...], syn: bytes) -> bytes:
         """The bytes ``encode(Sync(header, acks, actions))`` gives, from the actions already
         encoded as a JSON array (shared by every peer that sees the same updates)."""
+        return b"".join(self.sync_parts(header, acks, syn))
+
+    def sync_parts(self, header: Header, acks: tuple[int, ...], syn: bytes
+                   ) -> tuple[bytes, bytes, bytes]:
+        """``encode_sync``'s bytes in three parts, the peer's own, the shared ``syn`` and the
+        end, so that what is kept of a sync shares ``syn`` with every other peer's."""
         if header.round == 0 or any(a not in CODES for a in acks):
             raise ValueError("a sync has a round other than 0000 and codes of the table")
-        return b"".join((b'{"h":', orjson.dumps(header.to_wire()), b',"b":{"ack":',
-                         orjson.dumps(list(acks)), b',"syn":', syn, b"}}"))
+        return (b'{"h":' + orjson.dumps(header.to_wire()) + b',"b":{"ack":'
+                + orjson.dumps(list(acks)) + b',"syn":', syn, b"}}")
 
     def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
         if len(data) > self.max_frame:
