@@ -71,6 +71,21 @@ def test_a_booted_member_that_is_alive_rejoins() -> None:
     assert env.take_multicast() == [("g", GroupJoin("a"))]
 
 
+def test_a_boot_of_a_member_heard_within_a_period_is_stale_and_kept() -> None:
+    """A member that was paused boots everyone it missed when it runs again: whoever heard
+    the booted member lately keeps it; one silent longer is removed as before."""
+    group, env, changes = member("a")
+    for other in ("b", "c", "d"):
+        group.on_message(other, GroupJoin(other))
+    env.advance(0.5 * PERIOD)
+    group.on_message("c", GroupBoot("b", "c"))  # b was heard half a period ago
+    assert "b" in group.members() and ("b", False, "boot") not in changes
+    assert "stale_boot" in env.drop_reasons("group")
+    env.advance(1.5 * PERIOD)
+    group.on_message("c", GroupBoot("b", "c"))  # silent for two periods now: gone
+    assert "b" not in group.members() and ("b", False, "boot") in changes
+
+
 def test_group_messages_in_another_members_name_or_from_outsiders_change_nothing() -> None:
     group, env, changes = member("a")
     for other in ("b", "c"):
@@ -84,6 +99,7 @@ def test_group_messages_in_another_members_name_or_from_outsiders_change_nothing
     assert group.members() == before and changes == changed
     assert env.drop_reasons("group") == ["forged_member", "forged_member", "not_member",
                                          "forged_member", "forged_member"]
+    env.advance(2 * PERIOD)  # c silent here too (a boot of a member heard lately is stale)
     group.on_message("b", GroupBoot("c", "b"))  # a member's own boot of another: taken
     assert group.members() == ("a", "b")
 

@@ -5,7 +5,8 @@ A member multicasts JOIN when it starts and LEAVE when it stops; the member clos
 (the first whose distance-scaled timer fires, the others suppressed on hearing it) multicasts
 the group state to it; a member silent for ``boot_periods`` session periods (stretched by the
 measured distance to it) is booted with a multicast BOOT, and a booted member that is still
-there answers with a JOIN.
+there answers with a JOIN. A member that heard the booted one within the last session period
+keeps it (the booter alone missed it: it was paused, or cut off from it).
 """
 
 from __future__ import annotations
@@ -127,6 +128,13 @@ class SrmGroup:
         period = self.srm.config.session_period + 2 * self.srm.distance(member)
         return self.config.boot_periods * period
 
+    def _heard_lately(self, member: NodeId) -> bool:
+        """Whether ``member`` was heard within one session period (stretched as in
+        ``boot_after``)."""
+        heard = self._last_heard.get(member)
+        return heard is not None and (self.env.now() - heard
+                                      < self.boot_after(member) / self.config.boot_periods)
+
     # -- receiving -----------------------------------------------------------------------
 
     def on_message(self, src: NodeId, msg: Message) -> bool:
@@ -153,6 +161,11 @@ class SrmGroup:
             if msg.member == self.env.node:  # booted while still here: correct it
                 self.env.trace("booted", layer=LAYER, peer=msg.booter)
                 self.env.multicast(self._group, GroupJoin(self.env.node))
+            elif self._heard_lately(msg.member):
+                # the booter could not hear it, this member did, a session period ago at most
+                # (a booter that was itself paused or cut off boots everyone it missed)
+                self.env.trace("drop", layer=LAYER, peer=src, reason="stale_boot",
+                               member=msg.member)
             else:
                 self._remove(msg.member, "boot")
         elif isinstance(msg, GroupState):
