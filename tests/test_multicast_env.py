@@ -4,6 +4,7 @@ and UDP on a loopback IP multicast group with authenticated datagrams."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import socket
 import time
@@ -185,7 +186,8 @@ async def _wait(condition: object, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.005)
 
 
-def test_loopback_multicast_delivers_and_drops_forgeries() -> None:
+def test_loopback_multicast_delivers_and_drops_forgeries(
+        caplog: pytest.LogCaptureFixture) -> None:
     group = ("239.255.77.1", _free_udp_port())
     key = GroupKey(b"k" * 16)
 
@@ -220,6 +222,10 @@ def test_loopback_multicast_delivers_and_drops_forgeries() -> None:
             reasons = {orjson.loads(r.info or "{}")["reason"] for r in sinks["b"].named()
                        if r.event == "drop"}
             assert reasons == {"auth"}  # the raw one fails the tag check too
+            # and said at WARNING, once for both (a wrong --group-key is not silent)
+            warned = [r for r in caplog.records if r.levelno == logging.WARNING
+                      and "fail authentication" in r.getMessage() and "b:" in r.getMessage()]
+            assert len(warned) == 1, [r.getMessage() for r in caplog.records]
             stranger.close_group()
         finally:
             for env in envs:

@@ -43,6 +43,7 @@ from ...core.ids import NodeId, check_node_id
 from ...core.messages import Codec, Message, layer_of
 from ...core.trace import TraceSink
 from .loopenv import LoopEnv
+from .ratelog import RateLimitedLog
 from .store import SqliteStore, WriteBehindStore
 
 __all__ = ["COUNTER_LEASE", "DEFAULT_RECV_BUFFER", "GROUP_KEY_ENV", "MAX_SENDERS",
@@ -192,6 +193,9 @@ class MulticastEnv(LoopEnv):
         self.incarnation = incarnation
         self._addresses: dict[NodeId, tuple[str, int]] = {}
         self._windows: OrderedDict[NodeId, _ReplayWindow] = OrderedDict()
+        # datagrams that fail authentication, said at WARNING (a wrong group key makes a
+        # member a group of one, silently otherwise), once per 5 s with a count
+        self._refusals = RateLimitedLog(log)
         self._counter = DurableSequence(store, _COUNTER, lease=COUNTER_LEASE,
                                         floor=time.time_ns() // 1000)
         self._send_transport: asyncio.DatagramTransport | None = None
@@ -293,6 +297,10 @@ class MulticastEnv(LoopEnv):
         except ProtocolError as exc:
             self.trace("drop", layer="multicast", peer=f"{addr[0]}:{addr[1]}",
                        reason=exc.reason, error=str(exc))
+            if exc.reason == "auth":
+                self._refusals.warn("auth", "%s: datagrams from %s fail authentication: "
+                                    "another group key (--group-key, $GOSSAMER_GROUP_KEY) "
+                                    "on %s", self.node, addr[0], self.group_name)
             return
         if src == self.node:
             return  # our own datagram, looped back
