@@ -30,15 +30,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import fcntl
 import itertools
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ...core.env import Store
-from ...core.errors import OperationError, StateError
+from ...core.errors import ConfigError, OperationError, StateError
 from ...core.trace import TraceSink
 from ...protocols.ordering.atomic import (
     CODEC,
@@ -81,19 +83,53 @@ class Delivered:
     position: int
 
 
-def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int]:
-    """A member's stable name and a new incarnation, kept in ``data_dir``."""
+def _lock(data_dir: Path) -> IO[bytes]:
+    """An exclusive lock on ``data_dir`` for this process's life (or until released): two
+    members on one data dir would share one name, one store and one journal."""
+    lock = (data_dir / "lock").open("a+b")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().decode(errors="replace").strip() or "?"
+        lock.close()
+        raise StateError(f"{data_dir} is in use by another member (pid {holder})") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n".encode())
+    lock.flush()
+    return lock
+
+
+def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int, IO[bytes] | None]:
+    """A member's stable name, a new incarnation and the data dir's lock, kept in
+    ``data_dir``; ``ConfigError`` for a data dir that is not one, ``StateError`` for one in
+    use."""
     if data_dir is None:
-        return f"m{os.getpid()}-{next(_names)}", 1
-    data_dir.mkdir(parents=True, exist_ok=True)
-    name_file, inc_file = data_dir / "node_id", data_dir / "incarnation"
-    if not name_file.exists():
-        name_file.write_text(f"m{os.urandom(4).hex()}\n")
-    incarnation = int(inc_file.read_text()) + 1 if inc_file.exists() else 1
-    tmp = inc_file.with_suffix(".tmp")
-    tmp.write_text(f"{incarnation}\n")
-    os.replace(tmp, inc_file)
-    return name_file.read_text().strip(), incarnation
+        return f"m{os.getpid()}-{next(_names)}", 1, None
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"data dir {data_dir}: not a directory") from None
+    lock = _lock(data_dir)
+    try:
+        name_file, inc_file = data_dir / "node_id", data_dir / "incarnation"
+        if not name_file.exists():
+            name_file.write_text(f"m{os.urandom(4).hex()}\n")
+        name = name_file.read_text().strip()
+        if not name:
+            raise ConfigError(f"{name_file} is empty")
+        try:
+            incarnation = int(inc_file.read_text()) + 1 if inc_file.exists() else 1
+        except ValueError:
+            raise ConfigError(f"{inc_file} does not hold an incarnation number") from None
+        tmp = inc_file.with_suffix(".tmp")
+        tmp.write_text(f"{incarnation}\n")
+        os.replace(tmp, inc_file)
+    except BaseException:
+        lock.close()
+        raise
+    return name, incarnation, lock
 
 
 class AtomicGroup:
@@ -109,7 +145,7 @@ class AtomicGroup:
         reason ``injected``), to try the group under loss where the network loses none."""
         self._address = parse_group(group)
         self._data_dir = None if data_dir is None else Path(data_dir)
-        stored_name, self._incarnation = _name_and_incarnation(self._data_dir)
+        stored_name, self._incarnation, self._lock = _name_and_incarnation(self._data_dir)
         self.name = name if name is not None else stored_name
         self._key = resolve_group_key(group_key, interface)
         self._interface = interface
@@ -142,8 +178,15 @@ class AtomicGroup:
     async def join(self) -> None:
         if self._env is not None:
             raise StateError("this member has joined already")
-        self._store = (MemoryStore() if self._data_dir is None
-                       else WriteBehindStore(self._data_dir / "atomic.sqlite"))
+        if self._data_dir is None:
+            self._store = MemoryStore()
+        else:
+            path = self._data_dir / "atomic.sqlite"
+            try:
+                self._store = WriteBehindStore(path)
+            except sqlite3.DatabaseError as exc:
+                self._release()  # this member cannot start: the data dir is free again
+                raise ConfigError(f"{path}: not a member's store ({exc})") from None
         env = MulticastEnv(self.name, group=self._address, key=self._key, codec=CODEC,
                            store=self._store, interface=self._interface, ttl=self._ttl,
                            trace=self._trace, run=self._run, incarnation=self._incarnation,
@@ -267,7 +310,15 @@ class AtomicGroup:
             if not future.done():
                 future.set_exception(OperationError("left the group before the decision",
                                                     definite=False))
+                future.exception()  # said to whoever still awaits it; nobody else to tell
         self._waiting.clear()
         if self._store is not None:
             self._store.close()
             self._store = None
+        self._release()
+
+    def _release(self) -> None:
+        """The data dir is free for the next member."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None

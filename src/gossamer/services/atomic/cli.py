@@ -32,20 +32,22 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 from rich.console import Console
 
+from ...core.argtypes import non_negative_int
 from ...core.argtypes import seconds as _seconds
-from ...core.errors import ConfigError, OperationError
+from ...core.errors import ConfigError, OperationError, StateError
 from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...runtimes.net import DEFAULT_RECV_BUFFER
 from .api import AtomicGroup, Delivered
 
-__all__ = ["JOURNAL", "Journal", "add_atomic_parser", "read_journal"]
+__all__ = ["JOURNAL", "Journal", "add_atomic_parser", "command_lines", "read_journal"]
 
 MAX_LINE = 8_192
 JOURNAL = "delivered.jsonl"
@@ -80,11 +82,39 @@ async def _stdin_lines() -> asyncio.StreamReader:
     return reader
 
 
+async def command_lines(reader: asyncio.StreamReader, limit: int = MAX_LINE
+                        ) -> AsyncIterator[bytes | None]:
+    """The lines of ``reader`` without their newline; None, once, for a line over ``limit``
+    bytes, whose every byte up to its newline is dropped (never read as a command); a last
+    line without a newline counts."""
+    pending = bytearray()
+    too_long = False
+    while chunk := await reader.read(65_536):
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if too_long:
+                too_long = False  # the end of the long line, dropped with it
+            elif len(pending) + end - start > limit:
+                yield None
+            else:
+                yield bytes(pending) + chunk[start:end]
+            pending.clear()
+            start = end + 1
+        if not too_long:
+            pending += chunk[start:]
+            if len(pending) > limit:
+                pending.clear()
+                too_long = True
+                yield None
+    if pending and not too_long:
+        yield bytes(pending)
+
+
 async def _send(group: AtomicGroup, body: Any) -> None:
     try:
         sent = await group.send(body)
         _say(f"{'committed' if sent.committed else 'aborted'} {sent.mid}")
-    except (OperationError, ConfigError) as exc:
+    except (OperationError, ConfigError, StateError) as exc:
         _say(f"error: {exc}")
 
 
@@ -99,10 +129,15 @@ class Journal:
         good = 0
         if path.exists():
             data = path.read_bytes()
-            for line in data.splitlines(keepends=True):
+            for number, line in enumerate(data.splitlines(keepends=True), 1):
                 if not line.endswith(b"\n"):
                     break  # torn: its delivery was not acknowledged, it comes again
-                self.last = max(self.last, int(orjson.loads(line)["position"]))
+                try:
+                    self.last = max(self.last, int(orjson.loads(line)["position"]))
+                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                    raise ConfigError(f"{path}: line {number} is not a journal entry; the "
+                                      f"journal was changed by hand or its disk failed") \
+                        from None
                 good += len(line)
             if good < len(data):
                 with path.open("r+b") as torn:
@@ -134,6 +169,12 @@ def read_journal(data_dir: Path) -> list[dict[str, Any]]:
             if line.endswith(b"\n")]
 
 
+def decisions_within(args: argparse.Namespace) -> float:
+    """How long a leave waits for the sends on their way: the atomic period (5 session
+    periods) twice over, and at least 5 s."""
+    return max(5.0, 10.0 * float(args.session_period))
+
+
 async def run_node(args: argparse.Namespace) -> int:
     sink = None
     if args.trace_dir is not None:
@@ -153,10 +194,15 @@ async def run_node(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     tasks: set[asyncio.Task[None]] = set()
 
-    def spawn(coro: Any) -> None:
+    sends: set[asyncio.Task[None]] = set()  # waited for (bounded) before leaving
+
+    def spawn(coro: Any, into: set[asyncio.Task[None]] = tasks) -> None:
         task = loop.create_task(coro)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        into.add(task)
+        task.add_done_callback(into.discard)
+
+    def sending(coro: Any) -> None:
+        spawn(coro, sends)
 
     try:
         group.on_member = lambda member, joined: _say(f"member{'+' if joined else '-'} {member}")
@@ -179,26 +225,22 @@ async def run_node(args: argparse.Namespace) -> int:
             async def automated() -> None:
                 for n in range(1, args.count + 1):
                     await asyncio.sleep(args.send_every)
-                    spawn(_send(group, {"from": group.name, "n": n}))
+                    sending(_send(group, {"from": group.name, "n": n}))
 
             spawn(automated())
         if args.interactive:
             stdin = await _stdin_lines()
 
             async def read() -> None:
-                while True:
-                    try:
-                        raw = await stdin.readline()
-                    except ValueError:  # a line over MAX_LINE
+                async for raw in command_lines(stdin):
+                    if raw is None:
                         _say(f"error: a command line has at most {MAX_LINE} bytes")
                         continue
-                    if not raw:
-                        return
                     verb, _, rest = raw.decode(errors="replace").strip().partition(" ")
                     if verb == "leave":
                         return
                     if verb == "send" and rest:
-                        spawn(_send(group, _value(rest)))
+                        sending(_send(group, _value(rest)))
                     elif verb == "members":
                         _say("members " + ",".join(group.members()))
                     elif verb:
@@ -208,10 +250,17 @@ async def run_node(args: argparse.Namespace) -> int:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for wait in waits:
             wait.cancel()
-    finally:
-        for task in tasks:
+        for task in tasks:  # no new sends (the automated sender)
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if sends:  # a send then leave (or the end of input): its decision first, bounded
+            _, late = await asyncio.wait(set(sends), timeout=decisions_within(args))
+            if late:
+                _say(f"error: leaving with {len(late)} sends undecided (they may still "
+                     f"commit)")
+    finally:
+        for task in [*tasks, *sends]:
+            task.cancel()
+        await asyncio.gather(*tasks, *sends, return_exceptions=True)
         await group.leave()
         if journal is not None:
             journal.close()
@@ -247,8 +296,8 @@ def add_atomic_parser(
                       help="SRM session message period (default 1 s)")
     node.add_argument("--send-every", type=_seconds, default=1.0, metavar="SECONDS",
                       help="the automated sender's interval")
-    node.add_argument("--count", type=int, default=0, help="messages the automated sender "
-                                                             "sends (default 0: none)")
+    node.add_argument("--count", type=non_negative_int, default=0,
+                      help="messages the automated sender sends (default 0: none)")
     node.add_argument("--print-votes", action="store_true",
                       help="print 'voted MID yes|no' once each vote of this member has left")
     node.add_argument("--interactive", action="store_true", help="read commands from stdin")

@@ -211,8 +211,10 @@ class AtomicMember:
 
     def send(self, body: Any) -> str:
         """Multicast ``body`` atomically to the group as it is now; returns its id. Raises
-        ``DatagramTooLarge`` (nothing sent) when it does not fit one datagram, and
-        ``StateError`` when ``max_sending`` messages are still undecided."""
+        ``DatagramTooLarge`` (nothing sent) when it does not fit one datagram, ``ConfigError``
+        when it is not JSON (a set, bytes, an int over 64 bits, nested too deep), and
+        ``StateError`` when ``max_sending`` messages are still undecided or the inbox is
+        full."""
         undecided = len(self._ballots) + len(self._deciding)
         if undecided >= self.config.max_sending:
             raise StateError(f"{undecided} messages still undecided: wait")
@@ -222,7 +224,10 @@ class AtomicMember:
         snapshot = self.group.members()
         mid = f"{self.env.node}:{self.srm.highest_sent + 1}"
         item = Data(mid, snapshot, body)
-        encode_datagram(SrmData(self.env.node, self.srm.highest_sent + 1, payload_of(item)))
+        try:
+            encode_datagram(SrmData(self.env.node, self.srm.highest_sent + 1, payload_of(item)))
+        except (TypeError, RecursionError) as exc:  # orjson's JSONEncodeError is a TypeError
+            raise ConfigError(f"the body is not a JSON value that can be sent: {exc}") from None
         put_json(self.env.store, _SENT, mid, {"snap": list(snapshot)})
         put_json(self.env.store, _PENDING, mid, {"snap": list(snapshot), "body": body})
         # no commit waits here: these records ride with the next group commit. A sender that
