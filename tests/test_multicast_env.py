@@ -230,6 +230,9 @@ def test_loopback_multicast_delivers_and_drops_forgeries(
         finally:
             for env in envs:
                 env.close_group()
+        # each life traced as the pipeline reads a process's: a net join, a net leave at the end
+        life = [(r.layer, r.event) for r in sinks["b"].named() if r.layer == "net"]
+        assert life == [("net", "join"), ("net", "leave")]
 
     asyncio.run(main())
 

@@ -229,6 +229,10 @@ class MulticastEnv(LoopEnv):
             # as ``NetNode``: the rows traced before a write reach their file before the write
             # is durable, so a kill -9 that keeps the write keeps the rows
             self.store.before_durable = self._sink.flush
+        # the process's life, as ``NetNode`` traces it: a kill -9 leaves no leave, and a
+        # restart's join while up makes the pipeline infer the crash in between
+        self.trace("join", layer="net", transport="multicast", group=self.group_name,
+                   incarnation=self.incarnation)
         self.process = factory(self)
         self.process.start()
 
@@ -244,6 +248,7 @@ class MulticastEnv(LoopEnv):
         """Stop: the process's ``stop()`` (it may say goodbye), then the sockets close."""
         if self.process is not None and not self.closed:
             self.process.stop()
+            self.trace("leave", layer="net")
         self.shutdown()
         for transport in (self._recv_transport, self._send_transport):
             if transport is not None:
