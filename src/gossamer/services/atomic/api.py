@@ -16,7 +16,9 @@ what depends on a write (a YES, a CONFIRM or ABORT, a delivery) waits for its gr
 Every delivery carries its ``position`` in the member's durable inbox (from 1, in delivery
 order, never reused) and stays there until acknowledged: ``async for`` acknowledges a message
 when the next one is asked for, ``on_delivered`` when the callback returns, and
-``acknowledge(position)`` does it by hand. After a kill -9 the restarted member hands over
+``acknowledge(position)`` does it by hand. An acknowledgement covers every position up to
+it, so read the deliveries with one ``async for`` at a time (two loops side by side would
+acknowledge each other's). After a kill -9 the restarted member hands over
 again, first and in order, every delivery not acknowledged, with its position. So an
 application that records the position it handled with its own effects, in one transaction,
 and skips positions up to it, handles every delivered message exactly once; one that does not
