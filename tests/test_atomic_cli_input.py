@@ -123,3 +123,13 @@ def test_count_must_not_be_negative() -> None:
                                    "--count", "-3"])
     assert isinstance(build_parser().parse_args(
         ["atomic", "node", "--group", "239.1.2.3:5000", "--count", "0"]), argparse.Namespace)
+
+
+def test_a_command_body_is_taken_exactly_or_as_text() -> None:
+    from gossamer.services.atomic.cli import body_of
+
+    assert body_of('{"a": [1, 2.5]}') == {"a": [1, 2.5]}
+    assert body_of("123456789012345678901234567890") == 123456789012345678901234567890
+    assert body_of("hello there") == "hello there"
+    for text in ("NaN", "Infinity", "[1e400]"):
+        assert body_of(text) == text  # never a null or an inf sent in its place

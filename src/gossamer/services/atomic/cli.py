@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -47,7 +49,8 @@ from ...core.traceio import trace_path, write_settings
 from ...runtimes.net import DEFAULT_RECV_BUFFER
 from .api import AtomicGroup, Delivered
 
-__all__ = ["JOURNAL", "Journal", "add_atomic_parser", "command_lines", "read_journal"]
+__all__ = ["JOURNAL", "Journal", "add_atomic_parser", "body_of", "command_lines",
+           "read_journal"]
 
 MAX_LINE = 8_192
 JOURNAL = "delivered.jsonl"
@@ -67,10 +70,24 @@ def _say(text: str) -> None:
         return
 
 
-def _value(text: str) -> Any:
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of a float's range")
+    return value
+
+
+def body_of(text: str) -> Any:
+    """What ``send TEXT`` sends: TEXT as a JSON value, else TEXT itself. Numbers are taken
+    exactly (an integer over 64 bits is refused when sent, never rounded to a float); NaN,
+    Infinity and a float out of range make it text."""
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
+    except (ValueError, RecursionError):
         return text
 
 
@@ -240,7 +257,7 @@ async def run_node(args: argparse.Namespace) -> int:
                     if verb == "leave":
                         return
                     if verb == "send" and rest:
-                        sending(_send(group, _value(rest)))
+                        sending(_send(group, body_of(rest)))
                     elif verb == "members":
                         _say("members " + ",".join(group.members()))
                     elif verb:
