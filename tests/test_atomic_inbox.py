@@ -199,7 +199,7 @@ def test_the_node_journal_skips_what_it_holds_and_cuts_a_torn_line(tmp_path: Pat
     inbox hands it over after a restart that came before the acknowledgement), and a last
     line torn by a kill is cut off, so that delivery is journaled whole when it comes again."""
     from gossamer.services.atomic.api import Delivered
-    from gossamer.services.atomic.cli import Journal, read_journal
+    from gossamer.services.atomic.journal import Journal, read_journal
 
     path = tmp_path / "delivered.jsonl"
     journal = Journal(path)

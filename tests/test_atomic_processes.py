@@ -20,7 +20,7 @@ import pytest
 from gossamer.cli.workloads import run_workload, validate_run
 from gossamer.core.errors import ConfigError
 from gossamer.pipeline.experiment import RunSpec
-from gossamer.services.atomic.cli import read_journal
+from gossamer.services.atomic.journal import read_journal
 from gossamer.services.atomic.processes import loopback_group_address
 from harness_procs import WAIT, LineProc
 

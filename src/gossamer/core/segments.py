@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import fcntl
 import logging
 import os
 import re
@@ -40,6 +39,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .errors import ConfigError, StateError
+from .filelock import try_lock
 from .trace import Row, TraceSink
 from .traceio import SCHEMA
 
@@ -191,19 +191,6 @@ def _compacted_through(parquet: Path) -> int:
 # -- locking ----------------------------------------------------------------------------------
 
 
-def _try_lock(path: Path) -> int | None:
-    """An open descriptor of ``path`` holding its exclusive ``flock``, or None when another
-    live process holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def _unlock(fd: int, path: Path) -> None:
     path.unlink(missing_ok=True)
     os.close(fd)  # closing releases the flock
@@ -306,7 +293,7 @@ def recover_segments(run_dir: str | Path) -> list[Recovery]:
     ``live`` and left alone."""
     recoveries = []
     for part in find_parts(run_dir):
-        fd = _try_lock(part.lock)
+        fd = try_lock(part.lock)
         if fd is None:
             recoveries.append(Recovery(part.parquet, live=True))
             continue
@@ -429,7 +416,7 @@ class SegmentSink(TraceSink):
                 self._write_locked()
                 self._complete_locked()
                 if self._lock_fd is None:  # no row was written: the lock is still to take
-                    self._lock_fd = _try_lock(_sibling(self._path, LOCK_SUFFIX))
+                    self._lock_fd = try_lock(_sibling(self._path, LOCK_SUFFIX))
                     if self._lock_fd is None:
                         raise StateError(f"another live process writes the trace part "
                                          f"{self._path}")
@@ -494,7 +481,7 @@ class SegmentSink(TraceSink):
     def _open_locked(self) -> None:
         assert self._path is not None
         if self._lock_fd is None:
-            fd = _try_lock(_sibling(self._path, LOCK_SUFFIX))
+            fd = try_lock(_sibling(self._path, LOCK_SUFFIX))
             if fd is None:
                 raise StateError(f"another live process writes the trace part {self._path}")
             self._lock_fd = fd

@@ -32,17 +32,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import fcntl
 import itertools
 import logging
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ...core.env import Store
 from ...core.errors import ConfigError, OperationError, StateError
+from ...core.filelock import try_lock
 from ...core.trace import TraceSink
 from ...protocols.ordering.atomic import (
     CODEC,
@@ -85,25 +85,21 @@ class Delivered:
     position: int
 
 
-def _lock(data_dir: Path) -> IO[bytes]:
-    """An exclusive lock on ``data_dir`` for this process's life (or until released): two
-    members on one data dir would share one name, one store and one journal."""
-    lock = (data_dir / "lock").open("a+b")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = lock.read().decode(errors="replace").strip() or "?"
-        lock.close()
-        raise StateError(f"{data_dir} is in use by another member (pid {holder})") from None
-    lock.seek(0)
-    lock.truncate()
-    lock.write(f"{os.getpid()}\n".encode())
-    lock.flush()
-    return lock
+def _lock(data_dir: Path) -> int:
+    """A descriptor holding the exclusive lock on ``data_dir`` for this process's life (or
+    until closed), the holder's pid written in it: two members on one data dir would share
+    one name, one store and one journal."""
+    path = data_dir / "lock"
+    fd = try_lock(path)
+    if fd is None:
+        holder = path.read_text(errors="replace").strip() or "?"
+        raise StateError(f"{data_dir} is in use by another member (pid {holder})")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
-def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int, IO[bytes] | None]:
+def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int, int | None]:
     """A member's stable name, a new incarnation and the data dir's lock, kept in
     ``data_dir``; ``ConfigError`` for a data dir that is not one, ``StateError`` for one in
     use."""
@@ -129,7 +125,7 @@ def _name_and_incarnation(data_dir: Path | None) -> tuple[str, int, IO[bytes] | 
         tmp.write_text(f"{incarnation}\n")
         os.replace(tmp, inc_file)
     except BaseException:
-        lock.close()
+        os.close(lock)
         raise
     return name, incarnation, lock
 
@@ -322,5 +318,5 @@ class AtomicGroup:
     def _release(self) -> None:
         """The data dir is free for the next member."""
         if self._lock is not None:
-            self._lock.close()
+            os.close(self._lock)
             self._lock = None

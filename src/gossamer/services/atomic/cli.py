@@ -31,7 +31,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -48,12 +47,11 @@ from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...runtimes.net import DEFAULT_RECV_BUFFER
 from .api import AtomicGroup, Delivered
+from .journal import JOURNAL, Journal
 
-__all__ = ["JOURNAL", "Journal", "add_atomic_parser", "body_of", "command_lines",
-           "read_journal"]
+__all__ = ["add_atomic_parser", "body_of", "command_lines"]
 
 MAX_LINE = 8_192
-JOURNAL = "delivered.jsonl"
 #: what the pipeline checks on an atomic trace: the atomicity check of its ``atomic`` rows,
 #: and no per-node delivery check (reliability, FIFO, own delivery) of any layer: they would
 #: take an aborted message for a lost one (as ``experiments/atomic.toml`` says too), and SRM
@@ -133,57 +131,6 @@ async def _send(group: AtomicGroup, body: Any) -> None:
         _say(f"{'committed' if sent.committed else 'aborted'} {sent.mid}")
     except (OperationError, ConfigError, StateError) as exc:
         _say(f"error: {exc}")
-
-
-class Journal:
-    """The node's delivery journal: one JSON line per delivery, appended and fsync'd before
-    the delivery is acknowledged to the atomic layer; ``last`` is the highest position in it.
-    A torn last line (a kill in the middle of a write) is cut off when it is opened."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.last = 0
-        good = 0
-        if path.exists():
-            data = path.read_bytes()
-            for number, line in enumerate(data.splitlines(keepends=True), 1):
-                if not line.endswith(b"\n"):
-                    break  # torn: its delivery was not acknowledged, it comes again
-                try:
-                    self.last = max(self.last, int(orjson.loads(line)["position"]))
-                except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                    raise ConfigError(f"{path}: line {number} is not a journal entry; the "
-                                      f"journal was changed by hand or its disk failed") \
-                        from None
-                good += len(line)
-            if good < len(data):
-                with path.open("r+b") as torn:
-                    torn.truncate(good)
-        self._file = path.open("ab")
-
-    def append(self, message: Delivered) -> bool:
-        """Journal ``message`` durably; False (nothing written) when it is there already."""
-        if message.position <= self.last:
-            return False
-        self._file.write(orjson.dumps({"position": message.position, "mid": message.mid,
-                                       "origin": message.origin, "body": message.body})
-                         + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self.last = message.position
-        return True
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def read_journal(data_dir: Path) -> list[dict[str, Any]]:
-    """The deliveries in a node's journal, oldest first (a torn last line left out)."""
-    path = data_dir / JOURNAL
-    if not path.exists():
-        return []
-    return [orjson.loads(line) for line in path.read_bytes().splitlines(keepends=True)
-            if line.endswith(b"\n")]
 
 
 def decisions_within(args: argparse.Namespace) -> float:

@@ -7,8 +7,8 @@ The run's trace holds the ``atomic`` rows the atomicity check judges
 
 With ``inbox`` each member keeps a durable inbox and runs an application over it that handles
 each delivery a few milliseconds after it is handed over (a crash may fall between), commits
-the position it handled with its effect, and only then acknowledges: its ``handle`` rows, one
-per message and member, are what the exactly-once rule for applications is judged on.
+the position it handled with its effect, and acknowledges later: its ``handle`` rows, one per
+message and member, are what the exactly-once rule for applications is judged on.
 """
 
 from __future__ import annotations

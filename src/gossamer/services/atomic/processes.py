@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .journal import read_journal
+
 __all__ = ["WAIT", "MemberProcess", "ProcessGroup", "loopback_group_address"]
 
 WAIT = 120.0  # seconds: an upper bound for each wait, every wait ends when its line shows up
@@ -102,7 +104,6 @@ class ProcessGroup:
         """The message ids in ``label``'s delivery journal (every life of it), oldest first:
         the member's record of what it delivered (its printed lines may miss the last one
         journaled before a kill -9)."""
-        from .cli import read_journal
         return [entry["mid"] for entry in read_journal(self.out / "data" / self.run / label)]
 
     async def until(self, condition: Callable[[], bool], what: str, timeout: float = WAIT,
