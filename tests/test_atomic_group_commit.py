@@ -34,6 +34,7 @@ from gossamer.runtimes.net import (
     WriteBehindStore,
     resolve_group_key,
 )
+from gossamer.runtimes.net.store import _Group
 from gossamer.runtimes.sim import MemoryStore
 from gossamer.services.atomic.api import AtomicGroup, Delivered
 from gossamer.testing import FakeEnv
@@ -57,12 +58,12 @@ class HeldStore(WriteBehindStore):
         self.holding = threading.Event()
         self.release = threading.Event()
 
-    def _write(self, changes: dict[tuple[str, str], bytes | None]) -> None:
-        if any(table == "atomic.pending" for table, _ in changes):
+    def _write(self, group: _Group) -> None:
+        if any(table == "atomic.pending" for table, _ in group.writes):
             self.holding.set()
             if not self.release.wait(WAIT):
                 raise TimeoutError("the test never released the held commit")
-        super()._write(changes)
+        super()._write(group)
 
 
 async def _until(condition: object, what: str) -> None:

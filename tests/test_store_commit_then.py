@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import shutil
 import threading
 from collections.abc import Callable, Coroutine
@@ -256,14 +257,15 @@ class Gate:
     def __init__(self, store: WriteBehindStore, monkeypatch: pytest.MonkeyPatch) -> None:
         self.open = threading.Event()
         self.entered = threading.Event()
-        real = store.inner.apply_json
+        assert store.redo is not None
+        real = store.redo.append
 
-        def gated(puts: bytes, deletes: bytes) -> None:
+        def gated(puts: bytes, deletes: bytes, **options: Any) -> None:
             self.entered.set()
             assert self.open.wait(WAIT)
-            real(puts, deletes)
+            real(puts, deletes, **options)
 
-        monkeypatch.setattr(store.inner, "apply_json", gated)
+        monkeypatch.setattr(store.redo, "append", gated)
 
     async def writing(self) -> None:
         """Until the writer is inside a group."""
@@ -408,10 +410,11 @@ def test_write_behind_a_failed_group_runs_no_callback_and_the_node_hears_of_it(
         store.commit_then(lambda: ran.append("kept"))
         store.commit()
 
-        def broken(puts: bytes, deletes: bytes) -> None:
+        def broken(puts: bytes, deletes: bytes, **_: Any) -> None:
             raise OSError("disk full")
 
-        monkeypatch.setattr(store.inner, "apply_json", broken)
+        assert store.redo is not None
+        monkeypatch.setattr(store.redo, "append", broken)
         store.put("t", "lost", b"2")
         store.commit_then(lambda: ran.append("lost"))
         store.commit_then(lambda: ran.append("after"))  # joins the same group
@@ -439,17 +442,17 @@ def test_write_behind_writes_no_group_after_one_that_failed(
         failures: list[BaseException] = []
         store.bind(asyncio.get_running_loop(), on_failure=failures.append)
         release = threading.Event()
-        real = store.inner.apply_json
+        real = os.fdatasync
         calls = [0]
 
-        def first_fails(puts: bytes, deletes: bytes) -> None:
+        def first_fails(fd: int) -> None:
             calls[0] += 1
-            real(puts, deletes)  # in the transaction, then the commit "fails"
-            if calls[0] == 1:
+            if calls[0] == 1:  # the record is written, then its sync "fails"
                 assert release.wait(WAIT)
                 raise OSError("disk full")
+            real(fd)
 
-        monkeypatch.setattr(store.inner, "apply_json", first_fails)
+        monkeypatch.setattr(os, "fdatasync", first_fails)
         ran: list[str] = []
         store.put("t", "a", b"1")
         store.commit_then(lambda: ran.append("a"))
@@ -462,7 +465,7 @@ def test_write_behind_writes_no_group_after_one_that_failed(
                 await asyncio.sleep(0.001)
         store.close()
         assert ran == [] and calls[0] == 1  # the second group was never written
-        assert rows(path) == []  # nor what the failed one had put in its transaction
+        assert rows(path) == []  # nor the failed one: its record was cut off the log
 
     run(scenario)
 
@@ -559,10 +562,11 @@ def test_a_net_node_runs_callbacks_guarded_and_stops_on_a_bug_or_a_failed_commit
 
         node, store = await node_with(tmp_path / "b.sqlite")
 
-        def broken(puts: bytes, deletes: bytes) -> None:
+        def broken(puts: bytes, deletes: bytes, **_: Any) -> None:
             raise OSError("disk gone")
 
-        monkeypatch.setattr(store.inner, "apply_json", broken)
+        assert store.redo is not None
+        monkeypatch.setattr(store.redo, "append", broken)
         node.call(lambda p: cast(Recorder, p).record(3))
         await until(lambda: node.failure is not None)
         assert isinstance(node.failure, OSError)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,13 +121,14 @@ def test_the_keeper_on_a_network_store_commits_in_groups_off_the_event_loop(
 
     async def scenario() -> None:
         store = WriteBehindStore(path)
-        real_commit = store.inner.commit
+        assert store.redo is not None
+        real_append = store.redo.append
 
-        def commit() -> None:
+        def append(puts: bytes, deletes: bytes, **options: Any) -> None:  # a group made durable
             committed_on.append(threading.current_thread().name)
-            real_commit()
+            real_append(puts, deletes, **options)
 
-        monkeypatch.setattr(store.inner, "commit", commit)
+        monkeypatch.setattr(store.redo, "append", append)
         env = LoopEnv(HUB_ID, send=lambda dst, msg: None, store=store)
         keeper = HubKeeper(env, lambda msg: None, config=KeeperConfig(commit_interval=0.01))
         keeper.start()

@@ -111,10 +111,11 @@ def test_write_behind_a_failed_commit_is_raised_and_the_store_refuses_more(
     store.put("t", "first", b"1")
     store.commit()
 
-    def broken(puts: bytes, deletes: bytes) -> None:
+    def broken(puts: bytes, deletes: bytes, **_: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(store.inner, "apply_json", broken)
+    assert store.redo is not None
+    monkeypatch.setattr(store.redo, "append", broken)
     store.put("t", "second", b"2")
     with pytest.raises(OSError, match="disk full"):
         store.commit()

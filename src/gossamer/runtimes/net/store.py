@@ -2,7 +2,9 @@
 
 Reads see uncommitted writes of the same store; closing without ``commit()`` loses them, which
 is exactly what a crash does to a real node, and a commit is on disk when it returns.
-``WriteBehindStore`` commits in groups on a thread of its own: one fsync for many writers.
+``WriteBehindStore`` commits in groups on a thread of its own: one fsync for many writers, each
+group durable in the store's redo log (``redo.py``) and in sqlite at the next checkpoint.
+Opening a file store replays its redo log first, so every reader sees every durable group.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import orjson
-
 from ...core.env import Store, scan_with_pending
 from ...core.errors import ConfigError, StateError
+from ...core.filelock import try_lock
+from .redo import RedoLog, base64_changes, encode_changes, read_redo, redo_path
 
 __all__ = ["SqliteStore", "WriteBehindStore"]
 
@@ -62,9 +64,13 @@ class SqliteStore(Store):
 
     before_durable: Callable[[], None] | None = None
 
-    def __init__(self, path: str | Path = ":memory:", *, any_thread: bool = False) -> None:
+    def __init__(self, path: str | Path = ":memory:", *, any_thread: bool = False,
+                 replay: bool = True) -> None:
         """``any_thread``: the connection may be used from other threads than this one (one
-        at a time: the caller serialises, as ``WriteBehindStore`` does)."""
+        at a time: the caller serialises, as ``WriteBehindStore`` does). ``replay``: apply
+        the file's redo log (what a ``WriteBehindStore`` made durable and had not yet
+        checkpointed) before anything else; while a live ``WriteBehindStore`` holds that log,
+        its records are read beside the file instead and this store refuses writes."""
         if not isinstance(path, str | Path) or str(path) == "":
             raise ConfigError(f"store path must be a non-empty str or Path, got {path!r}")
         self.path = str(path)
@@ -77,6 +83,42 @@ class SqliteStore(Store):
             self._db.execute("PRAGMA synchronous=FULL")  # each commit syncs the log: durable
             self._db.execute("PRAGMA fullfsync=ON")  # macOS: F_FULLFSYNC, through the disk's cache
         self._db.execute(_SCHEMA)
+        # a live writer's redo log, read at open: its rows on top of the file's (read only)
+        self._beside: Changes | None = None
+        if self.path != ":memory:" and replay:
+            self._recover()
+
+    def _recover(self) -> None:
+        path = redo_path(self.path)
+        if not path.exists() or path.stat().st_size == 0:
+            return
+        fd = try_lock(path)
+        if fd is None:  # a live WriteBehindStore writes it: read it, change nothing
+            beside: Changes = {}
+            for record in read_redo(path):
+                beside.update(record)
+            self._beside = beside
+            return
+        redo = RedoLog(path, fd)
+        try:
+            self.replay(redo)
+        finally:
+            redo.close()
+
+    def replay(self, redo: RedoLog) -> int:
+        """Apply every record of ``redo`` in order, commit, then empty it; how many records."""
+        records = redo.read()
+        if records:
+            merged: Changes = {}
+            for record in records:
+                merged.update(record)  # last writer wins, as applying them one by one would
+            self.apply(merged)
+            self.commit()
+            log.info("store %s: %d group commits replayed from the redo log (%d rows)",
+                     self.path, len(records), len(merged))
+        if redo.size:
+            redo.reset()
+        return len(records)
 
     def _open_db(self) -> sqlite3.Connection:
         if self._db is None:
@@ -85,11 +127,16 @@ class SqliteStore(Store):
 
     def _writing(self) -> sqlite3.Connection:
         db = self._open_db()
+        if self._beside is not None:
+            raise StateError(f"store {self.path}: opened beside a live writer (its redo log is "
+                             f"locked by another process), so read only")
         if not db.in_transaction:
             db.execute("BEGIN")
         return db
 
     def get(self, table: str, key: str) -> bytes | None:
+        if self._beside is not None and (table, key) in self._beside:
+            return self._beside[(table, key)]
         row = self._open_db().execute(
             "SELECT value FROM kv WHERE tbl = ? AND key = ?", (table, key)
         ).fetchone()
@@ -134,7 +181,10 @@ class SqliteStore(Store):
         rows = self._open_db().execute(
             "SELECT key, value FROM kv WHERE tbl = ? ORDER BY key", (table,)
         ).fetchall()
-        return iter([(str(key), bytes(value)) for key, value in rows])
+        found = [(str(key), bytes(value)) for key, value in rows]
+        if self._beside is not None:
+            return scan_with_pending(found, table, self._beside)
+        return iter(found)
 
     def commit(self) -> None:
         """Commit; on a file, returns once the log is synced (see the class docstring)."""
@@ -152,6 +202,8 @@ class SqliteStore(Store):
     @property
     def items(self) -> int:
         """How many (table, key) rows the store holds, uncommitted writes included."""
+        if self._beside is not None:
+            return len(self._sizes())
         row = self._open_db().execute("SELECT COUNT(*) FROM kv").fetchone()
         return int(row[0])
 
@@ -159,10 +211,24 @@ class SqliteStore(Store):
     def size(self) -> int:
         """Bytes the store holds: table name, key (UTF-8) and value of every row (not the
         file's size, which has pages and the WAL; the same measure as ``MemoryStore.size``)."""
+        if self._beside is not None:
+            return sum(self._sizes().values())
         row = self._open_db().execute(
             "SELECT COALESCE(SUM(LENGTH(CAST(tbl AS BLOB)) + LENGTH(CAST(key AS BLOB)) "
             "+ LENGTH(value)), 0) FROM kv").fetchone()
         return int(row[0])
+
+    def _sizes(self) -> dict[tuple[str, str], int]:
+        """Each row's bytes, the live writer's redo log on top (a reader beside it)."""
+        sizes = {(str(tbl), str(key)): int(n) for tbl, key, n in self._open_db().execute(
+            "SELECT tbl, key, LENGTH(CAST(tbl AS BLOB)) + LENGTH(CAST(key AS BLOB)) "
+            "+ LENGTH(value) FROM kv")}
+        for (tbl, key), value in (self._beside or {}).items():
+            if value is None:
+                sizes.pop((tbl, key), None)
+            else:
+                sizes[(tbl, key)] = len(tbl.encode()) + len(key.encode()) + len(value)
+        return sizes
 
     @property
     def closed(self) -> bool:
@@ -178,15 +244,17 @@ class SqliteStore(Store):
 class _Group:
     """Writes committed together, and the callbacks that wait for them."""
 
-    __slots__ = ("callbacks", "future", "writes")
+    __slots__ = ("callbacks", "durable", "future", "seq", "writes")
 
     def __init__(self) -> None:
         self.writes: Changes = {}
         self.callbacks: list[Callable[[], None]] = []
         self.future: Future[None] | None = None  # set when handed to the writer
+        self.seq = 0  # the store's count of groups handed over, this one's
+        self.durable = False  # set by the writer thread once the group is on disk
 
     def written(self) -> bool:
-        return self.future is not None and self.future.done()
+        return self.durable
 
 
 def _call(fn: Callable[[], None]) -> None:
@@ -197,14 +265,21 @@ class WriteBehindStore(Store):
     """A ``SqliteStore`` committed in groups by a thread of its own (group commit).
 
     Writes wait in memory (reads see them). ``commit_then(fn)`` adds what was written so far,
-    and ``fn``, to the group that is forming, and returns. The writer thread writes and commits
-    one group at a time (sqlite does the work and the fsync without holding the GIL, so the
-    event loop goes on); while it does, the next group forms, so every ``commit_then`` meanwhile
+    and ``fn``, to the group that is forming, and returns. The writer thread makes one group
+    durable at a time; while it does, the next group forms, so every ``commit_then`` meanwhile
     shares one fsync. Once a group is on disk its callbacks run on ``loop``
     (``call_soon_threadsafe``), in the order they were given, each once, through ``guard``
     (the runtime's: a raise stops the node), and what they commit joins the next group.
     ``commit()`` hands everything over too and blocks until it is on disk, for a caller that
     cannot wait for a callback (a stop).
+
+    On a file, a group is durable once it is appended to the store's redo log and synced
+    (``redo.py``: one small write and ``fdatasync``); the writer then applies it to an open
+    sqlite transaction, which it commits (fsync'd) and empties the log with at a checkpoint,
+    once the log holds ``checkpoint_bytes``, and at ``close()``. Many groups so share sqlite's
+    page writes. Reads see landed groups that sqlite does not hold yet from memory (bounded by
+    the checkpoint), and opening the file again replays the log. A ``":memory:"`` store has no
+    log: each group is one sqlite transaction.
 
     Bounds: a forming group is handed over when no group is on its way (after the callbacks of
     the last one ran), or early when it holds ``max_group_writes`` rows; at most
@@ -213,9 +288,11 @@ class WriteBehindStore(Store):
 
     A failed commit is the node's error: ``on_failure(exc)`` runs on the loop (without one the
     error is logged and raised there), no callback of that group or of a later one runs, and
-    every later call raises ``StateError``. ``close()`` writes nothing more: writes and
-    callbacks not handed over are lost, as in a crash, and a group being written finishes but
-    its callbacks never run. Use the store from the loop's thread only.
+    every later call raises ``StateError`` (a failure after a group was durable, in sqlite or a
+    checkpoint, leaves the log whole: the next open replays it). ``close()`` writes nothing
+    more: writes and callbacks not handed over are lost, as in a crash, and a group being
+    written finishes but its callbacks never run. Use the store from the loop's thread only;
+    one process per file (the redo log is locked: a second writer gets ``StateError``).
 
     ``before_durable``, when set, runs on the loop's thread before each group is handed to the
     writer (see ``SqliteStore``).
@@ -225,29 +302,48 @@ class WriteBehindStore(Store):
 
     def __init__(self, path: str | Path = ":memory:", *,
                  loop: asyncio.AbstractEventLoop | None = None, max_groups: int = 4,
-                 max_group_writes: int = 65_536) -> None:
+                 max_group_writes: int = 65_536, checkpoint_bytes: int = 1 << 20) -> None:
         """``loop``: where callbacks run (default: the running loop, if any; without one
-        only ``commit()`` commits)."""
-        for name, value in (("max_groups", max_groups), ("max_group_writes", max_group_writes)):
-            if not isinstance(value, int) or value < 1:
+        only ``commit()`` commits, and each one checkpoints)."""
+        for name, value in (("max_groups", max_groups), ("max_group_writes", max_group_writes),
+                            ("checkpoint_bytes", checkpoint_bytes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
         self.max_groups = max_groups
         self.max_group_writes = max_group_writes
-        self.inner = SqliteStore(path, any_thread=True)
+        self.checkpoint_bytes = checkpoint_bytes
+        self.inner = SqliteStore(path, any_thread=True, replay=False)
         self.path = self.inner.path
+        self.redo: RedoLog | None = None
+        if self.path != ":memory:":
+            try:
+                self.redo = RedoLog.open(redo_path(self.path))
+                self.inner.replay(self.redo)  # what the last life made durable, into sqlite
+            except BaseException:
+                if self.redo is not None:
+                    self.redo.close()
+                self.inner.close()
+                raise
         # reads of what is on disk go through a connection of their own (WAL: readers never
         # wait for the writer), so a read never waits for a group's fsync; a write not yet
-        # committed is still in a group here, read from memory first. ":memory:" has one
+        # in sqlite is still in a group here, read from memory first. ":memory:" has one
         # database per connection: its reads share the writer's (under the lock).
-        self._reader = None if self.path == ":memory:" else SqliteStore(path)
+        self._reader = (None if self.path == ":memory:"
+                        else SqliteStore(path, replay=False))
         self.loop = loop if loop is not None else _running_loop()
         self.guard: Callable[[Callable[[], None]], None] = _call
         self.on_failure: Callable[[BaseException], None] | None = None
-        self.groups_written = 0  # groups committed by the writer (one fsync each)
-        self._lock = threading.Lock()  # the inner store: one thread at a time
+        self.groups_written = 0  # groups made durable by the writer (one fsync each)
+        self.checkpoints = 0  # sqlite commits that emptied the redo log
+        self._lock = threading.Lock()  # the inner store and the log: one thread at a time
         self._pending: Changes = {}  # written since the last commit
         self._forming = _Group()  # committed, waiting for the writer
         self._handed: deque[_Group] = deque()  # handed over, oldest first, until it lands
+        self._seq = 0  # groups handed over
+        # landed groups sqlite does not hold yet (row -> value, group), until a checkpoint
+        self._unsynced: dict[tuple[str, str], tuple[bytes | None, int]] = {}
+        self._unsynced_groups: deque[_Group] = deque()
+        self._applied = 0  # writer thread: the newest group in sqlite's open transaction
         self._failure: BaseException | None = None
         self._landing = False  # a landed group's callbacks are running
         self._writer_failed = False  # set by the writer thread: it writes nothing more
@@ -275,6 +371,9 @@ class WriteBehindStore(Store):
         for group in reversed(self._handed):
             if row in group.writes:
                 return group.writes[row]
+        landed = self._unsynced.get(row)
+        if landed is not None:
+            return landed[0]
         if self._reader is not None:
             return self._reader.get(table, key)
         with self._lock:  # waits for a group being written: not for a hot path
@@ -303,7 +402,8 @@ class WriteBehindStore(Store):
         else:
             with self._lock:
                 rows = list(self.inner.scan(table))
-        return scan_with_pending(rows, table, *(group.writes for group in self._handed),
+        landed = {row: value for row, (value, _) in self._unsynced.items() if row[0] == table}
+        return scan_with_pending(rows, table, landed, *(group.writes for group in self._handed),
                                  self._forming.writes, self._pending)
 
     # -- commits ---------------------------------------------------------------------------
@@ -343,7 +443,12 @@ class WriteBehindStore(Store):
                 self._failed(exc)
                 raise exc
         if self.loop is None:
-            self._handed.clear()  # no callbacks (commit_then needs the loop): nobody lands them
+            # no loop lands groups (commit_then needs one), so nothing would hold in memory
+            # what sqlite has not committed yet: checkpoint now
+            self._handed.clear()
+            if self.redo is not None:
+                with self._lock:
+                    self._checkpoint()
 
     def _close_pending(self) -> None:
         pending = self._pending
@@ -366,61 +471,99 @@ class WriteBehindStore(Store):
             if oldest.future is not None:
                 concurrent.futures.wait([oldest.future])
         group, self._forming = self._forming, _Group()
-        group.future = writer.submit(self._write, group.writes)
+        self._seq += 1
+        group.seq = self._seq
+        group.future = writer.submit(self._write, group)
         self._handed.append(group)
         if self.loop is not None:
             group.future.add_done_callback(functools.partial(self._written, group))
 
-    def _write(self, changes: Changes) -> None:
-        """On the writer thread: one transaction, one fsync. After a failed group nothing
-        more is written (a later group must not commit what the failed one left behind)."""
+    def _write(self, group: _Group) -> None:
+        """On the writer thread: make the group durable (the redo log, or a ``":memory:"``
+        transaction), tell the loop, then apply it to sqlite's open transaction and checkpoint
+        when the log is long enough. After a failure nothing more is written (a later group
+        must not commit what the failed one left behind)."""
         if self._writer_failed:
             raise StateError(f"store {self.path}: an earlier group commit failed")
-        try:  # sqlite then holds the GIL for two statements, not for every row
-            puts: bytes | None = orjson.dumps([(table, key, _text(value)) for (table, key), value
-                                               in changes.items() if value is not None])
-            deletes = orjson.dumps([row for row, value in changes.items() if value is None])
-        except ValueError:  # a value that is not text sqlite keeps whole: row by row
-            puts = deletes = None
+        changes = group.writes
+        encoded = encode_changes(changes)  # sqlite then holds the GIL for two statements
         with self._lock:
             try:
-                if puts is None or deletes is None:
-                    self.inner.apply(changes)
+                if self.redo is None:
+                    self._apply(changes, encoded)
+                    self.inner.commit()
+                elif encoded is None:
+                    self.redo.append(b"", b"", base64_rows=base64_changes(changes))
                 else:
-                    self.inner.apply_json(puts, deletes)
-                self.inner.commit()
+                    self.redo.append(*encoded)
+                self.groups_written += 1
+                group.durable = True
+                self._tell_loop(self._landed, group)
+                if self.redo is not None:
+                    self._apply(changes, encoded)
+                    self._applied = group.seq
+                    if self.redo.size >= self.checkpoint_bytes:
+                        self._checkpoint()
             except BaseException:
                 self._writer_failed = True
                 db = self.inner._open_db()
-                if db.in_transaction:
+                if db.in_transaction:  # what the log holds is replayed at the next open
                     with contextlib.suppress(sqlite3.Error):
                         db.execute("ROLLBACK")
                 raise
-            self.groups_written += 1
+
+    def _apply(self, changes: Changes, encoded: tuple[bytes, bytes] | None) -> None:
+        if encoded is None:  # a value that is not text sqlite keeps whole: row by row
+            self.inner.apply(changes)
+        else:
+            self.inner.apply_json(*encoded)
+
+    def _checkpoint(self) -> None:
+        """With the lock held: commit sqlite's transaction (fsync'd), then empty the log, then
+        tell the loop which groups sqlite holds."""
+        redo = self.redo
+        if redo is None:
+            return
+        self.inner.commit()
+        if redo.size:
+            redo.reset()
+            self.checkpoints += 1
+        self._tell_loop(self._synced, self._applied)
+
+    def _tell_loop(self, fn: Callable[..., None], arg: object) -> None:
+        loop = self.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: no one is left
+                loop.call_soon_threadsafe(fn, arg)
 
     def _written(self, group: _Group, _future: Future[None]) -> None:
-        """On the writer thread: the group is done (on disk, or failed); tell the loop."""
-        loop = self.loop
-        if loop is None:
+        """On the writer thread: the group's work is done (or failed); tell the loop."""
+        self._tell_loop(self._finished, group)
+
+    def _finished(self, group: _Group) -> None:
+        """On the loop: a group's write ended; a failure is the store's, whenever it came."""
+        exc = group.future.exception() if group.future is not None else None
+        if exc is None or self._writer is None or self._failure is not None:
             return
-        with contextlib.suppress(RuntimeError):  # the loop is closed: no one is left to reply
-            loop.call_soon_threadsafe(self._landed, group)
+        self._failed(exc)
+        self._report(exc)
 
     def _landed(self, group: _Group) -> None:
-        """On the loop: the oldest group is done. Run its callbacks, then start the next group:
-        what formed meanwhile and what the callbacks committed (a writer that waited for this
-        group writes again at once), together."""
+        """On the loop: the oldest group is durable. Run its callbacks, then start the next
+        group: what formed meanwhile and what the callbacks committed (a writer that waited for
+        this group writes again at once), together."""
         if self._writer is None or self._failure is not None:
             return  # closed or failed: its callbacks never run
         handed = self._handed
         if not handed or handed[0] is not group:
             return  # commit() without a loop drained it already
         handed.popleft()
-        exc = group.future.exception() if group.future is not None else None
-        if exc is not None:
-            self._failed(exc)
-            self._report(exc)
-            return
+        if self.redo is not None:
+            unsynced = self._unsynced
+            seq = group.seq
+            for row, value in group.writes.items():
+                unsynced[row] = (value, seq)
+            self._unsynced_groups.append(group)
         self._landing = True
         try:
             for fn in group.callbacks:
@@ -431,6 +574,16 @@ class WriteBehindStore(Store):
             self._landing = False
             if self._writer is not None and self._failure is None:
                 self._start_next()
+
+    def _synced(self, seq: int) -> None:
+        """On the loop: sqlite holds every group up to ``seq``; forget them here."""
+        groups = self._unsynced_groups
+        unsynced = self._unsynced
+        while groups and groups[0].seq <= seq:
+            for row in groups.popleft().writes:
+                landed = unsynced.get(row)
+                if landed is not None and landed[1] <= seq:
+                    del unsynced[row]
 
     def _start_next(self) -> None:
         if not self._handed and self._forming.writes:
@@ -471,6 +624,11 @@ class WriteBehindStore(Store):
         """Groups handed to the writer whose callbacks have not run yet."""
         return len(self._handed)
 
+    @property
+    def unsynced_rows(self) -> int:
+        """Rows of landed groups held in memory until the next checkpoint."""
+        return len(self._unsynced)
+
     def _usable(self) -> ThreadPoolExecutor:
         if self._writer is None:
             raise StateError(f"store {self.path}: closed, cannot be used")
@@ -484,8 +642,8 @@ class WriteBehindStore(Store):
         return self._writer is None
 
     def close(self) -> None:
-        """Drop what was not handed over (a crash), finish the group being written, close;
-        no callback runs any more."""
+        """Drop what was not handed over (a crash), finish the group being written, checkpoint
+        what is durable into sqlite, close; no callback runs any more."""
         writer, self._writer = self._writer, None
         if writer is None:
             return
@@ -499,8 +657,16 @@ class WriteBehindStore(Store):
                         and future.exception() is not None and self._failure is None):
                     log.error("store %s: a group commit failed while closing; its writes are "
                               "lost", self.path, exc_info=future.exception())
+            if self.redo is not None and not self._writer_failed:
+                with self._lock:
+                    self.loop = None  # nobody is left to hear of the checkpoint
+                    self._checkpoint()
         finally:
             self._handed.clear()
+            self._unsynced.clear()
+            self._unsynced_groups.clear()
+            if self.redo is not None:
+                self.redo.close()
             self.inner.close()
             if self._reader is not None:
                 self._reader.close()
@@ -511,11 +677,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _text(value: bytes) -> str:
-    """``value`` as text that sqlite turns back into the same bytes: UTF-8 without NUL (sqlite's
-    text functions stop at a NUL); ``ValueError`` (``UnicodeDecodeError`` is one) otherwise."""
-    if b"\x00" in value:
-        raise ValueError("a NUL byte")
-    return value.decode()
