@@ -361,6 +361,27 @@ def test_heartbeat_from_a_leader_ahead_triggers_catchup() -> None:
     assert sent_of(env, Catchup) == []  # rate-limited
 
 
+def test_a_follower_behind_asks_for_the_next_batch_as_soon_as_one_is_learnt() -> None:
+    """Catching up is pipelined: each answer that leaves the follower short of what it heard
+    decided is followed by the next request at once, not one batch per heartbeat."""
+    config = PaxosConfig(window=2, snapshot_every=0, catchup_batch=3)
+    rep, env, _ = replica("b", config=config)
+    rep.on_message("a", Noop(ballot=(1, "a"), decided_upto=7))
+    assert sent_of(env, Catchup) == [("a", Catchup(from_slot=1))]
+    rep.on_message("a", Decided(entries=tuple((s, (op(f"a:{s}"),)) for s in (1, 2, 3))))
+    env.run_due()
+    assert rep.decided_upto == 3
+    assert sent_of(env, Catchup) == [("a", Catchup(from_slot=4))]  # at once, no retry wait
+    rep.on_message("a", Decided(entries=tuple((s, (op(f"a:{s}"),)) for s in (4, 5, 6))))
+    env.run_due()
+    assert sent_of(env, Catchup) == [("a", Catchup(from_slot=7))]
+    rep.on_message("a", Decided(entries=((7, (op("a:7"),)),)))
+    env.run_due()
+    assert rep.decided_upto == 7 and sent_of(env, Catchup) == []  # caught up: no more
+    rep.on_message("a", Decided(entries=((7, (op("a:7"),)),)))  # nothing new: no request
+    assert sent_of(env, Catchup) == []
+
+
 def test_catchup_answers_with_decided_entries_or_a_snapshot() -> None:
     config = PaxosConfig(snapshot_every=2, log_retain=0)
     app: list[str] = []
@@ -483,7 +504,9 @@ def test_values_for_slots_far_beyond_the_log_are_dropped() -> None:
     rep.on_message("a", Decided(entries=((far, (op("a:2"),)),)))
     env.run_due()
     assert env.drop_reasons("paxos") == ["too_far", "too_far"]
-    assert rep.log.rows == {} and env.take_sent() == [] and decided == []
+    # nothing taken, but the replica knows it is behind: it asks the leader to catch up
+    assert env.take_sent() == [("a", Catchup(from_slot=1))]
+    assert rep.log.rows == {} and decided == []
     assert rep.ballot is None  # not even the ballot was taken
 
 

@@ -133,6 +133,7 @@ class PaxosReplica:
         self._suspicion: TimerHandle | None = None
         self._retry: TimerHandle | None = None
         self._catchup_at = float("-inf")
+        self._known_decided = 0  # the highest slot this replica has heard is decided somewhere
         self._delivery_due = False
 
     # -- START / stop ---------------------------------------------------------------------
@@ -283,11 +284,7 @@ class PaxosReplica:
         elif isinstance(msg, Catchup):
             self._on_catchup(src, msg)
         elif isinstance(msg, Decided):
-            for slot, value in msg.entries:
-                if slot > self.horizon:
-                    self.drop(src, "too_far", seq=slot)
-                    break
-                self.learn(slot, value)
+            self._on_decided(src, msg)
         elif isinstance(msg, Snapshot):
             self._on_snapshot(src, msg)
         else:
@@ -352,6 +349,9 @@ class PaxosReplica:
         self._heard_leader(src, msg.ballot)
         if msg.slot > self.horizon:
             self.drop(src, "too_far", seq=msg.slot)
+            # the leader proposes at most `window` slots past its own decided prefix
+            self._heard_decided(msg.slot - self.config.window)
+            self.request_catchup(src)
             return
         reply = self.acceptor.accept(msg)
         if reply is None:
@@ -415,6 +415,7 @@ class PaxosReplica:
         self._observe(msg.ballot)
         self._heard_leader(src, msg.ballot)
         self.send(src, NoopOk(ballot=msg.ballot, decided_upto=self.log.prefix))
+        self._heard_decided(msg.decided_upto)
         if msg.decided_upto > self.log.prefix or not self.log.knows_configs:
             self.request_catchup(src)
 
@@ -487,6 +488,26 @@ class PaxosReplica:
                        rows=len(log.rows))
 
     # -- catch-up and state transfer ------------------------------------------------------
+
+    def _on_decided(self, src: NodeId, msg: Decided) -> None:
+        """A CATCHUP's answer (or any DECIDED): learn what fits; while still behind what was
+        heard decided, ask ``src`` for the next batch at once. Catching up one batch per
+        heartbeat was slower than a loaded leader decides: a follower once behind stayed
+        behind for seconds, and its own proposals waited as long to be learnt there."""
+        before = self.log.prefix
+        for slot, value in msg.entries:
+            if slot > self.horizon:
+                self.drop(src, "too_far", seq=slot)
+                break
+            self.learn(slot, value)
+            self._heard_decided(slot)
+        if self.log.prefix > before and self._known_decided > self.log.prefix:
+            self._catchup_at = float("-inf")  # an answer came: the next request is due now
+            self.request_catchup(src)
+
+    def _heard_decided(self, slot: int) -> None:
+        if slot > self._known_decided:
+            self._known_decided = slot
 
     def request_catchup(self, peer: NodeId) -> None:
         now = self.env.now()
