@@ -34,6 +34,7 @@ from ...core.ids import NodeId, check_node_id
 from ...core.messages import Message, WireCodec, layer_of
 from ...core.trace import NullSink, TraceSink, encode_info
 from .conns import Connections, NetConn
+from .gcpolicy import tune_gc
 from .linkauth import ClusterKey, resolve_cluster_key
 from .peerlink import PeerLinks
 from .ratelog import RateLimitedLog
@@ -432,6 +433,7 @@ class NetNode:
         if self.state is not NodeState.LISTENING:
             raise StateError(f"node {self.node_id}: start_process() in state {self.state.value}")
         loop = asyncio.get_running_loop()
+        tune_gc()  # a server process's collector policy (gcpolicy.py), once per process
         if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
             self.store.bind(loop, guard=self._run_committed, on_failure=self._store_failed)
         if isinstance(self.store, SqliteStore | WriteBehindStore):
