@@ -7,7 +7,8 @@ is such newcomers the collector walks all of it: pauses of 50-165 ms every 2-3 s
 the APSYN server under benchmark load (gc callbacks; BENCHMARKS.md), which are their p99. With a
 young threshold of 50,000 allocations most of those objects are freed by reference counting
 before a collection sees them: under the same load no full collection ran, the hub's p99 at
-half load fell from 140 to 30 ms and the APSYN server used a quarter less CPU.
+half load fell from 140 to 27-30 ms and the APSYN server's at 500 clients from 159-160 to
+126-128 ms (its CPU the same within the runs' spread).
 
 ``GOSSAMER_GC=default`` leaves the collector as the interpreter set it; ``GOSSAMER_GC=N`` (an
 integer >= 700) sets the young threshold to N. Applied once per process, when the first node
