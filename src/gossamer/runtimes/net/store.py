@@ -86,7 +86,12 @@ class SqliteStore(Store):
         # a live writer's redo log, read at open: its rows on top of the file's (read only)
         self._beside: Changes | None = None
         if self.path != ":memory:" and replay:
-            self._recover()
+            try:
+                self._recover()
+            except BaseException:  # a damaged log: refuse, and leave nothing open
+                self._db.close()
+                self._db = None
+                raise
 
     def _recover(self) -> None:
         path = redo_path(self.path)
