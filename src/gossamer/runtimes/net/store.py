@@ -588,6 +588,10 @@ class WriteBehindStore(Store):
         """On the loop: sqlite holds every group up to ``seq``; forget them here."""
         groups = self._unsynced_groups
         unsynced = self._unsynced
+        if groups and groups[-1].seq <= seq:  # the usual case: every landed group
+            groups.clear()
+            unsynced.clear()
+            return
         while groups and groups[0].seq <= seq:
             for row in groups.popleft().writes:
                 landed = unsynced.get(row)
