@@ -33,7 +33,7 @@ import orjson
 from ...core.errors import StateError
 from ...core.filelock import try_lock
 
-__all__ = ["RedoLog", "base64_changes", "encode_changes", "read_redo", "redo_path"]
+__all__ = ["RedoLog", "base64_changes", "encode_changes", "merge", "read_redo", "redo_path"]
 
 log = logging.getLogger("gossamer.store")
 
@@ -73,12 +73,20 @@ class RedoLog:
     @classmethod
     def open(cls, path: str | Path) -> RedoLog:
         """Open (create) and lock the log; ``StateError`` when another live process holds it."""
+        redo = cls.try_open(path)
+        if redo is None:
+            raise StateError(f"store {path}: another live process writes this store (its redo "
+                             f"log is locked); one process per store")
+        return redo
+
+    @classmethod
+    def try_open(cls, path: str | Path) -> RedoLog | None:
+        """Open (create) and lock the log, or None when another live process holds it."""
         path = Path(path)
         existed = path.exists()
         fd = try_lock(path)
         if fd is None:
-            raise StateError(f"store {path}: another live process writes this store (its redo "
-                             f"log is locked); one process per store")
+            return None
         if not existed:  # the new name must survive a power loss too
             _sync_dir(path.parent)
         return cls(path, fd)
@@ -145,6 +153,15 @@ def base64_changes(changes: Mapping[tuple[str, str], bytes | None]) -> bytes:
     """A group with values that are not text, for ``RedoLog.append(base64_rows=...)``."""
     return orjson.dumps([(table, key, None if value is None else base64.b64encode(value).decode())
                          for (table, key), value in changes.items()])
+
+
+def merge(records: list[Changes]) -> Changes:
+    """The records as one set of changes: the last writer of each row wins, as applying them
+    one by one would."""
+    merged: Changes = {}
+    for record in records:
+        merged.update(record)
+    return merged
 
 
 def read_redo(path: str | Path) -> list[Changes]:

@@ -23,8 +23,7 @@ from pathlib import Path
 
 from ...core.env import Store, scan_with_pending
 from ...core.errors import ConfigError, StateError
-from ...core.filelock import try_lock
-from .redo import RedoLog, base64_changes, encode_changes, read_redo, redo_path
+from .redo import RedoLog, base64_changes, encode_changes, merge, read_redo, redo_path
 
 __all__ = ["SqliteStore", "WriteBehindStore"]
 
@@ -97,14 +96,10 @@ class SqliteStore(Store):
         path = redo_path(self.path)
         if not path.exists() or path.stat().st_size == 0:
             return
-        fd = try_lock(path)
-        if fd is None:  # a live WriteBehindStore writes it: read it, change nothing
-            beside: Changes = {}
-            for record in read_redo(path):
-                beside.update(record)
-            self._beside = beside
+        redo = RedoLog.try_open(path)
+        if redo is None:  # a live WriteBehindStore writes it: read it, change nothing
+            self._beside = merge(read_redo(path))
             return
-        redo = RedoLog(path, fd)
         try:
             self.replay(redo)
         finally:
@@ -114,9 +109,7 @@ class SqliteStore(Store):
         """Apply every record of ``redo`` in order, commit, then empty it; how many records."""
         records = redo.read()
         if records:
-            merged: Changes = {}
-            for record in records:
-                merged.update(record)  # last writer wins, as applying them one by one would
+            merged = merge(records)
             self.apply(merged)
             self.commit()
             log.info("store %s: %d group commits replayed from the redo log (%d rows)",
