@@ -68,7 +68,6 @@ class RedoLog:
         self.path = path
         self._fd: int | None = fd
         self.size = os.fstat(fd).st_size
-        self.records_written = 0
 
     @classmethod
     def open(cls, path: str | Path) -> RedoLog:
@@ -129,7 +128,6 @@ class RedoLog:
                 os.ftruncate(fd, self.size)
             raise
         self.size += len(record)
-        self.records_written += 1
 
     def reset(self) -> None:
         """Empty the log (what it held is durable elsewhere: the caller's checkpoint)."""
