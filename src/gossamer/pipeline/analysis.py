@@ -33,6 +33,7 @@ from .schema import (
     checkpoint,
     inspect_trace_files,
     load_trace,
+    node_events,
     release,
     sharing_intermediates,
     unreadable_files,
@@ -347,7 +348,8 @@ def _analyze(
         # trace has no rows of are not computed (each would be a job finding nothing)
         per_run: dict[str, int] = {}
         present: set[tuple[str, str]] = set()
-        for r in trace.groupBy("run", "layer", "event").count().collect():
+        for r in (node_events(trace).groupBy("run", "layer", "event")
+                  .agg(F.sum("rows").alias("count")).collect()):
             per_run[r["run"]] = per_run.get(r["run"], 0) + int(r["count"])
             present.add((r["layer"], r["event"]))
         layers = {layer for layer, _ in present}

@@ -17,13 +17,13 @@ from .check_rows import (
     violation_rows,
 )
 from .schema import (
-    MEMBERSHIP_EVENTS,
     ROW,
     RUNTIME_LAYERS,
     SUBSCRIPTION_EVENTS,
     TOPIC_LAYERS,
     UP_EVENTS,
     clock,
+    members_of,
     membership_changes,
     shared,
     with_row_order,
@@ -68,10 +68,7 @@ def member_status(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> Da
 
 
 def _member_status(trace: DataFrame, session_layers: Sequence[str]) -> DataFrame:
-    membership = (F.col("event").isin(list(MEMBERSHIP_EVENTS))
-                  & F.col("layer").isin(*RUNTIME_LAYERS, *session_layers))
-    members = (trace.filter(F.col("node").isNotNull() & (membership | (F.col("layer") != "sim")))
-               .select("run", "node").distinct())
+    members = members_of(trace, session_layers=session_layers)
     in_order = Window.partitionBy("run", "node").orderBy("at", ROW)
     whole = in_order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     up_after = F.col("event").isin(*UP_EVENTS)

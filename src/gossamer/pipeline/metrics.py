@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .schema import MEMBERSHIP_EVENTS, ROW, membership_changes, with_row_order
+from .schema import MEMBERSHIP_EVENTS, ROW, membership_changes, node_events, with_row_order
 
 __all__ = [
     "LOOKUP_PERCENTILES",
@@ -117,8 +117,8 @@ def latency_of(delays: DataFrame) -> DataFrame:
 def runs_without_wall(trace: DataFrame) -> DataFrame:
     """(run, rows): runs with rows that have no ``wall`` (trace files written before the
     column), for which cross-node latency and convergence are not available."""
-    return trace.filter(F.col("wall").isNull()).groupBy("run").agg(
-        F.count(F.lit(1)).alias("rows"))
+    return (node_events(trace).groupBy("run").agg(F.sum("no_wall").alias("rows"))
+            .filter(F.col("rows") > 0))
 
 
 def latency_summary(samples: DataFrame, *, by: Sequence[str] = ("run", "layer")) -> DataFrame:
@@ -145,12 +145,22 @@ def latency_cdf(samples: DataFrame, *, points: int = 50) -> DataFrame:
 # -- messages and load ---------------------------------------------------------------------------
 
 
+def _rows_of(event: str) -> Column:
+    """Over ``node_events`` rows: how many trace rows of ``event``."""
+    return F.sum(F.when(F.col("event") == event, F.col("rows")).otherwise(0))
+
+
+def _bytes_of(event: str) -> Column:
+    """Over ``node_events`` rows: the ``size`` of the trace rows of ``event``, summed."""
+    return F.sum(F.when(F.col("event") == event, F.col("size_sum")).otherwise(0))
+
+
 def messages_per_operation(trace: DataFrame) -> DataFrame:
     """Per run: publishes, sends, bytes sent, and sends and bytes per publish."""
-    return trace.groupBy("run").agg(
-        F.sum(F.when(F.col("event") == "publish", 1).otherwise(0)).alias("operations"),
-        F.sum(F.when(F.col("event") == "send", 1).otherwise(0)).alias("messages"),
-        F.sum(F.when(F.col("event") == "send", F.col("size")).otherwise(0)).alias("bytes"),
+    return node_events(trace).groupBy("run").agg(
+        _rows_of("publish").alias("operations"),
+        _rows_of("send").alias("messages"),
+        _bytes_of("send").alias("bytes"),
     ).withColumn(
         "messages_per_operation",
         F.when(F.col("operations") > 0, F.col("messages") / F.col("operations")),
@@ -164,24 +174,18 @@ def node_load(trace: DataFrame) -> DataFrame:
     """Per (run, node): messages sent and received, bytes, deliveries, and what its durable
     store holds: ``stored`` bytes and ``stored_items`` from its latest ``stored`` row (null
     when the node traced none)."""
-    def count(event: str) -> Column:
-        return F.sum(F.when(F.col("event") == event, 1).otherwise(0))
-
-    def size(event: str) -> Column:
-        return F.sum(F.when(F.col("event") == event, F.col("size")).otherwise(0))
-
-    def latest(value: Column) -> Column:
-        # max_by skips rows whose ordering is null: only the stored rows compete
-        return F.max_by(value, F.when(F.col("event") == "stored", F.struct("t", ROW)))
-
-    items = F.get_json_object(F.col("info"), "$.items").cast("long")
-    rows = with_row_order(trace).filter(F.col("event").isin("send", "recv", "deliver", "stored"))
-    return rows.groupBy("run", "node").agg(
-        count("send").alias("sent"), count("recv").alias("received"),
-        count("deliver").alias("delivered"),
-        size("send").alias("bytes_sent"), size("recv").alias("bytes_received"),
-        latest(F.col("size").cast("long")).alias("stored"),
-        latest(items).alias("stored_items"),
+    events = node_events(trace).filter(F.col("event").isin("send", "recv", "deliver", "stored"))
+    counts = events.groupBy("run", "node").agg(
+        _rows_of("send").alias("sent"), _rows_of("recv").alias("received"),
+        _rows_of("deliver").alias("delivered"),
+        _bytes_of("send").alias("bytes_sent"), _bytes_of("recv").alias("bytes_received"))
+    latest = (with_row_order(trace).filter(F.col("event") == "stored").groupBy("run", "node")
+              .agg(F.max_by(F.struct(F.col("size").cast("long").alias("size"), "info"),
+                            F.struct("t", ROW)).alias("latest")))
+    return counts.join(latest, ["run", "node"], "left").select(
+        "run", "node", "sent", "received", "delivered", "bytes_sent", "bytes_received",
+        F.col("latest.size").alias("stored"),
+        F.get_json_object(F.col("latest.info"), "$.items").cast("long").alias("stored_items"),
     ).withColumn("load", F.col("sent") + F.col("received"))
 
 
@@ -319,7 +323,7 @@ def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
     last_change = membership_changes(trace).groupBy("run", "node").agg(
         F.max_by("event", F.struct("at", ROW)).alias("last"))
     down = last_change.filter(F.col("last").isin("crash", "leave")).select("run", "node")
-    members = (trace.filter((F.col("layer") != "sim") & F.col("node").isNotNull())
+    members = (node_events(trace).filter((F.col("layer") != "sim") & F.col("node").isNotNull())
                .select("run", "node").distinct()
                .join(down, ["run", "node"], "left_anti")
                .join(owners.select("run").distinct(), "run", "left_semi"))
@@ -344,11 +348,12 @@ def layer_messages_per_publish(trace: DataFrame, *, layer: str = "pubsub") -> Da
     """Per run with ``publish`` rows in ``layer``: those publishes and, per layer that sent
     messages, its sends per publish (columns ``sent_<layer>`` and ``per_publish_<layer>`` are
     not fixed, so this is long: run, publishes, sender_layer, sent, per_publish)."""
-    publishes = (trace.filter((F.col("event") == "publish") & (F.col("layer") == layer))
-                 .groupBy("run").agg(F.count(F.lit(1)).alias("publishes")))
-    sends = (trace.filter(F.col("event") == "send")
+    events = node_events(trace)
+    publishes = (events.filter((F.col("event") == "publish") & (F.col("layer") == layer))
+                 .groupBy("run").agg(F.sum("rows").alias("publishes")))
+    sends = (events.filter(F.col("event") == "send")
              .groupBy("run", F.col("layer").alias("sender_layer"))
-             .agg(F.count(F.lit(1)).alias("sent")))
+             .agg(F.sum("rows").alias("sent")))
     return sends.join(publishes, "run").withColumn(
         "per_publish", F.col("sent") / F.col("publishes"))
 
@@ -360,7 +365,7 @@ def failure_fraction(trace: DataFrame) -> DataFrame:
     """Per run: members, nodes that crashed at least once before the run's end (a killed
     process counts: see ``membership_changes``; a node that left cleanly did not fail), and
     their fraction."""
-    members = trace.filter((F.col("layer") != "sim") | F.col("event").isin(
+    members = node_events(trace).filter((F.col("layer") != "sim") | F.col("event").isin(
         list(MEMBERSHIP_EVENTS))).filter(F.col("node").isNotNull())
     failed = (membership_changes(trace).filter(F.col("event") == "crash")
               .groupBy("run").agg(F.countDistinct("node").alias("failed_nodes")))
@@ -374,12 +379,12 @@ def run_overview(trace: DataFrame) -> DataFrame:
     """Per run: rows, time span, and the offered load (publishes per second while
     publishing)."""
     publish = F.col("event") == "publish"
-    overview = trace.groupBy("run").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.min("t").alias("t_start"), F.max("t").alias("t_end"),
-        F.sum(F.when(publish, 1).otherwise(0)).alias("publishes"),
-        F.min(F.when(publish, F.col("t"))).alias("first_publish"),
-        F.max(F.when(publish, F.col("t"))).alias("last_publish"),
+    overview = node_events(trace).groupBy("run").agg(
+        F.sum("rows").alias("rows"),
+        F.min("t_min").alias("t_start"), F.max("t_max").alias("t_end"),
+        _rows_of("publish").alias("publishes"),
+        F.min(F.when(publish, F.col("t_min"))).alias("first_publish"),
+        F.max(F.when(publish, F.col("t_max"))).alias("last_publish"),
     )
     span = F.col("last_publish") - F.col("first_publish")
     return overview.withColumn(

@@ -36,7 +36,9 @@ __all__ = [
     "is_closed_parquet",
     "is_held",
     "load_trace",
+    "members_of",
     "membership_changes",
+    "node_events",
     "release",
     "restored_deliveries",
     "shared",
@@ -231,6 +233,40 @@ def clock() -> Column:
     return F.coalesce(F.col("wall"), F.col("t"))
 
 
+def node_events(trace: DataFrame) -> DataFrame:
+    """Per (run, node, layer, event): ``rows``, ``size_sum`` (of ``size``), ``t_min``,
+    ``t_max``, ``at_max`` (the latest on the shared clock, see ``clock``) and ``no_wall``
+    (rows without ``wall``).
+
+    One pass over the trace, a few rows per node: the per-node and per-run counts (members,
+    node load, messages per operation, the run overview, a run's end) are read from it
+    instead of each scanning the trace (``shared``: within an analysis it is built once).
+    Its aggregates are all of fixed width, so Spark aggregates by hashing (a ``max`` of a
+    struct would sort every row)."""
+    return shared("node_events", trace, (), lambda: _node_events(trace))
+
+
+def _node_events(trace: DataFrame) -> DataFrame:
+    return trace.groupBy("run", "node", "layer", "event").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum("size").alias("size_sum"),
+        F.min("t").alias("t_min"), F.max("t").alias("t_max"),
+        F.max(clock()).alias("at_max"),
+        F.count(F.when(F.col("wall").isNull(), 1)).alias("no_wall"),
+    )
+
+
+def members_of(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> DataFrame:
+    """(run, node): every node of the trace: each node with a row outside layer ``sim`` (the
+    simulator's own rows name node ``sim``) or a membership row (of ``RUNTIME_LAYERS`` and
+    ``session_layers``)."""
+    membership = (F.col("event").isin(list(MEMBERSHIP_EVENTS))
+                  & F.col("layer").isin(*RUNTIME_LAYERS, *session_layers))
+    return (node_events(trace).filter(F.col("node").isNotNull()
+                                      & (membership | (F.col("layer") != "sim")))
+            .select("run", "node").distinct())
+
+
 def membership_changes(trace: DataFrame, *, session_layers: Sequence[str] = ()) -> DataFrame:
     """(run, node, layer, event, at, row): the membership changes of each node, on the shared
     clock (``at``, see ``clock``); its downs up to the run's end.
@@ -261,11 +297,9 @@ def _membership_changes(trace: DataFrame, session_layers: Sequence[str]) -> Data
                   & layer.isin(*RUNTIME_LAYERS, *session_layers))
     changes = trace.filter(membership).select(
         "run", "node", "layer", "event", at.alias("at"), ROW)
-    active = (trace.filter(~event.isin(list(MEMBERSHIP_EVENTS)) & F.col("node").isNotNull()
-                           & (layer != "sim"))
-              .groupBy("run", "node").agg(F.max(F.struct(at.alias("at"), F.col(ROW)))
-                                          .alias("last")))
-    ends = active.groupBy("run").agg(F.max("last.at").alias("run_end"))
+    activity = ~event.isin(list(MEMBERSHIP_EVENTS)) & F.col("node").isNotNull() & (layer != "sim")
+    ends = (node_events(trace).filter(activity).groupBy("run")
+            .agg(F.max("at_max").alias("run_end")))
 
     runtime = changes.filter(F.col("layer").isin(*RUNTIME_LAYERS))
     in_order = Window.partitionBy("run", "node").orderBy("at", ROW)
@@ -290,8 +324,13 @@ def _membership_changes(trace: DataFrame, session_layers: Sequence[str]) -> Data
         F.max(F.when(F.col("layer") == "net", 1).otherwise(0)).alias("net"))
     leaves = runtime.filter(F.col("event") == "leave").groupBy("run").agg(
         F.max("at").alias("last_leave"))
-    vanished = (final.filter((F.col("net") == 1) & F.col("final").isin(*UP_EVENTS))
-                .join(active, ["run", "node"]).join(leaves, "run")
+    up_on_net = final.filter((F.col("net") == 1) & F.col("final").isin(*UP_EVENTS)).select(
+        "run", "node")
+    # each such node's last row that is no membership change (only theirs are aggregated)
+    active = (trace.filter(activity).join(F.broadcast(up_on_net), ["run", "node"], "left_semi")
+              .groupBy("run", "node").agg(F.max(F.struct(at.alias("at"), F.col(ROW)))
+                                          .alias("last")))
+    vanished = (up_on_net.join(active, ["run", "node"]).join(leaves, "run")
                 .filter(F.col("last.at") < F.col("last_leave"))
                 .select("run", "node", F.lit("net").alias("layer"),
                         F.lit("crash").alias("event"), F.col("last.at").alias("at"),
