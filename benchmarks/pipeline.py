@@ -3,7 +3,7 @@
 
 For each size, in one run: the five checks that apply to a FIFO trace (reliability, own
 delivery, duplicates, validity, FIFO per origin) in DuckDB SQL straight from the Parquet files
-and in Spark (``load_trace`` + ``evaluate``, nothing else), the whole analysis (``analyze()``:
+and in Spark (``read_trace`` + ``evaluate``, nothing else), the whole analysis (``analyze()``:
 every check and metric, all tables written), and the ratio Spark/DuckDB. The trace carries a
 few planted violations of each check, and every violation count of DuckDB must equal Spark's
 (and be non-zero), so a wrong query cannot give a fast figure. The Spark session's start (the
@@ -48,9 +48,8 @@ from gossamer.pipeline import (
     evaluate,
     get_spark,
     inspect_trace_files,
-    load_trace,
 )
-from gossamer.pipeline.schema import checkpoint, release
+from gossamer.pipeline.schema import read_trace, release
 
 __all__ = ["PLANTED", "duckdb_checks", "main", "render", "run", "spark_checks",
            "synthetic_trace"]
@@ -248,7 +247,7 @@ def spark_checks(spark: Any, run_dir: Path) -> dict[str, Any]:
     """The same checks in Spark and nothing else: read the files once (a local checkpoint, as
     ``analyze`` does, and as the DuckDB side loads one table), judge, count."""
     started = time.perf_counter()
-    trace = checkpoint(load_trace(spark, inspect_trace_files(run_dir).good))
+    trace = read_trace(spark, inspect_trace_files(run_dir).good)
     try:
         checks = [c for c in default_checks(CheckConfig(layers=(LAYER,))) if c.name in CHECKS]
         violations = {r.name: r.violation_count for r in evaluate(trace, checks)}

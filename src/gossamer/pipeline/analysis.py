@@ -32,8 +32,8 @@ from .round_metrics import round_metrics, round_run_summary
 from .schema import (
     checkpoint,
     inspect_trace_files,
-    load_trace,
     node_events,
+    read_trace,
     release,
     sharing_intermediates,
     unreadable_files,
@@ -340,7 +340,7 @@ def _analyze(
     if not files:
         raise TraceInputError(f"no readable trace files (*.parquet) under {run_dir / 'trace'}")
     # computed once and its lineage cut (see ``sharing_intermediates``)
-    trace = checkpoint(load_trace(spark, files))
+    trace = read_trace(spark, files)
     held: list[DataFrame] = []  # each check's violations, in memory until the end
     held_checkpoints: list[DataFrame] = []  # freed at the end, with the trace
     try:

@@ -39,6 +39,7 @@ __all__ = [
     "members_of",
     "membership_changes",
     "node_events",
+    "read_trace",
     "release",
     "restored_deliveries",
     "shared",
@@ -454,12 +455,9 @@ def unreadable_files(files: Sequence[Path]) -> list[tuple[Path, str]]:
     return problems
 
 
-def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> DataFrame:
-    """Trace files as one DataFrame, with ``row``: the given files, or every closed trace
-    file under ``RUN_DIR/trace``. A column a file lacks reads as null. A restarted process's
-    ``t`` is made to continue its first life's (``continuous_lives``), and the deliveries it
-    restored from its store stand in for ``deliver`` rows its kill lost
-    (``restored_deliveries``)."""
+def _trace_sources(source: str | Path | Sequence[Path]) -> list[Path]:
+    """The files to read: the given ones, or every closed trace file under
+    ``RUN_DIR/trace``."""
     if isinstance(source, str | Path):
         closed, _unfinished = closed_trace_files(source)
         where = Path(source) / "trace"
@@ -467,12 +465,57 @@ def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
         closed, where = list(source), Path("the given files")
     if not closed:
         raise PipelineError(f"no finished trace files (*.parquet) under {where}")
-    frame = spark.read.schema(trace_schema()).parquet(*(str(f) for f in closed))
-    trace = restored_deliveries(continuous_lives(with_row_order(frame.select(*COLUMNS))))
+    return closed
+
+
+def _scan(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
+    """The files as one DataFrame of the trace columns, with ``row``."""
+    frame = spark.read.schema(trace_schema()).parquet(*(str(f) for f in files))
+    return with_row_order(frame.select(*COLUMNS))
+
+
+def _partitions(files: Sequence[Path]) -> int:
+    return max(1, -(-_trace_bytes(files) // PARTITION_BYTES))
+
+
+def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> DataFrame:
+    """Trace files as one DataFrame, with ``row``: the given files, or every closed trace
+    file under ``RUN_DIR/trace``. A column a file lacks reads as null. A restarted process's
+    ``t`` is made to continue its first life's (``continuous_lives``), and the deliveries it
+    restored from its store stand in for ``deliver`` rows its kill lost
+    (``restored_deliveries``). ``read_trace`` is the same, computed once."""
+    files = _trace_sources(source)
+    trace = restored_deliveries(continuous_lives(_scan(spark, files)))
     # the unions above add up their inputs' partitions (one per file, plus a shuffle's): on a
     # small trace every later stage would run that many near-empty tasks, and a task's fixed
     # cost, not its rows, would be the analysis's time
-    return trace.coalesce(max(1, -(-_trace_bytes(closed) // PARTITION_BYTES)))
+    return trace.coalesce(_partitions(files))
+
+
+def read_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> DataFrame:
+    """``load_trace``'s rows, computed once (a ``checkpoint``: ``release`` it when done).
+
+    The files are scanned once: the scan is checkpointed, one aggregate over it says whether
+    any node was restarted or any delivery restored, and only then are ``continuous_lives``
+    and ``restored_deliveries`` applied (to the checkpoint, not the files) and checkpointed
+    in its place; a trace with neither is the scan itself."""
+    files = _trace_sources(source)
+    partitions = _partitions(files)
+    scanned = checkpoint(_scan(spark, files).coalesce(partitions))
+    started = F.col("wall") - F.col("t")
+    per_node = scanned.groupBy("run", "node").agg(
+        (F.max(started) - F.min(started)).alias("spread"),
+        F.max(F.when(F.col("event") == RESTORED, 1).otherwise(0)).alias("restored"))
+    facts = per_node.agg(
+        F.max(F.when(F.col("node").isNotNull() & (F.col("spread") > RESTART_GAP), 1)
+              .otherwise(0)).alias("restarted"),
+        F.max("restored").alias("restored")).first()
+    if facts is None or not (facts["restarted"] or facts["restored"]):
+        return scanned
+    try:
+        return checkpoint(restored_deliveries(continuous_lives(scanned)).coalesce(partitions))
+    finally:
+        release(scanned)
 
 
 #: Parquet bytes of trace per partition of the loaded trace (about 300,000 rows)
