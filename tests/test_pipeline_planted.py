@@ -30,6 +30,7 @@ from gossamer.pipeline import (
     read_run_settings,
     trace_schema,
 )
+from gossamer.pipeline.schema import read_trace, release
 
 pytestmark = pytest.mark.spark
 
@@ -428,6 +429,35 @@ def loaded(spark: Any, rows: Rows, folder: Path) -> Any:
     path = folder / "trace.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return load_trace(spark, [path])
+
+
+@pytest.mark.parametrize("case", ["plain", "restarted", "restored"])
+def test_read_trace_gives_the_rows_load_trace_gives(spark: Any, tmp_path: Path,
+                                                    case: str) -> None:
+    """``read_trace`` applies ``continuous_lives`` and ``restored_deliveries`` only when the
+    trace has a restart or a restored delivery: its rows are ``load_trace``'s either way."""
+    rows, _checks = recorded("replica")
+    if case != "plain":
+        hub_walls = sorted(r["wall"] for r in rows if r["node"] == "hub")
+        split = hub_walls[len(hub_walls) // 2]
+        rows = restart(rows, "hub", at_wall=split)
+    if case == "restored":
+        delivered = [r for r in rows if r["node"] == "hub" and r["event"] == "deliver"
+                     and r["wall"] < split][:3]
+        rows = rows + [{**r, "event": "restored", "wall": split + 2.0, "t": 0.0}
+                       for r in delivered]
+    path = tmp_path / "trace.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    once = read_trace(spark, [path])
+    try:
+        got = sorted((tuple(r) for r in once.collect()), key=repr)
+    finally:
+        release(once)
+    assert got == sorted((tuple(r) for r in load_trace(spark, [path]).collect()), key=repr)
+    written = sorted((r["node"], r["t"]) for r in rows if r["event"] != "restored")
+    read = sorted((r[COLUMNS.index("node")], r[COLUMNS.index("t")]) for r in got)
+    # a restart's second life continues the first one's clock: the rows were changed
+    assert (read == written) is (case == "plain")
 
 
 def test_a_restarted_process_starting_its_clock_again_is_no_violation(

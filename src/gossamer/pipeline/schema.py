@@ -474,6 +474,12 @@ def _scan(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     return with_row_order(frame.select(*COLUMNS))
 
 
+def _lives_and_restored(scanned: DataFrame) -> DataFrame:
+    """``continuous_lives`` and ``restored_deliveries`` of a scan, its columns in the scan's
+    order (the joins inside put their keys first)."""
+    return restored_deliveries(continuous_lives(scanned)).select(*scanned.columns)
+
+
 def _partitions(files: Sequence[Path]) -> int:
     return max(1, -(-_trace_bytes(files) // PARTITION_BYTES))
 
@@ -485,7 +491,7 @@ def load_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
     restored from its store stand in for ``deliver`` rows its kill lost
     (``restored_deliveries``). ``read_trace`` is the same, computed once."""
     files = _trace_sources(source)
-    trace = restored_deliveries(continuous_lives(_scan(spark, files)))
+    trace = _lives_and_restored(_scan(spark, files))
     # the unions above add up their inputs' partitions (one per file, plus a shuffle's): on a
     # small trace every later stage would run that many near-empty tasks, and a task's fixed
     # cost, not its rows, would be the analysis's time
@@ -513,7 +519,7 @@ def read_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
     if facts is None or not (facts["restarted"] or facts["restored"]):
         return scanned
     try:
-        return checkpoint(restored_deliveries(continuous_lives(scanned)).coalesce(partitions))
+        return checkpoint(_lives_and_restored(scanned).coalesce(partitions))
     finally:
         release(scanned)
 
