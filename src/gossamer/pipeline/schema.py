@@ -189,8 +189,7 @@ def continuous_lives(trace: DataFrame) -> DataFrame:
     started = F.col("wall") - F.col("t")
     timed = F.col("wall").isNotNull() & F.col("node").isNotNull()
     restarted = F.broadcast(
-        trace.filter(timed).groupBy("run", "node")
-        .agg((F.max(started) - F.min(started)).alias("spread"))
+        trace.filter(timed).groupBy("run", "node").agg(_start_spread().alias("spread"))
         .filter(F.col("spread") > RESTART_GAP).select("run", "node"))
     theirs = trace.join(restarted, ["run", "node"], "left_semi")
     others = trace.join(restarted, ["run", "node"], "left_anti")
@@ -205,6 +204,13 @@ def continuous_lives(trace: DataFrame) -> DataFrame:
         "t", F.when(F.col("wall").isNotNull(), F.col("t") + (life - first))
         .otherwise(F.col("t"))).drop("_life")
     return others.unionByName(shifted.select(*trace.columns))
+
+
+def _start_spread() -> Column:
+    """Over a node's rows: how far its process start (``wall - t``) moved; by more than
+    ``RESTART_GAP``, the node was restarted (rows without ``wall`` do not count)."""
+    started = F.col("wall") - F.col("t")
+    return F.max(started) - F.min(started)
 
 
 #: the event of a delivery a restarted node's store held at its start (``CausalDelivery``'s
@@ -508,9 +514,8 @@ def read_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
     files = _trace_sources(source)
     partitions = _partitions(files)
     scanned = checkpoint(_scan(spark, files).coalesce(partitions))
-    started = F.col("wall") - F.col("t")
     per_node = scanned.groupBy("run", "node").agg(
-        (F.max(started) - F.min(started)).alias("spread"),
+        _start_spread().alias("spread"),
         F.max(F.when(F.col("event") == RESTORED, 1).otherwise(0)).alias("restored"))
     facts = per_node.agg(
         F.max(F.when(F.col("node").isNotNull() & (F.col("spread") > RESTART_GAP), 1)
