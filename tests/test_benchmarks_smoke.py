@@ -64,6 +64,22 @@ def test_ws_libs_quick_run_measures_all_four_servers() -> None:
     assert result["ratios"]
 
 
+def test_hub_against_measures_each_checkout_and_refuses_a_bad_one() -> None:
+    src = str(BENCHMARKS.parent / "src")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "hub_against.py"), "--clients", "10", "--rounds",
+         "1", "--window", "1", f"one={src}", f"two={src}"],
+        capture_output=True, text=True, timeout=100, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "10 clients, 1 rounds, ratios against one:" in done.stdout
+    assert re.search(r"^ +one: +[\d,]+ deliveries/s \(1\.00x\)", done.stdout, re.M), done.stdout
+    assert re.search(r"^ +two: +[\d,]+ deliveries/s \(\d+\.\d\dx\)", done.stdout, re.M)
+    refused = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "hub_against.py"), f"one={src}", "two=/nonexistent"],
+        capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 2 and "no gossamer package in /nonexistent" in refused.stderr
+
+
 def test_hub_fanout_quick_run_prints_every_figure(tmp_path: Path) -> None:
     pytest.importorskip("socketio")  # the "bench" extra
     out = tmp_path / "hub_fanout.json"
