@@ -70,14 +70,19 @@ class ChordHost(HostMaintenance):
     # -- Process ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        was_member = self.config.durable and get_json(
-            self.env.store, STORE_TABLE, "member") is not None
-        if self.create and not (was_member and self.contacts):
+        if self.create and not (self.contacts and self._was_member()):
             self._create_ring()
         elif self.contacts:
             for vn in self._vnodes:
                 self._join(vn)
         # else: idle until join() or bootstrap()
+
+    def _was_member(self) -> bool:
+        """This node's store says it was in a ring before (``durable``): a creator with
+        contacts then joins through them instead of creating a second ring. Read only when
+        it decides something: a simulated node's store is made on its first use."""
+        return self.config.durable and get_json(
+            self.env.store, STORE_TABLE, "member") is not None
 
     def stop(self) -> None:
         """Leave gracefully: tell each neighbour who is on the other side, then go quiet."""
