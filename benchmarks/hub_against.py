@@ -9,8 +9,9 @@ process, with the clients, windows and rounds of ``hub_fanout.py`` (its ``measur
 servers interleaved round by round, the best round counts; then the latency at half of each
 one's own peak). It prints each hub's best deliveries/s, its CPU, deliveries per server
 CPU-second, the half-load p50/p99 and every round, and each figure as a ratio of the first
-hub's. For a change and its parent measured in the same minutes on a shared machine, where
-one run of ``hub_fanout.py --against`` compares only two.
+hub's. Use it to compare a change, its parent and 904a816 in the same minutes on a shared
+machine; ``hub_fanout.py --against`` compares two hubs only (beside the bare servers and
+python-socketio, which it measures too).
 """
 
 from __future__ import annotations
