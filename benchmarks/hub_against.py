@@ -26,23 +26,10 @@ import hub_fanout as fanout
 
 
 def _served_from(sources: dict[str, str]) -> None:
-    """``ServerProcess`` serves a ``NAME`` kind as the hub, with ``PYTHONPATH`` its SRC."""
-
-    async def start(self: fanout.ServerProcess) -> None:
-        env = dict(os.environ, PYTHONPATH=sources[self.kind])
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, fanout.__file__, "--serve", "hub",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
-        line = await self._line()
-        if not line.startswith("PORT "):
-            await self.stop()
-            raise RuntimeError(f"hub {self.kind} ({sources[self.kind]}) did not start: "
-                               f"{line!r}")
-        self.port = int(line.split()[1])
-
-    for name in sources:
+    """Each ``NAME`` a server kind of ``hub_fanout``: the hub, served from its SRC."""
+    for name, src in sources.items():
         fanout.DIALECTS[name] = fanout.DIALECTS["hub"]
-    fanout.ServerProcess.start = start  # type: ignore[method-assign]
+        fanout.SOURCES[name] = src
 
 
 async def _measure(sources: dict[str, str], clients: int,

@@ -86,7 +86,9 @@ CORKED = "bare-corked"  # bare, with the hub's write coalescing
 BARES = ("bare", CORKED)  # the ceiling is the stronger of these in each run
 KINDS = ("hub", BASE, RELAY, "bare", CORKED, "socketio")  # in table order
 CORKED_BACKLOG = 1000  # frames waiting for one bare-corked connection (the hub's limit too)
-AGAINST: list[str] = []  # --against: the src folder of the baseline hub (at most one)
+# server kinds served as the hub from another checkout's src folder (PYTHONPATH): --against
+# adds hub-base; hub_against.py adds one kind per checkout it compares
+SOURCES: dict[str, str] = {}
 WAIT = 60.0  # seconds: a wait that takes longer is broken, not slow
 MAX_FRAME = 64 * 1024
 IN_FLIGHT_PER_CLIENT = 400  # frames on their way to one client, at most (the hub's queue: 1,000)
@@ -480,8 +482,9 @@ class ServerProcess:
     async def start(self) -> None:
         env = None
         kind = self.kind
-        if kind == BASE:  # the hub of the other checkout: its src first on the path
-            env = dict(os.environ, PYTHONPATH=AGAINST[0])
+        src = SOURCES.get(kind)
+        if src is not None:  # the hub of another checkout: its src first on the path
+            env = dict(os.environ, PYTHONPATH=src)
             kind = "hub"
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, os.path.abspath(__file__), "--serve", kind,
@@ -1111,7 +1114,7 @@ def run(quick: bool = False, *, clients: Sequence[int] | None = None,
     if sizes.rounds < 1 or sizes.window <= 0:
         raise ValueError("need rounds >= 1 and a window > 0")
     kinds = [kind for kind in KINDS
-             if (kind != RELAY or relay) and (kind != BASE or AGAINST)]
+             if (kind != RELAY or relay) and (kind != BASE or BASE in SOURCES)]
     return asyncio.run(run_all(sizes, kinds, console or Console(stderr=True)))
 
 
@@ -1241,7 +1244,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.against:
         if not os.path.isdir(os.path.join(args.against, "gossamer")):
             parser.error(f"--against {args.against}: no gossamer package there")
-        AGAINST.append(os.path.abspath(args.against))
+        SOURCES[BASE] = os.path.abspath(args.against)
     if args.serve:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(args.serve))

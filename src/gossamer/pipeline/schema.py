@@ -186,7 +186,7 @@ def continuous_lives(trace: DataFrame) -> DataFrame:
     """
     if "wall" not in trace.columns:
         return trace
-    started = F.col("wall") - F.col("t")
+    started = _process_start()
     timed = F.col("wall").isNotNull() & F.col("node").isNotNull()
     restarted = F.broadcast(
         trace.filter(timed).groupBy("run", "node").agg(_start_spread().alias("spread"))
@@ -206,11 +206,15 @@ def continuous_lives(trace: DataFrame) -> DataFrame:
     return others.unionByName(shifted.select(*trace.columns))
 
 
+def _process_start() -> Column:
+    """When a row's process started, on the wall clock (``wall - t``; null without ``wall``)."""
+    return F.col("wall") - F.col("t")
+
+
 def _start_spread() -> Column:
-    """Over a node's rows: how far its process start (``wall - t``) moved; by more than
-    ``RESTART_GAP``, the node was restarted (rows without ``wall`` do not count)."""
-    started = F.col("wall") - F.col("t")
-    return F.max(started) - F.min(started)
+    """Over a node's rows: how far its process start moved; by more than ``RESTART_GAP``, the
+    node was restarted (rows without ``wall`` do not count)."""
+    return F.max(_process_start()) - F.min(_process_start())
 
 
 #: the event of a delivery a restarted node's store held at its start (``CausalDelivery``'s
