@@ -41,6 +41,8 @@ from ..pipeline import (
     print_summary,
     read_run_settings,
     run_experiment,
+    short_jvm_options,
+    trace_dir_bytes,
     write_report,
     write_run_settings,
 )
@@ -287,7 +289,9 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         master = args.master or default_master()
         console.print(f"[bold]gossamer analyze[/]: {run_dir / 'trace'} on Spark "
                       f"{master or 'from spark-submit'}", soft_wrap=True)
-        spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug)
+        # a small trace's analysis is planning, not computing: a JVM that compiles less
+        spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug,
+                          java_options=short_jvm_options(trace_dir_bytes(run_dir)))
         analysis = _analysis_steps(spark, run_dir, Path(args.out) if args.out else None, config,
                                    console, overrides=overrides,
                                    use_stored_settings=not args.ignore_stored_settings,

@@ -61,11 +61,12 @@ from .schema import (
     load_trace,
     membership_changes,
     restored_deliveries,
+    trace_dir_bytes,
     trace_schema,
     with_row_order,
 )
 from .settings import RunSettings, read_run_settings, write_run_settings
-from .spark import DEFAULT_MASTER, default_master, get_spark, parse_conf
+from .spark import DEFAULT_MASTER, default_master, get_spark, parse_conf, short_jvm_options
 from .summary import print_summary
 
 __all__ = [
@@ -127,8 +128,10 @@ __all__ = [
     "restored_deliveries",
     "run_done",
     "run_experiment",
+    "short_jvm_options",
     "total_order_check",
     "total_order_violations",
+    "trace_dir_bytes",
     "trace_schema",
     "validity_check",
     "validity_violations",

@@ -537,6 +537,13 @@ def read_trace(spark: SparkSession, source: str | Path | Sequence[Path]) -> Data
 PARTITION_BYTES = 8 << 20
 
 
+def trace_dir_bytes(run_dir: str | Path) -> int:
+    """How many bytes every file under ``RUN_DIR/trace`` takes (segments included; 0 when
+    there is no such directory)."""
+    root = Path(run_dir) / "trace"
+    return _trace_bytes([path for path in root.rglob("*") if path.is_file()])
+
+
 def _trace_bytes(files: Sequence[Path]) -> int:
     """How many bytes ``files`` take on disk (a file that vanished counts 0)."""
     total = 0

@@ -154,6 +154,23 @@ def get_spark(
     return spark
 
 
+#: a local analysis of at most this many bytes of trace files runs in a JVM that compiles with
+#: C1 only and collects with the serial collector (``short_jvm_options``)
+SHORT_JVM_TRACE_BYTES = 16 << 20
+
+#: for a short-lived driver whose time is planning small queries, not running big ones: the
+#: C2 compiler's work on a 2-core machine then costs more than its code saves (a 2,452-row
+#: trace: 15.4-15.9 s against 16.9-19.9 s in all; 1M rows, 12 MB: 31.9 against 35.8 s; equal
+#: at 30 MB; at 116 MB the C2-compiled code is worth it: 135 s against 91 s; BENCHMARKS.md)
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def short_jvm_options(trace_bytes: int) -> str:
+    """``get_spark``'s ``java_options`` for a local analysis of ``trace_bytes`` bytes of trace
+    files: ``SHORT_JVM_OPTIONS`` up to ``SHORT_JVM_TRACE_BYTES``, else none."""
+    return SHORT_JVM_OPTIONS if trace_bytes <= SHORT_JVM_TRACE_BYTES else ""
+
+
 _GIVEN = "spark.gossamer.given"  # the keys the caller set (``conf``), comma-separated
 
 #: a trace of at most this many rows is analysed "small": see ``tuned_for``
