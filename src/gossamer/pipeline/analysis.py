@@ -16,10 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from ..core.segments import Recovery, recover_segments
 from . import metrics
@@ -159,6 +162,14 @@ _PARAMS_SCHEMA = T.StructType([
 ])
 
 
+_CHECKS_SCHEMA = T.StructType([
+    T.StructField("check", T.StringType()),
+    T.StructField("status", T.StringType()),
+    T.StructField("reason", T.StringType()),
+    T.StructField("violations", T.LongType()),
+])
+
+
 def _slug(name: str) -> str:
     return _SLUG.sub("_", name.lower()).strip("_")
 
@@ -175,9 +186,20 @@ def _write_if(present: bool, frame: DataFrame, path: Path) -> DataFrame | None:
     table of ``frame``'s schema at ``path`` (no job runs ``frame``'s plan) and None."""
     if present:
         return _write(frame, path)
-    frame.sparkSession.createDataFrame([], frame.schema).write.mode("overwrite").parquet(
-        str(path))
+    _write_local([], frame.schema, path)
     return None
+
+
+def _write_local(rows: Sequence[Sequence[Any]], schema: T.StructType, path: Path) -> None:
+    """``rows`` (tuples in ``schema``'s order, few: the driver has them) as a Parquet table at
+    ``path`` in the layout Spark writes, by the driver itself: a Spark write of a few rows is
+    a job and a commit of its own (0.15-0.25 s each on a small analysis)."""
+    arrow = to_arrow_schema(schema)
+    table = pa.Table.from_pylist([dict(zip(arrow.names, row, strict=True)) for row in rows],
+                                 schema=arrow)
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    pq.write_table(table, path / "part-00000.parquet")
 
 
 def _as_dicts(frame: DataFrame) -> list[dict[str, Any]]:
@@ -404,10 +426,8 @@ def _analyze(
                                  sum(r.violation_count for _, r in per_check[name]),
                                  _union(found) if found else None)
             summaries.append(_summarize(merged, config.examples_per_check))
-        spark.createDataFrame(
-            [(s.name, s.status.value, s.reason, s.violations) for s in summaries],
-            "check string, status string, reason string, violations long",
-        ).write.mode("overwrite").parquet(str(out / "checks"))
+        _write_local([(s.name, s.status.value, s.reason, s.violations) for s in summaries],
+                     _CHECKS_SCHEMA, out / "checks")
 
         step("metrics: latency, load, convergence, redundancy, lookups")
 
