@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from .atomic_checks import ATOMIC_LAYER
 from .check_rows import info_field
+from .schema import table_schema
 
 __all__ = ["ATOMIC_RUN_COLUMNS", "SRM_LAYER", "atomic_metrics"]
 
@@ -27,6 +28,16 @@ _ACCURACY = 10_000
 
 def _count(condition: Column, name: str) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0)).alias(name)
+
+
+#: ``atomic_metrics``'s columns (a test holds them to its plan's)
+ATOMIC_METRICS_SCHEMA = table_schema(
+    "run string, published long, committed long, aborted long, delivered long, deliveries "
+    "long, commit_rate double, abort_rate double, delivered_fraction double, "
+    "commit_latency_p50 double, commit_latency_p99 double, commit_latency_max double, "
+    "losses long, recovered long, gave_up long, requests long, repairs long, "
+    "requests_per_loss double, repairs_per_loss double, recovery_delay_p50 double, "
+    "recovery_delay_p99 double")
 
 
 def atomic_metrics(trace: DataFrame) -> DataFrame:

@@ -18,7 +18,14 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .schema import MEMBERSHIP_EVENTS, ROW, membership_changes, node_events, with_row_order
+from .schema import (
+    MEMBERSHIP_EVENTS,
+    ROW,
+    membership_changes,
+    node_events,
+    table_schema,
+    with_row_order,
+)
 
 __all__ = [
     "LOOKUP_PERCENTILES",
@@ -309,6 +316,12 @@ def lookup_hop_counts(samples: DataFrame, *, by: Sequence[str] = ()) -> DataFram
 # -- topic ownership (Chord roots) -------------------------------------------------------------
 
 
+#: ``topic_balance``'s columns (a test holds them to its plan's)
+TOPIC_BALANCE_SCHEMA = table_schema(
+    "run string, topics long, nodes long, owned_expected double, owned_min long, owned_max "
+    "long, owned_p99 long, owned_p99_over_mean double")
+
+
 def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
     """Per run with ``owner`` rows (``layer``, key = topic, node = its owner): topics, nodes
     (the members up at the end: nodes with rows outside layer ``sim`` and no crash or leave as
@@ -342,6 +355,11 @@ def topic_balance(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:
         F.when(F.col("owned_mean") > 0, F.col("owned_p99") / F.col("owned_mean")),
     ).select("run", "topics", "nodes", "owned_expected", "owned_min", "owned_max", "owned_p99",
              "owned_p99_over_mean")
+
+
+#: ``layer_messages_per_publish``'s columns (a test holds them to its plan's)
+LAYER_MESSAGES_SCHEMA = table_schema(
+    "run string, sender_layer string, sent long, publishes long, per_publish double")
 
 
 def layer_messages_per_publish(trace: DataFrame, *, layer: str = "pubsub") -> DataFrame:

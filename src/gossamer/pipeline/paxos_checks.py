@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .check_rows import Check, info_field, violation_rows
-from .schema import ROW, clock, membership_changes, with_row_order
+from .schema import ROW, clock, membership_changes, table_schema, with_row_order
 
 __all__ = [
     "PAXOS_LAYER",
@@ -135,6 +135,14 @@ def paxos_checks() -> list[Check]:
               "no acked rows: no publish was acknowledged by replicated owners",
               acknowledged_lost_violations, columns=("key", "msg")),
     ]
+
+
+#: ``paxos_metrics``'s columns (a test holds them to its plan's)
+PAXOS_METRICS_SCHEMA = table_schema(
+    "run string, group string, decided long, decisions_per_s double, decide_latency_p50 "
+    "double, decide_latency_p95 double, decide_latency_p99 double, messages_per_decision "
+    "double, leader_changes long, failovers long, election_max double, failover_mean "
+    "double, failover_max double")
 
 
 def paxos_metrics(trace: DataFrame) -> DataFrame:

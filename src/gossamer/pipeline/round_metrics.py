@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from .check_rows import info_field, layer_filter
 from .round_checks import APPLY, ROUND
-from .schema import ROW, clock, with_row_order
+from .schema import ROW, clock, table_schema, with_row_order
 
 __all__ = ["CONFLICT_CODES", "ROUND_RUN_COLUMNS", "conflicts_of", "round_metrics",
            "round_run_summary"]
@@ -49,6 +49,14 @@ _DIGEST_OF_ACTION = r":([0-9a-f]+)$"
 
 def _sum_of(values: Column) -> Column:
     return F.aggregate(values, F.lit(0).cast("long"), lambda total, x: total + x)
+
+
+#: ``round_metrics``'s columns (a test holds them to its plan's)
+ROUND_METRICS_SCHEMA = table_schema(
+    "run string, session string, rounds long, round_time_p50 double, round_time_p99 double, "
+    "requests_per_round double, applied_per_round double, conflicts_per_round double, "
+    "bytes_per_round double, codes string, visible_p50 double, visible_p99 double, "
+    "request_visible_p50 double, request_visible_p99 double")
 
 
 def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> DataFrame:

@@ -80,6 +80,19 @@ def trace_schema() -> T.StructType:
                          for name, kind in COLUMN_TYPES.items()])
 
 
+_DECLARED_TYPES = {"string": T.StringType(), "long": T.LongType(), "double": T.DoubleType()}
+
+
+def table_schema(columns: str) -> T.StructType:
+    """A table's schema written out (``"run string, rounds long, p50 double"``; nullable
+    columns): what a metric table has, known without building its plan."""
+    fields = []
+    for column in columns.split(","):
+        name, kind = column.split()
+        fields.append(T.StructField(name, _DECLARED_TYPES[kind], True))
+    return T.StructType(fields)
+
+
 # -- intermediates that several checks and metrics need ------------------------------------------
 
 #: (what, id(trace), arguments) -> (trace, its persisted result), while a job shares them
