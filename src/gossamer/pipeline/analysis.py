@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from .atomic_checks import ATOMIC_LAYER
 from .atomic_metrics import ATOMIC_METRICS_SCHEMA, ATOMIC_RUN_COLUMNS, SRM_LAYER, atomic_metrics
 from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
 from .errors import PipelineError, TraceInputError
+from .overlap import Overlap
 from .paxos_checks import PAXOS_LAYER, PAXOS_METRICS_SCHEMA, paxos_metrics, paxos_run_summary
 from .round_metrics import ROUND_METRICS_SCHEMA, round_metrics, round_run_summary
 from .schema import (
@@ -42,7 +44,7 @@ from .schema import (
     unreadable_files,
 )
 from .settings import RunSettings, read_run_settings
-from .spark import tuned_for
+from .spark import overlap_workers, tuned_for
 
 __all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params",
            "refuse_uri"]
@@ -311,10 +313,11 @@ def analyze(
     if files.problems and not allow_partial:
         raise TraceInputError(_first_problem(files.problems))
     try:
-        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows):
+        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows), \
+                Overlap(overlap_workers(files.rows)) as overlap:
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored,
                             files.good, files.absent_columns, recovered, left_out,
-                            overrides or {})
+                            overrides or {}, overlap)
     except TraceInputError:
         raise
     except Exception as exc:  # a file Spark could not read (corrupt pages): find it, name it
@@ -324,9 +327,11 @@ def analyze(
         if not allow_partial:
             raise TraceInputError(_first_problem(bad)) from exc
         good = [f for f in files.good if f not in {path for path, _ in bad}]
-        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows):
+        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows), \
+                Overlap(overlap_workers(files.rows)) as overlap:
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
-                            files.absent_columns, recovered, left_out + bad, overrides or {})
+                            files.absent_columns, recovered, left_out + bad, overrides or {},
+                            overlap)
 
 
 def refuse_uri(run_dir: str) -> None:
@@ -360,6 +365,7 @@ def _analyze(
     recovered: list[Recovery],
     left_out: list[tuple[Path, str]],
     overrides: Mapping[str, Any],
+    overlap: Overlap,
 ) -> Analysis:
     if not files:
         raise TraceInputError(f"no readable trace files (*.parquet) under {run_dir / 'trace'}")
@@ -412,7 +418,7 @@ def _analyze(
                                                            complete=not left_out),
                                materialize=materialize, absent_columns=absent,
                                on_check=(lambda name: step(f"check: {name}")) if index == 0
-                               else None)
+                               else None, overlap=overlap)
             for result in results:
                 if result.violations is not None and result.violation_count:
                     result.violations.write.mode("overwrite").parquet(str(
@@ -440,21 +446,34 @@ def _analyze(
         delays = checkpoint(per_group(
             lambda t, c: metrics.delivery_delays(t, layers=c.layers)))
         held_checkpoints.append(delays)
-        samples = _write(metrics.latency_of(delays), out / "latency")
-        _write(metrics.latency_summary(samples), out / "latency_summary")
-        cdf = _write(metrics.latency_cdf(samples, points=config.cdf_points), out / "latency_cdf")
-        load = _write(metrics.node_load(trace), out / "node_load")
-        histogram = metrics.load_histogram(load, bins=config.load_bins)
-        times = _write(metrics.convergence_of(delays), out / "convergence")
-        per_run_convergence = metrics.convergence_summary(times)
-        ops = _write(metrics.messages_per_operation(trace), out / "messages_per_operation")
-        rmr = _write(per_group(lambda t, c: metrics.redundancy(t, layers=c.layers)),
-                     out / "redundancy")
-        flow = _write(metrics.throughput(trace, bucket=config.throughput_bucket),
-                      out / "throughput")
-        reliability = _write(per_group(lambda t, c: reliability_summary(
+
+        def write(build: Callable[[], DataFrame], name: str) -> Future[DataFrame]:
+            return overlap.submit(lambda: _write(build(), out / name))
+
+        # independent tables, started at once on the overlap's threads (the samples' summary
+        # and CDF once the samples are written)
+        samples_written = write(lambda: metrics.latency_of(delays), "latency")
+        load_written = write(lambda: metrics.node_load(trace), "node_load")
+        times_written = write(lambda: metrics.convergence_of(delays), "convergence")
+        ops_written = write(lambda: metrics.messages_per_operation(trace),
+                            "messages_per_operation")
+        rmr_written = write(lambda: per_group(
+            lambda t, c: metrics.redundancy(t, layers=c.layers)), "redundancy")
+        flow_written = write(lambda: metrics.throughput(trace, bucket=config.throughput_bucket),
+                             "throughput")
+        reliability_written = write(lambda: per_group(lambda t, c: reliability_summary(
             t, layers=c.layers, exempt_crashed_origins=c.exempt_crashed_origins,
-            session_layers=c.session_layers)), out / "reliability")
+            session_layers=c.session_layers)), "reliability")
+        samples = samples_written.result()
+        summary_written = write(lambda: metrics.latency_summary(samples), "latency_summary")
+        cdf_written = write(lambda: metrics.latency_cdf(samples, points=config.cdf_points),
+                            "latency_cdf")
+        load, times, ops = load_written.result(), times_written.result(), ops_written.result()
+        rmr, flow = rmr_written.result(), flow_written.result()
+        reliability, cdf = reliability_written.result(), cdf_written.result()
+        summary_written.result()
+        histogram = metrics.load_histogram(load, bins=config.load_bins)
+        per_run_convergence = metrics.convergence_summary(times)
         lookup_samples = metrics.lookup_samples(trace)
         per_run_lookups: DataFrame | None = None
         lookup_overall: dict[str, Any] | None = None

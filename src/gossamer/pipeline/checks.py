@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -40,6 +42,7 @@ from .delivery_checks import (
 )
 from .errors import PipelineError
 from .order_checks import causal_violations, fifo_violations, vector_column
+from .overlap import Overlap
 from .paxos_checks import paxos_checks
 from .round_checks import ROUND, round_consistency_violations
 from .schema import sharing_intermediates, with_row_order
@@ -373,19 +376,34 @@ def evaluate(
     materialize: Materialize | None = None,
     on_check: Callable[[str], None] | None = None,
     absent_columns: Collection[str] = (),
+    overlap: Overlap | None = None,
 ) -> list[CheckResult]:
     """Verdicts for ``checks``: one pass over the trace finds which apply, then each applicable
     check's violations are counted (after ``materialize``, e.g. written to Parquet and read
-    back, so they are computed once). ``absent_columns``: columns the trace files lack (read
-    as nulls): a check that needs one is an error naming it. The checks share what they
-    have in common (``sharing_intermediates``)."""
+    back, so they are computed once; with ``overlap``, the checks on its threads: the results
+    keep the order of ``checks``). ``absent_columns``: columns the trace files lack (read as
+    nulls): a check that needs one is an error naming it. The checks share what they have in
+    common (``sharing_intermediates``)."""
     with sharing_intermediates():
-        return _evaluate(with_row_order(trace), checks, materialize, on_check, absent_columns)
+        return _evaluate(with_row_order(trace), checks, materialize, on_check, absent_columns,
+                         overlap or Overlap(1))
+
+
+def _judged(check: Check, trace: DataFrame, materialize: Materialize | None) -> CheckResult:
+    if check.violations is None:  # _evaluate judges only checks with evidence
+        raise PipelineError(f"check {check.name} has no violations query")
+    violations = check.violations(trace)
+    if materialize is not None:
+        violations = materialize(check.name, violations)
+    count = violations.count()
+    status = Status.FAIL if count else Status.PASS
+    reason = f"{count:,} violations" if count else "no violations"
+    return CheckResult(check.name, status, reason, count, violations)
 
 
 def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materialize | None,
               on_check: Callable[[str], None] | None,
-              absent_columns: Collection[str]) -> list[CheckResult]:
+              absent_columns: Collection[str], overlap: Overlap) -> list[CheckResult]:
     absent = set(absent_columns)
     lacks = {c.name: [col for col in (*BASE_COLUMNS, *c.columns) if col in absent]
              for c in checks}
@@ -400,7 +418,7 @@ def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materializ
     if probes:
         first = trace.agg(*probes).first()
         flags = {k: int(v or 0) for k, v in (first.asDict() if first is not None else {}).items()}
-    results = []
+    results: list[CheckResult | Future[CheckResult]] = []
     for i, check in enumerate(checks):
         if on_check is not None:
             on_check(check.name)
@@ -418,11 +436,5 @@ def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materializ
                 results.append(CheckResult(check.name, Status.NOT_APPLICABLE, check.missing, 0,
                                            None))
             continue
-        violations = check.violations(trace)
-        if materialize is not None:
-            violations = materialize(check.name, violations)
-        count = violations.count()
-        status = Status.FAIL if count else Status.PASS
-        reason = f"{count:,} violations" if count else "no violations"
-        results.append(CheckResult(check.name, status, reason, count, violations))
-    return results
+        results.append(overlap.submit(functools.partial(_judged, check, trace, materialize)))
+    return [r.result() if isinstance(r, Future) else r for r in results]

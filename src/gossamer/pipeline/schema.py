@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -135,9 +136,14 @@ def shared(what: str, trace: DataFrame, arguments: tuple[Hashable, ...],
     if cache is None:
         return build()
     key = (what, id(trace), *arguments)
-    if key not in cache:
-        cache[key] = (trace, checkpoint(build()))
-    return cache[key][1]
+    with _SHARED_BUILD:  # built once when two threads of one analysis need it (``Overlap``)
+        if key not in cache:
+            cache[key] = (trace, checkpoint(build()))
+        return cache[key][1]
+
+
+#: held while an intermediate is built (reentrant: one may be built of another)
+_SHARED_BUILD = threading.RLock()
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:

@@ -189,6 +189,12 @@ _SMALL_TRACE_SQL = {
 }
 
 
+def overlap_workers(trace_rows: int) -> int:
+    """How many driver threads start an analysis's independent actions (``Overlap``): two for
+    a trace of at most ``SMALL_TRACE_ROWS`` rows (planning-bound), else one."""
+    return 2 if trace_rows <= SMALL_TRACE_ROWS else 1
+
+
 @contextlib.contextmanager
 def tuned_for(spark: SparkSession, trace_rows: int) -> Iterator[None]:
     """Within this block the session's SQL settings suit a trace of ``trace_rows`` rows: for
