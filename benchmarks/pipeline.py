@@ -50,6 +50,7 @@ from gossamer.pipeline import (
     inspect_trace_files,
 )
 from gossamer.pipeline.schema import read_trace, release
+from gossamer.pipeline.spark import LARGE_ANALYSIS_JVM_OPTIONS
 
 __all__ = ["PLANTED", "duckdb_checks", "main", "render", "run", "spark_checks",
            "synthetic_trace"]
@@ -307,7 +308,9 @@ def run(*, quick: bool = False, sizes: tuple[int, ...] | None = None,
         _check_source(here)
         _check_source(against)
     started = time.perf_counter()
-    spark = get_spark(master, {"spark.driver.memory": "4g"}, app_name="gossamer-bench")
+    # the JVM `gossamer analyze` starts for a trace over 16 MiB (this one analyses several)
+    spark = get_spark(master, {"spark.driver.memory": "4g"}, app_name="gossamer-bench",
+                      java_options=LARGE_ANALYSIS_JVM_OPTIONS)
     spark.range(1).count()  # the JVM and the first job's planning and scheduling
     session_start = time.perf_counter() - started
     config = AnalysisConfig(checks=CheckConfig(layers=(LAYER,)))

@@ -1,6 +1,6 @@
-"""The driver JVM a local ``gossamer analyze`` starts: a small trace's analysis gets a JVM that
-compiles with C1 only (``short_jvm_options``), a large one the JVM's defaults. No Spark here:
-the CLI's call to ``get_spark`` is intercepted."""
+"""The driver JVM a local ``gossamer analyze`` starts (``analysis_jvm_options``): a small trace's
+analysis gets a JVM that compiles with C1 only, a large one the parallel collector. No Spark
+here: the CLI's call to ``get_spark`` is intercepted."""
 
 from __future__ import annotations
 
@@ -12,14 +12,19 @@ import pytest
 from rich.console import Console
 
 from gossamer.cli import main as cli
-from gossamer.pipeline import PipelineError, short_jvm_options, trace_dir_bytes
-from gossamer.pipeline.spark import SHORT_JVM_OPTIONS, SHORT_JVM_TRACE_BYTES
+from gossamer.pipeline import PipelineError, analysis_jvm_options, trace_dir_bytes
+from gossamer.pipeline.spark import (
+    LARGE_ANALYSIS_JVM_OPTIONS,
+    SMALL_ANALYSIS_BYTES,
+    SMALL_ANALYSIS_JVM_OPTIONS,
+)
 
 
-def test_the_short_jvm_is_for_traces_up_to_the_limit() -> None:
-    assert "-XX:TieredStopAtLevel=1" in short_jvm_options(0)
-    assert short_jvm_options(SHORT_JVM_TRACE_BYTES) == SHORT_JVM_OPTIONS
-    assert short_jvm_options(SHORT_JVM_TRACE_BYTES + 1) == ""
+def test_the_jvm_follows_the_trace_size() -> None:
+    assert "-XX:TieredStopAtLevel=1" in analysis_jvm_options(0)
+    assert analysis_jvm_options(SMALL_ANALYSIS_BYTES) == SMALL_ANALYSIS_JVM_OPTIONS
+    assert analysis_jvm_options(SMALL_ANALYSIS_BYTES + 1) == LARGE_ANALYSIS_JVM_OPTIONS
+    assert "-XX:+UseParallelGC" in LARGE_ANALYSIS_JVM_OPTIONS
 
 
 def test_trace_dir_bytes_counts_every_file_under_trace(tmp_path: Path) -> None:
@@ -45,12 +50,12 @@ def _java_options_of_analyze(monkeypatch: pytest.MonkeyPatch, run_dir: Path) -> 
     return str(seen["java_options"])
 
 
-def test_analyze_starts_the_short_jvm_for_a_small_trace_only(
+def test_analyze_starts_the_jvm_for_its_traces_size(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     run = tmp_path / "trace" / "r1"
     run.mkdir(parents=True)
     (run / "n1.parquet").write_bytes(b"x" * 1000)
-    assert _java_options_of_analyze(monkeypatch, tmp_path) == SHORT_JVM_OPTIONS
+    assert _java_options_of_analyze(monkeypatch, tmp_path) == SMALL_ANALYSIS_JVM_OPTIONS
     with (run / "n2.parquet").open("wb") as big:
-        big.truncate(SHORT_JVM_TRACE_BYTES)  # sparse: no disk used
-    assert _java_options_of_analyze(monkeypatch, tmp_path) == ""
+        big.truncate(SMALL_ANALYSIS_BYTES)  # sparse: no disk used
+    assert _java_options_of_analyze(monkeypatch, tmp_path) == LARGE_ANALYSIS_JVM_OPTIONS

@@ -33,6 +33,7 @@ from ..pipeline import (
     PipelineError,
     RunOutcome,
     RunSettings,
+    analysis_jvm_options,
     analyze,
     default_master,
     get_spark,
@@ -41,7 +42,6 @@ from ..pipeline import (
     print_summary,
     read_run_settings,
     run_experiment,
-    short_jvm_options,
     trace_dir_bytes,
     write_report,
     write_run_settings,
@@ -289,9 +289,9 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         master = args.master or default_master()
         console.print(f"[bold]gossamer analyze[/]: {run_dir / 'trace'} on Spark "
                       f"{master or 'from spark-submit'}", soft_wrap=True)
-        # a small trace's analysis is planning, not computing: a JVM that compiles less
+        # a JVM for the trace's size: a small one's analysis is planning, a large one's work
         spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug,
-                          java_options=short_jvm_options(trace_dir_bytes(run_dir)))
+                          java_options=analysis_jvm_options(trace_dir_bytes(run_dir)))
         analysis = _analysis_steps(spark, run_dir, Path(args.out) if args.out else None, config,
                                    console, overrides=overrides,
                                    use_stored_settings=not args.ignore_stored_settings,

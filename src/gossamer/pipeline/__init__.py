@@ -66,7 +66,7 @@ from .schema import (
     with_row_order,
 )
 from .settings import RunSettings, read_run_settings, write_run_settings
-from .spark import DEFAULT_MASTER, default_master, get_spark, parse_conf, short_jvm_options
+from .spark import DEFAULT_MASTER, analysis_jvm_options, default_master, get_spark, parse_conf
 from .summary import print_summary
 
 __all__ = [
@@ -91,6 +91,7 @@ __all__ = [
     "RunSpec",
     "Status",
     "TraceInputError",
+    "analysis_jvm_options",
     "analyze",
     "atomicity_check",
     "causal_check",
@@ -128,7 +129,6 @@ __all__ = [
     "restored_deliveries",
     "run_done",
     "run_experiment",
-    "short_jvm_options",
     "total_order_check",
     "total_order_violations",
     "trace_dir_bytes",

@@ -154,21 +154,27 @@ def get_spark(
     return spark
 
 
-#: a local analysis of at most this many bytes of trace files runs in a JVM that compiles with
-#: C1 only and collects with the serial collector (``short_jvm_options``)
-SHORT_JVM_TRACE_BYTES = 16 << 20
+#: a local analysis of at most this many bytes of trace files is "small" to its JVM
+#: (``analysis_jvm_options``)
+SMALL_ANALYSIS_BYTES = 16 << 20
 
-#: for a short-lived driver whose time is planning small queries, not running big ones: the
-#: C2 compiler's work on a 2-core machine then costs more than its code saves (a 2,452-row
-#: trace: 15.4-15.9 s against 16.9-19.9 s in all; 1M rows, 12 MB: 31.9 against 35.8 s; equal
-#: at 30 MB; at 116 MB the C2-compiled code is worth it: 135 s against 91 s; BENCHMARKS.md)
-SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: a small analysis's driver plans small queries for a few seconds: C2's compiling costs more
+#: on a 2-core machine than its code saves, so C1 only, with the serial collector (2,452
+#: rows: 10.9-11.6 s in all, against 13.9-14.1 s with C2 and the parallel collector; 1M
+#: rows, 12 MB: 28.0 s against 30.0 s)
+SMALL_ANALYSIS_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+#: a larger one is throughput: C2, and the parallel collector instead of G1, whose
+#: concurrent work took CPU from the tasks (2.5M rows, 30 MB: 40.5 s against 51 s with G1
+#: and 45.4 s with C1 only; 10M rows, 116 MB: 74.7-75.2 s against 87.9-93.2 s with G1)
+LARGE_ANALYSIS_JVM_OPTIONS = "-XX:+UseParallelGC"
 
 
-def short_jvm_options(trace_bytes: int) -> str:
+def analysis_jvm_options(trace_bytes: int) -> str:
     """``get_spark``'s ``java_options`` for a local analysis of ``trace_bytes`` bytes of trace
-    files: ``SHORT_JVM_OPTIONS`` up to ``SHORT_JVM_TRACE_BYTES``, else none."""
-    return SHORT_JVM_OPTIONS if trace_bytes <= SHORT_JVM_TRACE_BYTES else ""
+    files (BENCHMARKS.md, *Pipeline*)."""
+    return (SMALL_ANALYSIS_JVM_OPTIONS if trace_bytes <= SMALL_ANALYSIS_BYTES
+            else LARGE_ANALYSIS_JVM_OPTIONS)
 
 
 _GIVEN = "spark.gossamer.given"  # the keys the caller set (``conf``), comma-separated
