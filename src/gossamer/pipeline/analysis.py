@@ -7,12 +7,13 @@ need; everything per event stays in Spark.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from .schema import (
     read_trace,
     release,
     sharing_intermediates,
+    table_schema,
     unreadable_files,
 )
 from .settings import RunSettings, read_run_settings
@@ -164,12 +166,7 @@ _PARAMS_SCHEMA = T.StructType([
 ])
 
 
-_CHECKS_SCHEMA = T.StructType([
-    T.StructField("check", T.StringType()),
-    T.StructField("status", T.StringType()),
-    T.StructField("reason", T.StringType()),
-    T.StructField("violations", T.LongType()),
-])
+_CHECKS_SCHEMA = table_schema("check string, status string, reason string, violations long")
 
 
 def _slug(name: str) -> str:
@@ -313,8 +310,7 @@ def analyze(
     if files.problems and not allow_partial:
         raise TraceInputError(_first_problem(files.problems))
     try:
-        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows), \
-                Overlap(overlap_workers(files.rows)) as overlap:
+        with _scope(spark, files.rows) as overlap:
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored,
                             files.good, files.absent_columns, recovered, left_out,
                             overrides or {}, overlap)
@@ -327,11 +323,20 @@ def analyze(
         if not allow_partial:
             raise TraceInputError(_first_problem(bad)) from exc
         good = [f for f in files.good if f not in {path for path, _ in bad}]
-        with sharing_intermediates(release_at_end=True), tuned_for(spark, files.rows), \
-                Overlap(overlap_workers(files.rows)) as overlap:
+        with _scope(spark, files.rows) as overlap:
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored, good,
                             files.absent_columns, recovered, left_out + bad, overrides or {},
                             overlap)
+
+
+@contextlib.contextmanager
+def _scope(spark: SparkSession, trace_rows: int) -> Iterator[Overlap]:
+    """One analysis of a trace of ``trace_rows`` rows: its intermediates shared (and freed at
+    its end), the session's settings tuned for its size, and the threads that start its
+    independent actions."""
+    with sharing_intermediates(release_at_end=True), tuned_for(spark, trace_rows), \
+            Overlap(overlap_workers(trace_rows)) as overlap:
+        yield overlap
 
 
 def refuse_uri(run_dir: str) -> None:

@@ -16,7 +16,7 @@ from .atomic_checks import ATOMIC_LAYER
 from .check_rows import info_field
 from .schema import table_schema
 
-__all__ = ["ATOMIC_RUN_COLUMNS", "SRM_LAYER", "atomic_metrics"]
+__all__ = ["ATOMIC_METRICS_SCHEMA", "ATOMIC_RUN_COLUMNS", "SRM_LAYER", "atomic_metrics"]
 
 SRM_LAYER = "srm"
 #: the columns of ``atomic_metrics`` that the runs table carries (plotted against a sweep)

@@ -389,16 +389,15 @@ def evaluate(
                          overlap or Overlap(1))
 
 
-def _judged(check: Check, trace: DataFrame, materialize: Materialize | None) -> CheckResult:
-    if check.violations is None:  # _evaluate judges only checks with evidence
-        raise PipelineError(f"check {check.name} has no violations query")
-    violations = check.violations(trace)
+def _judged(name: str, query: Callable[[DataFrame], DataFrame], trace: DataFrame,
+            materialize: Materialize | None) -> CheckResult:
+    violations = query(trace)
     if materialize is not None:
-        violations = materialize(check.name, violations)
+        violations = materialize(name, violations)
     count = violations.count()
     status = Status.FAIL if count else Status.PASS
     reason = f"{count:,} violations" if count else "no violations"
-    return CheckResult(check.name, status, reason, count, violations)
+    return CheckResult(name, status, reason, count, violations)
 
 
 def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materialize | None,
@@ -436,5 +435,6 @@ def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materializ
                 results.append(CheckResult(check.name, Status.NOT_APPLICABLE, check.missing, 0,
                                            None))
             continue
-        results.append(overlap.submit(functools.partial(_judged, check, trace, materialize)))
+        results.append(overlap.submit(functools.partial(
+            _judged, check.name, check.violations, trace, materialize)))
     return [r.result() if isinstance(r, Future) else r for r in results]

@@ -28,8 +28,10 @@ from .schema import (
 )
 
 __all__ = [
+    "LAYER_MESSAGES_SCHEMA",
     "LOOKUP_PERCENTILES",
     "PERCENTILES",
+    "TOPIC_BALANCE_SCHEMA",
     "convergence_of",
     "convergence_summary",
     "convergence_times",

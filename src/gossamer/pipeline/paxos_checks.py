@@ -26,6 +26,7 @@ from .schema import ROW, clock, membership_changes, table_schema, with_row_order
 
 __all__ = [
     "PAXOS_LAYER",
+    "PAXOS_METRICS_SCHEMA",
     "PAXOS_RUN_COLUMNS",
     "acknowledged_lost_violations",
     "decided_order_violations",

@@ -22,8 +22,8 @@ from .check_rows import info_field, layer_filter
 from .round_checks import APPLY, ROUND
 from .schema import ROW, clock, table_schema, with_row_order
 
-__all__ = ["CONFLICT_CODES", "ROUND_RUN_COLUMNS", "conflicts_of", "round_metrics",
-           "round_run_summary"]
+__all__ = ["CONFLICT_CODES", "ROUND_METRICS_SCHEMA", "ROUND_RUN_COLUMNS", "conflicts_of",
+           "round_metrics", "round_run_summary"]
 
 #: the status codes of a request that met another on the same property in its round (seed
 #: 002's code table: preferred or inferior, by rule or by majority)
