@@ -44,6 +44,7 @@ from ...core.messages import Codec, Message, layer_of
 from ...core.trace import TraceSink
 from .gcpolicy import tune_gc
 from .loopenv import LoopEnv
+from .mallocpolicy import tune_malloc
 from .ratelog import RateLimitedLog
 from .store import SqliteStore, WriteBehindStore
 
@@ -206,6 +207,7 @@ class MulticastEnv(LoopEnv):
     async def open(self, factory: Callable[[MulticastEnv], Process]) -> None:
         loop = asyncio.get_running_loop()
         tune_gc()  # a server process's collector policy (gcpolicy.py), once per process
+        tune_malloc()  # and its allocator's (mallocpolicy.py)
         address, port = self._group
         recv = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
         recv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

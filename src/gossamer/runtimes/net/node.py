@@ -36,6 +36,7 @@ from ...core.trace import NullSink, TraceSink, encode_info
 from .conns import Connections, NetConn
 from .gcpolicy import tune_gc
 from .linkauth import ClusterKey, resolve_cluster_key
+from .mallocpolicy import tune_malloc
 from .peerlink import PeerLinks
 from .ratelog import RateLimitedLog
 from .store import SqliteStore, WriteBehindStore
@@ -434,6 +435,7 @@ class NetNode:
             raise StateError(f"node {self.node_id}: start_process() in state {self.state.value}")
         loop = asyncio.get_running_loop()
         tune_gc()  # a server process's collector policy (gcpolicy.py), once per process
+        tune_malloc()  # and its allocator's (mallocpolicy.py)
         if isinstance(self.store, WriteBehindStore):  # its commit_then callbacks: guarded
             self.store.bind(loop, guard=self._run_committed, on_failure=self._store_failed)
         if isinstance(self.store, SqliteStore | WriteBehindStore):
