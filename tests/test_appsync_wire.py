@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from gossamer.protocols.appsync import (
     VersionNotSupported,
     next_round,
 )
+from gossamer.protocols.appsync.wire import _decode_header as decode_header
 
 codec = AppSyncCodec()
 DOC = Path(__file__).resolve().parent.parent / "docs" / "appsync-wire.md"
@@ -235,6 +237,57 @@ def test_a_sync_built_from_shared_encoded_actions_is_the_same_bytes() -> None:
     assert codec.encode_sync(Header("0001", 3, 2), (), b"[]") == doc_vectors()["beat"]
     with pytest.raises(ValueError):
         codec.encode_sync(Header("0001", 3, 2), (99,), b"[]")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["", "0001", "00af", "00AF", "FFFF", "1", "0G01", "00001", " 001"]),
+       st.sampled_from(["0000", "0001", "fffe", "FFFE", "1", "10000", "-001", "00 1"]),
+       st.sampled_from(["0000", "0002", "beef", "BEEF", "2", "XYZW"]),
+       st.sampled_from(["APSYN/01", "APSYN/02", "apsyn/01", "APSYN/1"]),
+       st.booleans())
+def test_the_quick_header_path_reads_what_the_grammar_says(client: str, r: str, last: str,
+                                                           proto: str, shuffled: bool) -> None:
+    """The common header (upper-case hex, our version) is read without the general path's
+    checks: it gives the same ``Header`` and refuses what the general path refuses."""
+    head = {"p": proto, "c": client, "r": r, "l": last}
+    if shuffled:
+        head = dict(reversed(list(head.items())))
+    hex4 = re.compile(r"[0-9A-Fa-f]{4}")
+    fields = ((client == "" or hex4.fullmatch(client)) and hex4.fullmatch(r)
+              and hex4.fullmatch(last))
+    if not re.fullmatch(r"APSYN/[0-9]{2}", proto):
+        with pytest.raises(BadRequest):
+            decode_header(head)
+        return
+    if proto != "APSYN/01":  # the version is judged before the fields
+        with pytest.raises(VersionNotSupported):
+            decode_header(head)
+        return
+    if not fields:
+        with pytest.raises(BadRequest):
+            decode_header(head)
+        return
+    header = decode_header(head)
+    assert header == Header(client.upper(), int(r, 16), int(last, 16))
+    assert header.client_id == client.upper() and header.version == "01"
+    for extra in ({**head, "x": 1}, {k: v for k, v in head.items() if k != "l"}):
+        with pytest.raises(BadRequest):
+            decode_header(extra)
+
+
+@pytest.mark.parametrize(("client", "r", "last", "acks"), [
+    ("0001", 1, 0, ()), ("00AF", 0xFFFF, 0xFFFE, (21, 23, 32)), ("", 7, 7, (55,))])
+def test_a_sync_built_without_a_header_object_is_the_same_bytes(
+        client: str, r: int, last: int, acks: tuple[int, ...]) -> None:
+    syn = b"[" + codec.encode_action(Delete(ObjectInfo(Scope.GLOBAL, "board"))) + b"]"
+    parts = codec.sync_parts_for(client, r, last, acks, syn)
+    assert parts[1] is syn  # shared with every other peer's sync of the round
+    assert b"".join(parts) == orjson.dumps(
+        {"h": Header(client, r, last).to_wire(), "b": {"ack": list(acks), "syn": json.loads(syn)}})
+    for bad in ((client, 0, last, acks), (client, r, 0x10000, acks), (client, r, last, (99,)),
+                ("00af", r, last, acks), ("1", r, last, acks)):
+        with pytest.raises(ValueError):
+            codec.sync_parts_for(*bad, syn)
 
 
 def test_object_infos_are_checked_once_and_the_cache_stays_bounded(

@@ -466,8 +466,8 @@ class AppSyncServer:
         outgoing: list[tuple[Conn, bytes]] = []
         syn_for = self._syn_lists(applied)
         for client, peer in session.peers.items():
-            parts = self.codec.sync_parts(Header(client, new_round, peer.answered),
-                                          _due(peer), syn_for(peer))
+            parts = self.codec.sync_parts_for(client, new_round, peer.answered, _due(peer),
+                                              syn_for(peer))
             frame = b"".join(parts)
             peer.history.append((new_round, parts))
             peer.history_bytes += len(frame)

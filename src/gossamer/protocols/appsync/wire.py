@@ -55,6 +55,12 @@ MAX_NAME = 256
 MAX_LIST = 1 << 16  # actions in an init or a sync
 
 _HEX4 = re.compile(r"[0-9A-Fa-f]{4}")
+_CLIENT_ID = re.compile(r"(?:[0-9A-F]{4})?")  # a client id as a Header holds it
+# a header as the common case writes it (upper-case hex, our version), read without the checks
+# of the general path: ``c``, ``r`` and ``l`` joined by "/" (see ``_decode_header``)
+_HEADER_FIELDS = re.compile(r"(?:[0-9A-F]{4})?/[0-9A-F]{4}/[0-9A-F]{4}")
+# the start of a sync as ``orjson`` writes its header (``AppSyncCodec.sync_parts_for``)
+_SYNC_HEAD = b'{"h":{"p":"APSYN/%b","c":"%b","r":"%04X","l":"%04X"},"b":{"ack":%b,"syn":'
 _PROTO = re.compile(r"APSYN/[0-9]{2}")
 _NAME = re.compile(r"[A-Za-z0-9$_]+(?:\.[A-Za-z0-9$_]+)*")
 
@@ -253,6 +259,17 @@ class Header:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= ROUND_MAX:
                 raise ValueError(f"{name} must be in 0..FFFF")
 
+    @classmethod
+    def checked(cls, client_id: str, round: int, last: int) -> Header:
+        """A header of ours whose fields the caller has checked already (``__post_init__``
+        would accept them as they are): made without checking them again."""
+        header = object.__new__(cls)
+        object.__setattr__(header, "client_id", client_id)
+        object.__setattr__(header, "round", round)
+        object.__setattr__(header, "last", last)
+        object.__setattr__(header, "version", VERSION)
+        return header
+
     def to_wire(self) -> dict[str, Any]:
         return {"p": f"APSYN/{self.version}", "c": self.client_id, "r": _hex4(self.round),
                 "l": _hex4(self.last)}
@@ -421,6 +438,13 @@ def _hex_field(value: Any, what: str, digits: int) -> int:
 
 
 def _decode_header(value: Any) -> Header:
+    if value.__class__ is dict and len(value) == 4:
+        # the common case first: exactly the four keys, our protocol, upper-case hex digits
+        client, r, last = value.get("c"), value.get("r"), value.get("l")
+        if (value.get("p") == PROTOCOL and client.__class__ is str and r.__class__ is str
+                and last.__class__ is str
+                and _HEADER_FIELDS.fullmatch(f"{client}/{r}/{last}") is not None):
+            return Header.checked(client, int(r, 16), int(last, 16))
     head = _obj(value, {"p", "c", "r", "l"}, "head")
     proto = _str(head["p"], "p")
     if _PROTO.fullmatch(proto) is None:
@@ -520,10 +544,21 @@ class AppSyncCodec:
                    ) -> tuple[bytes, bytes, bytes]:
         """``encode_sync``'s bytes in three parts, the peer's own, the shared ``syn`` and the
         end, so that what is kept of a sync shares ``syn`` with every other peer's."""
-        if header.round == 0 or any(a not in CODES for a in acks):
+        return self.sync_parts_for(header.client_id, header.round, header.last, acks, syn,
+                                   header.version)
+
+    def sync_parts_for(self, client_id: str, round: int, last: int, acks: tuple[int, ...],
+                       syn: bytes, version: str = VERSION) -> tuple[bytes, bytes, bytes]:
+        """``sync_parts`` without building a ``Header`` (the server's per-peer path, once per
+        peer and round): the same checks, the same bytes as ``orjson`` writes the header."""
+        if not 0 < round <= ROUND_MAX or any(a not in CODES for a in acks):
             raise ValueError("a sync has a round other than 0000 and codes of the table")
-        return (b'{"h":' + orjson.dumps(header.to_wire()) + b',"b":{"ack":'
-                + orjson.dumps(list(acks)) + b',"syn":', syn, b"}}")
+        if not 0 <= last <= ROUND_MAX:
+            raise ValueError("last must be in 0..FFFF")
+        if _CLIENT_ID.fullmatch(client_id) is None:
+            raise ValueError("a client id is empty or 4 hex digits, upper case")
+        return (_SYNC_HEAD % (version.encode(), client_id.encode(), round, last,
+                              orjson.dumps(acks) if acks else b"[]"), syn, b"}}")
 
     def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
         if len(data) > self.max_frame:
