@@ -16,7 +16,7 @@ from gossamer.runtimes.net import gcpolicy
 @pytest.fixture()
 def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     before = gc.get_threshold()
-    monkeypatch.setattr(gcpolicy, "_tuned", False)
+    monkeypatch.setattr(gcpolicy, "_applied", set())
     yield
     gc.set_threshold(*before)
 
@@ -37,7 +37,7 @@ def test_the_environment_keeps_the_interpreters_policy_or_sets_the_threshold(
     gc.set_threshold(700, 10, 10)
     monkeypatch.setenv(gcpolicy.ENV, "default")
     assert gcpolicy.tune_gc() is None and gc.get_threshold() == (700, 10, 10)
-    monkeypatch.setattr(gcpolicy, "_tuned", False)
+    monkeypatch.setattr(gcpolicy, "_applied", set())
     monkeypatch.setenv(gcpolicy.ENV, "10000")
     assert gcpolicy.tune_gc() == (10_000, *gcpolicy.OLDER)
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from gossamer.core.errors import ConfigError
-from gossamer.runtimes.net import mallocpolicy
+from gossamer.runtimes.net import gcpolicy, mallocpolicy
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only")
 
@@ -59,9 +59,9 @@ def test_a_server_process_keeps_its_heap_between_bursts() -> None:
 
 def test_once_per_process_and_a_bad_setting_is_a_clear_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mallocpolicy, "_tuned", True)
+    monkeypatch.setattr(gcpolicy, "_applied", {mallocpolicy.ENV})
     assert mallocpolicy.tune_malloc() is None  # a second node changes nothing
-    monkeypatch.setattr(mallocpolicy, "_tuned", False)
+    monkeypatch.setattr(gcpolicy, "_applied", set())
     monkeypatch.setenv(mallocpolicy.ENV, "lots")
     with pytest.raises(ConfigError, match="GOSSAMER_MALLOC must be 'default'"):
         mallocpolicy.tune_malloc()

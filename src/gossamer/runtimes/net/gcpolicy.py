@@ -23,7 +23,7 @@ import os
 
 from ...core.errors import ConfigError
 
-__all__ = ["ENV", "YOUNG", "tune_gc"]
+__all__ = ["ENV", "YOUNG", "once_setting", "tune_gc"]
 
 log = logging.getLogger("gossamer.net")
 
@@ -31,18 +31,24 @@ ENV = "GOSSAMER_GC"
 YOUNG = 50_000  # allocations between two collections of the young generation
 OLDER = (20, 100)  # the middle and old generations' thresholds, in collections of the one below
 
-_tuned = False
+_applied: set[str] = set()  # the process policies applied in this process, by variable
+
+
+def once_setting(env: str) -> str | None:
+    """What the variable ``env`` asks of a policy applied once per process: None when it was
+    applied already or the variable says ``default``; else its value ("" when unset)."""
+    if env in _applied:
+        return None
+    _applied.add(env)
+    setting = os.environ.get(env, "").strip()
+    return None if setting == "default" else setting
 
 
 def tune_gc() -> tuple[int, int, int] | None:
     """Set the server thresholds once per process (see the module); the thresholds set, or None
     when ``GOSSAMER_GC=default`` or an earlier call set them already."""
-    global _tuned
-    if _tuned:
-        return None
-    _tuned = True
-    setting = os.environ.get(ENV, "").strip()
-    if setting == "default":
+    setting = once_setting(ENV)
+    if setting is None:
         return None
     young = YOUNG
     if setting:

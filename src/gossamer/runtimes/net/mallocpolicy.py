@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import platform
 
 from ...core.errors import ConfigError
+from .gcpolicy import once_setting
 
 __all__ = ["ENV", "MMAP", "TRIM", "tune_malloc"]
 
@@ -36,19 +36,13 @@ MMAP = 4 * 1024 * 1024  # allocations up to this size come from the heap, not fr
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
-_tuned = False
-
 
 def tune_malloc() -> tuple[int, int] | None:
     """Set the server allocator policy once per process (see the module): the trim and mmap
     thresholds set, or None when ``GOSSAMER_MALLOC=default``, the C library is not glibc, or
     an earlier call set them already."""
-    global _tuned
-    if _tuned:
-        return None
-    _tuned = True
-    setting = os.environ.get(ENV, "").strip()
-    if setting == "default":
+    setting = once_setting(ENV)
+    if setting is None:
         return None
     if setting:
         raise ConfigError(f"{ENV} must be 'default' or unset, got {setting!r}")
