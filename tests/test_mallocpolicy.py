@@ -36,8 +36,9 @@ print(json.dumps({"tuned": tuned,
 
 
 def _bursts(setting: str | None) -> dict[str, object]:
-    env = {k: v for k, v in os.environ.items() if k not in (mallocpolicy.ENV,)}
-    env = {k: v for k, v in env.items() if not k.startswith("MALLOC_")}  # glibc's own knobs
+    # neither our variable nor glibc's own MALLOC_* knobs from the caller's environment
+    env = {k: v for k, v in os.environ.items()
+           if k != mallocpolicy.ENV and not k.startswith("MALLOC_")}
     if setting is not None:
         env[mallocpolicy.ENV] = setting
     out = subprocess.run([sys.executable, "-c", _BURSTS], env=env, capture_output=True,
