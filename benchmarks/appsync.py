@@ -13,9 +13,12 @@ CPU-second.
 
 - APSYN: ``gossamer appsync server`` (the service as users run it); one session, a shared ``G``
   object ``board`` made by the first client, each client updating ``board.p<its id>``.
-  Run twice: peers that answer each round at once (the default), and peers that answer it
+  Run three times: peers that answer each round at once (the default), peers that answer it
   ``--gather`` (0.6) of its min time late with the changes made meanwhile
-  (``PeerConfig.gather``): a change then waits less for the round that carries it.
+  (``PeerConfig.gather``): a change then waits less for the round that carries it, and eager
+  peers (``PeerConfig.eager``, gathering ``--eager`` 0.8): a change is sent when it is made, in
+  the answer if that is still to come, else in a rqst of its own for the open round, so it
+  waits only for the end of the round it reaches.
 - Colyseus: ``colyseus/server.mjs``, a room whose state maps each client to its last change.
 
 Colyseus is a benchmark dependency only, installed into ``benchmarks/colyseus/node_modules``
@@ -85,11 +88,11 @@ def start_server(system: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def run_one(system: str, clients: int, *, sample: int, warmup: float, seconds: float,
-            gather: float = 0.0) -> dict[str, Any]:
+            gather: float = 0.0, eager: bool = False) -> dict[str, Any]:
     server, url = start_server(system)
     load = subprocess.Popen(
         ["node", str(NODE_DIR / "clients.mjs"), system, url, str(clients), str(sample),
-         str(warmup), str(seconds), str(RATE), str(gather)],
+         str(warmup), str(seconds), str(RATE), str(gather), "1" if eager else "0"],
         stdout=subprocess.PIPE, text=True, cwd=NODE_DIR)
     try:
         _wait_for_line(load, "measuring", f"the {system} load generator")
@@ -118,30 +121,36 @@ def main() -> None:
     parser.add_argument("--gather", type=float, default=0.6,
                         help="APSYN is also run with peers that answer each round this "
                              "fraction of its min time late (PeerConfig.gather; 0: not)")
+    parser.add_argument("--eager", type=float, default=0.8,
+                        help="APSYN is also run with eager peers (PeerConfig.eager: a change "
+                             "is sent when it is made) gathering this fraction of the min "
+                             "time; negative: not")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     sizes = args.clients or ([20] if args.quick else [100, 500])
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 15.0)
     ensure_node_modules()
-    variants = [("colyseus", "colyseus", 0.0), ("apsyn", "apsyn", 0.0)]
+    variants = [("colyseus", "colyseus", 0.0, False), ("apsyn", "apsyn", 0.0, False)]
     if args.gather > 0:
-        variants.append((f"apsyn, gather {args.gather:g}", "apsyn", args.gather))
+        variants.append((f"apsyn, gather {args.gather:g}", "apsyn", args.gather, False))
+    if args.eager >= 0:
+        variants.append((f"apsyn, eager, gather {args.eager:g}", "apsyn", args.eager, True))
     rows = []
     for clients in sizes:
         row: dict[str, Any] = {"clients": clients}
-        for label, system, gather in variants:
+        for label, system, gather, eager in variants:
             print(f"{label}: {clients} clients, {warmup:g} s warm-up, {seconds:g} s measured "
                   "...", flush=True)
             r = run_one(system, clients, sample=args.sample, warmup=warmup, seconds=seconds,
-                        gather=gather)
+                        gather=gather, eager=eager)
             row[label] = r
             print(f"  p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; "
                   f"{r['delivered_per_s']:,.0f} changes delivered/s; server CPU "
                   f"{r['server_cpu_share']:.2f} cores, {r['delivered_per_cpu_s']:,.0f} "
                   f"per CPU-second; errors {r['errors']}", flush=True)
         theirs = row["colyseus"]
-        for label, _system, _gather in variants[1:]:
+        for label, _system, _gather, _eager in variants[1:]:
             ours = row[label]
             p99 = ours["p99_ms"] / theirs["p99_ms"]
             cpu = ours["delivered_per_cpu_s"] / theirs["delivered_per_cpu_s"]

@@ -156,6 +156,50 @@ def test_a_gathering_peer_answers_later_in_the_round_with_what_was_requested_mea
     assert sent(env) == []
 
 
+def test_an_eager_peer_sends_a_request_when_it_is_made_for_the_round_that_is_open() -> None:
+    """``eager``: a request made before the gathered answer is due sends the answer at once;
+    requests made after the answer went (in one step) go together in a rqst of their own
+    for the same round; acks match them oldest first across the two rqsts."""
+    env = FakeEnv("p1")
+    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s", gather=0.5, eager=True))
+    got: list[tuple[int, int | None]] = []
+    peer.on_result = lambda number, code: got.append((number, code))
+    peer.start()
+    [conn] = env.dialed
+    assert isinstance(conn, FakeConn)
+    peer.request(Update(BOARD, {"early": 0}))  # before the init: waits for the first answer
+    env.advance(0.001)
+    assert env.take_written() == []  # not connected yet: nothing to send it in
+    peer.opened(conn, "ctrl:1")
+    env.take_written()
+    peer.received(conn, codec.encode(Init(header=Header("0007", 0, 5),
+                                          config=SessionConfig(20, 200, 10), creates=())))
+    assert sent(env) == []  # the gathered answer (10 ms) is not due yet
+    env.advance(0.002)
+    first = peer.request(Update(BOARD, {"b": 2}))
+    assert sent(env) == []  # after this step, not inside it
+    env.advance(0.0)
+    assert sent(env) == [Rqst(header=Header("0007", 5, 5),
+                              actions=(Update(BOARD, {"early": 0}), Update(BOARD, {"b": 2})))]
+    env.advance(0.02)  # the gathered answer's time passes: it went already, nothing more
+    assert sent(env) == []
+    second = peer.request(Update(BOARD, {"c": 3}))
+    third = peer.request(Update(BOARD, {"d": 4}))
+    env.advance(0.0)
+    assert sent(env) == [Rqst(header=Header("0007", 5, 5),
+                              actions=(Update(BOARD, {"c": 3}), Update(BOARD, {"d": 4})))]
+    assert list(peer.in_flight) == [first - 1, first, second, third]
+    peer.received(conn, codec.encode(Sync(header=Header("0007", 6, 5), acks=(21, 23, 21),
+                                          actions=())))
+    assert got == [(first - 1, 21), (first, 23), (second, 21)]
+    env.advance(0.0101)  # round 6's answer, gathered: empty
+    assert sent(env) == [Rqst(header=Header("0007", 6, 6), actions=())]
+    peer.stop()
+    peer.request(Update(BOARD, {"e": 5}))
+    env.advance(1.0)
+    assert sent(env) == []  # a stopped peer sends nothing
+
+
 def test_gather_is_checked_at_once() -> None:
     with pytest.raises(ConfigError):
         PeerConfig(address="ctrl:1", session="s", gather=1.0)

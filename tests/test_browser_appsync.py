@@ -273,6 +273,31 @@ async def _vectors(tmp_path: Path) -> None:
                     catch (e) { refused = e.name; }
                     return { atOnce, sent: sent.slice(1), refused };
                 })(),
+                eager: await (async () => {
+                    // an eager client (gather 0.5 of a 40 ms min round): a request made
+                    // before the answer is due sends it at once; two made after it go
+                    // together in a rqst of their own for the same round
+                    const sent = [];
+                    class FakeSocket {
+                        constructor() { this.readyState = 1; FakeSocket.last = this; }
+                        send(text) { sent.push(text); }
+                        close() {}
+                    }
+                    const c = new m.ApsynClient("ws://x/", "s", { gather: 0.5, eager: true,
+                                                                  WebSocketImpl: FakeSocket });
+                    c.connect();
+                    FakeSocket.last.onopen();
+                    FakeSocket.last.onmessage({ data: '{"h":{"p":"APSYN/01","c":"0007",'
+                        + '"r":"0000","l":"0005"},"b":{"sc":{"min":"28","max":"C8",'
+                        + '"tout":"A"},"cr":[]}}' });
+                    c.request({ t: "cre", i: { s: "G", n: "a" }, m: "RW", d: 1 });
+                    await new Promise((resolve) => setTimeout(resolve, 0));
+                    const early = sent.length;  // the join and the answer, long before 20 ms
+                    c.request({ t: "cre", i: { s: "G", n: "b" }, m: "RW", d: 2 });
+                    c.request({ t: "cre", i: { s: "G", n: "c" }, m: "RW", d: 3 });
+                    await new Promise((resolve) => setTimeout(resolve, 60));
+                    return { early, sent: sent.slice(1) };
+                })(),
             };
         }""", [vectors, peer_side, refused])
         assert got["encoded"] == vectors
@@ -287,6 +312,12 @@ async def _vectors(tmp_path: Path) -> None:
                                          '"l":"0005"},"b":[{"t":"cre","i":{"s":"G","n":"late"},'
                                          '"m":"RW","d":1}]}']
         assert got["gather"]["refused"] == "RangeError"
+        head = '{"h":{"p":"APSYN/01","c":"0007","r":"0005","l":"0005"},"b":'
+        assert got["eager"]["early"] == 2
+        assert got["eager"]["sent"] == [  # nothing more when the gathered time passed
+            head + '[{"t":"cre","i":{"s":"G","n":"a"},"m":"RW","d":1}]}',
+            head + '[{"t":"cre","i":{"s":"G","n":"b"},"m":"RW","d":2},'
+                   '{"t":"cre","i":{"s":"G","n":"c"},"m":"RW","d":3}]}']
         wrong = await st.open("session=locked&key=wrong",
                               "() => window.apsyn && apsyn.phase === 'closed'")
         state = await wrong.evaluate("apsyn.state()")

@@ -5,24 +5,27 @@
 // changes and decode only what the protocol needs to go on: nothing for Colyseus, the round
 // numbers of APSYN's headers).
 //
-//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE [GATHER]
+//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE [GATHER [EAGER]]
 //     SYSTEM colyseus | apsyn
 //     GATHER (apsyn) answer each round this fraction of its min time late, with the changes
 //            made meanwhile, as gossamer's peers do with PeerConfig.gather (default 0: at once)
+//     EAGER  (apsyn) 1: send each change when it is made, in the answer if it is still to
+//            come, else in a rqst of its own for the open round (PeerConfig.eager)
 //
 // Prints "measuring" when the measured window starts and "done" when it ends (the driver reads
 // the server's CPU time at both), then one JSON line of results.
 import { Client } from "colyseus.js";
 import WebSocket from "ws";
 
-const [system, url, clientsArg, sampleArg, warmupArg, measureArg, rateArg, gatherArg] =
-  process.argv.slice(2);
+const [system, url, clientsArg, sampleArg, warmupArg, measureArg, rateArg, gatherArg,
+  eagerArg] = process.argv.slice(2);
 const CLIENTS = Number(clientsArg);
 const SAMPLE = Math.min(Number(sampleArg), CLIENTS);
 const WARMUP = Number(warmupArg) * 1000;
 const MEASURE = Number(measureArg) * 1000;
 const PERIOD = 1000 / Number(rateArg);
 const GATHER = Number(gatherArg || 0);
+const EAGER = eagerArg === "1";
 const JOINS_AT_ONCE = 20;
 
 let measuring = false;
@@ -78,6 +81,8 @@ function apsynClient(index, instrumented, onRound) {
     let change = null; // the time of the latest change not yet sent
     let created = index !== 0; // client 0 creates the shared board
     let delay = 0; // ms from a sync to its answer (GATHER x the session's min round time)
+    let pending = null; // the gathering answer's timer
+    let open = null; // the round the latest sync began (an eager change is for it)
     ws.on("open", () => {
       ws.send('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"bench"}}');
     });
@@ -87,12 +92,18 @@ function apsynClient(index, instrumented, onRound) {
       const head = HEADER.exec(data.toString("latin1", 0, 120));
       if (head === null) { errors += 1; return; }
       const round = head[2] === "0000" ? head[3] : head[2]; // an init's l: the round to answer
+      open = round;
       if (cid === null) {
         cid = head[1];
         const min = MIN_MS.exec(data.toString("latin1", 0, 200));
         delay = min === null ? 0 : GATHER * parseInt(min[1], 16);
-        setTimeout(() => setInterval(() => { change = changed(); }, PERIOD),
-                   Math.random() * PERIOD);
+        setTimeout(() => setInterval(() => {
+          change = changed();
+          if (EAGER) { // now: the answer if it is still to come, else a rqst of its own
+            if (pending !== null) { clearTimeout(pending); pending = null; }
+            answer(open);
+          }
+        }, PERIOD), Math.random() * PERIOD);
         resolve();
       }
       if (instrumented) {
@@ -101,7 +112,7 @@ function apsynClient(index, instrumented, onRound) {
           if (action.t === "upd" && action.i.n.startsWith("board.p")) seen(action.d);
         }
       }
-      if (delay > 0) setTimeout(() => answer(round), delay);
+      if (delay > 0) pending = setTimeout(() => { pending = null; answer(round); }, delay);
       else answer(round);
       if (onRound) onRound();
     });

@@ -350,11 +350,14 @@ const RESULTS_KEPT = 500;
  */
 export class ApsynClient {
   constructor(url, session, { key = null, reconnectDelay = 0.5, maxQueue = 10_000,
-    maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket, gather = 0 } = {}) {
+    maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket, gather = 0, eager = false } = {}) {
     if (!(gather >= 0 && gather < 1)) throw new RangeError(`gather must be in [0, 1), got ${gather}`);
     // answer each round this fraction of its min time late, with the changes made meanwhile
     // (as gossamer's Python peer, PeerConfig.gather); 0: at once
     this.gather = gather;
+    // send each request when it is made (those of one task together): in the round's answer
+    // if it is still to come, else in a rqst of its own for the open round (PeerConfig.eager)
+    this.eager = Boolean(eager);
     this.url = url;
     this.session = session;
     this.key = key;
@@ -382,6 +385,7 @@ export class ApsynClient {
     this._ws = null;
     this._timer = null;
     this._answerTimer = null; // a gathering answer
+    this._eagerTimer = null; // requests to send now (eager)
   }
 
   // -- events ----------------------------------------------------------------------------
@@ -583,7 +587,20 @@ export class ApsynClient {
     this.results.push(entry);
     if (this.results.length > RESULTS_KEPT) this.results.shift();
     this.queue.push([number, action]);
+    if (this.eager && this._eagerTimer === null) {
+      this._eagerTimer = setTimeout(() => this._sendEagerly(), 0);
+    }
     return new Promise((resolve) => { this._byNumber.set(number, { entry, resolve }); });
+  }
+
+  _sendEagerly() {
+    this._eagerTimer = null;
+    if (this.phase !== Phase.SYNCING || !this.queue.length || this.round < this.holdUntilRound) {
+      return; // not joined, or held: they go with an answer
+    }
+    clearTimeout(this._answerTimer); // the round's answer, if it was still to come: now
+    this._answerTimer = null;
+    this._answer();
   }
 
   /** An object info; C objects default to this client's own scope id. */

@@ -491,6 +491,9 @@ _APPSYNC_KNOBS = (
                                     "2 s (a majority stays up)"),
     Knob("partitions", 0, 2, note="p2p: whoever is CTRL cut off from the others for "
                                   "0.5-2.5 s"),
+    Knob("eager", choices=(False, True), note="eager peers (PeerConfig.eager, gather 0.5) "
+                                              "requesting at a random moment of the round "
+                                              "(3 in 10 of the seeds)"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
                 appsync_faults)

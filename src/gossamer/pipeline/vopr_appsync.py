@@ -48,6 +48,7 @@ def draw_appsync(d: _Draw) -> None:
         d.set("peers", max(3, min(7, int(d.options["peers"]))))
         d.set("loss", 0.0)
         d.set("server_restart", False)
+    d.flag(0.3, "eager")  # drawn last, as above
 
 
 def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
@@ -59,6 +60,8 @@ def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
     if o.get("p2p"):
         out.append(f"peer-to-peer, {o.get('ctrl_crashes', 0)} CTRL crashes, "
                    f"{o.get('partitions', 0)} CTRL cut off")
+    if o.get("eager"):
+        out.append("eager peers")
     if o.get("zones", 1) != 1:
         out.append(f"{o['zones']} zones, {o.get('zone_faults', 0)} link cuts / member "
                    f"restarts")

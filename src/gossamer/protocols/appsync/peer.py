@@ -69,6 +69,13 @@ class PeerConfig:
     # change waits less for its round (the round still ends at its min time as long as the
     # rqst arrives by then: keep (1 - gather) x min above the round trip to the server)
     gather: float = 0.0
+    # send each request when it is made (the requests of one step together) instead of with
+    # the next answer: in the round's answer if that is still to come (it goes now), else in
+    # a rqst of its own for the round that is open. A change then waits only for the end of
+    # the round open when it reaches CTRL, not for the next answer first; it costs a frame
+    # per burst of requests made after the answer (combine with ``gather`` so that most
+    # requests ride in the answer: a request made before the answer is due sends it at once)
+    eager: bool = False
     # this peer is the CTRL of zone ``zone`` joining another zone's CTRL (docs/appsync-zones.md)
     zone: str | None = None
     # no sync for this long: the CTRL is taken for gone (the connection is closed and dialled
@@ -106,6 +113,7 @@ class AppSyncPeer:
         self._numbers = 0
         self._timer: TimerHandle | None = None
         self._answer_timer: TimerHandle | None = None  # a gathering answer (``gather``)
+        self._eager_timer: TimerHandle | None = None  # requests to send now (``eager``)
         self._watchdog: TimerHandle | None = None  # the next sync is due by then
         self.on_result: ResultFn | None = None
         self.on_change: ChangeFn | None = None
@@ -123,7 +131,19 @@ class AppSyncPeer:
             raise StateError(f"{len(self.queue)} requests queued: the peer is not keeping up")
         self._numbers += 1
         self.queue.append((self._numbers, action))
+        if self.config.eager and self._eager_timer is None:
+            # after this step: the requests made in it go in one rqst
+            self._eager_timer = self.env.set_timer(0.0, self._send_eagerly)
         return self._numbers
+
+    def _send_eagerly(self) -> None:
+        self._eager_timer = None
+        if self.phase is not PeerPhase.SYNCING or self.conn is None or not self.queue:
+            return  # not joined yet: the requests go with the first answer
+        if self._answer_timer is not None:  # the round's answer was still to come: now
+            self.env.cancel(self._answer_timer)
+            self._answer_timer = None
+        self._answer()
 
     @property
     def synced(self) -> bool:

@@ -380,7 +380,10 @@ class AppSyncServer:
         if msg.header.round == session.round:
             peer.answered = session.round
         behind = self._rounds_between(msg.header.last, session.round)
-        if behind > 0 and peer.client_id in session.peers:
+        # one round behind is a rqst that crossed this round's sync (a late answer, or a
+        # request sent at once after the answer): the sync is on its way. A sync really lost
+        # shows as two or more at the peer's next answer, which follows the next sync
+        if behind > 1 and peer.client_id in session.peers:
             self._repair(session, peer, behind)
         if session.phase is Phase.WAITING and session.min_passed and self._all_answered(session):
             self._end_round(session)

@@ -34,6 +34,9 @@ class AppSyncRunOptions:
     server_restart: bool = False  # the server crashes once and recovers on its store
     settle: float = 4.0  # seconds without requests at the end
     drop_updates: bool = False  # peers skip one property's updates (broken on purpose)
+    # peers with PeerConfig.eager (and gather 0.5) making their requests at a random moment
+    # of the round: some ride in the answer, some in rqsts of their own after it
+    eager: bool = False
     zones: int = 1  # 2: a member zone's CTRL joins the master's (docs/appsync-zones.md)
     zone_faults: int = 0  # link cuts and member CTRL restarts (with two zones)
     p2p: bool = False  # peer-to-peer mode: ``peers`` participants choose the CTRL (Paxos)
@@ -125,7 +128,7 @@ def _world_config(options: AppSyncRunOptions) -> WorldConfig:
                        min_ms=options.min_ms, max_ms=options.max_ms,
                        request_chance=options.request_chance, loss=options.loss,
                        rto=options.rto, drop_updates=options.drop_updates,
-                       zones=options.zones, traced_peers=options.traced_peers)
+                       eager=options.eager, zones=options.zones, traced_peers=options.traced_peers)
 
 
 def _as_ctrl_says(states: dict[str, dict[str, Any]], peers: int) -> bool:

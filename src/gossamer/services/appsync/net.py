@@ -182,12 +182,13 @@ class AppSyncClient:
     def __init__(self, url: str, session: str, *, key: str | None = None,
                  timeout: float = 10.0, node: str = "appsync-peer",
                  trace: TraceSink | None = None, run: str = "appsync",
-                 gather: float = 0.0) -> None:
+                 gather: float = 0.0, eager: bool = False) -> None:
         self.url = url
         # gather: answer each round that fraction of its min time late, with the changes
-        # made meanwhile (``PeerConfig.gather``)
+        # made meanwhile (``PeerConfig.gather``); eager: send each change when it is made,
+        # for the round open when it arrives (``PeerConfig.eager``)
         self.config = PeerConfig(address=url, session=session, key=key, framing=Framing.WS,
-                                 gather=gather)
+                                 gather=gather, eager=eager)
         self.timeout = timeout
         self.node = node
         self.trace = trace

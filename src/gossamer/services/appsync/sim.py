@@ -48,6 +48,9 @@ class WorldConfig:
     loss: float = 0.0  # each try of a frame lost with this chance; TCP sends it again ...
     rto: float = 0.2  # ... after this many seconds, doubling per try (Simulation.connection_rto)
     drop_updates: bool = False  # peers skip the board's contended property (broken on purpose)
+    # eager peers (PeerConfig.eager, gather 0.5) that make their requests at a random moment
+    # of the round rather than when its sync comes
+    eager: bool = False
     zones: int = 1  # 2: a second zone's CTRL links to the first (the master of G objects)
     traced_peers: int | None = None  # only the first N peers write apply rows (None: all)
 
@@ -85,6 +88,15 @@ class _WorkloadPeer(AppSyncPeer):
     def _round(self, number: int) -> None:
         if not self.world.active or self.env.rng.random() >= self.world.config.request_chance:
             return
+        if self.world.config.eager:  # somewhere in the round: before or after the answer
+            self.env.set_timer(self.env.rng.uniform(0.0, self.world.config.min_ms / 1000),
+                               self._requests)
+        else:
+            self._requests()
+
+    def _requests(self) -> None:
+        if not self.world.active or self.phase is not PeerPhase.SYNCING:
+            return
         self.counter += 1
         own = ObjectInfo(Scope.CLIENT, "me", self.client_id)
         if own.object_key in self.objects:
@@ -102,6 +114,11 @@ class _WorkloadPeer(AppSyncPeer):
             self.request(Update(ObjectInfo(Scope.GLOBAL, f"board.p{self.client_id}"),
                                 self.counter))
             self.request(Update(ObjectInfo(Scope.GLOBAL, "board.hot"), self.counter))
+
+
+def _answering(config: WorldConfig) -> dict[str, Any]:
+    """How the workload's peers answer: at once, or eagerly (gathering half a round)."""
+    return {"eager": True, "gather": 0.5} if config.eager else {}
 
 
 _P = TypeVar("_P")
@@ -165,7 +182,7 @@ class AppSyncWorld(_World):
             ctrl, session = self.zone_ctrls[n % config.zones]
             self.ctrl_of[name] = (ctrl, session)
             peer_config = PeerConfig(address=f"{ctrl}:{PORT}", session=session,
-                                     reconnect_delay=0.2)
+                                     reconnect_delay=0.2, **_answering(config))
             self.sim.add_node(name, self._peer_factory(peer_config))
 
     def _member_zone(self) -> tuple[str, str]:
@@ -269,7 +286,7 @@ class P2PWorld(_World):
                                                         election_jitter=0.2))
         spec = ListenerSpec(name="appsync", port=PORT, handshake_timeout=None)
         peer_config = PeerConfig(address=f"unset:{PORT}", session=SESSION,
-                                 reconnect_delay=0.2)
+                                 reconnect_delay=0.2, **_answering(config))
         for name in self.names:
             self.sim.add_node(name, lambda env: P2PParticipant(
                 env, self.names, self.p2p,
