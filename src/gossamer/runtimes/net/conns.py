@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Iterable
@@ -44,6 +45,7 @@ from ...core.conn import (
 from ...core.errors import ConfigError, ProtocolError
 from .framing import StreamDecoder, frames_without, text_frame
 from .netconn import CLOSE_TIMEOUT, NetConn, NodeSide, State, StreamProtocol
+from .wsdirect import DirectWebSocketResponse
 
 __all__ = ["Connections", "NetConn"]
 
@@ -182,7 +184,7 @@ class Connections:
 
     async def _serve_ws(self, listening: Listening, request: web.Request) -> web.StreamResponse:
         spec = listening.spec
-        ws = web.WebSocketResponse(max_msg_size=spec.max_frame + 1, compress=False,
+        ws = DirectWebSocketResponse(max_msg_size=spec.max_frame + 1, compress=False,
                                    heartbeat=spec.heartbeat, timeout=spec.close_timeout,
                                    decode_text=False)
         stream = await ws.prepare(request)
@@ -200,6 +202,8 @@ class Connections:
                                    message=b"full: too many connections")
             return ws
         self._opened(conn, listening)
+        if ws.direct:  # text messages straight from the parser; receive() gets the rest
+            ws.deliver_to(functools.partial(self._text, conn))
         try:
             await self._read_ws(conn, ws)
         finally:
@@ -313,18 +317,7 @@ class Connections:
             kind = frame.type
             if kind is WSMsgType.TEXT:
                 data = frame.data
-                payload = data if isinstance(data, bytes) else data.encode()
-                if not payload.isascii():
-                    try:
-                        payload.decode()
-                    except UnicodeDecodeError:
-                        # RFC 6455 8.1: a text frame that is not UTF-8 fails the connection
-                        self._runtime_close(conn, CloseReason.INVALID_TEXT,
-                                            CloseCode.INVALID_TEXT,
-                                            "invalid UTF-8 in a text frame")
-                        continue
-                if conn.state is State.OPEN:
-                    self.received(conn, payload)
+                self._text(conn, data if isinstance(data, bytes) else data.encode())
             elif kind is WSMsgType.BINARY:
                 self._trace_conn(conn, "drop", size=len(frame.data), reason="binary")
             elif kind is WSMsgType.ERROR:
@@ -343,6 +336,18 @@ class Connections:
                 return
             else:  # CLOSE, CLOSING, CLOSED
                 return
+
+    def _text(self, conn: NetConn, payload: bytes) -> None:
+        """A WebSocket text message: UTF-8 or the connection fails (RFC 6455 8.1)."""
+        if not payload.isascii():
+            try:
+                payload.decode()
+            except UnicodeDecodeError:
+                self._runtime_close(conn, CloseReason.INVALID_TEXT, CloseCode.INVALID_TEXT,
+                                    "invalid UTF-8 in a text frame")
+                return
+        if conn.state is State.OPEN:
+            self.received(conn, payload)
 
     def received(self, conn: NetConn, frame: bytes) -> None:
         """One frame for the service (the hot path: every attribute read here counts)."""
