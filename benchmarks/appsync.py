@@ -16,9 +16,10 @@ CPU-second.
   Run three times: peers that answer each round at once (the default), peers that answer it
   ``--gather`` (0.6) of its min time late with the changes made meanwhile
   (``PeerConfig.gather``): a change then waits less for the round that carries it, and eager
-  peers (``PeerConfig.eager``, gathering ``--eager`` 0.8): a change is sent when it is made, in
+  peers (``PeerConfig.eager``, gathering ``--eager``, 0): a change is sent when it is made, in
   the answer if that is still to come, else in a rqst of its own for the open round, so it
-  waits only for the end of the round it reaches.
+  waits only for the end of the round it reaches (``--eager`` 0: answering at once, the
+  changes in rqsts of their own).
 - Colyseus: ``colyseus/server.mjs``, a room whose state maps each client to its last change.
 
 Colyseus is a benchmark dependency only, installed into ``benchmarks/colyseus/node_modules``
@@ -121,10 +122,10 @@ def main() -> None:
     parser.add_argument("--gather", type=float, default=0.6,
                         help="APSYN is also run with peers that answer each round this "
                              "fraction of its min time late (PeerConfig.gather; 0: not)")
-    parser.add_argument("--eager", type=float, default=0.8,
+    parser.add_argument("--eager", type=float, default=0.0,
                         help="APSYN is also run with eager peers (PeerConfig.eager: a change "
                              "is sent when it is made) gathering this fraction of the min "
-                             "time; negative: not")
+                             "time (0: answering at once); negative: not")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     sizes = args.clients or ([20] if args.quick else [100, 500])
@@ -135,7 +136,8 @@ def main() -> None:
     if args.gather > 0:
         variants.append((f"apsyn, gather {args.gather:g}", "apsyn", args.gather, False))
     if args.eager >= 0:
-        variants.append((f"apsyn, eager, gather {args.eager:g}", "apsyn", args.eager, True))
+        label = "apsyn, eager" + (f", gather {args.eager:g}" if args.eager > 0 else "")
+        variants.append((label, "apsyn", args.eager, True))
     rows = []
     for clients in sizes:
         row: dict[str, Any] = {"clients": clients}

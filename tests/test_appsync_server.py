@@ -4,6 +4,7 @@ modes and privacy on the wire bytes, session keys, timeouts, gap repair, persist
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -59,6 +60,35 @@ def test_a_first_join_starts_a_round_and_the_init_names_the_round_and_client_id(
     sync = bench.last(conn)
     assert isinstance(sync, Sync) and sync.header == Header("0001", 2, 1)
     assert sync.acks == (21,) and sync.actions == (cre("quiz", {"round": 1}),)
+
+
+def test_the_round_time_counts_the_rounds_processing_so_rounds_come_every_min() -> None:
+    """The min round time bounds a whole round (the seed's phases I-III): a round whose
+    commit took 4 ms of the 10 ms waits 6 ms for its answers, so rounds at the min time end
+    every 10 ms, not every 10 ms plus their processing; a round slower than min waits for
+    nothing more than its answers."""
+    bench = Bench()
+    a, _ = bench.join()
+    held: list[Callable[[], None]] = []
+    bench.env.store.commit_then = held.append  # type: ignore[method-assign]
+    bench.rqst(a)
+    bench.advance(0.01)  # round 1 ends: its syncs wait for the commit
+    ended = bench.env.now()
+    bench.advance(0.004)
+    held.pop()()  # the commit lands 4 ms later; round 2's syncs go
+    bench.settle()
+    assert bench.last(a).header.round == 2
+    bench.rqst(a)
+    bench.advance(0.0059)
+    assert not held  # 5.9 ms: round 2 still waits
+    bench.advance(0.0002)
+    assert held and bench.env.now() - ended == pytest.approx(0.0101)  # 10 ms after round 1
+    bench.advance(0.02)
+    held.pop()()  # a commit of 20 ms: more than a round
+    bench.settle()
+    bench.rqst(a)
+    bench.advance(0.0)
+    assert held  # min has passed already: the answer ends it at once
 
 
 def test_the_round_waits_for_every_peer_never_less_than_min_never_more_than_max() -> None:

@@ -195,6 +195,7 @@ class Session:
         self.requests: list[Request] = []
         self.timer: TimerHandle | None = None
         self.min_passed = False
+        self.waited_until: float | None = None  # when the last round stopped waiting
         self.last_id = 0  # the last client id given (as a number)
         self.joining_ids: set[str] = set()  # the client ids of ``joining``
         self.member: MemberSession | None = None  # in a member zone: the master's part
@@ -422,9 +423,14 @@ class AppSyncServer:
         return all(p.answered == session.round for p in session.peers.values())
 
     def _start_round(self, session: Session) -> None:
+        """Wait for the answers. The min and max round times bound a whole round, from the end
+        of one round's wait to the next (phases I, II and III of the seed), so the time this
+        round took to decide, commit and send its syncs counts towards them: rounds at the
+        min time come every ``min`` ms, not every ``min`` ms plus the processing."""
         session.phase = Phase.WAITING
         session.min_passed = False
-        session.timer = self.env.set_timer(self.config.min_ms / 1000,
+        spent = 0.0 if session.waited_until is None else self.env.now() - session.waited_until
+        session.timer = self.env.set_timer(max(0.0, self.config.min_ms / 1000 - spent),
                                            lambda: self._min_passed(session))
 
     def _min_passed(self, session: Session) -> None:
@@ -437,6 +443,7 @@ class AppSyncServer:
                 lambda: self._end_round(session))
 
     def _end_round(self, session: Session) -> None:
+        session.waited_until = self.env.now()
         if session.timer is not None:
             self.env.cancel(session.timer)
             session.timer = None
