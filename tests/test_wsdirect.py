@@ -12,6 +12,7 @@ import base64
 import hashlib
 import os
 import struct
+from collections.abc import Awaitable, Callable
 
 from aiohttp import WSMsgType, web
 
@@ -49,19 +50,9 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return first & 0x0F, await reader.readexactly(length)
 
 
-async def serve(got: list[bytes], others: list[WSMsgType], direct: list[bool],
-                done: asyncio.Event) -> tuple[web.AppRunner, int]:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        ws = DirectWebSocketResponse(decode_text=False)
-        await ws.prepare(request)
-        direct.append(ws.direct)
-        await asyncio.sleep(0)  # let a burst that came with the upgrade reach the parser
-        ws.deliver_to(got.append)
-        async for msg in ws:  # what is not text: binary here; ping and close aiohttp answers
-            others.append(msg.type)
-        done.set()
-        return ws
-
+async def serve(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                ) -> tuple[web.AppRunner, int]:
+    """``handler`` at ``/`` on a loopback ephemeral port."""
     app = web.Application()
     app.router.add_get("/", handler)
     runner = web.AppRunner(app)
@@ -78,7 +69,19 @@ def test_text_messages_reach_the_handler_in_order_and_the_rest_reaches_receive()
         others: list[WSMsgType] = []
         direct: list[bool] = []
         done = asyncio.Event()
-        runner, port = await serve(got, others, direct, done)
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            ws = DirectWebSocketResponse(decode_text=False)
+            await ws.prepare(request)
+            direct.append(ws.direct)
+            await asyncio.sleep(0)  # let a burst that came with the upgrade reach the parser
+            ws.deliver_to(got.append)
+            async for msg in ws:  # what is not text: binary here; aiohttp answers ping, close
+                others.append(msg.type)
+            done.set()
+            return ws
+
+        runner, port = await serve(handler)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             request, accept = upgrade_request(port)
@@ -123,13 +126,7 @@ def test_deliver_to_is_refused_where_text_is_decoded_by_aiohttp() -> None:
             await ws.close()
             return ws
 
-        app = web.Application()
-        app.router.add_get("/", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        runner, port = await serve(handler)
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(upgrade_request(port)[0])
