@@ -18,13 +18,16 @@ from gossamer.services.appsync.net import AppSyncClient, AppSyncWsServer
 FAST: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations": 10}
 
 
-def test_two_clients_share_an_object_with_results_and_callbacks() -> None:
-    asyncio.run(_two_clients())
+@pytest.mark.parametrize("eager", [False, True], ids=["answering", "eager"])
+def test_two_clients_share_an_object_with_results_and_callbacks(eager: bool) -> None:
+    """Eager: alice's requests go when made (``PeerConfig.eager``), mostly in rqsts of their
+    own after her answer; the results and bob's view are the same."""
+    asyncio.run(_two_clients(eager))
 
 
-async def _two_clients() -> None:
+async def _two_clients(eager: bool) -> None:
     async with AppSyncWsServer(**FAST) as server, \
-            AppSyncClient(server.url, "quiz", timeout=5) as alice, \
+            AppSyncClient(server.url, "quiz", timeout=5, eager=eager) as alice, \
             AppSyncClient(server.url, "quiz", timeout=5) as bob:
         board = alice.share("board", {"question": 1})
         await alice.synced()
