@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import WSMsgType, web
 from aiohttp._websocket.reader import WebSocketDataQueue, WebSocketReader
 from aiohttp.helpers import DEFAULT_CHUNK_SIZE
@@ -77,18 +78,17 @@ class DirectWebSocketResponse(web.WebSocketResponse):
             queue = _DirectQueue(request.protocol, DEFAULT_CHUNK_SIZE, loop=self._loop)
             parser = WebSocketReader(queue, self._max_msg_size, compress=False,
                                      decode_text=False)
-            reader = self._reader
-            assert reader is not None
-            for item in list(reader._buffer):  # what a too eager client sent already
-                queue.feed_data(*item)
+            if self._reader is not None:  # what a too eager client sent already
+                for item in list(self._reader._buffer):
+                    queue.feed_data(*item)
             request.protocol._payload_parser = parser
             self._reader, self._parser = queue, parser
             self._direct = queue
-        except (AttributeError, TypeError, AssertionError) as exc:  # another aiohttp
+        except (AttributeError, TypeError) as exc:  # another aiohttp
             if not _warned:
                 _warned.append(True)
                 log.warning("aiohttp %s: served WebSocket messages go through its queue "
-                            "(%r)", _version(), exc)
+                            "(%r)", aiohttp.__version__, exc)
 
     def deliver_to(self, handler: Callable[[bytes], None]) -> None:
         """From now on each text message is ``handler(payload)``; those that came before
@@ -102,10 +102,3 @@ class DirectWebSocketResponse(web.WebSocketResponse):
             handler(payload)
         if len(early) >= EARLY_LIMIT:
             queue._protocol.resume_reading()
-
-
-def _version() -> str:
-    import aiohttp
-
-    return aiohttp.__version__
-
