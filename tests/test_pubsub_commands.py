@@ -145,11 +145,16 @@ def test_bad_commands_get_an_error_and_exit_closes_only_that_client() -> None:
 
 
 @pytest.mark.processes
-def test_gossamer_pubsub_node_takes_commands_on_its_command_port() -> None:
+@pytest.mark.parametrize("quiet", [False, True])
+def test_gossamer_pubsub_node_takes_commands_on_its_command_port(quiet: bool) -> None:
+    """Commands and deliveries over the command port; the node prints its deliveries on
+    stdout too, unless ``--quiet``."""
+
     async def scenario() -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "node", "--json",
+            *(["--quiet"] if quiet else []),
             "--mode", "gossip", "--command-port", "0", stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env)
         assert proc.stdout is not None
@@ -173,7 +178,10 @@ def test_gossamer_pubsub_node_takes_commands_on_its_command_port() -> None:
             finally:
                 writer.close()
             proc.terminate()
+            printed = await asyncio.wait_for(proc.stdout.read(), WAIT)
             assert await asyncio.wait_for(proc.wait(), WAIT) == 0
+            events = [json.loads(line)["event"] for line in printed.splitlines()]
+            assert "stopped" in events and ("deliver" in events) is not quiet, events
         finally:
             if proc.returncode is None:
                 proc.kill()

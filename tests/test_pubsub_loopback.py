@@ -317,6 +317,14 @@ def test_plain_output_lines_say_what_they_are() -> None:
         'deliver t {"k":1}', "ok publish t hi ", "error: not subscribed to x", ""]
 
 
+def test_a_quiet_output_leaves_out_the_deliveries_only() -> None:
+    out = Output(io.StringIO(), deliveries=False)
+    out.deliver("t", "not printed")
+    out.ok("subscribe", "t")
+    out.error("bad")
+    assert out.stream.getvalue() == "ok subscribe t\nerror: bad\n"
+
+
 def test_output_writes_the_lines_of_one_loop_turn_in_one_write() -> None:
     """In the node's loop a turn's lines leave together at its end (one system call on an
     unbuffered stdout, not one per delivery); outside a loop each line leaves at once."""
@@ -438,3 +446,10 @@ def test_a_node_whose_contact_never_answers_says_so_and_exits_1(tmp_path: Path) 
             assert node.stop_code() == 1
         finally:
             node.close()
+
+
+def test_quiet_and_interactive_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from gossamer.services.pubsub.cli import main as pubsub_main
+
+    assert pubsub_main(["pubsub", "node", "--quiet", "--interactive"]) == 2
+    assert "--quiet hides the deliveries" in capsys.readouterr().err

@@ -17,7 +17,9 @@ through ``--contact HOST:PORT`` (repeatable), or creates the overlay without one
 by Multi-Paxos: a publish is answered ``ok`` only once its topic's group decided it.
 
 ``--json`` prints every line as a JSON object (``{"event": "deliver", "topic": ..., "message":
-...}``) instead. SIGINT/SIGTERM stop the node cleanly (exit code 0) in every case.
+...}``) instead. ``--quiet`` leaves the deliveries out of stdout (clients on ``--command-port``
+still get theirs), for a node that serves its clients over that port. SIGINT/SIGTERM stop the
+node cleanly (exit code 0) in every case.
 
 ``add_pubsub_parser(verbs)`` plugs the verb into ``gossamer.cli.main``; ``main`` runs it alone.
 """
@@ -94,6 +96,10 @@ def add_pubsub_parser(
     node.add_argument("--json", action="store_true", help="print JSON objects, one a line")
     node.add_argument("--interactive", action="store_true",
                       help="read client commands from stdin")
+    node.add_argument("--quiet", action="store_true",
+                      help="do not print deliveries on stdout (command-port clients still get "
+                           "them; every other line is printed): for a node that serves "
+                           "clients over --command-port under a supervisor")
     node.add_argument("--log-level", default="WARNING",
                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     owned = node.add_argument_group(
@@ -202,11 +208,14 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         run=args.run, seed=args.seed, chord_bits=args.chord_bits,
         command_port=args.command_port, cluster_key=args.cluster_key,
         join_timeout=args.join_timeout, owners=owners)
+    if args.quiet and args.interactive:
+        raise ConfigError("--quiet hides the deliveries --interactive is there to print: give "
+                          "one of them (a quiet node's clients use --command-port)")
     auto = None
     if args.auto:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,
                            interval=args.interval, warmup=args.warmup, settle=args.settle)
-    out = Output(sys.stdout, json=args.json)
+    out = Output(sys.stdout, json=args.json, deliveries=not args.quiet)
     return asyncio.run(run_node(options, out, interactive_input=args.interactive, auto=auto))
 
 

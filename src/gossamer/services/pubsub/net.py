@@ -134,11 +134,15 @@ def plain_message(message: Any) -> str:
 
 class Output:
     """Lines on a stream, each starting with what it is: ``deliver TOPIC MESSAGE`` per
-    delivery, ``ok VERB TOPIC``, ``error: REASON``, ``ready``/``joined``...; or JSON objects."""
+    delivery, ``ok VERB TOPIC``, ``error: REASON``, ``ready``/``joined``...; or JSON objects.
+    ``deliveries=False`` leaves the delivery lines out (a node whose command-port clients get
+    them: ``gossamer pubsub node --quiet``); every other line is still printed."""
 
-    def __init__(self, stream: IO[str] | None = None, *, json: bool = False) -> None:
+    def __init__(self, stream: IO[str] | None = None, *, json: bool = False,
+                 deliveries: bool = True) -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.json = json
+        self.deliveries = deliveries
         self._pending: list[str] = []  # lines of this loop turn, not yet written
 
     #: lines held at most before they are written, whatever the loop turn
@@ -186,6 +190,8 @@ class Output:
                   commands=where)
 
     def deliver(self, topic: str, message: Any) -> None:
+        if not self.deliveries:
+            return
         self.emit("deliver", f"deliver {plain_topic(topic)} {plain_message(message)}",
                   topic=topic, message=message)
 
