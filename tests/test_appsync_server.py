@@ -228,6 +228,8 @@ def test_an_unparseable_rqst_is_one_40_and_a_wrong_version_55() -> None:
     (b'{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"s"}}', 4041),
     (b'{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"s;key=nope"}}', 4041),
     (b'{"h":{"p":"APSYN/01","c":"0001","r":"0001","l":"0001"},"b":[]}', 4040),
+    (b'{"h":{"p":"APSYN/01","c":"0000","r":"0000","l":"0000"},"b":{"id":"s;key=sesame"}}',
+     4040),
 ])
 def test_refused_joins_are_closed_with_4000_plus_the_status(frame: bytes, code: int) -> None:
     key = hash_session_key("sesame", os.urandom(8), iterations=10)
@@ -303,6 +305,34 @@ def test_privacy_a_peer_never_receives_an_object_it_may_not_see() -> None:
         assert b"s3cr3t" not in wire and b"public" in wire
     assert [x.info.name for x in init.creates] == ["shown"]
     assert b"s3cr3t" in b"".join(bench.frames(a))
+
+
+def test_a_newcomer_never_gets_the_id_of_an_absent_peer_that_owns_objects() -> None:
+    """A join that asks for an id ("c":"") gets one no object belongs to: not the id of a
+    peer that left its C and NA objects behind, after the session emptied nor after a
+    restart (the id counter starts again, the objects do not)."""
+    store = MemoryStore()
+    bench = Bench(env=FakeEnv("ctrl", store=store))
+    a, _ = bench.join()
+    note = Create(ObjectInfo(Scope.CLIENT, "note", "0001"), Mode.NA, {"pin": "s3cr3t"})
+    round_trip(bench, (a, (note, cre("scores", {"top": 1}, Mode.RO))))
+    bench.server.closed(a, "peer_closed")
+    bench.advance(0.2)
+    assert "s" not in bench.server.sessions  # emptied: its state only in the store
+
+    def newcomer(server: Bench) -> None:
+        b, init = server.join()
+        assert init.header.client_id != "0001"
+        assert [x.info.name for x in init.creates] == ["scores"]
+        assert b"s3cr3t" not in b"".join(server.frames(b))
+        round_trip(server, (b, (Update(g("scores"), {"top": 99}),)))
+        assert acks(server, b) == (43,)  # the RO object is not the newcomer's
+        server.server.closed(b, "peer_closed")
+        server.advance(0.2)
+
+    newcomer(bench)
+    bench.env.crash()
+    newcomer(Bench(env=FakeEnv("ctrl", store=store)))  # and after a restart
 
 
 def test_a_silent_peer_is_dropped_after_tout_rounds() -> None:

@@ -201,15 +201,22 @@ class Session:
         self.member: MemberSession | None = None  # in a member zone: the master's part
 
     def free_id(self, wanted: str) -> str | None:
-        """``wanted`` if no live peer holds it, else the next free id after the last one
-        given (so a join costs O(1) while ids are free)."""
+        """``wanted`` (a reconnect) if no live peer holds it, else a fresh id: the next one
+        after the last given that no live peer holds and no object of the session belongs
+        to, so a newcomer never inherits an absent peer's C and NA objects (nor its write
+        rights), also after the session emptied or the server restarted."""
         joining = self.joining_ids
         if wanted and wanted not in self.peers and wanted not in joining:
             return wanted
+        owners: set[str] | None = None  # made once a candidate is free of live peers
         for step in range(1, 0x10000):
             number = (self.last_id + step - 1) % 0xFFFF + 1
             candidate = f"{number:04X}"
-            if candidate not in self.peers and candidate not in joining:
+            if candidate in self.peers or candidate in joining:
+                continue
+            if owners is None:
+                owners = {obj.owner for obj in self.objects.values()}
+            if candidate not in owners:
                 self.last_id = number
                 return candidate
         return None

@@ -318,6 +318,8 @@ class Join(AppSyncMessage):
     def __post_init__(self) -> None:
         if self.header.round != 0 or self.header.last != 0:
             raise ValueError("a join has round and last received 0000")
+        if self.header.client_id == "0000":
+            raise ValueError("client id 0000 is not one CTRL gives (0001..FFFF)")
         if not isinstance(self.id, str) or not 1 <= len(self.id) <= 512:
             raise ValueError("a join id is 1..512 characters")
 
