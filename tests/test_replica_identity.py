@@ -15,6 +15,7 @@ import pytest
 from checks import named
 from gossamer.core import CloseCode, Conn, Env, Framing, node_ids
 from gossamer.core.backoff import FibonacciBackoff
+from gossamer.core.errors import ConfigError
 from gossamer.core.trace import MemorySink
 from gossamer.protocols.replica import (
     HUB_ID,
@@ -309,3 +310,40 @@ def test_a_token_is_never_forwarded_and_a_refusal_closes_with_its_code() -> None
                                                     "connection")]
     assert env.closes[-1][0] is again and env.closes[-1][1] == JoinRefusal.ID_IN_USE
     assert env.closes[-1][1] != CloseCode.NORMAL and hub.connections == 2
+
+
+def test_a_write_too_big_to_travel_again_is_refused_by_client_and_hub_and_changes_nothing(
+) -> None:
+    """A write over half the frame limit would make catch-up frames (a retry, a snapshot row
+    beside the vector) over the limit, and every joiner would be closed again and again: the
+    client refuses it before numbering anything, and the hub closes a connection that sends
+    one anyway (1009), keeping and relaying none of it."""
+    env = FakeEnv("ada")
+    node = ReplicaNode(env, hub=HUB_ADDRESS, max_frame=16_384)
+    client = node.client
+    assert client.max_write == 8_192
+    client.set("small", "x" * 100)  # not connected: into the offline queue
+    queued, vector = len(client.offline_queue), dict(client.vector)
+    with pytest.raises(ConfigError, match="nothing was written"):
+        client.set("big", "x" * 8_200)
+    assert client.get("big") is None and len(client.offline_queue) == queued
+    assert client.vector == vector
+    client.set("fits", "x" * 8_000)  # under the limit: taken
+    assert len(client.offline_queue) == queued + 1
+
+    hub_env = FakeEnv(HUB_ID, store=MemoryStore())
+    hub = HubService(hub_env, keeper=KeeperConfig(), codec=ReplicaCodec(max_frame=16_384))
+    hub.start()
+    ada, bob = open_conn(hub, hub_env), open_conn(hub, hub_env)
+    hub.received(ada, CODEC.encode(Subscribe(id="ada", vector={})))
+    hub.received(bob, CODEC.encode(Subscribe(id="bob", vector={})))
+    hub_env.run_due()
+    hub_env.take_written()
+    big = "x" * 9_000
+    hub.received(ada, CODEC.encode(Data(id="ada", key="k", old_value=None, value="r1",
+                                        crc=crc_of("k", "r1", big), vector={"ada": 1},
+                                        data=big)))
+    hub_env.run_due()
+    assert hub_env.closes[-1][:2] == (ada, CloseCode.TOO_BIG)
+    assert all(to is not bob for to, _ in hub_env.take_written())  # nothing relayed
+    assert hub.keeper is not None and hub.keeper.replica.get("k") is None  # nor kept

@@ -49,6 +49,8 @@ from .wire import (
     ReplicaCodec,
     Subscribe,
     Welcome,
+    max_write_bytes,
+    write_bytes,
 )
 
 __all__ = ["DEFAULT_KEEPER", "HUB_LAYER", "HubService"]
@@ -88,6 +90,9 @@ class HubService:
             raise TypeError(f"orderer must be an Orderer, got {orderer!r}")
         self.env = env
         self.codec = codec if codec is not None else ReplicaCodec()
+        # a write over it would make catch-up frames (retries, snapshots) over the frame
+        # limit: every joiner's connection closed, again and again (``max_write_bytes``)
+        self.max_write = max_write_bytes(self.codec.max_frame)
         self.relay = HubRelay(max_connections=max_connections)
         self.everyone = env.group()  # the relay's connections, for the multicast fan-out
         self.keeper = None if keeper is None else HubKeeper(
@@ -155,6 +160,10 @@ class HubService:
                     return
                 msg = dataclasses.replace(msg, token=None, incarnation=None)
                 frame = self.codec.encode(msg)
+            if isinstance(msg, Data) and len(frame) > self.max_write and \
+                    write_bytes(msg.key, msg.data) > self.max_write:
+                self._too_big(conn, peer, msg, frame)
+                return
             peer.client = relay.bind(conn, msg)
             ordering = self._ordering
             if ordering is not None and isinstance(msg, Data):
@@ -239,6 +248,15 @@ class HubService:
         if self.keeper is None:
             self.book.store.commit()
         self._trace("confirm", peer)
+
+    def _too_big(self, conn: Conn, peer: _Peer, msg: Data, frame: bytes) -> None:
+        """A write too big to travel again: refused, and its connection closed (its origin
+        numbered it: it must not go on as if the hub had it)."""
+        peer.dropped += 1
+        reason = f"a write over {self.max_write} bytes (key and content): not kept"
+        self._trace("drop", peer, size=len(frame), reason="write_too_big",
+                    detail=f"{msg.id}:{msg.key}"[:DETAIL_CHARS])
+        self.env.close(conn, CloseCode.TOO_BIG, reason)
 
     def _write_if_open(self, conn: Conn, frame: bytes) -> None:
         if conn in self._peers:

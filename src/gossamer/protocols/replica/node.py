@@ -26,7 +26,16 @@ from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError, OperationError, ProtocolError
 from ...core.messages import Message
 from .objects import ReplicaClient
-from .wire import HUB_ID, MAX_TOKEN_CHARS, JoinRefusal, Refused, ReplicaCodec, Subscribe, Welcome
+from .wire import (
+    HUB_ID,
+    MAX_TOKEN_CHARS,
+    JoinRefusal,
+    Refused,
+    ReplicaCodec,
+    Subscribe,
+    Welcome,
+    max_write_bytes,
+)
 
 __all__ = ["DEFAULT_MAX_FRAME", "JoinRefused", "ReplicaNode"]
 
@@ -75,6 +84,7 @@ class ReplicaNode:
         self.max_frame = max_frame
         self.backoff = backoff if backoff is not None else FibonacciBackoff()
         self.client = client_class(env, send=self._send, **client_options)
+        self.client.max_write = min(self.client.max_write, max_write_bytes(max_frame))
         store = self.client.store
         stored = store.get(_IDENTITY, "token")
         if token is not None and (stored is None or stored.decode() != token):

@@ -30,7 +30,7 @@ import orjson
 from ...core.env import Env, Store, TimerHandle, put_json
 from ...core.errors import ConfigError, InvalidMessage, StateError
 from ...core.ids import NodeId
-from ...core.messages import Message
+from ...core.messages import DEFAULT_MAX_FRAME, Message
 from ..ordering.causal import LAYER, CausalDelivery, msg_id
 from ..ordering.per_object import Verdict, WinningPaths, Write
 from .config import ChangeFn, LinkState, PeerFn, RebaseFn, ReplicaConfig, reapply
@@ -46,6 +46,8 @@ from .wire import (
     StopAll,
     Subscribe,
     crc_of,
+    max_write_bytes,
+    write_bytes,
 )
 
 __all__ = ["ReplicaClient"]
@@ -92,6 +94,9 @@ class ReplicaClient:
         self.on_link = on_link
         self.on_delivered = on_delivered
         self.observer = observer
+        # the largest write ``set`` takes (key and JSON content); the node that owns the link
+        # lowers it to half of its frame limit (``max_write_bytes``)
+        self.max_write = max_write_bytes(DEFAULT_MAX_FRAME)
         self.link = LinkState.OFFLINE
         self.causal = CausalDelivery(env, config=self.config.causal, on_deliver=self._apply,
                                      announce_deliveries=observer, group_commit=observer,
@@ -330,6 +335,15 @@ class ReplicaClient:
             raise ConfigError(f"key must be a non-empty string, got {key!r}")
         if content is None:
             raise ConfigError("content None is not a value: use delete(key)")
+        try:
+            size = write_bytes(key, content)
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            raise ConfigError(f"content of {key!r} is not JSON: {exc}") from None
+        if size > self.max_write:
+            raise ConfigError(
+                f"a write of {size} bytes (key and JSON content) to {key!r}: at most "
+                f"{self.max_write} (half the frame limit, so that its catch-up still fits "
+                f"a frame); nothing was written")
         return self._write(key, content, deleted=False)
 
     def delete(self, key: str) -> str | None:

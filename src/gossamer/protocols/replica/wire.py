@@ -39,6 +39,8 @@ __all__ = [
     "Subscribe",
     "Welcome",
     "crc_of",
+    "max_write_bytes",
+    "write_bytes",
 ]
 
 HUB_ID = "hub"  # the ``id`` of messages the hub itself sends (``left``)
@@ -71,6 +73,19 @@ def crc_of(key: str, value: str, data: Any = None) -> int:
     # crc32(a + b) == crc32(b, crc32(a)): the JSON is not decoded and joined to the text
     return zlib.crc32(orjson.dumps(data, option=orjson.OPT_SORT_KEYS),
                       zlib.crc32(f"{key}|{value}|".encode())) & 0xFFFFFFFF
+
+
+def max_write_bytes(max_frame: int) -> int:
+    """The largest write (``write_bytes``) a client may make under a frame limit: half of it,
+    so that the forms the write travels in again (a retry, a snapshot row beside the vector)
+    still fit one frame; a write that only just fitted its data frame would lock every joiner
+    out (its catch-up frame over the limit, the connection closed, again and again)."""
+    return max_frame // 2
+
+
+def write_bytes(key: str, data: Any) -> int:
+    """What a write weighs against ``max_write_bytes``: its key and its JSON content."""
+    return len(key.encode()) + len(orjson.dumps(data))
 
 
 def _check_id(value: str, what: str) -> None:
