@@ -4,8 +4,23 @@ into a value or raises ``argparse.ArgumentTypeError`` saying what was wrong."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-__all__ = ["host_port", "non_negative_int", "port", "positive_int", "probability", "seconds"]
+__all__ = ["directory", "host_port", "non_negative_int", "port", "positive_int", "probability",
+           "seconds"]
+
+
+def directory(text: str) -> Path:
+    """A directory for a node's files: made if missing (with its parents); a file in its way,
+    or one that cannot be made, is an error."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc.strerror or exc}") from None
+    return path
 
 
 def port(text: str) -> int:

@@ -19,6 +19,7 @@ import orjson
 from rich.console import Console
 from rich.tree import Tree
 
+from ...core.argtypes import directory as _directory
 from ...core.argtypes import host_port
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
@@ -50,7 +51,8 @@ def add_activity_parser(
                         help="the network's server secret (generated and printed if absent)")
     server.add_argument("-a", "--announce-interval", type=_positive_int, default=5000,
                         help="milliseconds between SERVER_ANNOUNCE messages")
-    server.add_argument("--data-dir", default=None, help="directory for users (sqlite)")
+    server.add_argument("--data-dir", type=_directory, default=None,
+                        help="directory for users (sqlite)")
     server.add_argument("--max-depth", type=_positive_int, default=None)
     server.add_argument("--id", default=None, help="server id (default: random)")
     _trace_options(server)

@@ -17,10 +17,13 @@ from pathlib import Path
 import orjson
 from rich.console import Console
 
+from ...core.argtypes import directory as _directory
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.argtypes import seconds as _seconds
+from ...core.conn import parse_address
 from ...core.errors import ConfigError, OperationError
+from ...protocols.appsync import ObjectInfo, Scope
 from .net import DEFAULT_PORT, AppSyncClient, AppSyncP2PNode, AppSyncWsServer
 
 __all__ = ["add_appsync_parser", "default_web_root"]
@@ -47,7 +50,8 @@ def add_appsync_parser(
     server.add_argument("--session-key-for", action="append", default=[],
                         metavar="SESSION=KEY", help="a key of its own for one session "
                                                     "(repeatable)")
-    server.add_argument("--data-dir", default=None, help="directory for session state (sqlite)")
+    server.add_argument("--data-dir", type=_directory, default=None,
+                        help="directory for session state (sqlite)")
     server.add_argument("--min-ms", type=int, default=20, help="min round time")
     server.add_argument("--max-ms", type=_positive_int, default=200, help="max round time")
     server.add_argument("--tout", type=_positive_int, default=50,
@@ -87,7 +91,7 @@ def add_appsync_parser(
     p2p.add_argument("--key", default=None, help="the session key, if the sessions have one")
     p2p.add_argument("--cluster-key", default=None,
                      help="the secret the participants' peer links share (>= 16 bytes)")
-    p2p.add_argument("--data-dir", default=None,
+    p2p.add_argument("--data-dir", type=_directory, default=None,
                      help="directory for the log (the CTRL choice and every round's changes)")
     p2p.add_argument("--set", action="append", default=[], metavar="NAME.PROP=JSON",
                      help="set a property of a G object (created RW if missing); repeatable")
@@ -99,22 +103,27 @@ def add_appsync_parser(
 
 def _cmd_server(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    data_dir = None
-    if args.data_dir is not None:
-        data_dir = Path(args.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = args.data_dir
+    if args.uplink is not None:
+        _, _, path = parse_address(args.uplink)  # checked now, not at the first join
+        if path is None:
+            raise ConfigError(f"--uplink is the master zone's ws://HOST:PORT/, got "
+                              f"{args.uplink!r}")
     own: dict[str, str] = {}
     for pair in args.session_key_for:
         name, sep, key = pair.partition("=")
         if not sep or not name or not key:
             raise ConfigError(f"--session-key-for takes SESSION=KEY, got {pair!r}")
         own[name] = key
-    server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
-                             session_keys=own,
-                             data_dir=data_dir, min_ms=args.min_ms, max_ms=args.max_ms,
-                             tout=args.tout, zone=args.zone, uplink=args.uplink,
-                             uplink_key=args.uplink_key,
-                             web_root=None if not args.web_root else Path(args.web_root))
+    try:
+        server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
+                                 session_keys=own,
+                                 data_dir=data_dir, min_ms=args.min_ms, max_ms=args.max_ms,
+                                 tout=args.tout, zone=args.zone, uplink=args.uplink,
+                                 uplink_key=args.uplink_key,
+                                 web_root=None if not args.web_root else Path(args.web_root))
+    except ValueError as exc:  # the round settings the seed's ``sc`` can carry
+        raise ConfigError(f"{exc} (--min-ms, --max-ms, --tout)") from None
     return asyncio.run(_serve(server, console))
 
 
@@ -149,6 +158,10 @@ def _parse_set(text: str) -> tuple[str, str, object]:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ConfigError(f"--set {target}: {raw!r} is not JSON") from exc
+    try:
+        ObjectInfo(Scope.GLOBAL, target)  # the seed's name grammar, checked before connecting
+    except ValueError as exc:
+        raise ConfigError(f"--set {target}: {exc}") from None
     return name, prop, value
 
 
@@ -160,6 +173,8 @@ def _cmd_peer(args: argparse.Namespace, console: Console) -> int:
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the client left its session on the way out
+        return 130
 
 
 def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
@@ -184,6 +199,8 @@ def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 async def _peer(args: argparse.Namespace, sets: list[tuple[str, str, object]],

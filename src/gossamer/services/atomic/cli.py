@@ -40,6 +40,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from ...core.argtypes import directory as _directory
 from ...core.argtypes import non_negative_int
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError, StateError
@@ -244,7 +245,7 @@ def add_atomic_parser(
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     node.add_argument("--group", required=True, metavar="ADDR:PORT",
                       help="the IPv4 multicast group, e.g. 239.1.2.3:5000")
-    node.add_argument("--data-dir", type=Path, default=None,
+    node.add_argument("--data-dir", type=_directory, default=None,
                       help="the member's name and sqlite store (default: in memory)")
     node.add_argument("--group-key", default=None, metavar="KEY",
                       help="the group's secret (default: $GOSSAMER_GROUP_KEY; on loopback a "

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
+from ...core.argtypes import directory as _directory
 from ...core.argtypes import host_port
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
@@ -162,7 +163,7 @@ def add_paxos_parser(
                       help="where this replica listens; also its name")
     node.add_argument("--member", type=host_port, action="append", required=True,
                       metavar="HOST:PORT", help="a founding replica (repeat for each)")
-    node.add_argument("--data-dir", default=None,
+    node.add_argument("--data-dir", type=_directory, default=None,
                       help="directory of the replica's sqlite store (default: in memory)")
     node.add_argument("--trace-dir", default=None,
                       help="write the trace to TRACE_DIR/trace/RUN/ (segment files while "

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from ...core.argtypes import directory as _directory
 from ...core.argtypes import host_port
 from ...core.argtypes import non_negative_int as _non_negative_int
 from ...core.argtypes import port as _port
@@ -76,7 +77,7 @@ def add_pubsub_parser(
                       help="gossip: HyParView + gossip broadcast; scribe: Chord + Scribe trees")
     node.add_argument("--chord-bits", type=_positive_int, default=256,
                       help="Chord identifier bits (SHA-256 of host:port, truncated)")
-    node.add_argument("--data-dir", default=None,
+    node.add_argument("--data-dir", type=_directory, default=None,
                       help="directory of the node's sqlite store (default: in memory)")
     node.add_argument("--trace-dir", default=None,
                       help="write the trace to TRACE_DIR/trace/RUN/: segment files while "

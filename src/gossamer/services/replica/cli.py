@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ...core.argtypes import directory as _directory
 from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.errors import ConfigError, GossamerError
@@ -48,7 +49,7 @@ def add_hub_parser(
     )
     hub.add_argument("--host", default="127.0.0.1")
     hub.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
-    hub.add_argument("--data-dir", default="runs/hub",
+    hub.add_argument("--data-dir", type=_directory, default="runs/hub",
                      help="the hub's directory: the object snapshot and per-client logs live in "
                           "DATA_DIR/hub.sqlite (kept across restarts), the trace in "
                           "DATA_DIR/trace/RUN/: segment files while running (they survive "
