@@ -44,3 +44,36 @@ def test_a_data_dir_that_is_a_file_is_one_error_line(
     text = " ".join((out.out + out.err).split())
     assert "not a directory" in text and "Traceback" not in text
     assert afile.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "No such file"),
+    ('{"a": 1}\nnot json\n', "line 2: not JSON"),
+    ('{"a": 1}\n\n[1, 2]\n', "line 3: an activity is a JSON object"),
+])
+def test_activity_client_send_file_errors_are_one_line_before_connecting(
+        content: str | None, says: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    send = tmp_path / "activities.jsonl"
+    if content is not None:
+        send.write_text(content)
+    # port 9 (discard): nothing listens; the file is read before any connection is tried
+    assert main(["activity", "client", "-rh", "127.0.0.1", "-rp", "9", "--send",
+                 str(send)]) == 2
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert "error:" in text and says in text and "Traceback" not in text
+    assert "cannot" not in text and "refused" not in text.lower()
+
+
+def test_ctrl_c_in_a_client_verb_exits_130_without_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import gossamer.services.activity.cli as activity_cli
+
+    async def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # what asyncio.run raises once Ctrl-C cancelled the verb
+
+    monkeypatch.setattr(activity_cli, "probe", interrupted)
+    assert main(["activity", "status", "127.0.0.1:9", "-s", "secret"]) == 130
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err

@@ -554,6 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GossamerError as exc:
         error_line(console, str(exc))
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in a verb that does not stop on it by itself (a
+        return 130  # client): its cleanup ran as asyncio.run cancelled it; no traceback
 
 
 if __name__ == "__main__":

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import itertools
 import logging
 import secrets
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.tree import Tree
 
 from ...core.argtypes import directory as _directory
@@ -87,12 +91,17 @@ def add_activity_parser(
     return activity
 
 
+def _error(console: Console, message: str) -> None:
+    """One line, never wrapped at the terminal's width (nor at 80 columns in a pipe)."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+
+
 def _cmd_status(args: argparse.Namespace, console: Console) -> int:
     host, port = args.address
     try:
         view = asyncio.run(probe(host, port, args.secret, wait=args.wait))
     except OperationError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
+        _error(console, str(exc))
         return 1
     if args.json:
         for server in sorted(view.servers.values(), key=lambda s: s.id):
@@ -197,8 +206,8 @@ async def _serve(server: ActivityTcpServer, console: Console) -> int:
         try:
             await server.start()
         except OSError as exc:
-            console.print(f"[red]error:[/] cannot listen on {server.spec.host}:"
-                          f"{server.spec.port}: {exc.strerror or exc}", highlight=False)
+            _error(console, f"cannot listen on {server.spec.host}:{server.spec.port}: "
+                            f"{exc.strerror or exc}")
             return 1
         host, port = server.address
         console.print(f"activity server {server.server_id} listening on {host}:{port}",
@@ -211,7 +220,7 @@ async def _serve(server: ActivityTcpServer, console: Console) -> int:
     finally:
         await server.stop()
     if server.failure is not None:
-        console.print(f"[red]error:[/] {server.failure}", highlight=False)
+        _error(console, str(server.failure))
         return 1
     return 0
 
@@ -230,10 +239,11 @@ async def _client(args: argparse.Namespace, console: Console, client_id: str,
     client = ActivityClient(args.remote_host, args.remote_port, username=args.username,
                             secret=args.secret, client_id=client_id, trace=sink,
                             node=client_id, run=args.run)
+    sends = None if args.send is None else _activities(args.send)  # before logging in
     try:
         info = await client.connect()
     except (OSError, OperationError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(console, str(exc))
         return 1
     if client.generated_secret:
         console.print(f"registered {args.username} with secret: {client.secret}",
@@ -241,10 +251,9 @@ async def _client(args: argparse.Namespace, console: Console, client_id: str,
     console.print(info, highlight=False)
     printer = asyncio.create_task(_print_activities(client))
     try:
-        if args.send is not None:
-            for line in Path(args.send).read_text().splitlines():
-                if line.strip():
-                    await client.send(orjson.loads(line))
+        if sends is not None:
+            for activity in sends:
+                await client.send(activity)
         elif not args.listen:
             await _interactive(client, console)
         else:
@@ -253,9 +262,29 @@ async def _client(args: argparse.Namespace, console: Console, client_id: str,
         printer.cancel()
         await client.close()
     if client.error:
-        console.print(f"[red]error:[/] {client.error}")
+        _error(console, str(client.error))
         return 1
     return 0
+
+
+def _activities(path: str) -> list[dict[str, Any]]:
+    """The activities of a ``--send`` file, one JSON object a line (blank lines skipped)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--send {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    activities = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            activity = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"--send {path}, line {number}: not JSON: {exc}") from None
+        if not isinstance(activity, dict):
+            raise ConfigError(f"--send {path}, line {number}: an activity is a JSON object")
+        activities.append(activity)
+    return activities
 
 
 async def _print_activities(client: ActivityClient) -> None:
@@ -265,10 +294,27 @@ async def _print_activities(client: ActivityClient) -> None:
         sys.stdout.flush()
 
 
-async def _interactive(client: ActivityClient, console: Console) -> None:
+def _stdin_lines() -> asyncio.Queue[str]:
+    """Lines of stdin ("" at its end) read by a daemon thread: a read blocked on a terminal
+    must not keep the process alive after Ctrl-C (the loop's executor would, until Enter)."""
     loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str] = asyncio.Queue(maxsize=64)
+
+    def read() -> None:
+        for line in itertools.chain(iter(sys.stdin.readline, ""), [""]):
+            try:
+                asyncio.run_coroutine_threadsafe(lines.put(line), loop).result()
+            except (RuntimeError, concurrent.futures.CancelledError):
+                return  # the loop is closed or stopping: nobody reads any more
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    return lines
+
+
+async def _interactive(client: ActivityClient, console: Console) -> None:
+    lines = _stdin_lines()
     while not client.closed.is_set():
-        line = await loop.run_in_executor(None, sys.stdin.readline)
+        line = await lines.get()
         if not line:
             return
         if not line.strip():

@@ -173,8 +173,6 @@ def _cmd_peer(args: argparse.Namespace, console: Console) -> int:
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C: the client left its session on the way out
-        return 130
 
 
 def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
@@ -199,8 +197,6 @@ def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 async def _peer(args: argparse.Namespace, sets: list[tuple[str, str, object]],
