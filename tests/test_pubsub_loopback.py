@@ -312,9 +312,18 @@ def test_plain_output_lines_say_what_they_are() -> None:
     out.deliver("t", {"k": 1})
     out.ok("publish", "t", "hi ")
     out.error("not subscribed to x")
+    # text that reads as JSON is quoted, so it cannot pass for a control character, an
+    # object or a number; a word that merely starts like one is not
+    out.deliver("t", '"a\\u0007b"')
+    out.deliver("t", "a\u0007b")
+    out.deliver("t", '{"k":1}')
+    out.deliver("t", "12")
+    out.deliver("t", "true story")
     assert out.stream.getvalue().split("\n") == [
         "deliver error disk full ", 'deliver "two words" "line 1\\nline 2"',
-        'deliver t {"k":1}', "ok publish t hi ", "error: not subscribed to x", ""]
+        'deliver t {"k":1}', "ok publish t hi ", "error: not subscribed to x",
+        'deliver t "\\"a\\\\u0007b\\""', 'deliver t "a\\u0007b"',
+        'deliver t "{\\"k\\":1}"', 'deliver t "12"', "deliver t true story", ""]
 
 
 def test_a_quiet_output_leaves_out_the_deliveries_only() -> None:

@@ -126,10 +126,27 @@ def plain_topic(topic: str) -> str:
 
 def plain_message(message: Any) -> str:
     """The rest of a plain line: a text message verbatim (trailing spaces kept) unless it holds
-    a line break or other control character, then as a JSON string; anything else as JSON."""
-    if isinstance(message, str) and all(c.isprintable() or c == "\t" for c in message):
+    a line break or other control character, starts with a space, or reads as JSON itself,
+    then as a JSON string (so the text ``"a\u0007b"`` and ``{"k":1}`` cannot pass for a
+    message with a control character or an object); anything else as JSON."""
+    if (isinstance(message, str) and message and not message[0].isspace()
+            and all(c.isprintable() or c == "\t" for c in message)
+            and not _reads_as_json(message)):
         return message
     return orjson.dumps(message).decode()
+
+
+def _reads_as_json(text: str) -> bool:
+    if text[0] not in _JSON_STARTS:
+        return False  # the common case: a word, not a JSON value
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+_JSON_STARTS = frozenset('"[{-0123456789tfn')
 
 
 class Output:

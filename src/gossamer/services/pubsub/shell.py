@@ -43,7 +43,9 @@ def parse_command(line: str) -> Command | None:
     """One interactive command; None for a blank line; ``CommandError`` if it is not one.
 
     Words are separated by whitespace; a published message is the rest of the line after the
-    topic, kept verbatim up to the line break (inner and trailing spaces included)."""
+    topic and the whitespace that follows it, kept verbatim up to the line break (inner and
+    trailing spaces included; to start a message with a space, publish through the command
+    port, whose JSON carries any text)."""
     text = line.rstrip("\r\n").lstrip()
     if not text.strip():
         return None
