@@ -315,3 +315,18 @@ def test_object_infos_are_checked_once_and_the_cache_stays_bounded(
     with pytest.raises(BadRequest):
         codec.decode_from_peer(rqst("board.p1", scope="X"))
     assert all(key[2] not in ("bo ard", "a" * 300) for key in wire._INFO_CACHE)
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**64), {1, 2}, float("nan"), float("inf"),
+                                   {"a": [1, {"b": float("-inf")}]}, {1: "key not a string"},
+                                   b"bytes"])
+def test_a_value_the_wire_cannot_carry_is_refused_before_it_is_queued(value: object) -> None:
+    """A request whose value would be sent differently (NaN as null) or not at all (an
+    integer beyond 64 bits, a set) is refused when it is made, not when its rqst is encoded
+    (which stopped the peer)."""
+    info = ObjectInfo(Scope.GLOBAL, "board.x")
+    with pytest.raises(ValueError):
+        Update(info, value)
+    with pytest.raises(ValueError):
+        Create(ObjectInfo(Scope.GLOBAL, "board"), Mode.RW, {"x": value})
+    Update(info, {"fine": [1, 2.5, "s", None, True, 2**63]})

@@ -84,10 +84,12 @@ def _is_loopback(host: str) -> bool:
 
 
 def resolve_cluster_key(given: str | None, host: str,
-                        environ: Mapping[str, str] | None = None) -> ClusterKey:
+                        environ: Mapping[str, str] | None = None, *,
+                        announce: bool = True) -> ClusterKey:
     """The key a node listening on ``host`` uses: ``given``, else ``$GOSSAMER_CLUSTER_KEY``,
-    else (on a loopback address only) the built-in one, said in a log line. Anywhere else a
-    node without a key is refused with ``ConfigError``."""
+    else (on a loopback address only) the built-in one, said in a log line (``announce``:
+    a node without a peer listener, a client, has no peer links to speak of). Anywhere else
+    a node without a key is refused with ``ConfigError``."""
     if given is None:
         given = (os.environ if environ is None else environ).get(KEY_ENV) or None
     if given is not None:
@@ -95,8 +97,9 @@ def resolve_cluster_key(given: str | None, host: str,
     if not _is_loopback(host):
         raise ConfigError(f"a node listening on {host} needs a cluster key (--cluster-key or "
                           f"${KEY_ENV}); only 127.0.0.1 has a built-in one")
-    log.warning("peer links on %s use the built-in cluster key (loopback only); set %s or "
-             "--cluster-key for a key of your own", host, KEY_ENV)
+    if announce:
+        log.warning("peer links on %s use the built-in cluster key (loopback only); set %s "
+                    "or --cluster-key for a key of your own", host, KEY_ENV)
     return ClusterKey(_LOOPBACK_KEY, builtin=True)
 
 

@@ -287,7 +287,7 @@ class NetNode:
         elif self.listen_address is not None:
             key = resolve_cluster_key(cluster_key, self.listen_address[0])
         else:  # no peer listener: it only dials (the key still proves it, if it does)
-            key = resolve_cluster_key(cluster_key, "127.0.0.1")
+            key = resolve_cluster_key(cluster_key, "127.0.0.1", announce=False)
         self.listener_specs = list(listeners)
         names = [spec.name for spec in self.listener_specs]
         for spec in self.listener_specs:

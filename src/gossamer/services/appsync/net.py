@@ -198,6 +198,7 @@ class AppSyncClient:
         self._futures: dict[int, asyncio.Future[Status | None]] = {}
         self._watchers: list[Callable[[str, Any], None]] = []
         self._changed = asyncio.Event()
+        self.last_close: str | None = None  # how the last connection to the server ended
 
     @property
     def client_id(self) -> str:
@@ -208,9 +209,13 @@ class AppSyncClient:
         core.on_result = self._result
         core.on_change = self._change
         core.on_round = lambda _n: self._changed.set()
-        core.on_closed = lambda _reason: self._changed.set()
+        core.on_closed = self._closed
         self.core = core
         return core
+
+    def _closed(self, reason: str) -> None:
+        self.last_close = reason
+        self._changed.set()
 
     def _result(self, number: int, code: int | None) -> None:
         future = self._futures.pop(number, None)
@@ -230,13 +235,19 @@ class AppSyncClient:
         self._net = NetNode(node_id=self.node, factory=self._build, listen=None,
                             trace=self.trace, run=self.run)
         await self._net.start()
-        await self.wait_until(lambda: self.core is not None and (
-            self.core.phase in (PeerPhase.SYNCING, PeerPhase.CLOSED)))
+        try:
+            await self.wait_until(lambda: self.core is not None and (
+                self.core.phase in (PeerPhase.SYNCING, PeerPhase.CLOSED)))
+        except OperationError:
+            await self.close()
+            why = "" if self.last_close is None else f" (the last try: {self.last_close})"
+            raise OperationError(f"no init from {self.url} within {self.timeout:g} s{why}",
+                                 definite=False) from None
         core = self.core
         if core is None or core.phase is PeerPhase.CLOSED:
-            code = None if core is None or core.refused is None else core.refused[0]
+            refused = None if core is None else core.refused
             await self.close()
-            raise OperationError(f"join refused (close code {code})", definite=True)
+            raise OperationError(f"join refused ({_refusal(refused)})", definite=True)
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float | None = None
                          ) -> None:
@@ -303,6 +314,18 @@ class AppSyncClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _refusal(refused: tuple[int, str] | None) -> str:
+    """A refused join's close code (``4000 + status``) with the status it names."""
+    if refused is None:
+        return "closed"
+    code = refused[0]
+    try:
+        status = Status(code - 4000)
+    except ValueError:
+        return f"close code {code}"
+    return f"close code {code}: {int(status)} {status.phrase}"
 
 
 class AppSyncP2PNode(AppSyncClient):
