@@ -91,3 +91,37 @@ def test_a_client_that_stops_reading_is_still_cut_off() -> None:
             await node.close()
 
     asyncio.run(scenario())
+
+
+class Silent(Burst):
+    """Records closes only."""
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        """Nothing to answer."""
+
+
+def test_a_silent_connection_in_a_kept_slot_is_closed_after_probation_timeout() -> None:
+    """The real runtime as the simulator: a connection let in on probation (the kept slot of
+    a full listener) that says nothing is closed after ``probation_timeout``, well before the
+    ``handshake_timeout`` the others have."""
+
+    async def scenario() -> None:
+        spec = ListenerSpec(name="kept", host="127.0.0.1", port=0, framing=Framing.LINES,
+                            max_connections=2, reserved_for_peers=1, handshake_timeout=60.0,
+                            probation_timeout=0.2)
+        node = NetNode(node_id="kept", listen=None, listeners=[spec], factory=Silent)
+        await node.start()
+        process = node.process
+        assert isinstance(process, Silent)
+        clients = []
+        try:
+            for _ in range(2):
+                clients.append(await RawClient.open("tcp", node.listener_address("kept")))
+            await asyncio.wait_for(process.gone.wait(), WAIT)  # not 60 s: the kept slot's
+            assert process.reasons == ["handshake_timeout"]
+        finally:
+            for client in clients:
+                await client.close()
+            await node.close()
+
+    asyncio.run(scenario())

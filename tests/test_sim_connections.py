@@ -296,3 +296,15 @@ def test_loss_on_a_connection_costs_retransmission_time_never_data_or_order() ->
 def test_connection_rto_is_checked_at_once() -> None:
     with pytest.raises(ConfigError):
         Simulation(seed=1, connection_rto=-1.0)
+
+
+def test_a_silent_connection_in_a_kept_slot_is_closed_after_probation_timeout() -> None:
+    """A peer speaks first at once: silent connections that took the kept slots are closed
+    after ``probation_timeout``, while the others have their whole ``handshake_timeout``."""
+    spec = ListenerSpec(name="servers", port=PORT, max_connections=3, reserved_for_peers=1,
+                        handshake_timeout=30.0, probation_timeout=0.5)
+    sim = build(spec=spec, clients=3, server={"promote_on": b"i am a server"})
+    sim.run(until=5.0)
+    assert rec(sim, "srv").reasons() == [CloseReason.HANDSHAKE_TIMEOUT]  # the one on probation
+    sim.run(until=40.0)
+    assert rec(sim, "srv").reasons() == [CloseReason.HANDSHAKE_TIMEOUT] * 3

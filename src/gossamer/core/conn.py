@@ -26,6 +26,7 @@ __all__ = [
     "ConnectionHandler",
     "Framing",
     "ListenerSpec",
+    "first_frame_deadline",
     "parse_address",
 ]
 
@@ -157,7 +158,9 @@ class ListenerSpec:
     ``reserved_for_peers`` of them are kept for connections the service promotes
     (``env.promote``: an authenticated server): once the others fill the rest, a new
     connection is let in on probation and closed (``full``) unless its first frame gets it
-    promoted. ``handshake_timeout``: the first frame must arrive within it; ``idle_timeout``:
+    promoted, within ``probation_timeout`` (a peer speaks first at once: a flood of silent
+    connections holds the kept slots that long, not ``handshake_timeout``; the shorter of the
+    two counts). ``handshake_timeout``: the first frame must arrive within it; ``idle_timeout``:
     a connection silent that long is closed (None: never). ``send_queue_limit``: frames waiting
     to be written before the reader is disconnected as a slow consumer.
     """
@@ -170,6 +173,7 @@ class ListenerSpec:
     max_connections: int = 1000
     reserved_for_peers: int = 0
     handshake_timeout: float | None = 10.0
+    probation_timeout: float = 1.0
     idle_timeout: float | None = None
     send_queue_limit: int = 1000
     path: str = "/"  # WebSocket only: where the upgrade is served
@@ -194,6 +198,7 @@ class ListenerSpec:
             raise ConfigError(f"reserved_for_peers must be in 0..max_connections-1, got "
                               f"{self.reserved_for_peers}")
         _positive("handshake_timeout", self.handshake_timeout, optional=True)
+        _positive("probation_timeout", self.probation_timeout)
         _positive("idle_timeout", self.idle_timeout, optional=True)
         _positive("heartbeat", self.heartbeat, optional=True)
         _positive("close_timeout", self.close_timeout)
@@ -202,6 +207,15 @@ class ListenerSpec:
         ws_only = self.static_root is not None or self.heartbeat is not None
         if ws_only and self.framing is not Framing.WS:
             raise ConfigError("static_root and heartbeat need a WebSocket listener")
+
+
+def first_frame_deadline(spec: ListenerSpec, probation: bool) -> float | None:
+    """Seconds an accepted connection has to send its first frame (None: no limit)."""
+    if not probation:
+        return spec.handshake_timeout
+    if spec.handshake_timeout is None:
+        return spec.probation_timeout
+    return min(spec.handshake_timeout, spec.probation_timeout)
 
 
 def parse_address(address: str) -> tuple[str, int, str | None]:

@@ -40,6 +40,7 @@ from ...core.conn import (
     ConnGroup,
     Framing,
     ListenerSpec,
+    first_frame_deadline,
     parse_address,
 )
 from ...core.errors import ConfigError, ProtocolError
@@ -234,8 +235,9 @@ class Connections:
             listening.conns.add(conn)
             spec = listening.spec
             loop = asyncio.get_running_loop()
-            if spec.handshake_timeout is not None:
-                loop.call_later(spec.handshake_timeout, self._handshake_due, conn)
+            deadline = first_frame_deadline(spec, conn.probation)
+            if deadline is not None:
+                loop.call_later(deadline, self._handshake_due, conn)
             if spec.idle_timeout is not None:
                 loop.call_later(spec.idle_timeout, self._idle_due, conn)
         self._dispatch(conn, "opened", conn, conn.remote)

@@ -20,7 +20,15 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ...core.conn import CloseCode, CloseReason, ConnGroup, Framing, ListenerSpec, parse_address
+from ...core.conn import (
+    CloseCode,
+    CloseReason,
+    ConnGroup,
+    Framing,
+    ListenerSpec,
+    first_frame_deadline,
+    parse_address,
+)
 from ...core.errors import ConfigError, ProtocolError, StateError
 from ...core.ids import NodeId
 from .network import Network
@@ -363,8 +371,9 @@ class SimConnections:
             return
         if sum(1 for e in mine if not e.promoted) > spec.max_connections - spec.reserved_for_peers:
             accepted.probation = True
-        if spec.handshake_timeout is not None:
-            sim.schedule(spec.handshake_timeout, self._handshake_due, accepted)
+        deadline = first_frame_deadline(spec, accepted.probation)
+        if deadline is not None:
+            sim.schedule(deadline, self._handshake_due, accepted)
         if spec.idle_timeout is not None:
             sim.schedule(spec.idle_timeout, self._idle_due, accepted)
         self._handler(accepted, "opened", accepted, accepted.remote)
