@@ -175,10 +175,15 @@ def test_33_when_refused_by_several_accepted_rivals() -> None:
 
 
 def test_31_when_an_accepted_request_no_longer_applies_after_another_was_applied() -> None:
-    # one object slot left: each create is fine alone, the second to apply finds it taken
-    bench, a, b = two_peers(AppSyncConfig(min_ms=10, max_ms=100, tout=3, max_objects=1))
-    round_trip(bench, (a, (cre("p", 1),)), (b, (cre("q", 2),)))
-    assert sorted(acks(bench, a) + acks(bench, b)) == [21, 31]
+    # an application rule bounds x + y: each update is fine alone, the second to apply is not
+    def at_most_10(call: Any) -> bool:
+        return call.after is None or sum(call.after.values()) <= 10
+
+    bench, a, b = two_peers(AppSyncConfig(min_ms=10, max_ms=100, tout=3, rule=at_most_10))
+    round_trip(bench, (a, (cre("p", {"x": 0, "y": 0}),)), (b, ()))
+    round_trip(bench, (a, (Update(g("p.x"), 6),)), (b, (Update(g("p.y"), 6),)))
+    assert sorted(acks(bench, a) + acks(bench, b)) == [23, 31]
+    assert sum(bench.server.sessions["s"].objects["G//p"].value.values()) == 6
 
 
 def test_client_errors_42_43_44_45_39_50_51_53_and_the_state_is_unchanged() -> None:
@@ -206,6 +211,14 @@ def test_client_errors_42_43_44_45_39_50_51_53_and_the_state_is_unchanged() -> N
     assert acks(bench, b) == (43, 42, 44, 45, 39, 50, 51, 53)
     last = bench.last(b)
     assert isinstance(last, Sync) and last.actions == ()
+
+
+def test_a_create_that_a_rivals_create_left_no_room_for_is_53_not_31() -> None:
+    bench, a, b = two_peers(AppSyncConfig(min_ms=10, max_ms=100, tout=3, max_objects=2))
+    round_trip(bench, (a, (cre("one", 1),)), (b, ()))
+    round_trip(bench, (a, (cre("two", 2),)), (b, (cre("three", 3),)))
+    assert sorted(acks(bench, a) + acks(bench, b)) == [21, 53]  # the session is full: 53
+    assert len(bench.server.sessions["s"].objects) == 2
 
 
 def test_an_unparseable_rqst_is_one_40_and_a_wrong_version_55() -> None:

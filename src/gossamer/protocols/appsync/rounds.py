@@ -125,6 +125,9 @@ class _Round:
         return after
 
 
+_KEPT_AT_APPLY = frozenset({Status.INTERNAL_ERROR, Status.SERVICE_UNAVAILABLE})
+
+
 def process_round(session: str, objects: dict[str, SharedObject], requests: list[Request],
                   round_number: int, *, zone: str = "0001", max_objects: int = 10_000,
                   schemas: Mapping[str, Mapping[str, Any]] | None = None,
@@ -212,7 +215,9 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         try:
             after = rnd.check(before, action, request.client_id, len(objects))
         except ActionRefused as refused:
-            codes[index] = (Status.INTERNAL_ERROR if refused.status is Status.INTERNAL_ERROR
+            # the server's own trouble keeps its code (50; 53: an accepted create before it
+            # filled the session); anything else changed under it: a rival accepted first
+            codes[index] = (refused.status if refused.status in _KEPT_AT_APPLY
                             else Status.REFUSED_TEMPORARY)
             continue
         if after is None:
