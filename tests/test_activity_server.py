@@ -572,3 +572,16 @@ def test_a_server_with_the_wrong_secret_gives_up_after_join_attempts() -> None:
     net.add_server("s3", parent="s1")  # the right secret still joins
     net.run_for(2.0)
     assert net.servers["s3"].parent_id == "s1"
+
+
+def test_a_server_that_cannot_reach_its_remote_says_so_at_each_retry() -> None:
+    """Joining a remote that does not answer is retried, and each retry is told to the
+    service (which logs the first and every tenth), not done in silence."""
+    net = MemNet(seed=1)
+    server = net.add_server("s2", parent="nowhere")  # no such server: every dial is refused
+    retries: list[tuple[str, int, int]] = []
+    server.on_join_retry = lambda host, port, attempts: retries.append((host, port, attempts))
+    settle(net, 3 * net.announce_interval + 0.5)
+    assert server.state is TreeState.JOINING
+    assert len(retries) >= 3 and [r[2] for r in retries] == list(range(1, len(retries) + 1))
+    assert {r[:2] for r in retries} == {("nowhere", server.config.port)}

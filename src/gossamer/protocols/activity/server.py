@@ -95,6 +95,8 @@ class ActivityServer:
         self.state = TreeState.ROOT
         self.failure: str | None = None  # why this server gave up (a wrong secret)
         self.on_failure: Callable[[str], None] | None = None
+        # not joined yet, trying the remote again: (host, port, attempts so far)
+        self.on_join_retry: Callable[[str, int, int], None] | None = None
         self._auth_failures = 0
         self.parent: Conn | None = None  # conn to the parent (dialing, joining or attached)
         self.parent_id: str | None = None
@@ -490,6 +492,8 @@ class ActivityServer:
             self._dial(*self._candidates.pop(0))
         elif self.state is TreeState.JOINING and self.config.remote is not None:
             self._retry = self.env.set_timer(self.config.reconnect_delay, self._retry_join)
+            if self.on_join_retry is not None:
+                self.on_join_retry(*self.config.remote, self._dials)
         else:
             self._become_root()
 

@@ -9,6 +9,7 @@ Users live in sqlite under ``data_dir``; the trace goes to ``trace``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from ...protocols.activity import DEFAULT_MAX_LINE, ActivityServer, ServerConfig
 from ...runtimes.net import NetNode, SqliteStore
 
 __all__ = ["DEFAULT_PORT", "LISTENER", "ActivityTcpServer"]
+
+log = logging.getLogger("gossamer.activity")
 
 DEFAULT_PORT = 3780
 STORE_FILE = "activity.sqlite"
@@ -85,7 +88,14 @@ class ActivityTcpServer:
                               hash_iterations=self.hash_iterations)
         self.core = ActivityServer(env, config, salt=lambda: secrets.token_bytes(16))
         self.core.on_failure = self._gave_up
+        self.core.on_join_retry = self._join_retry
         return self.core
+
+    def _join_retry(self, host: str, port: int, attempts: int) -> None:
+        """Not joined: said at the first failed try and every tenth, not silently forever."""
+        if attempts == 1 or attempts % 10 == 0:
+            log.warning("%s: cannot join the server at %s:%d (attempts: %d); trying again",
+                        self.server_id, host, port, attempts)
 
     async def start(self) -> None:
         if self._node is not None:
