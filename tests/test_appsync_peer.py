@@ -28,11 +28,14 @@ from gossamer.testing import FakeConn, FakeEnv
 
 codec = AppSyncCodec()
 BOARD = ObjectInfo(Scope.GLOBAL, "board")
+SECRET = "a-peer-secret-of-32-characters_x"
+JOIN_ID = f"s;key=k;peer={SECRET}"  # every join shows the peer's secret
 
 
 def started() -> tuple[FakeEnv, AppSyncPeer, FakeConn, list[tuple[int, int | None]]]:
     env = FakeEnv("p1")
-    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s", key="k"))
+    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s", key="k",
+                                       secret=SECRET))
     results: list[tuple[int, int | None]] = []
     peer.on_result = lambda number, code: results.append((number, code))
     peer.start()
@@ -40,7 +43,7 @@ def started() -> tuple[FakeEnv, AppSyncPeer, FakeConn, list[tuple[int, int | Non
     assert isinstance(conn, FakeConn)
     peer.opened(conn, "ctrl:1")
     [(_, frame)] = env.take_written()
-    assert codec.decode_from_peer(frame) == Join(header=Header("", 0, 0), id="s;key=k")
+    assert codec.decode_from_peer(frame) == Join(header=Header("", 0, 0), id=JOIN_ID)
     init = Init(header=Header("0007", 0, 5), config=SessionConfig(20, 200, 10),
                 creates=(Create(BOARD, Mode.RW, {"a": 1}),))
     peer.received(conn, codec.encode(init))
@@ -112,7 +115,7 @@ def test_a_broken_connection_makes_answers_unknown_and_rejoins_with_the_same_id(
     again = env.dialed[-1]
     peer.opened(again, "ctrl:1")
     [(_, frame)] = env.take_written()
-    assert codec.decode_from_peer(frame) == Join(header=Header("0007", 0, 0), id="s;key=k")
+    assert codec.decode_from_peer(frame) == Join(header=Header("0007", 0, 0), id=JOIN_ID)
 
 
 def test_a_refused_join_is_not_retried() -> None:

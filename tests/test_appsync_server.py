@@ -243,6 +243,8 @@ def test_an_unparseable_rqst_is_one_40_and_a_wrong_version_55() -> None:
     (b'{"h":{"p":"APSYN/01","c":"0001","r":"0001","l":"0001"},"b":[]}', 4040),
     (b'{"h":{"p":"APSYN/01","c":"0000","r":"0000","l":"0000"},"b":{"id":"s;key=sesame"}}',
      4040),
+    (b'{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"s;key=sesame;peer=short"}}',
+     4040),
 ])
 def test_refused_joins_are_closed_with_4000_plus_the_status(frame: bytes, code: int) -> None:
     key = hash_session_key("sesame", os.urandom(8), iterations=10)
@@ -346,6 +348,38 @@ def test_a_newcomer_never_gets_the_id_of_an_absent_peer_that_owns_objects() -> N
     newcomer(bench)
     bench.env.crash()
     newcomer(Bench(env=FakeEnv("ctrl", store=store)))  # and after a restart
+
+
+ALICE = "s;peer=alice-secret-0123456789"
+
+
+def test_a_reconnect_as_a_client_id_must_show_the_peer_secret_it_joined_with() -> None:
+    """An id joined with ``;peer=SECRET`` is given back only to a join that shows it (also
+    after a restart): without it, one owning objects is refused 41, so its NA objects and
+    write rights stay its own; one owning nothing gets a fresh id instead."""
+    store = MemoryStore()
+    bench = Bench(env=FakeEnv("ctrl", store=store))
+    a, init = bench.join(ALICE)
+    alice = init.header.client_id
+    note = Create(ObjectInfo(Scope.CLIENT, "note", alice), Mode.NA, {"pin": "s3cr3t"})
+    round_trip(bench, (a, (note,)))
+    bench.server.closed(a, "peer_closed")
+    bench.advance(0.2)
+    bench.env.crash()
+    bench = Bench(env=FakeEnv("ctrl", store=store))  # restarted: the secret was kept
+    for claim in ("s", "s;peer=not-alice-secret-000000"):
+        conn = bench.join_later(claim, alice)
+        assert bench.env.closes[-1][:2] == (conn, 4041), claim
+        assert b"s3cr3t" not in b"".join(bench.inbox.get(conn, []))
+    _, init = bench.join(ALICE, alice)
+    assert init.header.client_id == alice and [c.info.name for c in init.creates] == ["note"]
+    # an id that owns nothing has nothing to protect: a wrong secret gets a fresh id
+    c, init = bench.join("s;peer=carol-secret-0123456789")
+    carol = init.header.client_id
+    bench.server.closed(c, "peer_closed")
+    bench.advance(0.2)
+    _, init = bench.join("s;peer=mallory-secret-012345678", carol)
+    assert init.header.client_id not in (carol, alice)
 
 
 def test_a_silent_peer_is_dropped_after_tout_rounds() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -135,8 +136,9 @@ async def _share_a_board(tmp_path: Path) -> None:
         b = await st.open()
         # the first frame each page wrote is its join, in the grammar's exact bytes
         for frames in st.first_frames:
-            assert frames[0] == ('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},'
-                                 f'"b":{{"id":"{SESSION}"}}}}')
+            assert re.fullmatch(r'\{"h":\{"p":"APSYN/01","c":"","r":"0000","l":"0000"\},'
+                                r'"b":\{"id":"' + SESSION + r';peer=[0-9a-f]{36}"\}\}',
+                                frames[0]), frames[0]
             assert isinstance(codec.decode_from_peer(frames[0].encode()), Join)
         ids = [await page.evaluate("apsyn.clientId") for page in (a, b)]
         assert len({*ids, py.client_id}) == 3
@@ -327,7 +329,8 @@ async def _vectors(tmp_path: Path) -> None:
                                       timeout=WAIT * 1000)
         right = await st.open("session=locked&key=sesame")
         assert (await right.evaluate("apsyn.state()"))["joins"] == 1
-        assert st.first_frames[-1][0].endswith('"b":{"id":"locked;key=sesame"}}')
+        assert re.search(r'"b":\{"id":"locked;key=sesame;peer=[0-9a-f]{36}"\}\}$',
+                         st.first_frames[-1][0]), st.first_frames[-1][0]
         assert await wrong.evaluate("apsyn.joins") == 1  # still: a refused join is final
         await _lost_sync(st)
 

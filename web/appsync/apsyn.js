@@ -339,6 +339,13 @@ export const Phase = Object.freeze({
   CONNECTING: "connecting", JOINING: "joining", SYNCING: "syncing", CLOSED: "closed" });
 
 const LOG_LINES = 200;
+
+/** 36 hex digits from the browser's cryptographic source: a peer secret. */
+function randomSecret() {
+  const bytes = new Uint8Array(18);
+  globalThis.crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
 const RESULTS_KEPT = 500;
 
 /**
@@ -350,7 +357,8 @@ const RESULTS_KEPT = 500;
  */
 export class ApsynClient {
   constructor(url, session, { key = null, reconnectDelay = 0.5, maxQueue = 10_000,
-    maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket, gather = 0, eager = false } = {}) {
+    maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket, gather = 0, eager = false,
+    secret = null } = {}) {
     if (!(gather >= 0 && gather < 1)) throw new RangeError(`gather must be in [0, 1), got ${gather}`);
     // answer each round this fraction of its min time late, with the changes made meanwhile
     // (as gossamer's Python peer, PeerConfig.gather); 0: at once
@@ -361,6 +369,9 @@ export class ApsynClient {
     this.url = url;
     this.session = session;
     this.key = key;
+    // sent in every join (";peer="): CTRL gives this client's id back on a reconnect only
+    // with it, so nobody else can take its objects (docs/security.md, APSYN peers)
+    this.secret = secret ?? randomSecret();
     this.reconnectDelay = reconnectDelay;
     this.maxQueue = maxQueue;
     this.maxFrame = maxFrame;
@@ -443,7 +454,7 @@ export class ApsynClient {
     ws.onopen = () => {
       if (ws !== this._ws) return;
       this._setPhase(Phase.JOINING);
-      const id = this.session + (this.key ? `;key=${this.key}` : "");
+      const id = this.session + (this.key ? `;key=${this.key}` : "") + `;peer=${this.secret}`;
       this.firstFrame = encode(joinMessage(id, this.clientId));
       ws.send(this.firstFrame);
       this.joins += 1;

@@ -27,6 +27,7 @@ from .state import (
 )
 from .wire import (
     MAX_ACTIONS,
+    PEER_SECRET,
     Action,
     AppSyncCodec,
     AppSyncProtocolError,
@@ -81,6 +82,10 @@ class PeerConfig:
     # no sync for this long: the CTRL is taken for gone (the connection is closed and dialled
     # again; in peer-to-peer mode another CTRL may be chosen); None: 10 max round times, >= 2 s
     sync_timeout: float | None = None
+    # this peer's secret, sent in every join (";peer="): CTRL gives its client id back on a
+    # reconnect only with it (16..128 of A-Z a-z 0-9 _ -); None: 32 hex digits from env.rng
+    # (the services pass one from ``secrets``)
+    secret: str | None = None
 
     def __post_init__(self) -> None:
         if self.reconnect_delay <= 0 or self.max_queue < 1 or self.max_frame < 1024:
@@ -89,6 +94,8 @@ class PeerConfig:
             raise ConfigError(f"gather must be in [0, 1), got {self.gather!r}")
         if self.sync_timeout is not None and not self.sync_timeout > 0:
             raise ConfigError(f"sync_timeout must be > 0, got {self.sync_timeout!r}")
+        if self.secret is not None and PEER_SECRET.fullmatch(self.secret) is None:
+            raise ConfigError("a peer secret is 16..128 of A-Z a-z 0-9 _ -")
 
 
 class AppSyncPeer:
@@ -101,6 +108,8 @@ class AppSyncPeer:
         self.codec = AppSyncCodec(max_frame=config.max_frame)
         self.phase = PeerPhase.CONNECTING
         self.client_id = ""
+        self.secret = (config.secret if config.secret is not None
+                       else f"{env.rng.getrandbits(128):032x}")
         self.round = 0
         self.objects: dict[str, SharedObject] = {}
         self.session_config: SessionConfig | None = None
@@ -195,7 +204,8 @@ class AppSyncPeer:
             return
         self.phase = PeerPhase.JOINING
         join_id = (self.config.session + (f";key={self.config.key}" if self.config.key else "")
-                   + (f";zone={self.config.zone}" if self.config.zone else ""))
+                   + (f";zone={self.config.zone}" if self.config.zone else "")
+                   + f";peer={self.secret}")
         self.env.write(conn, self.codec.encode(Join(header=Header(self.client_id, 0, 0),
                                                     id=join_id)))
 

@@ -32,6 +32,7 @@ from .state import (
     visible_to,
 )
 from .wire import (
+    PEER_SECRET,
     AppSyncCodec,
     AppSyncProtocolError,
     BadRequest,
@@ -83,25 +84,35 @@ class JoinId:
     session: str
     key: str | None = None
     zone: str | None = None
+    peer: str | None = None  # the peer's own secret: a reconnect as its client id proves it
 
 
 def parse_join_id(text: str) -> JoinId:
-    """``session [";key=" key] [";zone=" 4HEXDIG]`` -> ``JoinId``; ValueError if malformed."""
+    """``session [";key=" key] [";zone=" 4HEXDIG] [";peer=" secret]`` -> ``JoinId``;
+    ValueError if malformed."""
     session, *params = text.split(";")
     if _SESSION.fullmatch(session) is None:
         raise ValueError("a session id is 1..128 of A-Z a-z 0-9 . _ $ -")
     found: dict[str, str] = {}
     for param in params:
         name, sep, value = param.partition("=")
-        if not sep or name not in ("key", "zone") or name in found:
-            raise ValueError("the join parameters are ;key=KEY and ;zone=ZONE, each once")
+        if not sep or name not in ("key", "zone", "peer") or name in found:
+            raise ValueError("the join parameters are ;key=KEY, ;zone=ZONE and ;peer=SECRET, "
+                             "each once")
         found[name] = value
-    key, zone = found.get("key"), found.get("zone")
+    key, zone, peer = found.get("key"), found.get("zone"), found.get("peer")
     if key is not None and not 1 <= len(key) <= 256:
         raise ValueError("a session key is 1..256 characters without ';'")
     if zone is not None and _ZONE.fullmatch(zone) is None:
         raise ValueError("a zone id is 4 hex digits")
-    return JoinId(session, key, zone)
+    if peer is not None and PEER_SECRET.fullmatch(peer) is None:
+        raise ValueError("a peer secret is 16..128 of A-Z a-z 0-9 _ -")
+    return JoinId(session, key, zone, peer)
+
+
+def _secret_digest(salt: bytes, secret: str) -> bytes:
+    """A peer secret at rest (it is random and long: one salted hash suffices)."""
+    return hashlib.sha256(salt + secret.encode()).digest()
 
 
 def refusal(status: Status, why: str) -> tuple[int, str]:
@@ -198,7 +209,21 @@ class Session:
         self.waited_until: float | None = None  # when the last round stopped waiting
         self.last_id = 0  # the last client id given (as a number)
         self.joining_ids: set[str] = set()  # the client ids of ``joining``
+        # client id -> salt (16 bytes) + SHA-256 of salt and the peer secret it joined with
+        self.secrets: dict[str, bytes] = {}
         self.member: MemberSession | None = None  # in a member zone: the master's part
+
+    def holds_secret(self, client_id: str, secret: str | None) -> bool:
+        """A join naming ``client_id`` may have it back: no secret was kept for it, or
+        ``secret`` is the one kept (compared in constant time)."""
+        kept = self.secrets.get(client_id)
+        if kept is None:
+            return True
+        return secret is not None and hmac.compare_digest(
+            _secret_digest(kept[:16], secret), kept[16:])
+
+    def owns_objects(self, client_id: str) -> bool:
+        return any(obj.owner == client_id for obj in self.objects.values())
 
     def free_id(self, wanted: str) -> str | None:
         """``wanted`` (a reconnect) if no live peer holds it, else a fresh id: the next one
@@ -350,11 +375,20 @@ class AppSyncServer:
                 session.member = MemberSession(
                     self.env, session.name, session.objects, self.config.uplink,
                     zone=self.config.zone, on_dial=self._register_uplink, log=self.log)
-        client_id = session.free_id(msg.header.client_id)
+        wanted = msg.header.client_id
+        if wanted and not session.holds_secret(wanted, join_id.peer):
+            if session.owns_objects(wanted):
+                self._refuse(conn, Status.UNAUTHORIZED, f"client id {wanted} joined with "
+                             f"another peer secret: a reconnect must show it")
+                return
+            wanted = ""  # it has nothing to protect: a fresh id instead
+        client_id = session.free_id(wanted)
         if client_id is None or len(session.peers) + len(session.joining) >= \
                 self.config.max_peers:
             self._refuse(conn, Status.SERVICE_UNAVAILABLE, "the session is full")
             return
+        if client_id != msg.header.client_id or session.secrets.get(client_id) is None:
+            self._keep_secret(session, client_id, join_id.peer)  # a fresh id, or a first one
         self.pending.discard(conn)
         peer = PeerState(conn=conn, client_id=client_id, zone=join_id.zone)
         self.peers[conn] = (session, peer)
@@ -677,6 +711,20 @@ class AppSyncServer:
                 store.put(TABLE, key, object_to_json(after))
         store.put(TABLE, f"{session.name}/meta", orjson.dumps({"round": new_round}))
 
+    def _keep_secret(self, session: Session, client_id: str, secret: str | None) -> None:
+        """``client_id`` is now this joiner's: its peer secret (or none, forgetting one an
+        earlier holder of the id gave) kept, in the store with the round's commit."""
+        key = f"{session.name}/p/{client_id}"
+        if secret is None:
+            if session.secrets.pop(client_id, None) is not None and self.round_log is None:
+                self.env.store.delete(TABLE, key)
+            return
+        salt = self.env.rng.randbytes(16)
+        kept = salt + _secret_digest(salt, secret)
+        session.secrets[client_id] = kept
+        if self.round_log is None:  # p2p: kept by this CTRL only (docs/security.md)
+            self.env.store.put(TABLE, key, kept)
+
     def _load(self, name: str) -> Session:
         session = Session(name)
         if self.round_log is not None:
@@ -685,11 +733,13 @@ class AppSyncServer:
                 session.round = kept[0]
                 session.objects = {obj.key: obj for obj in kept[1]}
             return session
-        prefix = f"{name}/o/"
+        prefix, secrets = f"{name}/o/", f"{name}/p/"
         for key, raw in self.env.store.scan(TABLE):
             if key.startswith(prefix):
                 obj = object_from_json(raw)
                 session.objects[obj.key] = obj
+            elif key.startswith(secrets):
+                session.secrets[key[len(secrets):]] = raw
         meta = self.env.store.get(TABLE, f"{name}/meta")
         if meta is not None:
             session.round = int(orjson.loads(meta)["round"])

@@ -64,6 +64,7 @@ _HEADER_FIELDS = re.compile(r"(?:[0-9A-F]{4})?/[0-9A-F]{4}/[0-9A-F]{4}")
 _SYNC_HEAD = b'{"h":{"p":"APSYN/%b","c":"%b","r":"%04X","l":"%04X"},"b":{"ack":%b,"syn":'
 _PROTO = re.compile(r"APSYN/[0-9]{2}")
 _NAME = re.compile(r"[A-Za-z0-9$_]+(?:\.[A-Za-z0-9$_]+)*")
+PEER_SECRET = re.compile(r"[A-Za-z0-9_-]{16,128}")  # a join id's ";peer=" (docs/security.md)
 
 
 class Status(enum.IntEnum):

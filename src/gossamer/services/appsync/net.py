@@ -188,7 +188,8 @@ class AppSyncClient:
         # made meanwhile (``PeerConfig.gather``); eager: send each change when it is made,
         # for the round open when it arrives (``PeerConfig.eager``)
         self.config = PeerConfig(address=url, session=session, key=key, framing=Framing.WS,
-                                 gather=gather, eager=eager)
+                                 gather=gather, eager=eager,
+                                 secret=secrets.token_urlsafe(24))  # proves its reconnects
         self.timeout = timeout
         self.node = node
         self.trace = trace
