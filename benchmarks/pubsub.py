@@ -9,7 +9,8 @@ client side is a floor for both systems, NATS's being ``nats-py``):
   published and not yet delivered at every subscriber: delivered messages/s (over the four
   subscribers) and the nodes' CPU time per delivered message (from ``/proc``).
 
-gossamer runs ``gossamer pubsub node`` processes (``--modes``: scribe, gossip), each client on
+gossamer runs ``gossamer pubsub node`` processes (``--modes``: scribe, gossip flooding every
+neighbour, gossip-tree: gossip with ``--gossip-tree``, a Plumtree), each client on
 its node's command port (a publish answered once its topic's root took it; the nodes run with
 ``--quiet``, so a delivery goes to the driver's connection only and not to stdout as well, as a
 NATS server prints nothing per message: ``--print-deliveries`` for the nodes' default); NATS runs
@@ -97,7 +98,9 @@ class GossamerCluster(Cluster):
 
     async def _node(self, contact: str | None) -> tuple[str, str]:
         argv = [sys.executable, "-m", "gossamer.cli.main", "pubsub", "node", "--json",
-                *(() if self.print_deliveries else ("--quiet",)), "--mode", self.mode,
+                *(() if self.print_deliveries else ("--quiet",)),
+                *(("--mode", "gossip", "--gossip-tree") if self.mode == "gossip-tree"
+                  else ("--mode", self.mode)),
                 "--port", "0", "--command-port", "0", "--log-level", "ERROR"]
         if contact is not None:
             argv += ["--contact", contact]
@@ -328,8 +331,9 @@ def _load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", nargs="+", choices=("scribe", "gossip"),
-                        default=["scribe", "gossip"])
+    parser.add_argument("--modes", nargs="+", choices=("scribe", "gossip", "gossip-tree"),
+                        default=["scribe", "gossip", "gossip-tree"],
+                        help="gossip-tree: gossip mode with --gossip-tree (Plumtree)")
     parser.add_argument("--rate", type=float, default=200.0, help="publishes/s, rate phase")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of the rate phase")
     parser.add_argument("--saturate", type=int, default=5000,

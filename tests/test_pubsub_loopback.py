@@ -54,8 +54,10 @@ class NodeProcess:
 
     def __init__(self, mode: str, contact: str | None, trace_dir: Path, log: IO[bytes], *,
                  extra: Sequence[str] = ("--interactive",)) -> None:
+        # "gossip-tree": gossip mode with --gossip-tree (Plumtree)
+        flags = ["--mode", "gossip", "--gossip-tree"] if mode == "gossip-tree" else ["--mode", mode]
         argv = [sys.executable, "-m", "gossamer.services.pubsub.cli", "pubsub", "node",
-                "--json", "--mode", mode, "--trace-dir", str(trace_dir),
+                "--json", *flags, "--trace-dir", str(trace_dir),
                 "--run", f"loopback-{mode}", *extra]
         if contact is not None:
             argv += ["--contact", contact]
@@ -182,7 +184,7 @@ def _probe_until_settled(publishers: list[NodeProcess], subscribers: list[NodePr
                 raise
 
 
-@pytest.mark.parametrize("cluster", ["scribe", "gossip"], indirect=True)
+@pytest.mark.parametrize("cluster", ["scribe", "gossip", "gossip-tree"], indirect=True)
 def test_ten_processes_subscribe_publish_unsubscribe(cluster: list[NodeProcess],
                                                      tmp_path: Path) -> None:
     started = time.monotonic()
@@ -237,7 +239,7 @@ def test_ten_processes_subscribe_publish_unsubscribe(cluster: list[NodeProcess],
 
     mode = nodes[0].mode
     killed: NodeProcess | None = None
-    if mode == "gossip":
+    if mode in ("gossip", "gossip-tree"):
         # a crashed process: its neighbours see the connection drop and tell HyParView
         # peer_down at once (no keepalive timeout needed); the rest still gets everything
         killed = others[0]
@@ -275,6 +277,9 @@ def test_ten_processes_subscribe_publish_unsubscribe(cluster: list[NodeProcess],
     table = pa.concat_tables([pq.read_table(t) for t in traces])
     layers = set(table.column("layer").to_pylist())
     assert layers >= {"net", "pubsub", "chord" if mode == "scribe" else "hyparview"}
+    if mode.startswith("gossip"):  # a tree announces to its lazy links; flooding never does
+        types = {json.loads(i).get("type") for i in table.column("info").to_pylist() if i}
+        assert ("gossip.ihave" in types) is (mode == "gossip-tree"), sorted(types)
     if killed is not None:
         downs = table.filter(pc.and_(pc.equal(table["event"], "neighbor_down"),
                                      pc.equal(table["peer"], killed.node)))

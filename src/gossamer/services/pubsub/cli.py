@@ -75,6 +75,9 @@ def add_pubsub_parser(
                            "one, this node creates the overlay")
     node.add_argument("--mode", choices=["gossip", "scribe"], default="gossip",
                       help="gossip: HyParView + gossip broadcast; scribe: Chord + Scribe trees")
+    node.add_argument("--gossip-tree", action="store_true",
+                      help="gossip mode: push each message down a tree (Plumtree: IHAVE to "
+                           "the other neighbours, GRAFT to repair) instead of flooding")
     node.add_argument("--chord-bits", type=_positive_int, default=256,
                       help="Chord identifier bits (SHA-256 of host:port, truncated)")
     node.add_argument("--data-dir", type=_directory, default=None,
@@ -208,7 +211,7 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
         run=args.run, seed=args.seed, chord_bits=args.chord_bits,
         command_port=args.command_port, cluster_key=args.cluster_key,
-        join_timeout=args.join_timeout, owners=owners)
+        join_timeout=args.join_timeout, owners=owners, gossip_tree=args.gossip_tree)
     if args.quiet and args.interactive:
         raise ConfigError("--quiet hides the deliveries --interactive is there to print: give "
                           "one of them (a quiet node's clients use --command-port)")

@@ -40,6 +40,7 @@ from ...core.ids import NodeId, check_node_id
 from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
 from ...core.traceio import trace_path, write_settings
+from ...protocols.dissemination.gossip import GossipConfig
 from ...protocols.dissemination.scribe import PublishResult, TreeRole
 from ...protocols.dissemination.scribe.owners import OwnedProcess
 from ...protocols.dissemination.scribe.placement import OwnerProcess
@@ -254,10 +255,15 @@ class NodeOptions:
     cluster_key: str | None = dataclasses.field(default=None, repr=False)  # None: see linkauth
     send_queue_limit: int = 10_000  # messages held per peer link (queue and backlog)
     owners: OwnersOptions | None = None  # replicated topic owners (scribe mode; owned.py)
+    # gossip mode: Plumtree-style tree (eager push on a tree, IHAVE to the other neighbours,
+    # GRAFT to repair) instead of flooding every neighbour with every message
+    gossip_tree: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("gossip", "scribe"):
             raise ConfigError(f"mode must be 'gossip' or 'scribe', got {self.mode!r}")
+        if self.gossip_tree and self.mode != "gossip":
+            raise ConfigError("--gossip-tree is a gossip mode's option (--mode gossip)")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         for contact in self.contacts:
@@ -368,7 +374,8 @@ class PubSubNetNode:
             self.pubsub = PubSubNode(
                 env, opts.mode, contacts=opts.contacts, create=create,
                 chord_config=ChordConfig(bits=opts.chord_bits) if opts.mode == "scribe"
-                else None, on_message=self._delivered)
+                else None, on_message=self._delivered,
+                gossip_config=GossipConfig(mode="tree") if opts.gossip_tree else None)
             process = self.pubsub.process
         if opts.command_port is None:
             return process
