@@ -18,6 +18,8 @@ from gossamer.cli.main import main
      "ws://HOST:PORT"),
     (["appsync", "server", "--port", "0", "--zone", "0002", "--uplink", "127.0.0.1:9"],
      "--uplink is the master zone's ws://"),
+    (["appsync", "server", "--port", "0", "--session-key-for", "bad!name=k"],
+     "a session id is"),
     (["appsync", "peer", "--url", "ws://127.0.0.1:9/", "--session", "s", "--set",
       "bad-name.x=1"], "bad object name"),
     (["appsync", "peer", "--url", "ws://127.0.0.1:9/", "--session", "s", "--set",

@@ -24,6 +24,7 @@ from ...core.argtypes import seconds as _seconds
 from ...core.conn import parse_address
 from ...core.errors import ConfigError, OperationError
 from ...protocols.appsync import ObjectInfo, Scope
+from ...protocols.appsync.server import parse_join_id
 from .net import DEFAULT_PORT, AppSyncClient, AppSyncP2PNode, AppSyncWsServer
 
 __all__ = ["add_appsync_parser", "default_web_root"]
@@ -52,10 +53,12 @@ def add_appsync_parser(
                                                     "(repeatable)")
     server.add_argument("--data-dir", type=_directory, default=None,
                         help="directory for session state (sqlite)")
-    server.add_argument("--min-ms", type=int, default=20, help="min round time")
-    server.add_argument("--max-ms", type=_positive_int, default=200, help="max round time")
+    server.add_argument("--min-ms", type=int, default=20,
+                        help="min round time in ms (default 20)")
+    server.add_argument("--max-ms", type=_positive_int, default=200,
+                        help="max round time in ms (default 200)")
     server.add_argument("--tout", type=_positive_int, default=50,
-                        help="rounds a silent peer is kept")
+                        help="rounds a silent peer is kept (default 50)")
     server.add_argument("--web-root", default=default_web_root(),
                         help="directory served over HTTP beside the protocol, its index.html "
                              "at / (default: the repository's web/appsync, the demo page and "
@@ -114,6 +117,11 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
         name, sep, key = pair.partition("=")
         if not sep or not name or not key:
             raise ConfigError(f"--session-key-for takes SESSION=KEY, got {pair!r}")
+        try:
+            if parse_join_id(name).session != name:  # a session a join can name
+                raise ValueError("a session id has no ';'")
+        except ValueError as exc:
+            raise ConfigError(f"--session-key-for {name!r}: {exc}") from None
         own[name] = key
     try:
         server = AppSyncWsServer(host=args.host, port=args.port, session_key=args.session_key,
