@@ -382,6 +382,18 @@ def test_a_reconnect_as_a_client_id_must_show_the_peer_secret_it_joined_with() -
     assert init.header.client_id not in (carol, alice)
 
 
+def test_an_l_object_with_and_without_this_zones_id_is_one_object() -> None:
+    bench, a, b = two_peers()
+    here = ObjectInfo(Scope.LOCAL, "lamp", "0001")
+    round_trip(bench, (a, (Create(ObjectInfo(Scope.LOCAL, "lamp"), Mode.RW, {"on": 0}),)),
+               (b, ()))
+    round_trip(bench, (a, ()), (b, (Create(here, Mode.RW, {"on": 1}), Update(
+        ObjectInfo(Scope.LOCAL, "lamp.on", "0001"), 2))))
+    assert acks(bench, b) == (45, 21)  # it exists already; the update is of that object
+    [key] = [k for k in bench.server.sessions["s"].objects if k.startswith("L/")]
+    assert bench.server.sessions["s"].objects[key].value == {"on": 2}
+
+
 def test_a_silent_peer_is_dropped_after_tout_rounds() -> None:
     bench, a, b = two_peers()
     for _ in range(3):

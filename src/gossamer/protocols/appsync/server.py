@@ -40,6 +40,7 @@ from .wire import (
     Init,
     Join,
     Mode,
+    ObjectInfo,
     Rqst,
     Scope,
     SessionConfig,
@@ -262,6 +263,7 @@ class AppSyncServer:
         self.uplink_conns: dict[Conn, ZoneUplink] = {}
         self.log = log
         self.sc = SessionConfig(self.config.min_ms, self.config.max_ms, self.config.tout)
+        self.zone_id = self.config.zone.upper()
 
     def start(self) -> None:
         if self.config.session_key is None:
@@ -416,6 +418,10 @@ class AppSyncServer:
             elif peer.zone is not None and action.info.scope is not Scope.GLOBAL:
                 session.requests.append(Request(peer.client_id, None, Status.FORBIDDEN))
             else:
+                info = action.info
+                if info.scope is Scope.LOCAL and info.scope_id == self.zone_id:
+                    # "L" with this zone's id and without one name the same object
+                    action = dataclasses.replace(action, info=ObjectInfo(Scope.LOCAL, info.name))
                 session.requests.append(Request(peer.client_id, action))
             peer.requests += 1
         peer.silent = 0
