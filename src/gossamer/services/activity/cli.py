@@ -275,16 +275,23 @@ def _activities(path: str) -> list[dict[str, Any]]:
         raise ConfigError(f"--send {path}: {getattr(exc, 'strerror', None) or exc}") from None
     activities = []
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            activity = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"--send {path}, line {number}: not JSON: {exc}") from None
-        if not isinstance(activity, dict):
-            raise ConfigError(f"--send {path}, line {number}: an activity is a JSON object")
-        activities.append(activity)
+        if line.strip():
+            try:
+                activities.append(_activity(line))
+            except ValueError as exc:
+                raise ConfigError(f"--send {path}, line {number}: {exc}") from None
     return activities
+
+
+def _activity(line: str) -> dict[str, Any]:
+    """One activity typed or read from a file: a JSON object, else ``ValueError``."""
+    try:
+        activity = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(activity, dict):
+        raise ValueError("an activity is a JSON object")
+    return activity
 
 
 async def _print_activities(client: ActivityClient) -> None:
@@ -320,11 +327,8 @@ async def _interactive(client: ActivityClient, console: Console) -> None:
         if not line.strip():
             continue
         try:
-            activity = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            console.print(f"[red]not JSON:[/] {exc}")
-            continue
-        if not isinstance(activity, dict):
-            console.print("[red]an activity is a JSON object[/]")
+            activity = _activity(line)
+        except ValueError as exc:
+            console.print(f"[red]{escape(str(exc))}[/]", soft_wrap=True)
             continue
         await client.send(activity)
