@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,34 @@ def test_server_and_client_processes(tmp_path: Path) -> None:
             assert sender.proc.stdin is not None
             sender.proc.stdin.close()
             assert await asyncio.wait_for(sender.proc.wait(), WAIT) == 0
+        finally:
+            await net.close()
+
+    asyncio.run(scenario())
+
+
+def test_ctrl_c_stops_an_interactive_client_waiting_for_input(tmp_path: Path) -> None:
+    """SIGINT while the interactive client waits for a line on stdin (a pipe kept open, as a
+    terminal is): it exits at once with 130 and no traceback (it waited for the next line, the
+    read blocking the interpreter's shutdown, and then printed a traceback)."""
+
+    async def scenario() -> None:
+        net = Network(tmp_path)
+        try:
+            s1 = await net.spawn("s1", "server", "-lp", "0", "--id", "s1")
+            port = int((await s1.expect(lambda s: " listening on " in s, "ready"))
+                       .rsplit(":", 1)[1])
+            with (tmp_path / "typist.stderr").open("ab") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    *CLI, "client", "-rp", str(port), stdout=asyncio.subprocess.PIPE,
+                    stderr=err, stdin=asyncio.subprocess.PIPE,
+                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            typist = Proc("typist", proc)
+            net.procs.append(typist)
+            await typist.expect(lambda s: s.startswith(LOGGED_IN), "login")
+            proc.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(proc.wait(), WAIT) == 130
+            assert "Traceback" not in (tmp_path / "typist.stderr").read_text()
         finally:
             await net.close()
 
