@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gossamer.core.errors import ConfigError, StateError
+from gossamer.runtimes.net.lines import command_lines
 from gossamer.services.atomic.api import AtomicGroup
-from gossamer.services.atomic.cli import command_lines
 from gossamer.services.atomic.journal import JOURNAL, Journal
 from gossamer.services.atomic.processes import loopback_group_address
 

@@ -33,7 +33,6 @@ import logging
 import math
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +46,11 @@ from ...core.errors import ConfigError, OperationError, StateError
 from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...runtimes.net import DEFAULT_RECV_BUFFER
+from ...runtimes.net.lines import command_lines, stdin_reader
 from .api import AtomicGroup, Delivered
 from .journal import JOURNAL, Journal
 
-__all__ = ["add_atomic_parser", "body_of", "command_lines"]
+__all__ = ["add_atomic_parser", "body_of"]
 
 MAX_LINE = 8_192
 #: what the pipeline checks on an atomic trace: the atomicity check of its ``atomic`` rows,
@@ -88,42 +88,6 @@ def body_of(text: str) -> Any:
         return json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
     except (ValueError, RecursionError):
         return text
-
-
-async def _stdin_lines() -> asyncio.StreamReader:
-    """stdin as an asyncio stream (no reader thread: the loop's timers never wait on it)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
-
-
-async def command_lines(reader: asyncio.StreamReader, limit: int = MAX_LINE
-                        ) -> AsyncIterator[bytes | None]:
-    """The lines of ``reader`` without their newline; None, once, for a line over ``limit``
-    bytes, whose every byte up to its newline is dropped (never read as a command); a last
-    line without a newline counts."""
-    pending = bytearray()
-    too_long = False
-    while chunk := await reader.read(65_536):
-        start = 0
-        while (end := chunk.find(b"\n", start)) >= 0:
-            if too_long:
-                too_long = False  # the end of the long line, dropped with it
-            elif len(pending) + end - start > limit:
-                yield None
-            else:
-                yield bytes(pending) + chunk[start:end]
-            pending.clear()
-            start = end + 1
-        if not too_long:
-            pending += chunk[start:]
-            if len(pending) > limit:
-                pending.clear()
-                too_long = True
-                yield None
-    if pending and not too_long:
-        yield bytes(pending)
 
 
 async def _send(group: AtomicGroup, body: Any) -> None:
@@ -194,10 +158,10 @@ async def run_node(args: argparse.Namespace) -> int:
 
             spawn(automated())
         if args.interactive:
-            stdin = await _stdin_lines()
+            stdin = await stdin_reader(MAX_LINE)
 
             async def read() -> None:
-                async for raw in command_lines(stdin):
+                async for raw in command_lines(stdin, MAX_LINE):
                     if raw is None:
                         _say(f"error: a command line has at most {MAX_LINE} bytes")
                         continue

@@ -36,6 +36,11 @@ STORE_FILE = "paxos.sqlite"
 address_of = host_port_address  # where the replica ``host:port`` listens
 
 
+#: the integers the log's codec carries (64 bits, signed or unsigned): an ``incr`` whose sum
+#: would leave them is refused where it is applied, at every replica alike, and changes nothing
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+
+
 class KeyValue:
     """The demo state machine: a replicated dict of ``set`` and ``incr`` operations."""
 
@@ -48,22 +53,32 @@ class KeyValue:
         if not isinstance(op, dict) or op.get("op") not in ("set", "incr") \
                 or not isinstance(op.get("key"), str):
             raise ConfigError(f"not a key/value operation: {op!r}")
-        if op["op"] == "incr" and (not isinstance(op.get("by"), int)
-                                   or isinstance(op.get("by"), bool)):
-            raise ConfigError(f"incr needs an int 'by': {op!r}")
+        if op["op"] == "incr":
+            by = op.get("by")
+            if not isinstance(by, int) or isinstance(by, bool):
+                raise ConfigError(f"incr needs an int 'by': {op!r}")
+            if not INT_MIN <= by <= INT_MAX:
+                raise ConfigError(f"incr by {by} is beyond 64 bits")
 
-    def apply(self, op: Any) -> None:
-        """Apply a decided operation (one another replica's code may not know: skipped)."""
+    def incremented(self, key: str, by: int) -> int:
+        """What ``incr key by`` would leave in ``key`` (``ConfigError`` beyond 64 bits)."""
+        current = self.data.get(key, 0)
+        total = (current if isinstance(current, int) else 0) + by
+        if not INT_MIN <= total <= INT_MAX:
+            raise ConfigError(f"incr {key} {by} would leave {key} beyond 64 bits")
+        return total
+
+    def apply(self, op: Any) -> bool:
+        """Apply a decided operation. One this state machine refuses (another replica's code
+        may know it; an ``incr`` past 64 bits) changes nothing: False."""
         try:
             self.check(op)
+            key = op["key"]
+            value = op.get("value") if op["op"] == "set" else self.incremented(key, op["by"])
         except ConfigError:
-            return
-        key = op["key"]
-        if op["op"] == "set":
-            self.data[key] = op.get("value")
-        else:
-            current = self.data.get(key, 0)
-            self.data[key] = (current if isinstance(current, int) else 0) + op["by"]
+            return False
+        self.data[key] = value
+        return True
 
     def snapshot(self) -> Any:
         return dict(self.data)

@@ -7,10 +7,15 @@ operation applied (in log order; after a restart, from the snapshot on again). W
 
   set KEY VALUE   replicate KEY = VALUE (a JSON value, or else the text); ``ok SLOT INDEX`` once
                   decided, ``error: ...`` if not in time (it may still be decided)
-  incr KEY N      add the integer N to KEY
+  incr KEY N      add the integer N to KEY (the sum stays within 64 bits: an incr that would
+                  leave them is refused, here if this replica sees it, else where it applies,
+                  where it prints ``refused SLOT INDEX KEY`` and changes nothing)
   get KEY         ``value KEY VALUE`` as applied here (this replica's view, maybe behind)
   status          ``status leader=NODE decided=N members=A,B,C``
-  exit            stop (so does the end of input, SIGINT or SIGTERM)
+  exit            stop once the commands asked are answered (so does the end of input;
+                  SIGINT or SIGTERM stop at once)
+
+A command line has at most 16,384 bytes; a longer one is refused whole.
 
 ``--data-dir`` keeps the replica's promise, log and snapshots in sqlite (fsync'd), so a replica
 restarted (even after ``kill -9``) resumes where it was.
@@ -21,9 +26,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
+import sqlite3
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,7 @@ from ...core.argtypes import host_port
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
 from ...protocols.ordering.paxos import DecidedOp, PaxosConfig
+from ...runtimes.net.lines import command_lines, stdin_reader
 from .api import KeyValue, ReplicatedLog
 
 __all__ = ["add_paxos_parser"]
@@ -57,11 +64,7 @@ def _value(text: str) -> Any:
         return text
 
 
-def _read_lines(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -> None:
-    """The stdin thread: each line onto ``queue``, then None at the end of input."""
-    for line in sys.stdin:
-        loop.call_soon_threadsafe(queue.put_nowait, line[:MAX_LINE])
-    loop.call_soon_threadsafe(queue.put_nowait, None)
+_INTEGER = re.compile(r"-?[0-9]+")  # ASCII digits only (str.isdigit takes "²")
 
 
 async def _command(log: ReplicatedLog, kv: KeyValue, line: str, timeout: float) -> None:
@@ -72,8 +75,10 @@ async def _command(log: ReplicatedLog, kv: KeyValue, line: str, timeout: float) 
     try:
         if verb == "set" and len(words) == 3:
             op: dict[str, Any] = {"op": "set", "key": words[1], "value": _value(words[2])}
-        elif verb == "incr" and len(words) == 3 and words[2].lstrip("-").isdigit():
+        elif verb == "incr" and len(words) == 3 and _INTEGER.fullmatch(words[2]):
             op = {"op": "incr", "key": words[1], "by": int(words[2])}
+            KeyValue.check(op)
+            kv.incremented(words[1], op["by"])  # as far as this replica knows
         elif verb == "get" and len(words) == 2:
             _say(f"value {words[1]} {orjson.dumps(kv.data.get(words[1])).decode()}")
             return
@@ -97,18 +102,25 @@ async def run_node(args: argparse.Namespace) -> int:
         members.append(listen)
     config = PaxosConfig(heartbeat_interval=args.heartbeat, suspect_timeout=args.suspect)
     kv = KeyValue()
-    log = ReplicatedLog(listen, members, config=config, snapshot_fn=kv.snapshot,
-                        restore_fn=kv.restore,
-                        data_dir=None if args.data_dir is None else Path(args.data_dir),
-                        cluster_key=args.cluster_key,
-                        trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
-                        run=args.run)
+    try:
+        log = ReplicatedLog(listen, members, config=config, snapshot_fn=kv.snapshot,
+                            restore_fn=kv.restore,
+                            data_dir=None if args.data_dir is None else Path(args.data_dir),
+                            cluster_key=args.cluster_key,
+                            trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
+                            run=args.run)
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{args.data_dir}: not a replica's store ({exc})") from None
 
     def applied(op: DecidedOp) -> None:
-        kv.apply(op.payload)
+        done = kv.apply(op.payload)
         if isinstance(op.payload, dict) and isinstance(op.payload.get("key"), str):
             key = op.payload["key"]
-            _say(f"applied {op.slot} {op.index} {key} {orjson.dumps(kv.data.get(key)).decode()}")
+            if done:
+                value = orjson.dumps(kv.data.get(key)).decode()
+                _say(f"applied {op.slot} {op.index} {key} {value}")
+            else:
+                _say(f"refused {op.slot} {op.index} {key}")
 
     log.subscribe(applied)
     log.watch_leader(lambda leader: _say(f"leader {leader}"))
@@ -123,17 +135,21 @@ async def run_node(args: argparse.Namespace) -> int:
         waits: list[asyncio.Task[Any]] = [loop.create_task(stop.wait()),
                                           loop.create_task(log.failed.wait())]
         if args.interactive:
-            queue: asyncio.Queue[str | None] = asyncio.Queue()
-            threading.Thread(target=_read_lines, args=(loop, queue), daemon=True,
-                             name="gossamer-stdin").start()
+            stdin = await stdin_reader(MAX_LINE)
 
             async def read() -> None:
-                while (line := await queue.get()) is not None:
-                    if line.strip().lower() == "exit":
-                        return
-                    task = loop.create_task(_command(log, kv, line.strip(), args.timeout))
+                async for raw in command_lines(stdin, MAX_LINE):
+                    if raw is None:
+                        _say(f"error: a command line has at most {MAX_LINE} bytes")
+                        continue
+                    line = raw.decode(errors="replace").strip()
+                    if line.lower() == "exit":
+                        break
+                    task = loop.create_task(_command(log, kv, line, args.timeout))
                     commands.add(task)
                     task.add_done_callback(commands.discard)
+                if commands:  # exit or the end of input: the commands asked are answered first
+                    await asyncio.wait(set(commands))
 
             waits.append(loop.create_task(read()))
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

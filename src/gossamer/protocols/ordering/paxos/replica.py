@@ -170,7 +170,10 @@ class PaxosReplica:
         to the leader until they are decided; a re-proposed operation is applied once. A
         replica outside the group (not added yet, or removed) refuses at once; one that is
         removed answers its undecided proposals ``NotCommitted(definite=False)``."""
-        size = len(orjson.dumps(payload))
+        try:
+            size = len(orjson.dumps(payload))
+        except orjson.JSONEncodeError as exc:
+            raise ConfigError(f"a payload is a JSON value the log can carry: {exc}") from None
         if size > self.config.max_command_bytes:
             raise ConfigError(f"payload of {size} bytes over max_command_bytes="
                               f"{self.config.max_command_bytes}")
