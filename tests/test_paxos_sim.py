@@ -125,6 +125,27 @@ def test_adding_and_removing_replicas() -> None:
     assert len(world.leaders()) == 1 and world.leaders()[0] != leader
 
 
+def test_a_replica_set_change_takes_effect_in_an_idle_group() -> None:
+    # a change decided at slot s applies from slot s + window: with nothing else to propose
+    # the leader fills the window with no-ops, or the change would wait for traffic for ever
+    # (a placement's dead member stayed in its group once the publishes stopped)
+    seed = 13
+    world = PaxosWorld(["a", "b", "c"], seed=seed, spares=["d"])
+    world.sim.run(until=0.5)
+    world.start_spare("d")
+    [leader] = world.leaders()
+    world.sim.call(leader, lambda p: p.add_replica("d"))  # type: ignore[attr-defined]
+    world.sim.run(until=world.sim.now + 2.0)
+    assert world.replica("a").members == frozenset("abcd"), f"seed={seed}"
+    gone = next(n for n in "abc" if n != leader)
+    world.sim.call(leader, lambda p: p.remove_replica(gone))  # type: ignore[attr-defined]
+    world.sim.run(until=world.sim.now + 2.0)
+    remaining = [n for n in "abcd" if n != gone]
+    for node in remaining:
+        assert world.replica(node).members == frozenset(remaining), f"seed={seed} {node}"
+    assert world.replica(gone).role is Role.OUTSIDE, f"seed={seed}"
+
+
 def test_a_lagging_replica_gets_a_snapshot_and_the_log_stays_bounded() -> None:
     seed = 11
     world = PaxosWorld(["a", "b", "c"], seed=seed)

@@ -207,6 +207,10 @@ class Leader:
                 value = self._take_batch()
             elif self.recovered and slot < max(self.recovered):
                 value = ()  # a hole below a recovered slot: fill it with a no-op
+            elif (change := log.next_change()) is not None and slot < change:
+                # a decided replica set change applies ``window`` slots later: no-ops bring
+                # it in when nothing else is proposed (an idle group would keep the old set)
+                value = ()
             else:
                 return
             self._propose(slot, value, members)

@@ -70,6 +70,11 @@ class ReplicaLog:
         """The replica set of the next undecided slot."""
         return self.config_for(self.prefix + 1) or frozenset()
 
+    def next_change(self) -> int | None:
+        """The first slot of a replica set decided but not in force yet (None: none is)."""
+        return next((first for first, _members in self.configs if first > self.prefix + 1),
+                    None)
+
     def window_members(self) -> frozenset[str]:
         """Every member of the slots this replica may see proposed next."""
         out: set[str] = set()
