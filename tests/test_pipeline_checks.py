@@ -572,6 +572,40 @@ def test_a_delivery_just_before_a_kill_is_not_one_while_down(spark: Any) -> None
     assert found.detail.startswith("delivered while the node was down"), found.detail
 
 
+def test_a_publish_row_a_killed_process_had_not_written_is_no_message_from_nowhere(
+        spark: Any) -> None:
+    # n1's process was killed (SIGKILL) before it wrote its last batch of rows: its publish of
+    # n1:3 is gone, n2's delivery of it was written. Its rows end without a clean leave
+    up = [row(0.0, "n1", "join", layer="net"), row(0.0, "n2", "join", layer="net")]
+    killed = [*up, publish(1.0, "n1", 1), deliver(1.1, "n2", "n1", 1),
+              publish(2.0, "n1", 2), deliver(2.1, "n2", "n1", 2), deliver(3.1, "n2", "n1", 3)]
+    assert verdict(spark, killed, validity_check())[0] is Status.PASS
+    # killed and restarted (the crash inferred where it joins again): the lost tail is the
+    # one before the restart, the publishes after it are written
+    restarted = [*killed, row(4.0, "n1", "join", layer="net"), publish(5.0, "n1", 4),
+                 deliver(5.1, "n2", "n1", 4), row(6.0, "n1", "leave", layer="net"),
+                 row(6.0, "n2", "leave", layer="net")]
+    assert verdict(spark, restarted, validity_check())[0] is Status.PASS
+
+    def unpublished(rows: list[Any]) -> set[tuple[str, str]]:
+        return {(v.node, v.msg) for v in judge(spark, rows, validity_check()).violations.collect()
+                if v.detail.startswith("delivered a message that was never published")}
+
+    # rows are written in order: a publish lost while a later one of the same process was
+    # written is no lost tail
+    middle = [*up, publish(1.0, "n1", 1), deliver(3.1, "n2", "n1", 2), publish(3.0, "n1", 3)]
+    assert unpublished(middle) == {("n2", "n1:2")}
+    # a process that stopped cleanly wrote everything
+    clean = [*up, publish(1.0, "n1", 1), row(2.0, "n1", "leave", layer="net"),
+             deliver(2.1, "n2", "n1", 2), row(3.0, "n2", "leave", layer="net")]
+    assert unpublished(clean) == {("n2", "n1:2")}
+    # and the simulator loses no rows: its crashed node's messages are judged whole
+    simulated = [row(0.0, "n1", "join", layer="sim"), row(0.0, "n2", "join", layer="sim"),
+                 publish(1.0, "n1", 1), row(1.5, "n1", "crash", layer="sim"),
+                 deliver(2.1, "n2", "n1", 2)]
+    assert unpublished(simulated) == {("n2", "n1:2")}
+
+
 def test_an_origins_own_message_is_never_one_nobody_published(spark: Any) -> None:
     # seed 003's clients trace their own activity as they send it; a server that dies before it
     # arrives publishes nothing: the origin's copy is not a message from nowhere. The same

@@ -335,6 +335,46 @@ def duplicate_violations(trace: DataFrame, *, layers: Sequence[str] | None = Non
         F.col("layer"), F.col("nth"), F.col("first_t"), F.col("t")))
 
 
+def _in_a_lost_tail(trace: DataFrame, unpublished: DataFrame) -> DataFrame:
+    """(run, origin, seq) of the deliveries of ``unpublished`` whose publish row the origin's
+    trace may have lost. A process of the network runtime writes its rows in order, a batch
+    at a time; killed (SIGKILL), it loses the batch it had not written, and with it the
+    publish rows of its last messages, while other processes wrote their deliveries. So a
+    message of origin O with sequence s is in a lost tail when O's trace was cut (a crash of
+    its net runtime, recorded or inferred, or its rows end without a clean leave) at a point
+    before which every publish O traced has a lower sequence and after which every one has
+    a higher one (sequences only grow, across restarts too). A publish row lost from the
+    middle of what O wrote is still a message never published."""
+    origins = unpublished.filter(F.col("seq").isNotNull()).select(
+        "run", "origin", "seq").distinct()
+    wanted = origins.select("run", "origin").distinct()
+    net = (trace.filter(F.col("layer") == "net").select("run", F.col("node").alias("origin"))
+           .distinct().join(wanted, ["run", "origin"], "left_semi"))
+    crashes = (membership_changes(trace)
+               .filter((F.col("event") == "crash") & (F.col("layer") == "net"))
+               .select("run", F.col("node").alias("origin"), F.col("at").alias("cut_at"),
+                       F.col(ROW).alias("cut_row")))
+    unclean = (member_status(trace).filter(F.col("ending") != _LEFT_CLEANLY)
+               .select("run", F.col("node").alias("origin")).distinct()
+               .select("*", F.lit(None).cast("double").alias("cut_at"),
+                       F.lit(None).cast("long").alias("cut_row")))
+    cuts = crashes.unionByName(unclean).join(net, ["run", "origin"], "left_semi")
+    publishes = trace.filter((F.col("event") == "publish") & F.col("seq").isNotNull()).select(
+        "run", F.col("node").alias("origin"), F.col("seq").alias("pub_seq"),
+        clock().alias("pub_at"), F.col(ROW).alias("pub_row")).join(
+        wanted, ["run", "origin"], "left_semi")
+    before = F.col("cut_at").isNull() | precedes(F.col("pub_at"), F.col("pub_row"),
+                                                 F.col("cut_at"), F.col("cut_row"))
+    bounds = cuts.join(publishes, ["run", "origin"], "left").groupBy(
+        "run", "origin", "cut_at", "cut_row").agg(
+        F.max(F.when(before, F.col("pub_seq"))).alias("below"),
+        F.min(F.when(~before, F.col("pub_seq"))).alias("above"))
+    inside = ((F.col("below").isNull() | (F.col("below") < F.col("seq")))
+              & (F.col("above").isNull() | (F.col("above") > F.col("seq"))))
+    return origins.join(bounds, ["run", "origin"]).filter(inside).select(
+        "run", "origin", "seq").distinct()
+
+
 def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None,
                         complete: bool = True) -> DataFrame:
     """Deliveries that cannot be right whatever was lost: of a message nobody published in the
@@ -351,10 +391,14 @@ def validity_violations(trace: DataFrame, *, layers: Sequence[str] | None = None
     # nowhere: seed 003's clients trace it as they send, and a server that dies before the
     # activity reaches it publishes nothing (the activity is lost, as the seed allows)
     others = rows.filter(~F.col("node").eqNullSafe(F.col("origin")))
-    unpublished = others.join(published, ["run", "msg"], "left_anti").select(
-        "*", F.lit("delivered a message that was never published in the run").alias("what"))
-    if not complete:
+    unpublished = others.join(published, ["run", "msg"], "left_anti")
+    if complete:
+        unpublished = unpublished.join(_in_a_lost_tail(trace, unpublished),
+                                       ["run", "origin", "seq"], "left_anti")
+    else:
         unpublished = unpublished.limit(0)
+    unpublished = unpublished.select(
+        "*", F.lit("delivered a message that was never published in the run").alias("what"))
     # anti joins with the interval as the join's condition: a delivery is kept when no
     # interval of its node covers it, on the map side (a node has few intervals: broadcast),
     # and no delivery is shuffled to find the ones that are covered
