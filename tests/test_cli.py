@@ -79,7 +79,8 @@ def test_bench_sim_quick_runs_through_the_cli(capsys: pytest.CaptureFixture[str]
 
 @pytest.mark.parametrize("transport", ["tcp", "ws"])
 def test_loopback_runs_real_sockets_with_one_trace_file_per_node(
-    tmp_path: Path, transport: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, transport: str, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture
 ) -> None:
     code = main(["loopback", "--nodes", "4", "--messages", "60", "--loss", "0.1",
                  "--transport", transport, "--rate", "1000", "--out", str(tmp_path)])
@@ -90,6 +91,8 @@ def test_loopback_runs_real_sockets_with_one_trace_file_per_node(
     rows = [tuple(r.values()) for r in read_trace(tmp_path).to_pylist()]
     assert fifo_violations(rows) == []
     assert missing_deliveries(rows, ["n000", "n001", "n002", "n003"]) == []
+    # its nodes share a key drawn for the run: no advice about a --cluster-key it has not
+    assert "cluster key" not in caplog.text, caplog.text
 
 
 @pytest.mark.parametrize("argv", [["--follow", "{tmp}/nowhere"],
@@ -104,3 +107,20 @@ def test_analyze_follow_without_a_directory_exits_2_with_one_line(
     out = capsys.readouterr().out
     assert code == 2
     assert len(out.strip().splitlines()) == 1 and out.startswith("error:"), out
+
+
+@pytest.mark.parametrize(("what", "says"), [("nowhere", "no such directory"),
+                                            ("file.txt", "a file, not a run directory"),
+                                            ("empty", "trace: no such directory")])
+def test_analyze_without_a_run_directory_is_exit_2_before_spark_debug_or_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, says: str
+) -> None:
+    (tmp_path / "file.txt").write_text("not a directory")
+    (tmp_path / "empty").mkdir()
+    for debug in ([], ["--debug"]):  # --debug shows the traceback; the exit code stays 2
+        code = main(["analyze", str(tmp_path / what), "--master", "no-spark-is-started",
+                     *debug])
+        captured = capsys.readouterr()
+        assert code == 2, (debug, captured)
+        assert says in captured.out, captured.out
+        assert ("Traceback" in captured.err) is bool(debug), captured.err

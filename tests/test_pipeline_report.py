@@ -21,7 +21,7 @@ from gossamer.pipeline import (
     write_run_records,
 )
 from gossamer.pipeline.report import plots, sweep_points
-from gossamer.pipeline.summary import metrics_table
+from gossamer.pipeline.summary import checks_table, metrics_table
 from trace_frames import row
 
 
@@ -166,3 +166,20 @@ def test_report_opens_with_the_verdict_and_links_violations_to_their_replay(
     assert "gossamer experiment q.toml --only q-loss0.3-s2 --out runs/replay" in text
     assert "href='#run-q-loss0.3-s2'" in text and "id='run-q-loss0.3-s2'" in text
     assert "not applicable" in text and "n/a" in text  # rmr of every run
+
+
+def test_a_violation_of_a_run_without_seed_or_replay_says_neither_wrongly(
+        tmp_path: Path) -> None:
+    # a run of `gossamer sim` records no seed column and no replay command: the first
+    # violation names no "seed None", and the report claims no real processes
+    made = analysis(tmp_path)
+    violation = {"run": "r1", "seed": None, "node": "n2", "msg": "n1:3", "detail": "late"}
+    made.checks = [CheckSummary("fifo", Status.FAIL, "1 violations", 1, [violation])]
+    console = Console(width=300, record=True)
+    console.print(checks_table(made))
+    line = console.export_text()
+    assert "e.g. run r1 node n2 msg n1:3: late" in line, line
+    assert "None" not in line
+    text = write_report(made).read_text()
+    assert "no replay command was recorded" in text
+    assert "real processes" not in text

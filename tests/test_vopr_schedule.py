@@ -122,8 +122,10 @@ def test_overrides_sit_on_top_of_the_draw_and_in_the_replay_command() -> None:
     plain = draw_schedule("fifo", 4)
     broken = draw_schedule("fifo", 4, overrides=parse_overrides(["retransmit=false"]))
     assert broken.options == {**plain.options, "retransmit": False}
-    assert broken.replay_command() == "gossamer vopr fifo --seed 4 --override retransmit=false"
-    assert plain.replay_command() == "gossamer vopr fifo --seed 4"
+    assert broken.replay_command() == ("gossamer vopr fifo --seed 4 --override retransmit=false"
+                                       " --out runs/vopr/replay/vopr-fifo-s4")
+    assert plain.replay_command() == ("gossamer vopr fifo --seed 4"
+                                      " --out runs/vopr/replay/vopr-fifo-s4")
     assert "override retransmit=false" in broken.faults
     assert parse_overrides(["loss=0.3", "mode=scribe", "x=true"]) == {
         "loss": 0.3, "mode": "scribe", "x": True}

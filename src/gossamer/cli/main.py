@@ -46,7 +46,7 @@ from ..pipeline import (
     write_report,
     write_run_settings,
 )
-from ..pipeline.analysis import refuse_uri
+from ..pipeline.analysis import check_run_dir, refuse_uri
 from ..services.activity.cli import add_activity_parser
 from ..services.appsync.cli import add_appsync_parser
 from ..services.atomic.cli import add_atomic_parser
@@ -60,7 +60,7 @@ from ..services.broadcast import (
 from ..services.paxos.cli import add_paxos_parser
 from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
-from .sparkargs import error_line, is_spark_failure, spark_arguments, spark_failure
+from .sparkargs import error_line, is_spark_failure, refused, spark_arguments, spark_failure
 from .vopr import add_vopr_parser
 from .workloads import run_workload, validate_run
 
@@ -247,10 +247,7 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
                       on_violation=lambda v: console.print(v.line(), soft_wrap=True,
                                                            markup=False, highlight=False))
     except PipelineError as exc:
-        if args.debug:
-            raise
-        error_line(console, str(exc))
-        return 2
+        return refused(console, args, str(exc))
     try:
         started = False
         while not live.query.awaitTermination(1):  # wakes every second: Ctrl-C is seen at once
@@ -265,11 +262,10 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
                       soft_wrap=True)
         return 1 if count else 0
     except Exception as exc:  # the query failed (Spark, an unreadable segment, ...)
-        if args.debug or not is_spark_failure(exc):
+        if not is_spark_failure(exc):
             raise
         live.stop()
-        error_line(console, spark_failure(exc, "the live check"))
-        return 2
+        return refused(console, args, spark_failure(exc, "the live check"))
     live.stop()
     return 1 if live.violations else 0
 
@@ -283,6 +279,7 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     try:
         refuse_uri(args.run_dir)
         run_dir = Path(args.run_dir)
+        check_run_dir(run_dir)  # before a JVM starts for nothing
         overrides = _check_overrides(args)
         bucket = args.bucket if args.bucket is not None else _stored_bucket(run_dir) or 1.0
         config = AnalysisConfig(throughput_bucket=bucket)
@@ -297,15 +294,11 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
                                    use_stored_settings=not args.ignore_stored_settings,
                                    allow_partial=args.allow_partial)
     except PipelineError as exc:
-        if args.debug:
-            raise
-        error_line(console, str(exc))
-        return 2
+        return refused(console, args, str(exc))
     except Exception as exc:  # the JVM failed (a file Spark could not read, memory, ...)
-        if args.debug or not is_spark_failure(exc):
+        if not is_spark_failure(exc):
             raise
-        error_line(console, spark_failure(exc))
-        return 2
+        return refused(console, args, spark_failure(exc))
     return _verdict_code(analysis)
 
 
@@ -364,15 +357,11 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
         analysis = _analysis_steps(spark, out, None, AnalysisConfig(checks=experiment.checks),
                                    console)
     except PipelineError as exc:
-        if args.debug:
-            raise
-        error_line(console, str(exc))
-        return 2
+        return refused(console, args, str(exc))
     except Exception as exc:
-        if args.debug or not is_spark_failure(exc):
+        if not is_spark_failure(exc):
             raise
-        error_line(console, spark_failure(exc))
-        return 2
+        return refused(console, args, spark_failure(exc))
     failed_runs = any(o.status == "failed" for o in outcomes)
     code = _verdict_code(analysis)
     return max(code, 1) if failed_runs and code == 0 else code

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import traceback
 
 from rich.console import Console
 from rich.markup import escape
 
 from ..pipeline import DEFAULT_MASTER
 
-__all__ = ["error_line", "is_spark_failure", "spark_arguments", "spark_failure"]
+__all__ = ["error_line", "is_spark_failure", "refused", "spark_arguments", "spark_failure"]
 
 
 def spark_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,16 @@ def spark_arguments(parser: argparse.ArgumentParser) -> None:
 def error_line(console: Console, message: str) -> None:
     """One line, never wrapped (a path in it stays whole)."""
     console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def refused(console: Console, args: argparse.Namespace, message: str) -> int:
+    """The exit code 2 of a run that could not be done, with its one error line; under
+    ``--debug`` the traceback of the exception being handled comes first (the code stays 2:
+    ``--debug`` shows more, it does not change the outcome)."""
+    if getattr(args, "debug", False):
+        traceback.print_exc()
+    error_line(console, message)
+    return 2
 
 
 def is_spark_failure(exc: BaseException) -> bool:

@@ -30,7 +30,7 @@ from ..pipeline.vopr import (
     parse_overrides,
     run_campaign,
 )
-from .sparkargs import error_line, is_spark_failure, spark_arguments, spark_failure
+from .sparkargs import is_spark_failure, refused, spark_arguments, spark_failure
 from .workloads import run_workload, validate_run
 
 __all__ = ["add_vopr_parser"]
@@ -90,15 +90,11 @@ def _cmd_vopr(args: argparse.Namespace, console: Console) -> int:
         spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug)
         campaign = _run(spark, schedules, out, console, detail=args.seed is not None)
     except PipelineError as exc:
-        if args.debug:
-            raise
-        error_line(console, str(exc))
-        return 2
+        return refused(console, args, str(exc))
     except Exception as exc:  # the JVM failed (memory, a file Spark could not read, ...)
-        if args.debug or not is_spark_failure(exc):
+        if not is_spark_failure(exc):
             raise
-        error_line(console, spark_failure(exc, "the campaign"))
-        return 2
+        return refused(console, args, spark_failure(exc, "the campaign"))
     if args.seed is not None:
         _print_detail(campaign, console)
     _print_summary(campaign, console)

@@ -48,8 +48,8 @@ from .schema import (
 from .settings import RunSettings, read_run_settings
 from .spark import overlap_workers, tuned_for
 
-__all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "read_run_params",
-           "refuse_uri"]
+__all__ = ["Analysis", "AnalysisConfig", "CheckSummary", "analyze", "check_run_dir",
+           "read_run_params", "refuse_uri"]
 
 Progress = Callable[[str, int, int], None]
 _SLUG = re.compile(r"[^a-z0-9]+")
@@ -289,11 +289,7 @@ def analyze(
         done += 1
 
     step("reading the trace")
-    if not run_dir.is_dir():
-        raise TraceInputError(f"{run_dir}: no such directory")
-    if not (run_dir / "trace").is_dir():
-        raise TraceInputError(f"{run_dir / 'trace'}: no such directory (a run directory holds "
-                              "its trace files under trace/<run>/)")
+    check_run_dir(run_dir)
     stored = read_run_settings(run_dir) if use_stored_settings else {}
     if overrides:
         try:
@@ -337,6 +333,18 @@ def _scope(spark: SparkSession, trace_rows: int) -> Iterator[Overlap]:
     with sharing_intermediates(release_at_end=True), tuned_for(spark, trace_rows), \
             Overlap(overlap_workers(trace_rows)) as overlap:
         yield overlap
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """``TraceInputError`` unless ``run_dir`` is a directory with a ``trace/`` one."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise TraceInputError(f"{run_dir}: a file, not a run directory (one holds its trace "
+                              "files under trace/<run>/)")
+    if not run_dir.is_dir():
+        raise TraceInputError(f"{run_dir}: no such directory")
+    if not (run_dir / "trace").is_dir():
+        raise TraceInputError(f"{run_dir / 'trace'}: no such directory (a run directory holds "
+                              "its trace files under trace/<run>/)")
 
 
 def refuse_uri(run_dir: str) -> None:

@@ -450,7 +450,7 @@ def _violations(analysis: Analysis) -> list[str]:
                     else html.escape(run))
             replay = analysis.replay.get(run)
             command = (f"<code>{html.escape(replay)}</code>" if replay else
-                       "<span class='na'>recorded from real processes: nothing replays it; "
+                       "<span class='na'>no replay command was recorded with this run; "
                        f"<code>gossamer analyze {html.escape(str(analysis.run_dir))}</code> "
                        "checks it again</span>")
             cells = "".join(_cell(example.get(c)) for c in ("seed", "node", "msg", "origin",

@@ -69,7 +69,8 @@ def checks_table(analysis: Analysis) -> Table:
         note = check.reason
         if check.examples:
             first = check.examples[0]
-            note = (f"{check.reason}; e.g. run {first.get('run')} seed {first.get('seed')} "
+            seed = "" if first.get("seed") is None else f" seed {first.get('seed')}"
+            note = (f"{check.reason}; e.g. run {first.get('run')}{seed} "
                     f"node {first.get('node')} msg {first.get('msg')}: {first.get('detail')}")
             replay = analysis.replay.get(str(first.get("run")))
             if replay:

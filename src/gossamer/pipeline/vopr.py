@@ -526,10 +526,12 @@ class Schedule:
         return RunSpec(self.run, self.service, "sim", self.seed, dict(self.options))
 
     def replay_command(self) -> str:
-        """The one command that replays this run exactly."""
+        """The one command that replays this run exactly, into a directory of its own (the
+        campaign's stays as it was)."""
         extra = "".join(f" --override {key}={_literal(value)}"
                         for key, value in sorted(self.overrides.items()))
-        return f"gossamer vopr {self.service} --seed {self.seed}{extra}"
+        return (f"gossamer vopr {self.service} --seed {self.seed}{extra} "
+                f"--out runs/vopr/replay/{self.run}")
 
     def record(self) -> dict[str, Any]:
         return {"service": self.service, "seed": self.seed, "run": self.run,

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import random
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -281,9 +282,12 @@ async def run_fifo_loopback(
                for origin, sent in expected.items()):
             everything.set()
 
+    # the nodes are this process's own: a key drawn for the run, none to configure (the
+    # built-in one would be announced with advice about --cluster-key, which this has not)
+    key = secrets.token_urlsafe(24)
     host = NetHost(
         (NetNode(node_id=node, factory=factory, transport=options.transport, run=run_id,
-                 codec=FIFO_CODEC,
+                 codec=FIFO_CODEC, cluster_key=key,
                  trace=SegmentSink(trace_path(out_dir, run_id, node)),
                  store=SqliteStore(stores / f"{node}-{run_id}.sqlite"),
                  loss=options.loss, seed=options.seed)
