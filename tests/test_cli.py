@@ -8,7 +8,8 @@ import pytest
 
 from checks import fifo_violations, missing_deliveries
 from gossamer.cli.main import main
-from gossamer.core.traceio import SCHEMA, read_trace
+from gossamer.core.segments import SegmentSink
+from gossamer.core.traceio import SCHEMA, read_trace, trace_path
 
 
 def test_help_lists_the_verbs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,3 +125,29 @@ def test_analyze_without_a_run_directory_is_exit_2_before_spark_debug_or_not(
         assert code == 2, (debug, captured)
         assert says in captured.out, captured.out
         assert ("Traceback" in captured.err) is bool(debug), captured.err
+
+
+def test_trace_show_reads_segments_and_names_a_damaged_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", "--nodes", "3", "--messages", "9", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    some = read_trace(tmp_path).slice(0, 5).to_pylist()
+    # a process still running (or killed): its rows are in segment files, no Parquet yet
+    sink = SegmentSink(trace_path(tmp_path, "live", "n9"), background=False)
+    try:
+        for one in some:
+            sink.append(tuple({**one, "run": "live", "node": "n9"}.values()))
+        sink.flush()
+        assert main(["trace", "show", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert "1 of the parts read from segment files" in out, out
+        assert "live" in out
+        # a damaged file is named, in one error line
+        damaged = tmp_path / "trace" / "live" / "n8.parquet"
+        damaged.write_bytes(b"PAR1 but not really")
+        assert main(["trace", "show", str(tmp_path)]) == 2
+        out = capsys.readouterr().out
+        assert "n8.parquet: not a readable trace file" in out, out
+    finally:
+        sink.close()

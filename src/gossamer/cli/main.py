@@ -26,7 +26,8 @@ from ..core.argtypes import positive_int as _positive_int
 from ..core.argtypes import probability as _probability
 from ..core.argtypes import seconds as _seconds
 from ..core.errors import GossamerError
-from ..core.traceio import read_trace, summarize
+from ..core.segments import read_run
+from ..core.traceio import summarize
 from ..pipeline import (
     Analysis,
     AnalysisConfig,
@@ -144,7 +145,8 @@ def _cmd_loopback(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_trace_summary(run_dir: Path, console: Console) -> None:
-    summary = summarize(read_trace(run_dir))
+    rows, pending = read_run(run_dir)
+    summary = summarize(rows)
     table = Table(title=f"trace {run_dir / 'trace'}")
     table.add_column("layer")
     table.add_column("event")
@@ -158,6 +160,9 @@ def _print_trace_summary(run_dir: Path, console: Console) -> None:
         f"{summary['rows']:,} rows, {summary['nodes']} nodes, runs {', '.join(summary['runs'])}, "
         f"time span {span}"
     )
+    if pending:
+        console.print(f"{len(pending)} of the parts read from segment files (processes "
+                      "running, or killed before they wrote Parquet)", soft_wrap=True)
 
 
 def _cmd_trace_show(args: argparse.Namespace, console: Console) -> int:

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from .errors import ConfigError, StateError
 from .filelock import try_lock
 from .trace import Row, TraceSink
-from .traceio import SCHEMA
+from .traceio import SCHEMA, read_trace_file, trace_files
 
 __all__ = [
     "COMPACTED_KEY",
@@ -53,6 +53,7 @@ __all__ = [
     "compact",
     "decode_segment",
     "find_parts",
+    "read_run",
     "read_segment",
     "recover_segments",
 ]
@@ -175,6 +176,27 @@ def find_parts(run_dir: str | Path) -> list[PartSegments]:
     for path in root.glob(f"*/*{PARTIAL_SUFFIX}"):
         stems.add(path.with_name(path.name.removesuffix(PARTIAL_SUFFIX) + ".parquet"))
     return [_segments_of(parquet) for parquet in sorted(stems)]
+
+
+def read_run(run_dir: str | Path) -> tuple[pa.Table, list[PartSegments]]:
+    """Every row under ``RUN_DIR/trace``, without writing anything: its Parquet files, and
+    the segment files of the parts not compacted to Parquet yet (a process still running,
+    or killed); also those parts. ``ConfigError`` when there is no trace file at all, or one
+    is damaged (named)."""
+    tables = [read_trace_file(f) for f in trace_files(run_dir)]
+    pending = [part for part in find_parts(run_dir) if not part.parquet.exists()]
+    for part in pending:
+        paths = [path for _index, path in part.completed]
+        if part.partial is not None:
+            paths.append(part.partial)
+        for path in paths:
+            try:
+                tables.append(read_segment(path).table)
+            except (pa.ArrowException, OSError) as exc:
+                raise ConfigError(f"{path}: not a readable segment file ({exc})") from None
+    if not tables:
+        raise ConfigError(f"no trace files under {Path(run_dir) / 'trace'}")
+    return pa.concat_tables(tables), pending
 
 
 def _compacted_through(parquet: Path) -> int:

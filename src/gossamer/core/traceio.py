@@ -127,8 +127,15 @@ def read_trace(run_dir: str | Path) -> pa.Table:
     files = trace_files(run_dir)
     if not files:
         raise ConfigError(f"no trace files under {Path(run_dir) / 'trace'}")
-    tables = [pq.read_table(f, schema=SCHEMA) for f in files]
-    return pa.concat_tables(tables)
+    return pa.concat_tables([read_trace_file(f) for f in files])
+
+
+def read_trace_file(path: Path) -> pa.Table:
+    """One trace file's rows; ``ConfigError`` naming it when it is damaged or not a trace."""
+    try:
+        return pq.read_table(path, schema=SCHEMA)
+    except (pa.ArrowException, OSError) as exc:
+        raise ConfigError(f"{path}: not a readable trace file ({exc})") from None
 
 
 def summarize(table: pa.Table) -> dict[str, Any]:
