@@ -11,7 +11,7 @@ import pytest
 
 from gossamer.core.env import DatagramTooLarge
 from gossamer.core.errors import ConfigError, StateError
-from gossamer.services.atomic.api import AtomicGroup, Delivered, Sent
+from gossamer.services.atomic import AtomicGroup, Delivered, Sent
 
 
 def _group() -> str:
@@ -44,10 +44,21 @@ def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
             assert own.mid == sent.mid
             with pytest.raises(DatagramTooLarge):
                 await a.send("x" * 10_000)
+            second = await a.send({"text": "again"}, timeout=20)
+            await _until(lambda: b._ready)  # delivered at b, not read yet
         finally:
             await b.leave()
+        # what was delivered stays readable after leave(), and then ``async for`` ends
+        async def read_all(member: AtomicGroup) -> list[str]:
+            return [m.mid async for m in member]
+
+        assert await asyncio.wait_for(read_all(b), 20) == [second.mid]
         await _until(lambda: a.members() == (a.name,))
+        assert (await asyncio.wait_for(anext(aiter(a)), 20)).mid == second.mid  # its own
+        reader = asyncio.ensure_future(anext(aiter(a), None))  # waiting when a leaves
+        await asyncio.sleep(0)
         await a.leave()
+        assert await asyncio.wait_for(reader, 20) is None
         with pytest.raises(StateError):
             a.members()
 

@@ -159,6 +159,7 @@ class AtomicGroup:
         # pending), since a member that many behind votes NO
         self._ready: collections.deque[Delivered] = collections.deque()
         self._arrived = asyncio.Event()
+        self._left = False  # ``leave()`` ends ``async for`` once what was delivered is read
         self._waiting: dict[str, asyncio.Future[Sent]] = {}
         self._early: dict[str, bool] | None = None  # outcomes decided during a send call
         self._env: MulticastEnv | None = None
@@ -288,6 +289,8 @@ class AtomicGroup:
     async def _iterate(self) -> AsyncIterator[Delivered]:
         while True:
             while not self._ready:
+                if self._left:
+                    return
                 self._arrived.clear()
                 await self._arrived.wait()
             message = self._ready.popleft()
@@ -314,6 +317,8 @@ class AtomicGroup:
             self._store.close()
             self._store = None
         self._release()
+        self._left = True
+        self._arrived.set()
 
     def _release(self) -> None:
         """The data dir is free for the next member."""

@@ -212,8 +212,8 @@ def add_atomic_parser(
     node.add_argument("--data-dir", type=_directory, default=None,
                       help="the member's name and sqlite store (default: in memory)")
     node.add_argument("--group-key", default=None, metavar="KEY",
-                      help="the group's secret (default: $GOSSAMER_GROUP_KEY; on loopback a "
-                           "built-in key)")
+                      help="the group's secret, at least 16 bytes (default: "
+                           "$GOSSAMER_GROUP_KEY; on loopback a built-in key)")
     node.add_argument("--ttl", type=int, default=1, help="multicast TTL (default 1)")
     node.add_argument("--recv-buffer", type=int, default=DEFAULT_RECV_BUFFER, metavar="BYTES",
                       help=f"UDP receive buffer asked of the kernel (default {DEFAULT_RECV_BUFFER}"

@@ -203,8 +203,8 @@ class ReplicatedLog:
         try:
             outcome = await asyncio.wait_for(asyncio.shield(done), timeout)
         except TimeoutError:
-            raise OperationError("not decided in time; it may still be", definite=False) \
-                from None
+            raise OperationError("not decided in time (it may still be decided)",
+                                 definite=False) from None
         if isinstance(outcome, Committed):
             return outcome
         raise OperationError(outcome.reason, definite=outcome.definite)
