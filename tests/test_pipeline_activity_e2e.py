@@ -79,6 +79,6 @@ def test_activity_experiment_with_a_root_relaying_nothing_is_reported_violating(
     checks = {r.check: r for r in table(spark, out, "checks")}
     assert checks["reliability"].status == "fail"
     assert checks["reliability"].violations > 0
-    found = spark.read.parquet(str(out / "analysis" / "violations" / "check=reliability"))
+    found = spark.read.parquet(str(out / "analysis" / "violations" / "reliability"))
     details = [r.detail for r in found.collect()]
     assert all(d.startswith("not delivered") for d in details), details

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from gossamer.cli.main import main
@@ -92,11 +93,15 @@ def test_fifo_experiment_without_retransmission_is_reported_violating(
     checks = {r.check: r for r in table(spark, out, "checks")}
     assert checks["reliability"].status == "fail"
     assert checks["reliability"].violations > 0
-    missing = spark.read.parquet(str(out / "analysis" / "violations" / "check=reliability"))
+    missing = spark.read.parquet(str(out / "analysis" / "violations" / "reliability"))
     first = missing.first()
     assert first is not None and first.seed == 3 and first.run.startswith("tiny-")
     assert first.detail.startswith("not delivered")
     assert all(r.reliability < 1.0 for r in table(spark, out, "runs"))
+    # the whole violations folder is one table to pandas and pyarrow, each row naming its check
+    every = pq.read_table(out / "analysis" / "violations").to_pandas()
+    assert len(every) == sum(c.violations for c in checks.values() if c.status == "fail")
+    assert set(every["check"]) == {name for name, c in checks.items() if c.status == "fail"}
 
     # analyze on its own reads the same trace to the same verdict
     again = tmp_path / "again"

@@ -85,7 +85,7 @@ def test_replica_experiment_without_repair_is_reported_violating(
     assert checks["convergence"].status == "fail"
     assert checks["convergence"].violations > 0
     assert checks["reliability"].status == "fail"
-    found = spark.read.parquet(str(out / "analysis" / "violations" / "check=convergence"))
+    found = spark.read.parquet(str(out / "analysis" / "violations" / "convergence"))
     details = [r.detail for r in found.collect()]
     assert any(d.startswith("final state of key k") for d in details), details
     assert {r.seed for r in found.collect()} == {3}

@@ -68,7 +68,7 @@ def verdict(analysis: Path) -> tuple[list[tuple[str, str, int]], list[tuple[str,
     """(check, status, violations) per check, and (run, node, msg) per reliability
     violation, sorted."""
     checks = pq.read_table(analysis / "checks").to_pylist()
-    missing = pq.read_table(analysis / "violations" / "check=reliability").to_pylist()
+    missing = pq.read_table(analysis / "violations" / "reliability").to_pylist()
     return (sorted((r["check"], r["status"], r["violations"]) for r in checks),
             sorted((r["run"], r["node"], r["msg"]) for r in missing))
 

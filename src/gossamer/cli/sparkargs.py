@@ -52,4 +52,6 @@ def spark_failure(exc: BaseException, what: str = "the analysis") -> str:
             text = str(java.toString())
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
     first = lines[0] if lines else type(exc).__name__
-    return f"Spark could not run {what}: {first[:300]} (--debug shows the traceback)"
+    if len(first) > 300:  # cut at a word
+        first = first[:300].rsplit(" ", 1)[0] + " ..."
+    return f"Spark could not run {what}: {first} (--debug shows the traceback)"

@@ -434,8 +434,11 @@ def _analyze(
                                else None, overlap=overlap)
             for result in results:
                 if result.violations is not None and result.violation_count:
-                    result.violations.write.mode("overwrite").parquet(str(
-                        violations_dir / f"check={_slug(result.name)}" / f"group={index}"))
+                    # one folder per check, its groups appended; every row names its check
+                    # (no check=... folders: a reader taking them for partitions would find
+                    # the column twice, pandas and pyarrow refused the table)
+                    result.violations.write.mode("append").parquet(
+                        str(violations_dir / _slug(result.name)))
                 if result.name not in per_check:
                     names.append(result.name)
                 per_check.setdefault(result.name, []).append((group, result))

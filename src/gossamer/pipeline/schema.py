@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..core.trace import COLUMN_TYPES, COLUMNS
+from ..core.traceio import SCHEMA as TRACE_SCHEMA
 from .errors import PipelineError
 
 __all__ = [
@@ -427,8 +428,8 @@ def _file_problem(path: Path) -> str | None:
     if head != _PARQUET_MAGIC:
         return "not a Parquet file (it does not start with PAR1)"
     if tail != _PARQUET_MAGIC:
-        return (f"truncated: {size:,} bytes and no Parquet footer (its writer did not finish "
-                "it, or it was cut short)")
+        return (f"truncated or damaged at its end: {size:,} bytes and no Parquet footer "
+                "(its writer did not finish it, or it was cut short)")
     try:
         pq.read_metadata(path)
     except (pa.ArrowException, OSError) as exc:
@@ -438,7 +439,29 @@ def _file_problem(path: Path) -> str | None:
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    line = text[0]
+    return line if len(line) <= 200 else line[:200].rsplit(" ", 1)[0] + " ..."
+
+
+_TRACE_TYPES = {field.name: field.type for field in TRACE_SCHEMA}
+
+
+def _kind(kind: pa.DataType) -> str:
+    """What a column holds, as far as reading it as a trace column goes (an int32 column
+    reads as a long, a dictionary of strings as strings)."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_integer(kind):
+        return "integer"
+    if pa.types.is_floating(kind):
+        return "float"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string"
+    if pa.types.is_null(kind):
+        return "null"
+    return str(kind)
 
 
 def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
@@ -457,12 +480,19 @@ def inspect_trace_files(run_dir: str | Path) -> TraceFiles:
             continue
         try:
             footer = pq.read_metadata(path)
-            names = set(footer.schema.to_arrow_schema().names)
+            arrow = footer.schema.to_arrow_schema()
+            names = set(arrow.names)
         except (pa.ArrowException, OSError) as exc:
             problems.append((path, f"corrupt Parquet schema ({_one_line(exc)})"))
             continue
         if not names & set(COLUMNS):
             problems.append((path, "not a trace file: none of its columns is a trace column"))
+            continue
+        wrong = [f"{name} is {arrow.field(name).type}, not {_TRACE_TYPES[name]}"
+                 for name in COLUMNS if name in names and _kind(arrow.field(name).type)
+                 not in (_kind(_TRACE_TYPES[name]), "null")]
+        if wrong:
+            problems.append((path, f"not the trace schema: column {'; '.join(wrong)}"))
             continue
         good.append(path)
         rows += footer.num_rows

@@ -701,12 +701,11 @@ def _violations_by_run(
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, list[dict[str, Any]]]]]:
     """run -> check -> violations, from the tables ``analyze`` wrote (one per failing check,
     each row naming its check); and the first ``examples`` violations of each run and check."""
-    tables = sorted(str(p) for p in (analysis_dir / "violations").glob("check=*"))
+    tables = sorted(str(p) for p in (analysis_dir / "violations").iterdir() if p.is_dir()) \
+        if (analysis_dir / "violations").is_dir() else []
     if not tables:
         raise PipelineError(f"the analysis under {analysis_dir} found violations but wrote no "
                             "violations table")
-    # one read per table: read together, Spark takes the check=* folders for partitions of
-    # differing roots and refuses them (CONFLICTING_DIRECTORY_STRUCTURES)
     frames = [spark.read.parquet(table) for table in tables]
     frame = functools.reduce(
         lambda left, right: left.unionByName(right, allowMissingColumns=True), frames)
