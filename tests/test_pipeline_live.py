@@ -8,7 +8,11 @@ that)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -142,3 +146,58 @@ def test_follow_catches_faults_planted_while_it_runs(spark: Any, tmp_path: Path)
 def test_follow_refuses_a_missing_directory(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(PipelineError, match="no such directory"):
         follow(spark, tmp_path / "nowhere")
+
+
+def test_ctrl_c_stops_the_follow_command_with_its_closing_line_alone(tmp_path: Path) -> None:
+    # the command in its own process (its own JVM): pyspark's SIGINT handler cancelled the
+    # jobs in the middle of a py4j call and printed three tracebacks; its Python workers
+    # printed a pandas FutureWarning per batch
+    rows, _ = recorded("fifo")
+    run = rows[0]["run"]
+    (tmp_path / "trace" / run).mkdir(parents=True)
+    shutil.copy(TRACES / "fifo" / "trace" / run / "analysis.json", tmp_path / "trace" / run)
+    middle = sorted(r["wall"] for r in rows)[len(rows) // 2]
+    second, repeated = duplicate_delivery("fifo")([r for r in rows if r["wall"] >= middle])
+    sinks: dict[str, tuple[SegmentSink, Clock]] = {}
+    write_segments(tmp_path, [r for r in rows if r["wall"] < middle], sinks)
+    command = [sys.executable, "-m", "gossamer.cli.main", "analyze", "--follow", str(tmp_path),
+               "--grace", "1"]
+    checker = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env={**os.environ, "COLUMNS": "400"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines: list[str] = []
+    changed = threading.Condition()
+
+    def read() -> None:
+        assert checker.stdout is not None
+        for line in checker.stdout:
+            with changed:
+                lines.append(line.rstrip("\n"))
+                changed.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        with changed:
+            assert changed.wait_for(lambda: any("following new ones" in x for x in lines)
+                                    or checker.poll() is not None, WAIT), lines
+        write_segments(tmp_path, second, sinks)
+        with changed:
+            assert changed.wait_for(lambda: any("duplicates violated" in x for x in lines)
+                                    or checker.poll() is not None, WAIT), lines
+        checker.send_signal(signal.SIGINT)
+        assert checker.wait(WAIT) == 1, lines
+    finally:
+        if checker.poll() is None:
+            checker.kill()
+            checker.wait(WAIT)
+        reader.join(WAIT)  # the end of its output: read whole
+        assert checker.stdout is not None
+        checker.stdout.close()
+        for sink, _ in sinks.values():
+            sink.close()
+    with changed:
+        output = "\n".join(lines)
+    assert repeated and lines[-1].startswith("stopped: "), output
+    for noise in ("Traceback", "FutureWarning", "KeyboardInterrupt", "ERROR", "\tat java."):
+        assert noise not in output, output

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -253,9 +255,16 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
                                                            markup=False, highlight=False))
     except PipelineError as exc:
         return refused(console, args, str(exc))
+    # Ctrl-C sets a flag the loop below looks at each second: pyspark's own handler would
+    # cancel the jobs from inside the signal, in the middle of a py4j call (a reentrant read
+    # of its socket), and print three tracebacks before the closing line
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: interrupted.set())
     try:
         started = False
-        while not live.query.awaitTermination(1):  # wakes every second: Ctrl-C is seen at once
+        while not live.query.awaitTermination(1):  # wakes every second to look at the flag
+            if interrupted.is_set():
+                raise KeyboardInterrupt
             if not started and live.query.lastProgress is not None:
                 started = True  # its first trigger ended: what was on disk is checked
                 console.print("checked the segments on disk; following new ones",
@@ -271,6 +280,8 @@ def _cmd_follow(args: argparse.Namespace, console: Console) -> int:
             raise
         live.stop()
         return refused(console, args, spark_failure(exc, "the live check"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     live.stop()
     return 1 if live.violations else 0
 

@@ -123,6 +123,10 @@ def get_spark(
         # analysis's plans over many layer groups render to gigabytes of text, which ran a
         # 3 GiB heap out of memory: past this length the text is cut, the plan is not
         "spark.sql.maxPlanStringLength": str(256 << 10),
+        # pyspark's Python worker concatenates pandas frames in a way pandas deprecates: a
+        # warning per batch of applyInPandasWithState (``analyze --follow``), about pyspark's
+        # code, not ours; unless asked for (--debug), the workers do not print them
+        **({} if not quiet else {"spark.executorEnv.PYTHONWARNINGS": "ignore::FutureWarning"}),
     }
     if master is not None and master.startswith("local"):
         cores = _local_cores(master)
