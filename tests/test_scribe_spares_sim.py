@@ -166,3 +166,29 @@ def test_a_spare_that_becomes_leader_does_not_take_a_live_owner_for_dead() -> No
     moved = [(r.node, r.event) for r in rows if r.key == own and r.t > net.joined_by + 1.0
              and r.event in ("join_ring", "leave_ring")]
     assert moved == [] and net.procs[net.owner].active, f"seed={seed}: {moved}"
+
+
+def test_a_reserve_whose_add_was_lost_is_added_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new active node's ADDREPLICA of the reserve is lost (never reaches the log, no
+    outcome: a leader change would do this); while it leads it proposes again until the
+    reserve is in and the dead member out."""
+    from gossamer.protocols.ordering.paxos.replica import PaxosReplica
+
+    seed, lost = 5, []
+    add = PaxosReplica.add_replica
+
+    def lossy(self: PaxosReplica, node: str, on_done: Any = None) -> str:
+        if not lost:
+            lost.append(node)
+            return "lost"
+        return add(self, node, on_done)
+
+    monkeypatch.setattr(PaxosReplica, "add_replica", lossy)
+    run = active_crash(seed, 0.0, reserves=1, count=100)
+    net, rows = run.net, named(run.rows)
+    (reserve,) = net.reserves[net.owner]
+    assert lost == [reserve], f"seed={seed}: {lost}"
+    (new,) = [n for n in run.alive if net.procs[n].owner == net.owner and net.procs[n].active]
+    assert net.procs[new].replica.members == {*net.spares[net.owner], reserve}, (
+        f"seed={seed}: members {sorted(net.procs[new].replica.members)}")
+    assert [r.node for r in rows if r.event == "replace"] == [new], f"seed={seed}"

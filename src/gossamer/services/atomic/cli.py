@@ -10,6 +10,11 @@ With ``--interactive`` it reads commands from stdin, one a line:
   members     ``members A,B,C`` as this member knows the group
   leave       leave the group and exit (so do the end of input, SIGINT and SIGTERM)
 
+A send goes to the group as this member knows it when it sends (its snapshot): right after
+``ready`` that may be itself alone, until the others' ``member+`` lines come (a session period
+or two), and a member joining while a send is decided may make it abort. A script that wants
+every member in the snapshot waits for their ``member+`` lines (or ``members``) first.
+
 ``--send-every SECONDS --count N`` sends N numbered messages on its own (an automated sender).
 With ``--data-dir DIR`` each delivery is first appended to the journal ``DIR/delivered.jsonl``
 (``{"position", "mid", "origin", "body"}`` a line, fsync'd), which is the node's record: every

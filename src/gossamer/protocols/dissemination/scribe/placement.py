@@ -84,6 +84,10 @@ class OwnerProcess:
         self._since = 0.0  # when this process started watching
         self._proposed_at: float | None = None
         self._leading_since: float | None = None  # when _check first saw us lead
+        # after a take-over: (the dead member, the reserve added for it once chosen), until
+        # the dead member is out of the group; retried by _check while this process leads
+        self._replacing: tuple[NodeId, NodeId | None] | None = None
+        self._replace_at: float | None = None
         self._watch: TimerHandle | None = None
         owners.on_active = self._on_active
 
@@ -141,6 +145,10 @@ class OwnerProcess:
         if self._leading_since is None:
             self._leading_since = now
         if active == env.node:
+            if self._replacing is not None and (
+                    self._replace_at is None
+                    or now - self._replace_at >= config.suspect_timeout):
+                self._replace(self._replacing[0])  # its add or remove was not decided
             return
         heard = max(self._heard.get(active, self._since), self._leading_since)
         if now - heard < SILENT_TIMEOUTS * config.suspect_timeout:
@@ -158,6 +166,7 @@ class OwnerProcess:
         if node == self.env.node:
             self._join_ring()
             if previous != node:  # a take-over: a reserve takes the dead member's place
+                self._replacing, self._replace_at = (previous, None), None
                 self.env.set_timer(0.0, lambda: self._replace(previous))
         elif self.active:
             self._leave_ring(node)
@@ -166,17 +175,31 @@ class OwnerProcess:
         """As the group's leader after a take-over: add a reserve that is no member yet
         through the log (ADDREPLICA), and once that is decided remove ``dead`` (REMOVEREPLICA),
         so the group keeps three members and a majority that outlives the next failure.
-        Without a reserve left the dead member stays in the group (it may come back)."""
+        Without a reserve left the dead member stays in the group (it may come back). Each
+        step may be lost (a leader change, a proposal refused): ``_check`` calls this again
+        every suspicion timeout until ``dead`` is out; adding a member or removing one twice
+        changes nothing."""
         replica = self.replica
         if not self._running or replica.current_leader != self.env.node:
             return
         members = replica.members
-        spare = next((r for r in self.owners.reserves_of.get(self.owner, ())
-                      if r not in members), None)
-        if spare is None or dead not in members:
+        if dead not in members:
+            self._replacing = None
             return
-        self.env.trace("replace", layer=LAYER, key=f"owner:{self.owner}", peer=dead,
-                       spare=spare)
+        self._replace_at = self.env.now()
+        chosen = self._replacing[1] if self._replacing and self._replacing[0] == dead else None
+        if chosen is not None and chosen in members:
+            replica.remove_replica(dead)  # the reserve is in: the dead member goes
+            return
+        spare = chosen if chosen is not None else next(
+            (r for r in self.owners.reserves_of.get(self.owner, ()) if r not in members), None)
+        if spare is None:
+            self._replacing = None
+            return
+        self._replacing = (dead, spare)
+        if chosen is None:
+            self.env.trace("replace", layer=LAYER, key=f"owner:{self.owner}", peer=dead,
+                           spare=spare)
 
         def added(outcome: object) -> None:
             if isinstance(outcome, Committed) and self._running:
