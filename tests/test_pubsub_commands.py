@@ -124,7 +124,8 @@ def test_a_publish_before_the_node_joined_is_refused() -> None:
     port.received(conn, b"publish news too early")
     answers = [json.loads(frame) for _, frame in env.take_written()]
     assert answers[-1] == {"event": "error",
-                           "error": "not in the overlay yet: publish once it joined"}
+                           "error": "not in the overlay yet: publish once it joined",
+                           "line": "publish news too early"}
     assert not [r for r in env.rows if r.event == "publish"]
 
 
@@ -139,6 +140,9 @@ def test_bad_commands_get_an_error_and_exit_closes_only_that_client() -> None:
     assert len(errors) == 5, me.answers
     assert "UTF-8" in errors[2]["error"] and "at most" in errors[3]["error"]
     assert errors[4]["error"] == "not subscribed to never"
+    # each refusal echoes its line (answers come in completion order), cut at 200 characters
+    assert [e.get("line") for e in errors] == [
+        "dance", "publish", None, "subscribe " + "t" * 190, "unsubscribe never"]
     assert me.events("help") and me.closed_reason == "peer_closed"
     port = sim.process("n0")
     assert isinstance(port, NodeProcess) and len(port.port.clients) == 0

@@ -5,7 +5,9 @@ as on the node's stdin (``subscribe T``, ``unsubscribe T``, ``publish T MESSAGE`
 ``help``, ``exit``); each gets one JSON object a line back: the answer to each command
 (``{"event": "publish", "topic": ..., "msg": ...}`` or ``{"event": "error", "error": ...}``;
 a publish is answered once it ended: ``publish`` only when the topic's root accepted it, else
-an error with its ``msg`` and ``definite``: false when it may still have been taken)
+an error with its ``msg`` and ``definite``: false when it may still have been taken; a command
+refused as it came has its ``line`` in the error). Answers come in completion order: a
+publish's answer names its topic and ``msg``, a refusal its line
 and every delivery of the node's subscribed topics (``{"event": "deliver", "topic": ...,
 "message": ...}``).
 
@@ -49,6 +51,13 @@ LAYER = "pubsub"
 MAX_WAITING = 10_000  # commands waiting for room, over all clients of a port
 MAX_WAITING_BYTES = 16 * 1024 * 1024
 BATCH = 128  # publishes made per turn of the event loop, at most
+
+
+def _echo(frame: bytes) -> str:
+    """The command line an error answers, as it came (its first 200 characters): answers
+    come in completion order, so a client that sent several commands can tell which one
+    was refused."""
+    return frame.decode(errors="replace")[:200]
 
 
 class OverloadLog(Protocol):
@@ -184,7 +193,7 @@ class CommandPort:
             self._say(conn, "error", error="a command is UTF-8 text")
             return True
         except CommandError as exc:
-            self._say(conn, "error", error=str(exc))
+            self._say(conn, "error", error=str(exc), line=_echo(frame))
             return True
         if command is None:
             return True
@@ -220,7 +229,7 @@ class CommandPort:
         except Overloaded:
             return False  # (has_room said yes): it waits like the others
         except (ConfigError, StateError, ValueError) as exc:  # the request, not a bug
-            self._say(conn, "error", error=str(exc))
+            self._say(conn, "error", error=str(exc), line=_echo(frame))
         return True
 
     def _published(self, conn: Conn, result: PublishResult) -> None:
