@@ -90,16 +90,17 @@ def test_a_store_uri_is_refused_with_what_to_do(uri: str, capsys: Any) -> None:
 def test_a_trace_without_a_column_a_check_needs_exits_2_naming_it(spark: Any, tmp_path: Path,
                                                                   capsys: Any) -> None:
     run_dir, files = recorded_copy(tmp_path)
-    for path in files:
-        pq.write_table(pq.read_table(path).drop_columns(["seq"]), path)
+    victim = files[-1]  # one file of several: it is the one named
+    pq.write_table(pq.read_table(victim).drop_columns(["seq"]), victim)
     assert analyse(run_dir) == 2
     output = capsys.readouterr().out
     assert "COULD NOT ANALYSE" in output and "could not be checked: fifo" in output
     assert "no column seq" in output
-    checks = {r.check: r.status for r in
+    checks = {r.check: r for r in
               spark.read.parquet(str(run_dir / "analysis" / "checks")).collect()}
-    assert checks["fifo"] == "error"
-    assert checks["reliability"] == "pass"  # what can be checked still is
+    assert checks["fifo"].status == "error"
+    assert f"{victim} has no column seq" in checks["fifo"].reason, checks["fifo"].reason
+    assert checks["reliability"].status == "pass"  # what can be checked still is
 
 
 def test_allow_partial_analyses_the_readable_files_and_lists_the_rest(

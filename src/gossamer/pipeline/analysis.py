@@ -414,7 +414,7 @@ def _analyze(
         shutil.rmtree(violations_dir, ignore_errors=True)
         per_check: dict[str, list[tuple[_Group, CheckResult]]] = {}
         names: list[str] = []
-        absent = [column for column in absent_columns if column != "wall"]
+        absent = {column: files for column, files in absent_columns.items() if column != "wall"}
         for index, group in enumerate(groups):
 
             def materialize(name: str, violations: DataFrame) -> DataFrame:

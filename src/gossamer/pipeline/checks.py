@@ -375,14 +375,15 @@ def evaluate(
     *,
     materialize: Materialize | None = None,
     on_check: Callable[[str], None] | None = None,
-    absent_columns: Collection[str] = (),
+    absent_columns: Collection[str] | Mapping[str, Sequence[Any]] = (),
     overlap: Overlap | None = None,
 ) -> list[CheckResult]:
     """Verdicts for ``checks``: one pass over the trace finds which apply, then each applicable
     check's violations are counted (after ``materialize``, e.g. written to Parquet and read
     back, so they are computed once; with ``overlap``, the checks on its threads: the results
     keep the order of ``checks``). ``absent_columns``: columns the trace files lack (read as
-    nulls): a check that needs one is an error naming it. The checks share what they have in
+    nulls), or a mapping of them to the files that lack them: a check that needs one is an
+    error naming it (and a file). The checks share what they have in
     common (``sharing_intermediates``)."""
     with sharing_intermediates():
         return _evaluate(with_row_order(trace), checks, materialize, on_check, absent_columns,
@@ -402,7 +403,8 @@ def _judged(name: str, query: Callable[[DataFrame], DataFrame], trace: DataFrame
 
 def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materialize | None,
               on_check: Callable[[str], None] | None,
-              absent_columns: Collection[str], overlap: Overlap) -> list[CheckResult]:
+              absent_columns: Collection[str] | Mapping[str, Sequence[Any]],
+              overlap: Overlap) -> list[CheckResult]:
     absent = set(absent_columns)
     lacks = {c.name: [col for col in (*BASE_COLUMNS, *c.columns) if col in absent]
              for c in checks}
@@ -423,9 +425,15 @@ def _evaluate(trace: DataFrame, checks: Sequence[Check], materialize: Materializ
             on_check(check.name)
         if lacks[check.name]:
             columns = ", ".join(lacks[check.name])
+            where = "the trace files have"
+            if isinstance(absent_columns, Mapping):  # column -> the files without it
+                files = sorted({str(f) for c in lacks[check.name] for f in absent_columns[c]})
+                if files:
+                    where = (f"{files[0]} has" if len(files) == 1 else
+                             f"{len(files)} trace files ({files[0]}, ...) have")
             results.append(CheckResult(
-                check.name, Status.ERROR, f"cannot check: the trace files have no column "
-                f"{columns}, which this check needs", 0, None))
+                check.name, Status.ERROR, f"cannot check: {where} no column {columns}, "
+                "which this check needs", 0, None))
             continue
         if check.violations is None or not flags.get(f"e{i}"):
             if flags.get(f"i{i}"):
