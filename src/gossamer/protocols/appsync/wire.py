@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import math
 import re
 from typing import Any, ClassVar
 
 import orjson
 
 from ...core.errors import InvalidMessage, ProtocolError
+from ...core.jsonvalue import check_json_value
 from ...core.messages import Message
 
 __all__ = [
@@ -145,30 +145,11 @@ def _is_hex4(text: str) -> bool:
     return _HEX4.fullmatch(text) is not None
 
 
-def _check_json_depth(value: Any, depth: int = 0) -> None:
-    """``value`` is a JSON value the wire can carry as it is: nested at most ``MAX_DEPTH``,
-    objects with string keys, integers within 64 bits, finite numbers (NaN would be sent as
-    null, a bigger integer or a set not at all: refused here, before anything is queued)."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"JSON nested deeper than {MAX_DEPTH}")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"a JSON object's keys are strings, got {key!r}")
-            _check_json_depth(item, depth + 1)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _check_json_depth(item, depth + 1)
-    elif isinstance(value, str | bool) or value is None:
-        return
-    elif isinstance(value, int):
-        if not -(1 << 63) <= value < (1 << 64):
-            raise ValueError(f"an integer beyond 64 bits cannot be sent: {value}")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{value} is not a JSON number")
-    else:
-        raise ValueError(f"a {type(value).__name__} is not a JSON value")
+def _check_json_depth(value: Any) -> None:
+    """``value`` is a JSON value the wire can carry as it is, nested at most ``MAX_DEPTH``
+    (NaN would be sent as null, a bigger integer or a set not at all: refused here, before
+    anything is queued)."""
+    check_json_value(value, MAX_DEPTH)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import orjson
 from ...core.env import Env, TimerHandle, get_json, put_json
 from ...core.errors import ConfigError, InvalidMessage
 from ...core.ids import NodeId
+from ...core.jsonvalue import json_copy
 from ...core.messages import Codec, Message, TraceIds, message
 
 __all__ = [
@@ -226,7 +227,9 @@ class FifoBroadcast:
         return self._next_seq - 1
 
     def broadcast(self, body: Any) -> int:
-        """Send ``body`` to the group; it is delivered here at once. Returns its seq."""
+        """Send ``body`` to the group; it is delivered here at once (as every member will
+        hold it: ``json_copy``). Returns its seq."""
+        body = json_copy(body, "a body")
         env = self.env
         seq = self._next_seq
         self._next_seq = seq + 1

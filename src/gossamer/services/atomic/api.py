@@ -43,6 +43,7 @@ from typing import Any
 from ...core.env import Store
 from ...core.errors import ConfigError, OperationError, StateError
 from ...core.filelock import try_lock
+from ...core.jsonvalue import json_copy
 from ...core.trace import TraceSink
 from ...protocols.ordering.atomic import (
     CODEC,
@@ -250,6 +251,7 @@ class AtomicGroup:
         (its own message would be one more); a ``timeout`` raises ``OperationError`` (not
         definite: it may still commit)."""
         process = self._member()
+        body = json_copy(body, "a body")  # what every member will deliver
         self._early = {}
         try:
             mid = process.atomic.send(body)

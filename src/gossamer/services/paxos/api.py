@@ -16,6 +16,7 @@ from typing import Any
 from ...core.env import Env
 from ...core.errors import ConfigError, OperationError, StateError
 from ...core.ids import NodeId, check_node_id
+from ...core.jsonvalue import json_copy
 from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...protocols.ordering.paxos import (
@@ -192,6 +193,7 @@ class ReplicatedLog:
         raises ``OperationError`` with ``definite=False``: the operation may still be decided
         (this replica keeps forwarding it until it is)."""
         replica = self._running()
+        payload = json_copy(payload, "a proposal")  # what every replica will apply
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Outcome] = loop.create_future()
 

@@ -505,6 +505,8 @@ class PubSubNetNode:
                 on_done: Callable[[PublishResult], None] | None = None) -> str:
         """Publish; ``on_done`` hears (on the event loop's thread) how it ended: accepted
         once the topic's root acknowledged it (see ``PubSubNode.publish``)."""
+        if self.pubsub is None or not self.running:
+            raise CommandError(f"node is {self.net.state.value}")
         if not self.joined():
             # a publish made before the node is in the overlay would go nowhere
             raise CommandError("not in the overlay yet: publish once 'joined' is printed")

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from ...core.env import Env, Process
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId
+from ...core.jsonvalue import json_copy
 from ...core.messages import Codec
 from ...protocols.dissemination import gossip as gossip_layer
 from ...protocols.dissemination.gossip import GossipBroadcast, GossipConfig, parse_message_id
@@ -205,6 +206,8 @@ class PubSubNode:
         (``PublishResult``); over gossip, which has no root, accepted once it is sent. It
         may be called before this returns."""
         check_topic(topic)
+        # what every subscriber will hold (a set stopped the node that tried to send it)
+        message = json_copy(message, "a message")
         if not self.has_room():
             raise Overloaded(self._overload_reason())
         env = self.env

@@ -26,6 +26,7 @@ from ...core.backoff import Backoff, FibonacciBackoff
 from ...core.env import Env
 from ...core.errors import ConfigError, StateError
 from ...core.ids import NodeId, check_node_id
+from ...core.jsonvalue import json_copy
 from ...core.trace import TraceSink
 from ...protocols.replica.config import LinkState, RebaseFn, ReplicaConfig
 from ...protocols.replica.node import DEFAULT_MAX_FRAME, JoinRefused, ReplicaNode
@@ -177,9 +178,10 @@ class Replica:
         return self.replica.revisions()
 
     def set(self, key: str, value: Any) -> str | None:
-        """Write ``value``; the new revision, or None if the write waits for a connection."""
+        """Write ``value``; the new revision, or None if the write waits for a connection.
+        ``ConfigError`` for a value JSON would change or cannot carry (NaN, a set, ...)."""
         self._check()
-        return self.replica.set(key, value)
+        return self.replica.set(key, json_copy(value, "a value"))
 
     def delete(self, key: str) -> str | None:
         self._check()
