@@ -94,3 +94,25 @@ def test_a_damaged_store_is_one_error_line(tmp_path: Path) -> None:
     assert done.returncode == 2, done
     assert "Traceback" not in done.stderr
     assert "not a replica's store" in done.stdout + done.stderr
+
+
+def test_a_proposal_waiting_when_the_replica_stops_is_answered_and_it_starts_once() -> None:
+    import asyncio
+
+    from gossamer.core.errors import OperationError, StateError
+    from gossamer.services.paxos import ReplicatedLog
+
+    async def main() -> None:
+        members = [f"127.0.0.1:{reserve_port()}" for _ in range(3)]
+        log = ReplicatedLog(members[0], members)  # the others never come: no majority
+        await log.start()
+        waiting = asyncio.ensure_future(log.propose(2))  # no timeout of its own
+        await asyncio.sleep(0)  # one turn: it proposed and waits
+        await log.stop()
+        with pytest.raises(OperationError, match="stopped before the decision") as raised:
+            await asyncio.wait_for(waiting, WAIT)
+        assert raised.value.definite is False
+        with pytest.raises(StateError, match="starts once"):
+            await log.start()
+
+    asyncio.run(main())

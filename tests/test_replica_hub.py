@@ -723,3 +723,18 @@ def test_the_hub_help_says_where_snapshots_live(capsys: pytest.CaptureFixture[st
         main(["hub", "--help"])
     assert exited.value.code == 0
     assert "DATA_DIR/hub.sqlite" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_hub_that_cannot_listen_says_so_and_frees_its_store(tmp_path: Path) -> None:
+    async def main() -> None:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            hub = HubServer(port=busy.getsockname()[1], data_dir=tmp_path)
+            with pytest.raises(ConfigError, match=r"the hub cannot listen on 127\.0\.0\.1"):
+                await hub.start()
+        again = HubServer(port=0, data_dir=tmp_path)  # the same store: free again
+        await again.start()
+        await again.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

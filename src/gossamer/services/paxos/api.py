@@ -23,6 +23,7 @@ from ...protocols.ordering.paxos import (
     CODEC,
     Committed,
     DecidedOp,
+    NotCommitted,
     Outcome,
     PaxosConfig,
     PaxosReplica,
@@ -137,6 +138,8 @@ class ReplicatedLog:
         self._leader_waiters: list[Callable[[NodeId | None], None]] = []
         self.replica: PaxosReplica | None = None
         self.failed = asyncio.Event()
+        self._proposals: set[asyncio.Future[Outcome]] = set()  # awaited by ``propose``
+        self._stopped = False
         store = None
         if data_dir is not None:
             data_dir.mkdir(parents=True, exist_ok=True)
@@ -172,14 +175,26 @@ class ReplicatedLog:
 
     async def start(self) -> None:
         """Bind the peer listener and start the replica (decided operations of an earlier
-        run are handed to the subscribers again, in order: subscribe before)."""
+        run are handed to the subscribers again, in order: subscribe before). A replica
+        starts once: after ``stop()`` build a new one (on the same data dir to resume)."""
+        if self._stopped:
+            raise StateError(f"replica {self.node_id} was stopped: a ReplicatedLog starts "
+                             "once; build a new one (on the same data_dir to resume)")
         try:
             await self.net.start()
         except OSError as exc:
             raise ConfigError(f"cannot listen on {self.node_id}: {exc}") from exc
 
     async def stop(self) -> None:
+        """Stop the replica; a ``propose`` still waiting raises ``OperationError``
+        (``definite=False``: it may have been decided)."""
+        self._stopped = True
         await self.net.close()
+        for waiting in list(self._proposals):
+            if not waiting.done():
+                waiting.set_result(NotCommitted("the replica stopped before the decision",
+                                                definite=False))
+        self._proposals.clear()
         if self.trace is not None:
             self.trace.close()  # the segments compacted to HOST_PORT.parquet
 
@@ -202,11 +217,14 @@ class ReplicatedLog:
                 done.set_result(outcome)
 
         replica.propose(payload, on_done)
+        self._proposals.add(done)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(done), timeout)
         except TimeoutError:
             raise OperationError("not decided in time (it may still be decided)",
                                  definite=False) from None
+        finally:
+            self._proposals.discard(done)
         if isinstance(outcome, Committed):
             return outcome
         raise OperationError(outcome.reason, definite=outcome.definite)

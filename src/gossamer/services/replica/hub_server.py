@@ -120,7 +120,12 @@ class HubServer:
         path = ":memory:" if self.data_dir is None else self.data_dir / STORE_FILE
         node = NetNode(node_id=HUB_ID, factory=self._build, listen=None, listeners=[self.spec],
                        store=WriteBehindStore(path), trace=self.trace, run=self.run)
-        await node.start()
+        try:
+            await node.start()
+        except OSError as exc:  # the port is taken, say: the store is free for the next try
+            await node.close()
+            raise ConfigError(f"the hub cannot listen on {self.spec.host}:{self.spec.port}: "
+                              f"{exc.strerror or exc}") from None
         self._node = node
         self.state = HubState.RUNNING
         log.info("hub listening on %s", self.url)
