@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gossamer.core.errors import ConfigError, OperationError
+from gossamer.core.errors import ConfigError, OperationError, StateError
 from gossamer.protocols.appsync import Status
 from gossamer.services.appsync.net import AppSyncClient, AppSyncWsServer
 
@@ -107,3 +107,24 @@ async def _page_beside_protocol() -> None:
         assert bare.page_url is None
         async with http.get(bare.url.replace("ws://", "http://")) as plain:
             assert plain.status == 400  # no page: / is the protocol only
+
+
+def test_a_server_per_data_dir_a_ws_url_and_requests_answered_at_close(tmp_path: Path) -> None:
+    async def main() -> None:
+        with pytest.raises(ConfigError, match="url must be ws://"):
+            AppSyncClient("http://127.0.0.1:1/", "quiz")
+        async with AppSyncWsServer(port=0, data_dir=tmp_path, min_ms=2000,
+                                   max_ms=4000) as server:
+            second = AppSyncWsServer(port=0, data_dir=tmp_path)
+            with pytest.raises(StateError, match="another live APSYN server"):
+                await second.start()
+            client = AppSyncClient(server.url, "s", timeout=10)
+            await client.connect()
+            pending = client.share("board", {"q": 0}).set("q", 5)  # its round is 2 s away
+            await client.close()
+            assert await asyncio.wait_for(pending, 10) is None  # as when the link breaks
+        again = AppSyncWsServer(port=0, data_dir=tmp_path)  # free once the first stopped
+        await again.start()
+        await again.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 60))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from ...core.conn import Framing, ListenerSpec, parse_address
 from ...core.env import Env
 from ...core.errors import ConfigError, OperationError, StateError
+from ...core.filelock import try_lock
 from ...core.trace import TraceSink
 from ...protocols.appsync import Action, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
 from ...protocols.appsync.p2p import P2PConfig, P2PParticipant
@@ -85,6 +87,7 @@ class AppSyncWsServer:
                                  static_root=None if web_root is None else str(
                                      Path(web_root).resolve()))
         self.data_dir = data_dir
+        self._lock: int | None = None  # the data dir's lock while running
         self.trace = trace
         self.run = run
         self.core: AppSyncServer | None = None
@@ -117,16 +120,37 @@ class AppSyncWsServer:
         if self._node is not None:
             raise StateError("start() called twice")
         path = ":memory:" if self.data_dir is None else Path(self.data_dir) / STORE_FILE
-        self._node = NetNode(node_id="appsync-ctrl", factory=self._build, listen=None,
-                             listeners=[self.spec], store=SqliteStore(path), trace=self.trace,
-                             run=self.run)
-        await self._node.start()
+        if self.data_dir is not None:
+            # one server per data dir: two would write their sessions into one store
+            self._lock = try_lock(Path(self.data_dir) / f"{STORE_FILE}.lock")
+            if self._lock is None:
+                raise StateError(f"{self.data_dir}: another live APSYN server uses this "
+                                 "data dir")
+        node = NetNode(node_id="appsync-ctrl", factory=self._build, listen=None,
+                       listeners=[self.spec], store=SqliteStore(path), trace=self.trace,
+                       run=self.run)
+        try:
+            await node.start()
+        except BaseException as exc:
+            await node.close()
+            self._unlock()
+            if isinstance(exc, OSError):
+                raise ConfigError(f"the APSYN server cannot listen on {self.spec.host}:"
+                                  f"{self.spec.port}: {exc.strerror or exc}") from None
+            raise
+        self._node = node
 
     async def stop(self) -> None:
         if self._node is not None:
             await self._node.close()
         self._node = None
         self.core = None
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     async def __aenter__(self) -> AppSyncWsServer:
         await self.start()
@@ -183,6 +207,8 @@ class AppSyncClient:
                  timeout: float = 10.0, node: str = "appsync-peer",
                  trace: TraceSink | None = None, run: str = "appsync",
                  gather: float = 0.0, eager: bool = False) -> None:
+        if not isinstance(url, str) or not url.startswith("ws://"):
+            raise ConfigError(f"url must be ws://HOST:PORT/PATH, got {url!r}")
         self.url = url
         # gather: answer each round that fraction of its min time late, with the changes
         # made meanwhile (``PeerConfig.gather``); eager: send each change when it is made,
@@ -308,6 +334,12 @@ class AppSyncClient:
                 net.call(lambda _p: process.stop())
         await net.close()
         self._net = None
+        # a request still unanswered: None, as when the connection breaks (it may or may
+        # not have been applied); left pending, whoever awaits it would wait for ever
+        futures, self._futures = self._futures, {}
+        for future in futures.values():
+            if not future.done():
+                future.set_result(None)
 
     async def __aenter__(self) -> AppSyncClient:
         await self.connect()
