@@ -44,6 +44,9 @@ def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
             assert own.mid == sent.mid
             with pytest.raises(DatagramTooLarge):
                 await a.send("x" * 10_000)
+            for bad in ("x", 0, -1, True):
+                with pytest.raises(ConfigError, match="acknowledge a Delivered"):
+                    a.acknowledge(bad)  # type: ignore[arg-type]
             second = await a.send({"text": "again"}, timeout=20)
             await _until(lambda: b._ready)  # delivered at b, not read yet
         finally:
@@ -61,6 +64,8 @@ def test_join_send_deliver_members_leave(tmp_path: Path) -> None:
         assert await asyncio.wait_for(reader, 20) is None
         with pytest.raises(StateError):
             a.members()
+        with pytest.raises(StateError, match="joins once"):
+            await a.join()
 
     asyncio.run(main())
 

@@ -176,6 +176,9 @@ class AtomicGroup:
         self.on_vote: Callable[[str, bool], None] = lambda mid, yes: None
 
     async def join(self) -> None:
+        if self._left:
+            raise StateError("this member left: an AtomicGroup joins once; build a new one "
+                             "(on the same data_dir to resume)")
         if self._env is not None:
             raise StateError("this member has joined already")
         if self._data_dir is None:
@@ -229,6 +232,9 @@ class AtomicGroup:
         """Every delivery up to ``message`` (or that position) is handled: it leaves the inbox
         and is not handed over again after a restart."""
         position = message.position if isinstance(message, Delivered) else message
+        if not isinstance(position, int) or isinstance(position, bool) or position < 1:
+            raise ConfigError(f"acknowledge a Delivered or its position (an int >= 1), got "
+                              f"{message!r}")
         self._member().atomic.acknowledge(position)
 
     def _on_outcome(self, mid: str, committed: bool) -> None:
