@@ -738,3 +738,36 @@ def test_a_hub_that_cannot_listen_says_so_and_frees_its_store(tmp_path: Path) ->
         await again.stop()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_watcher_hears_each_write_once(tmp_path: Path) -> None:
+    from gossamer.services.replica import Replica
+
+    async def main() -> None:
+        async with HubServer(port=0, data_dir=tmp_path) as hub:
+            heard: dict[str, list[tuple[str, object, str | None]]] = {"bob": [], "ada": []}
+            url = hub.url.replace("http://", "ws://") + "ws"
+            async with Replica(url, client_id="bob", db_path=tmp_path / "bob.sqlite") as bob, \
+                    Replica(url, client_id="ada", db_path=tmp_path / "ada.sqlite") as ada:
+                await bob.synced()
+                await ada.synced()
+                bob.watch("score", lambda *change: heard["bob"].append(change))
+                ada.watch("score", lambda *change: heard["ada"].append(change))
+                bob.set("score", {"bob": 3})
+                await bob.synced()
+                await ada.wait_until(lambda: ada.get("score") == {"bob": 3})
+                await bob.go_offline()  # then a write queued offline, sent on reconnecting
+                bob.set("score", {"bob": 4})
+                bob.reconnect()
+                await bob.synced()
+                await ada.wait_until(lambda: ada.get("score") == {"bob": 4})
+                await bob.synced()
+            first, second = (change[2] for change in heard["ada"])
+            assert None not in (first, second) and first != second
+            # connected, a write has its revision at once; offline, none until it is sent:
+            # each told once, not again when its copy comes back from the hub
+            assert heard["bob"] == [("score", {"bob": 3}, first), ("score", {"bob": 4}, None),
+                                    ("score", {"bob": 4}, second)]
+            assert heard["ada"] == [("score", {"bob": 3}, first), ("score", {"bob": 4}, second)]
+
+    asyncio.run(asyncio.wait_for(main(), 60))

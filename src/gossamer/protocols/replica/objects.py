@@ -89,6 +89,9 @@ class ReplicaClient:
         self.me: NodeId = env.node
         self.rebase: RebaseFn = rebase if rebase is not None else reapply
         self.on_change = on_change
+        # the revision each key's last on_change named: a write told once, not again when
+        # its own copy comes back or a step re-examines the key (bounded by the keys held)
+        self._told: dict[str, str | None] = {}
         self.on_clear = on_clear
         self.on_stop = on_stop
         self.on_link = on_link
@@ -399,7 +402,11 @@ class ReplicaClient:
 
     def _changed(self, key: str) -> None:
         if self.on_change is not None:
-            self.on_change(key, self.get(key), self.revision(key))
+            revision = self.revision(key)
+            if revision is not None and self._told.get(key) == revision:
+                return  # told already
+            self._told[key] = revision
+            self.on_change(key, self.get(key), revision)
 
     # -- applying delivered writes ----------------------------------------------------------
 
@@ -472,6 +479,7 @@ class ReplicaClient:
         self._store.commit()
         self.env.trace("queue", layer=LAYER, key=key, seq=number, deleted=deleted, base=base)
         if self.on_change is not None:
+            self._told[key] = None
             self.on_change(key, None if deleted else content, None)
 
     def _sync_done(self, *, timed_out: bool) -> None:
