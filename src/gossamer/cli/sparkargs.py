@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..pipeline import DEFAULT_MASTER
+from ..pipeline.errors import cut_at_word
 
 __all__ = ["error_line", "is_spark_failure", "refused", "spark_arguments", "spark_failure"]
 
@@ -51,7 +52,5 @@ def spark_failure(exc: BaseException, what: str = "the analysis") -> str:
         with contextlib.suppress(Exception):  # the JVM may be gone
             text = str(java.toString())
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    first = lines[0] if lines else type(exc).__name__
-    if len(first) > 300:  # cut at a word
-        first = first[:300].rsplit(" ", 1)[0] + " ..."
+    first = cut_at_word(lines[0], 300) if lines else type(exc).__name__
     return f"Spark could not run {what}: {first} (--debug shows the traceback)"

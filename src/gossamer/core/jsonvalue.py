@@ -14,9 +14,11 @@ import orjson
 
 from .errors import ConfigError
 
-__all__ = ["MAX_JSON_DEPTH", "check_json_value", "json_copy"]
+__all__ = ["INT_MAX", "INT_MIN", "MAX_JSON_DEPTH", "check_json_value", "json_copy"]
 
 MAX_JSON_DEPTH = 64
+#: the integers JSON on our wire carries (64 bits, signed or unsigned)
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1
 
 
 def check_json_value(value: Any, max_depth: int = MAX_JSON_DEPTH, depth: int = 0) -> None:
@@ -35,7 +37,7 @@ def check_json_value(value: Any, max_depth: int = MAX_JSON_DEPTH, depth: int = 0
     elif isinstance(value, str | bool) or value is None:
         return
     elif isinstance(value, int):
-        if not -(1 << 63) <= value < (1 << 64):
+        if not INT_MIN <= value <= INT_MAX:
             raise ValueError(f"an integer beyond 64 bits cannot be sent: {value}")
     elif isinstance(value, float):
         if not math.isfinite(value):

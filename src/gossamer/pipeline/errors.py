@@ -6,7 +6,7 @@ schema only; the command line catches it next to ``GossamerError``.
 
 from __future__ import annotations
 
-__all__ = ["PipelineError", "TraceInputError"]
+__all__ = ["PipelineError", "TraceInputError", "cut_at_word"]
 
 
 class PipelineError(Exception):
@@ -16,3 +16,8 @@ class PipelineError(Exception):
 class TraceInputError(PipelineError):
     """The trace cannot be analysed as it is: a file missing, truncated, corrupt or not a
     trace (the message names it and the problem, in one line)."""
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` as it is up to ``limit`` characters, else cut at a word and marked " ..."."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."

@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 
 from ..core.trace import COLUMN_TYPES, COLUMNS
 from ..core.traceio import SCHEMA as TRACE_SCHEMA
-from .errors import PipelineError
+from .errors import PipelineError, cut_at_word
 
 __all__ = [
     "MEMBERSHIP_EVENTS",
@@ -441,8 +441,7 @@ def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     if not text:
         return type(exc).__name__
-    line = text[0]
-    return line if len(line) <= 200 else line[:200].rsplit(" ", 1)[0] + " ..."
+    return cut_at_word(text[0], 200)
 
 
 _TRACE_TYPES = {field.name: field.type for field in TRACE_SCHEMA}

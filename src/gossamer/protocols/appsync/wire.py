@@ -145,13 +145,6 @@ def _is_hex4(text: str) -> bool:
     return _HEX4.fullmatch(text) is not None
 
 
-def _check_json_depth(value: Any) -> None:
-    """``value`` is a JSON value the wire can carry as it is, nested at most ``MAX_DEPTH``
-    (NaN would be sent as null, a bigger integer or a set not at all: refused here, before
-    anything is queued)."""
-    check_json_value(value, MAX_DEPTH)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """``s`` scope, optional ``i`` scope id (4 hex digits, upper case), ``n`` name."""
@@ -205,7 +198,7 @@ class Create:
             raise ValueError(f"mode must be a Mode, got {self.mode!r}")
         if self.info.path:
             raise ValueError("a create is of a whole object: no dotted name")
-        _check_json_depth(self.data)
+        check_json_value(self.data, MAX_DEPTH)  # NaN, sets, big ints: refused before queueing
 
     def to_wire(self) -> dict[str, Any]:
         return {"t": "cre", "i": self.info.to_wire(), "m": self.mode.value, "d": self.data}
@@ -219,7 +212,7 @@ class Update:
     TAG: ClassVar[str] = "upd"
 
     def __post_init__(self) -> None:
-        _check_json_depth(self.data)
+        check_json_value(self.data, MAX_DEPTH)  # NaN, sets, big ints: refused before queueing
 
     def to_wire(self) -> dict[str, Any]:
         return {"t": "upd", "i": self.info.to_wire(), "d": self.data}

@@ -16,7 +16,7 @@ from typing import Any
 from ...core.env import Env
 from ...core.errors import ConfigError, OperationError, StateError
 from ...core.ids import NodeId, check_node_id
-from ...core.jsonvalue import json_copy
+from ...core.jsonvalue import INT_MAX, INT_MIN, json_copy
 from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...protocols.ordering.paxos import (
@@ -38,9 +38,8 @@ STORE_FILE = "paxos.sqlite"
 address_of = host_port_address  # where the replica ``host:port`` listens
 
 
-#: the integers the log's codec carries (64 bits, signed or unsigned): an ``incr`` whose sum
-#: would leave them is refused where it is applied, at every replica alike, and changes nothing
-INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+# the integers the log's codec carries (core.jsonvalue's INT_MIN, INT_MAX): an ``incr`` whose
+# sum would leave them is refused where it is applied, at every replica alike, and changes nothing
 
 
 class KeyValue:
