@@ -32,11 +32,20 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / _CLOCK_TICKS
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the OS picks it; a later bind may still race)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on 127.0.0.1 right now (the OS picks it; a later bind may still race),
+    never one this process handed out before (the kernel may give a just-closed port again)."""
+    for _ in range(1000):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free loopback port this process has not already handed out")
 
 
 async def until_listening(port: int, *, timeout: float = 60.0) -> None:

@@ -30,11 +30,21 @@ T = TypeVar("T")
 LOOPBACK = "127.0.0.1"
 
 
+_RESERVED: set[int] = set()
+
+
 def reserve_port() -> int:
-    """A loopback port that is free now (for a node that starts later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A loopback port that is free now (for a node that starts later), never one this process
+    was handed before: the kernel may give a port just closed out again, and two nodes of one
+    test given the same address are one node (CI saw a spare listed in two groups)."""
+    for _ in range(1000):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((LOOPBACK, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _RESERVED:
+            _RESERVED.add(port)
+            return port
+    raise RuntimeError("no loopback port this test process has not already been handed")
 
 
 async def _cancel_leftovers() -> None:
