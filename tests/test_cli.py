@@ -10,6 +10,8 @@ from checks import fifo_violations, missing_deliveries
 from gossamer.cli.main import main
 from gossamer.core.segments import SegmentSink
 from gossamer.core.traceio import SCHEMA, read_trace, trace_path
+from gossamer.pipeline.analysis import OUTPUT_MARKER, check_out_dir
+from gossamer.pipeline.errors import PipelineError
 
 
 def test_help_lists_the_verbs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,6 +127,59 @@ def test_analyze_without_a_run_directory_is_exit_2_before_spark_debug_or_not(
         assert code == 2, (debug, captured)
         assert says in captured.out, captured.out
         assert ("Traceback" in captured.err) is bool(debug), captured.err
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize(("out", "says"), [
+    (".", "holds the run directory"),  # it replaced ./runs, an experiment's run records
+    ("exp", "holds the run directory"),  # the run directory itself
+    ("exp/trace", "inside the run's trace directory"),
+    ("exp/trace/r1", "inside the run's trace directory"),
+    ("other", "holds files an analysis did not write (notes.txt, runs)"),
+    ("file.txt", "a file, not a directory"),
+])
+def test_analyze_refuses_an_output_directory_it_would_wreck_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    out: str, says: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["sim", "--nodes", "3", "--messages", "9", "--out", "exp"]) == 0
+    (tmp_path / "exp" / "runs").mkdir()
+    (tmp_path / "exp" / "runs" / "r1.json").write_text("{}")
+    (tmp_path / "other" / "runs").mkdir(parents=True)
+    (tmp_path / "other" / "runs" / "r1.json").write_text("{}")
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    (tmp_path / "file.txt").write_text("mine")
+    before = _tree(tmp_path)
+    capsys.readouterr()
+    code = main(["analyze", "exp", "--out", out, "--master", "no-spark-is-started"])
+    captured = capsys.readouterr().out
+    assert code == 2, captured
+    assert says in captured, captured
+    assert _tree(tmp_path) == before
+
+
+def test_an_earlier_analysis_output_or_a_new_directory_is_taken(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "trace").mkdir(parents=True)
+    check_out_dir(run / "analysis", run)  # the default, not there yet
+    check_out_dir(tmp_path / "new" / "deeper", run)
+    earlier = tmp_path / "earlier"  # what an older version wrote: tables only, no marker
+    for name in ("checks", "runs", "latency", "report.html"):
+        (earlier / name).mkdir(parents=True) if "." not in name else (earlier / name).touch()
+    check_out_dir(earlier, run)
+    (earlier / "mine.txt").touch()
+    with pytest.raises(PipelineError, match="mine.txt"):
+        check_out_dir(earlier, run)
+    (earlier / OUTPUT_MARKER).touch()  # marked as an analysis's: what else is there is kept
+    check_out_dir(earlier, run)
+    (earlier / "runs" / "r1.json").touch()  # but a folder it would replace must be its own
+    with pytest.raises(PipelineError, match=r"\(runs\)"):
+        check_out_dir(earlier, run)
 
 
 def test_trace_show_reads_segments_and_names_a_damaged_file(

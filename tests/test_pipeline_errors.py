@@ -4,6 +4,7 @@ The traces are copies of a recorded real-process run (``tests/fixtures/traces/fi
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -143,3 +144,35 @@ def test_a_spark_that_cannot_start_is_one_line_with_exit_2_and_no_java_log(
     assert len(errors) == 1 and "FileNotFoundException" in errors[0], done.stdout
     assert str(missing) in errors[0] and "--debug shows the traceback" in errors[0]
     assert "\tat " not in done.stderr and "Exception" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("given", "says"), [
+    (["--layer", "fiffo"], "layers fiffo: no row of the trace is in that layer (its layers: "),
+    (["--layer", "fifo", "--total-order", "replica"], "total_order_layers replica: no row"),
+    (["--ignore-stored-settings", "--layer", "fifo", "--layer", "fiffo"], "layers fiffo: no"),
+])
+def test_a_layer_named_on_the_command_line_that_the_trace_lacks_is_exit_2(
+    spark: Any, tmp_path: Path, capsys: Any, given: list[str], says: str
+) -> None:
+    # a misspelt --layer said "EVERY GUARANTEE HELD (0 held; 12 not applicable)", exit 0
+    run_dir, _ = recorded_copy(tmp_path)
+    assert analyse(run_dir, *given) == 2
+    [line] = error_lines(capsys.readouterr().out)
+    assert says in line and "fifo" in line.split("its layers:")[-1], line
+
+
+def test_stored_settings_whose_layers_name_nothing_in_the_trace_are_exit_2(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    run_dir, files = recorded_copy(tmp_path)
+    settings = files[0].parent / "analysis.json"
+    raw = json.loads(settings.read_text())
+    # an experiment's [analysis] layers, misspelt: every check was "not applicable", exit 0
+    raw["checks"] = {"layers": ["fiffo", "replica"]}
+    settings.write_text(json.dumps(raw))
+    assert analyse(run_dir) == 2
+    [line] = error_lines(capsys.readouterr().out)
+    assert "layers fiffo, replica: no row of the trace is in any of them, so nothing was checked" in line, line
+    raw["checks"]["layers"] = ["fifo", "replica"]  # several services' layers: one is enough
+    settings.write_text(json.dumps(raw))
+    assert analyse(run_dir) == 0, capsys.readouterr().out

@@ -49,7 +49,7 @@ from ..pipeline import (
     write_report,
     write_run_settings,
 )
-from ..pipeline.analysis import check_run_dir, refuse_uri
+from ..pipeline.analysis import check_out_dir, check_run_dir, refuse_uri
 from ..services.activity.cli import add_activity_parser
 from ..services.appsync.cli import add_appsync_parser
 from ..services.atomic.cli import add_atomic_parser
@@ -296,6 +296,8 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         refuse_uri(args.run_dir)
         run_dir = Path(args.run_dir)
         check_run_dir(run_dir)  # before a JVM starts for nothing
+        out = Path(args.out) if args.out else None
+        check_out_dir(out or run_dir / "analysis", run_dir)
         overrides = _check_overrides(args)
         bucket = args.bucket if args.bucket is not None else _stored_bucket(run_dir) or 1.0
         config = AnalysisConfig(throughput_bucket=bucket)
@@ -305,7 +307,7 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         # a JVM for the trace's size: a small one's analysis is planning, a large one's work
         spark = get_spark(master, parse_conf(args.conf), quiet=not args.debug,
                           java_options=analysis_jvm_options(trace_dir_bytes(run_dir)))
-        analysis = _analysis_steps(spark, run_dir, Path(args.out) if args.out else None, config,
+        analysis = _analysis_steps(spark, run_dir, out, config,
                                    console, overrides=overrides,
                                    use_stored_settings=not args.ignore_stored_settings,
                                    allow_partial=args.allow_partial)

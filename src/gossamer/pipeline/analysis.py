@@ -30,7 +30,15 @@ from ..core.segments import Recovery, recover_segments
 from . import metrics
 from .atomic_checks import ATOMIC_LAYER
 from .atomic_metrics import ATOMIC_METRICS_SCHEMA, ATOMIC_RUN_COLUMNS, SRM_LAYER, atomic_metrics
-from .checks import CheckConfig, CheckResult, Status, default_checks, evaluate, reliability_summary
+from .checks import (
+    LAYER_LISTS,
+    CheckConfig,
+    CheckResult,
+    Status,
+    default_checks,
+    evaluate,
+    reliability_summary,
+)
 from .errors import PipelineError, TraceInputError
 from .overlap import Overlap
 from .paxos_checks import PAXOS_LAYER, PAXOS_METRICS_SCHEMA, paxos_metrics, paxos_run_summary
@@ -290,6 +298,7 @@ def analyze(
 
     step("reading the trace")
     check_run_dir(run_dir)
+    check_out_dir(out, run_dir)
     stored = read_run_settings(run_dir) if use_stored_settings else {}
     if overrides:
         try:
@@ -310,7 +319,7 @@ def analyze(
             return _analyze(spark, run_dir, out, config, step, steps, progress, stored,
                             files.good, files.absent_columns, recovered, left_out,
                             overrides or {}, overlap)
-    except TraceInputError:
+    except PipelineError:
         raise
     except Exception as exc:  # a file Spark could not read (corrupt pages): find it, name it
         bad = unreadable_files(files.good)
@@ -345,6 +354,52 @@ def check_run_dir(run_dir: Path) -> None:
     if not (run_dir / "trace").is_dir():
         raise TraceInputError(f"{run_dir / 'trace'}: no such directory (a run directory holds "
                               "its trace files under trace/<run>/)")
+
+
+#: what an analysis writes into its output directory (tables, the report), and its marker
+OUTPUT_MARKER = ".gossamer-analysis"
+OUTPUT_NAMES = frozenset({
+    OUTPUT_MARKER, "report.html", "checks", "violations", "runs", "latency", "node_load",
+    "convergence", "messages_per_operation", "redundancy", "throughput", "reliability",
+    "latency_summary", "latency_cdf", "lookups", "lookup_hops", "topic_balance", "appsync",
+    "paxos", "atomic", "layer_messages"})
+
+
+def check_out_dir(out: Path, run_dir: Path) -> None:
+    """``PipelineError`` unless ``out`` may take an analysis's tables: the analysis replaces
+    folders named like its tables (``runs/``, ``checks/``...), so ``out`` must be new, empty or
+    an earlier analysis's output, and must neither hold the run directory nor lie in its
+    trace. (``analyze RUN --out .`` replaced ``./runs``, an experiment's run records.)"""
+    where, home = out.resolve(), run_dir.resolve()
+    if where == home or where in home.parents:
+        raise PipelineError(f"--out {out}: holds the run directory {run_dir} (the analysis "
+                            "writes folders such as runs/ and checks/ there); give a directory "
+                            f"of its own, e.g. the default {run_dir / 'analysis'}")
+    if where == home / "trace" or (home / "trace") in where.parents:
+        raise PipelineError(f"--out {out}: inside the run's trace directory; give a directory "
+                            f"of its own, e.g. the default {run_dir / 'analysis'}")
+    if out.exists() and not out.is_dir():
+        raise PipelineError(f"--out {out}: a file, not a directory")
+    if not out.is_dir():
+        return
+    marked = (out / OUTPUT_MARKER).exists()
+    foreign = sorted(entry.name for entry in out.iterdir()
+                     if (entry.name not in OUTPUT_NAMES and not marked)
+                     or (entry.name in OUTPUT_NAMES and not _written_by_analysis(entry)))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3
+                                          else "")
+        raise PipelineError(f"--out {out}: holds files an analysis did not write ({shown}); "
+                            "give a new or empty directory, or an earlier analysis's output")
+
+
+def _written_by_analysis(entry: Path) -> bool:
+    """Whether ``entry`` (named like an output) can be what an analysis wrote: the report or
+    marker file, or a folder of Parquet parts (an experiment's ``runs/`` holds JSON)."""
+    if not entry.is_dir():
+        return entry.name in (OUTPUT_MARKER, "report.html")
+    return all(p.is_dir() or p.suffix in (".parquet", ".crc") or p.name.startswith("_")
+               for p in entry.rglob("*"))
 
 
 def refuse_uri(run_dir: str) -> None:
@@ -401,8 +456,11 @@ def _analyze(
             raise TraceInputError(f"the trace under {run_dir / 'trace'} has no rows")
         runs = sorted(r for r in per_run if r is not None)
         groups = _groups(trace, runs, stored, config.checks)
+        _refuse_absent_layers(overrides, layers)
         notes = _settings_notes(runs, stored, config.checks, overrides)
         out.mkdir(parents=True, exist_ok=True)
+        (out / OUTPUT_MARKER).write_text("an analysis's output: gossamer analyze replaces "
+                                         "what it wrote here\n")
         recorded = read_run_params(run_dir)
         run_params = spark.createDataFrame(
             [(run, record.get("seed"), json.dumps(record.get("params", {}), sort_keys=True),
@@ -450,6 +508,8 @@ def _analyze(
                                  sum(r.violation_count for _, r in per_check[name]),
                                  _union(found) if found else None)
             summaries.append(_summarize(merged, config.examples_per_check))
+        if all(summary.status is Status.NOT_APPLICABLE for summary in summaries):
+            _refuse_absent_layers({}, layers, [group.checks for group in groups])
         _write_local([(s.name, s.status.value, s.reason, s.violations) for s in summaries],
                      _CHECKS_SCHEMA, out / "checks")
 
@@ -594,6 +654,26 @@ def _analyze(
     )
 
 
+
+
+def _refuse_absent_layers(overrides: Mapping[str, Any], layers: set[str],
+                          configs: Sequence[CheckConfig] = ()) -> None:
+    """``PipelineError`` for a layer no row of the trace is in, where that is a mistake, not a
+    verdict: one named on the command line (``overrides``), or, once every check came out "not
+    applicable", a ``layers`` list of ``configs`` none of whose layers occur (a misspelt
+    ``--layer fiffo`` said every guarantee held). A settings list naming several services'
+    layers is fine: a run has one service, and its own checks (Paxos, rounds) do not use it."""
+    known = ", ".join(sorted(layers))
+    for field, value in overrides.items():
+        if field in LAYER_LISTS and value is not None:
+            missing = [layer for layer in value if layer not in layers]
+            if missing:
+                raise PipelineError(f"{field} {', '.join(missing)}: no row of the trace is in "
+                                    f"that layer (its layers: {known})")
+    for checks in configs:
+        if checks.layers is not None and not set(checks.layers) & layers:
+            raise PipelineError(f"layers {', '.join(checks.layers)}: no row of the trace is in "
+                                f"any of them, so nothing was checked (its layers: {known})")
 
 
 def _settings_notes(runs: Sequence[str], stored: Mapping[str, RunSettings],

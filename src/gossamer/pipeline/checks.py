@@ -50,6 +50,7 @@ from .state_checks import convergence_violations, object_states, total_order_vio
 
 __all__ = [
     "BASE_COLUMNS",
+    "LAYER_LISTS",
     "VIOLATION_COLUMNS",
     "Check",
     "CheckConfig",
@@ -106,7 +107,7 @@ class CheckResult:
     violations: DataFrame | None
 
 
-_LAYER_LISTS = ("layers", "total_order_layers", "fifo_layers", "session_layers",
+LAYER_LISTS = ("layers", "total_order_layers", "fifo_layers", "session_layers",
                 "causal_layers", "own_delivery_layers", "round_layers")
 
 
@@ -139,7 +140,7 @@ class CheckConfig:
     round_layers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in _LAYER_LISTS:
+        for name in LAYER_LISTS:
             value = getattr(self, name)
             if value is None:
                 continue
@@ -167,7 +168,7 @@ class CheckConfig:
             raise PipelineError(f"unknown {where} keys {sorted(unknown)}; known: "
                                 f"{sorted(fields)}")
         values = dict(raw)
-        for key in _LAYER_LISTS:
+        for key in LAYER_LISTS:
             value = values.get(key)
             if value is not None and (not isinstance(value, list | tuple)
                                       or not all(isinstance(v, str) for v in value)):
