@@ -173,7 +173,7 @@ def test_an_earlier_analysis_output_or_a_new_directory_is_taken(tmp_path: Path) 
         (earlier / name).mkdir(parents=True) if "." not in name else (earlier / name).touch()
     check_out_dir(earlier, run)
     (earlier / "mine.txt").touch()
-    with pytest.raises(PipelineError, match="mine.txt"):
+    with pytest.raises(PipelineError, match=r"mine\.txt"):
         check_out_dir(earlier, run)
     (earlier / OUTPUT_MARKER).touch()  # marked as an analysis's: what else is there is kept
     check_out_dir(earlier, run)

@@ -172,7 +172,8 @@ def test_stored_settings_whose_layers_name_nothing_in_the_trace_are_exit_2(
     settings.write_text(json.dumps(raw))
     assert analyse(run_dir) == 2
     [line] = error_lines(capsys.readouterr().out)
-    assert "layers fiffo, replica: no row of the trace is in any of them, so nothing was checked" in line, line
+    assert ("layers fiffo, replica: no row of the trace is in any of them, so nothing was "
+            "checked") in line, line
     raw["checks"]["layers"] = ["fifo", "replica"]  # several services' layers: one is enough
     settings.write_text(json.dumps(raw))
     assert analyse(run_dir) == 0, capsys.readouterr().out
