@@ -206,3 +206,26 @@ def test_trace_show_reads_segments_and_names_a_damaged_file(
         assert "n8.parquet: not a readable trace file" in out, out
     finally:
         sink.close()
+
+
+def test_sim_runs_differing_in_an_option_are_separate_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # they had one name (nodes, messages, seed) and the second replaced the first's trace
+    base = ["sim", "--nodes", "3", "--messages", "9", "--out", str(tmp_path)]
+    assert main(base) == 0
+    assert main([*base, "--loss", "0.2", "--latency", "const:0.01"]) == 0
+    assert main([*base, "--no-retransmit", "--crash", "0.34", "--recover-after", "1"]) in (0, 1)
+    capsys.readouterr()
+    assert sorted(p.name for p in (tmp_path / "trace").iterdir()) == [
+        "fifo-n3-m9-s1", "fifo-n3-m9-s1-crash0.34-recover1-noretransmit",
+        "fifo-n3-m9-s1-loss0.2-latconst_0.01"]
+
+
+def test_sim_refuses_a_negative_recovery_time_naming_the_flag(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sim", "--recover-after", "-1"])
+    assert exit_info.value.code == 2
+    assert "argument --recover-after: must be >= 0, got -1" in capsys.readouterr().err

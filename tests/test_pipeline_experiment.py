@@ -14,10 +14,12 @@ from gossamer.core.traceio import ParquetSink, trace_path
 from gossamer.pipeline import (
     PipelineError,
     RunSpec,
+    check_experiment_out,
     is_closed_parquet,
     load_experiment,
     parse_conf,
     run_done,
+    write_run_records,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +138,15 @@ def test_bad_experiment_files_are_refused_with_the_reason(tmp_path: Path, text: 
     (RunSpec("r", "replica", "sim", 1, {"crash": 1.5}), "crash must be in"),
     (RunSpec("r", "replica", "sim", 1, {"until": "soon"}), "does not fit"),
     (RunSpec("r", "replica", "sim", 1, {"repair": 0}), "does not fit"),
+    # these failed inside the Spark task (exit 1), not up front
+    (RunSpec("r", "fifo", "sim", 1, {"loss": 1.5}), r"loss must be in \[0, 1\)"),
+    (RunSpec("r", "fifo", "sim", 1, {"loss": 1.0}), r"loss must be in \[0, 1\)"),
+    (RunSpec("r", "fifo", "sim", 1, {"crash": 1.5}), r"crash must be in \[0, 1\]"),
+    (RunSpec("r", "fifo", "sim", 1, {"duplicate": -0.1}), "duplicate must be in"),
+    (RunSpec("r", "fifo", "sim", 1, {"recover_after": -1}), "recover_after must be >= 0"),
+    (RunSpec("r", "atomic", "sim", 1, {"loss": 5.0}), "loss must be in"),
+    (RunSpec("r", "atomic", "sim", 1, {"down_for": 0.0}), "down_for > 0"),
+    (RunSpec("r", "atomic", "sim", 1, {"senders": 9}), "got members 5, senders 9$"),
 ])
 def test_workload_options_are_validated_before_anything_runs(spec: RunSpec, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
@@ -166,6 +177,60 @@ def test_experiment_verb_refuses_a_bad_file_before_starting_spark(tmp_path: Path
     bad = write(tmp_path, 'workload = "fifo"\n[options]\nnodez = 3')
     assert main(["experiment", str(bad), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ("loss = 1.5", "run fifo-s1: loss must be in [0, 1)"),
+    ("nodes = \"ten\"", "run fifo-s1: option nodes = 'ten' does not fit"),
+])
+def test_an_option_out_of_range_is_exit_2_naming_the_file_before_spark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    bad = write(tmp_path, f'name = "fifo"\nworkload = "fifo"\nseeds = [1]\n[options]\n{options}')
+    code = main(["experiment", str(bad), "--out", str(tmp_path / "out"),
+                 "--master", "no-spark-is-started"])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert f"error: {bad}: {says}" in out, out
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_that_is_a_file_is_exit_2_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write(tmp_path, 'name = "fifo"\nworkload = "fifo"\nseeds = [1]')
+    (tmp_path / "taken").write_text("mine")
+    code = main(["experiment", str(good), "--out", str(tmp_path / "taken"),
+                 "--master", "no-spark-is-started"])
+    assert code == 2
+    assert "a file, not a directory" in capsys.readouterr().out
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_a_changed_file_into_the_same_output_is_refused_not_half_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a done run is skipped; its record and settings were rewritten to the new options
+    # although its trace was made with the old ones
+    out = tmp_path / "out"
+    first = write(tmp_path, 'name = "fifo"\nworkload = "fifo"\nseeds = [1]\n[options]\n'
+                            "loss = 0.1")
+    [spec] = load_experiment(first).runs()
+    write_run_records(out, [spec])
+    sink = ParquetSink(trace_path(out, spec.run, "n000"), buffer_rows=1)
+    sink.append((spec.run, 0.0, "a", "fifo", "publish", "a:1", "a", None, None, 1, None, None,
+                 0.0))
+    sink.close()
+    record = (out / "runs" / f"{spec.run}.json").read_text()
+    changed = write(tmp_path, 'name = "fifo"\nworkload = "fifo"\nseeds = [1]\n[options]\n'
+                              "loss = 0.2")
+    code = main(["experiment", str(changed), "--out", str(out),
+                 "--master", "no-spark-is-started"])
+    said = capsys.readouterr().out
+    assert code == 2, said
+    assert "run fifo-s1 was done with other options (loss 0.1 there, 0.2 here)" in said, said
+    assert (out / "runs" / f"{spec.run}.json").read_text() == record
+    check_experiment_out(out, [spec])  # the same file again: the done run is skipped
 
 
 def test_conf_pairs_need_an_equals_sign() -> None:

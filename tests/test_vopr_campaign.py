@@ -104,15 +104,23 @@ def test_fifo_without_retransmission_fails_exactly_the_seeds_that_need_it(
 
 
 def test_replicas_without_repair_fail_to_converge_under_cuts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # cuts and a partition from the hub, no hub power loss (seed 3, cuts without a partition,
     # converges without repair since joiners and resubscribers install the hub's snapshot)
     seed = 5
     options = draw_schedule("replica", seed).options
     assert float(options["cuts"]) > 0.3 and not options["hub_crash"]
-    code, text = vopr(capsys, "replica", "--seed", str(seed), "--override", "repair=false",
-                      "--out", str(tmp_path / "replica"))
+    # without --out (as the README shows it) a replay goes to runs/vopr/replay/RUN: the
+    # campaign's directory, which it used to clear, stays as it was
+    monkeypatch.chdir(tmp_path)
+    campaign = tmp_path / "runs" / "vopr" / "replica"
+    (campaign / "trace" / "vopr-replica-s1").mkdir(parents=True)
+    (campaign / "vopr.json").write_text("{}")
+    code, text = vopr(capsys, "replica", "--seed", str(seed), "--override", "repair=false")
     assert code == 1, text
     assert re.search(r"(convergence|reliability): [\d,]+ violations", text), text
     assert f"gossamer vopr replica --seed {seed} --override repair=false" in text
+    assert (campaign / "trace" / "vopr-replica-s1").is_dir()
+    assert list((tmp_path / "runs" / "vopr" / "replay" / f"vopr-replica-s{seed}" / "trace" /
+                 f"vopr-replica-s{seed}").glob("*.parquet"))

@@ -171,6 +171,9 @@ def test_dry_run_prints_the_ranges_and_the_schedules(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize("argv", [
     ["vopr", "fifo", "--seeds", "0"],
     ["vopr", "fifo", "--seed", "-1"],
+    ["vopr", "fifo", "--seed", "0"],  # campaigns run seeds 1..N
+    ["vopr", "fifo", "--seed", str(1 << 63)],  # the trace's seed column is 64-bit
+    ["vopr", "fifo", "--seeds", "100001", "--dry-run"],  # drew 100,000,000 schedules first
     ["vopr", "chord", "--seeds", "2"],
     ["vopr", "fifo"],
     ["vopr", "fifo", "--seeds", "2", "--seed", "1"],
@@ -187,6 +190,8 @@ def test_bad_input_found_before_spark_starts_exits_2(
     assert main(["vopr", "fifo", "--seeds", "2", "--override", "no_such=1", "--dry-run"]) == 2
     assert "no option 'no_such'" in capsys.readouterr().out
     assert main(["vopr", "fifo", "--seeds", "2", "--override", "loss"]) == 2
+    assert main(["vopr", "fifo", "--seeds", "2", "--override", "loss=5", "--dry-run"]) == 2
+    assert "loss must be in [0, 1)" in capsys.readouterr().out
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("not a campaign")

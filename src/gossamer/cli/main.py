@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
+import re
 import signal
 import sys
 import threading
@@ -27,7 +29,7 @@ from .. import __version__
 from ..core.argtypes import positive_int as _positive_int
 from ..core.argtypes import probability as _probability
 from ..core.argtypes import seconds as _seconds
-from ..core.errors import GossamerError
+from ..core.errors import ConfigError, GossamerError
 from ..core.segments import read_run
 from ..core.traceio import summarize
 from ..pipeline import (
@@ -38,6 +40,7 @@ from ..pipeline import (
     RunSettings,
     analysis_jvm_options,
     analyze,
+    check_experiment_out,
     default_master,
     get_spark,
     load_experiment,
@@ -79,6 +82,7 @@ def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
         crash=args.crash, recover_after=args.recover_after, settle=args.settle,
         retransmit=not args.no_retransmit,
     )
+    options = dataclasses.replace(options, run=_sim_run_name(options))
     console.print(
         f"[bold]gossamer sim[/]: FIFO broadcast, {options.nodes} nodes, {options.messages} "
         f"messages, loss={options.loss} dup={options.duplicate} reorder={options.reorder} "
@@ -99,6 +103,27 @@ def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
     if result.trace_file is not None:
         _print_trace_summary(Path(args.out), console)
     return 0 if ok or args.allow_violations else 1
+
+
+#: how ``gossamer sim`` names an option in its run id when it is not the default
+_SIM_NAMES = {"loss": "loss", "duplicate": "dup", "reorder": "reorder", "latency": "lat",
+              "rate": "rate", "crash": "crash", "recover_after": "recover", "settle": "settle"}
+
+
+def _sim_run_name(options: FifoRunOptions) -> str:
+    """``fifo-nN-mM-sS``, then each option that is not its default (``-loss0.2-dup0.1``):
+    runs into one --out that differ in any option are separate runs, not one replacing the
+    other's trace (they differed only in loss and had one name)."""
+    defaults = FifoRunOptions()
+    parts = [f"fifo-n{options.nodes}-m{options.messages}-s{options.seed}"]
+    for field, short in _SIM_NAMES.items():
+        value = getattr(options, field)
+        if value != getattr(defaults, field):
+            parts.append(short + re.sub(r"[^A-Za-z0-9.]+", "_", f"{value:g}"
+                                        if isinstance(value, float) else str(value)))
+    if not options.retransmit:
+        parts.append("noretransmit")
+    return "-".join(parts)
 
 
 def _print_result(result: FifoRunResult, console: Console, *, virtual: bool = True) -> bool:
@@ -343,7 +368,11 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
                                     f"{', '.join(sorted(known))}")
             runs = [spec for spec in runs if spec.run in args.only]
         for spec in runs:
-            validate_run(spec)
+            try:
+                validate_run(spec)
+            except ConfigError as exc:
+                raise PipelineError(f"{args.file}: run {spec.run}: {exc}") from exc
+        check_experiment_out(out, runs)  # before a JVM starts for nothing
         master = args.master or default_master()
         console.print(
             f"[bold]gossamer experiment[/] {experiment.name}: workload "
@@ -439,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--rate", type=float, default=100.0, help="broadcasts per virtual second")
     sim.add_argument("--crash", type=_probability, default=0.0,
                      help="fraction of nodes crashed at once mid-workload")
-    sim.add_argument("--recover-after", type=float, default=None,
+    sim.add_argument("--recover-after", type=_seconds, default=None,
                      help="crashed nodes recover after this many virtual seconds")
     sim.add_argument("--settle", type=float, default=30.0,
                      help="virtual seconds after the last broadcast for repair")

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core.argtypes import non_negative_int, positive_int
+from ..core.argtypes import positive_int
 from ..pipeline import PipelineError, default_master, get_spark, parse_conf
 from ..pipeline.vopr import (
     PLANS,
@@ -52,12 +52,15 @@ def add_vopr_parser(
                     "violated a guarantee (or its run failed), 2 on bad input.")
     vopr.add_argument("service", choices=SERVICES)
     which = vopr.add_mutually_exclusive_group(required=True)
-    which.add_argument("--seeds", type=positive_int, metavar="N", help="run seeds 1..N")
-    which.add_argument("--seed", type=non_negative_int, metavar="S",
+    which.add_argument("--seeds", type=_seed_count, metavar="N",
+                       help=f"run seeds 1..N (N at most {MAX_SEEDS:,})")
+    which.add_argument("--seed", type=_seed, metavar="S",
                        help="replay seed S alone and show its violations in detail")
     vopr.add_argument("--out", default=None,
-                      help="campaign directory (default runs/vopr/SERVICE); rewritten by each "
-                           "campaign, so it must be new, empty or an earlier campaign's")
+                      help="campaign directory (default runs/vopr/SERVICE, or for --seed S "
+                           "runs/vopr/replay/RUN, the campaign's left as it was); rewritten "
+                           "by each campaign, so it must be new, empty or an earlier "
+                           "campaign's")
     vopr.add_argument("--dry-run", action="store_true",
                       help="print the schedules the seeds draw and the ranges; run nothing")
     spark_arguments(vopr)
@@ -69,13 +72,35 @@ def add_vopr_parser(
     return vopr
 
 
+#: seeds one campaign runs at most (each is a Spark task and a row of the summary)
+MAX_SEEDS = 100_000
+
+
+def _seed_count(text: str) -> int:
+    count = positive_int(text)
+    if count > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SEEDS:,} seeds a campaign, got {count:,}"
+                                         " (run several campaigns into other --out)")
+    return count
+
+
+def _seed(text: str) -> int:
+    """A seed a campaign runs: 1 .. 2**63 - 1 (the trace stores it in 64 bits)."""
+    seed = positive_int(text)
+    if seed >= 1 << 63:
+        raise argparse.ArgumentTypeError(f"must be below 2**63, got {seed}")
+    return seed
+
+
 def _cmd_vopr(args: argparse.Namespace, console: Console) -> int:
     service: str = args.service
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))
-    out = Path(args.out) if args.out else Path("runs") / "vopr" / service
     try:
         overrides = parse_overrides(args.override)
         schedules = [draw_schedule(service, seed, overrides=overrides) for seed in seeds]
+        # one seed replayed goes where its replay command puts it: the campaign stays
+        out = (Path(args.out) if args.out else Path("runs") / "vopr" / service
+               if args.seed is None else Path("runs") / "vopr" / "replay" / schedules[0].run)
         for schedule in schedules:
             validate_run(schedule.spec())
         if args.dry_run:

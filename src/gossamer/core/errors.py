@@ -18,6 +18,7 @@ __all__ = [
     "ProtocolError",
     "StateError",
     "UnknownMessageType",
+    "check_fractions",
 ]
 
 
@@ -68,6 +69,17 @@ class LocalError(GossamerError):
 
 class ConfigError(LocalError, ValueError):
     """A bad argument or configuration value, reported at once."""
+
+
+def check_fractions(owner: object, *names: str, below_one: tuple[str, ...] = ("loss",)) -> None:
+    """``ConfigError`` unless each named field of ``owner`` (an options object) is a fraction:
+    in [0, 1], or [0, 1) for those in ``below_one`` (at loss 1 nothing would ever arrive)."""
+    for name in names:
+        value = getattr(owner, name)
+        if name in below_one and not 0 <= value < 1:
+            raise ConfigError(f"{name} must be in [0, 1) (at 1 nothing arrives), got {value!r}")
+        if not 0 <= value <= 1:
+            raise ConfigError(f"{name} must be in [0, 1], got {value!r}")
 
 
 class StateError(LocalError):

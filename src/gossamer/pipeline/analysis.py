@@ -184,8 +184,11 @@ def _slug(name: str) -> str:
 def _write(frame: DataFrame, path: Path) -> DataFrame:
     """``frame`` written as Parquet at ``path``, and read back from there (computed once).
     The read is given the schema, which spares the job that would infer it from the files."""
-    frame.write.mode("overwrite").parquet(str(path))
-    return frame.sparkSession.read.schema(frame.schema).parquet(str(path))
+    # absolute: the JVM resolves a relative path against its own directory, which is not
+    # this process's once it changed directory (a Spark session outlives a chdir)
+    where = str(path.absolute())
+    frame.write.mode("overwrite").parquet(where)
+    return frame.sparkSession.read.schema(frame.schema).parquet(where)
 
 
 def _write_if(present: bool, build: Callable[[], DataFrame], schema: T.StructType,
@@ -496,7 +499,7 @@ def _analyze(
                     # (no check=... folders: a reader taking them for partitions would find
                     # the column twice, pandas and pyarrow refused the table)
                     result.violations.write.mode("append").parquet(
-                        str(violations_dir / _slug(result.name)))
+                        str((violations_dir / _slug(result.name)).absolute()))
                 if result.name not in per_check:
                     names.append(result.name)
                 per_check.setdefault(result.name, []).append((group, result))

@@ -55,6 +55,7 @@ __all__ = [
     "ExperimentPart",
     "RunOutcome",
     "RunSpec",
+    "check_experiment_out",
     "load_experiment",
     "run_done",
     "run_experiment",
@@ -191,6 +192,10 @@ def _seeds(file: Path, where: str, seeds: Any) -> tuple[int, ...]:
         raise PipelineError(f"{file}: {where} must be a non-empty list of integers")
     if len(set(seeds)) != len(seeds):
         raise PipelineError(f"{file}: {where} repeat: {seeds}")
+    huge = [s for s in seeds if not -(1 << 63) <= s < 1 << 63]
+    if huge:
+        raise PipelineError(f"{file}: {where}: {huge[0]} does not fit the trace's 64-bit seed "
+                            "column")
     return tuple(seeds)
 
 
@@ -299,6 +304,7 @@ def run_experiment(
     names = [spec.run for spec in runs]
     if len(set(names)) != len(names):
         raise PipelineError("run ids must be unique")
+    check_experiment_out(out_dir, runs)
     out = str(Path(out_dir).resolve())
     write_run_records(out, runs)
     skipped = [RunOutcome(s.run, "skipped", 0.0, "trace already complete", {})
@@ -345,6 +351,32 @@ def run_experiment(
             _record_result(out, outcome)
     by_run = {outcome.run: outcome for outcome in [*skipped, *collected]}
     return [by_run[name] for name in names]
+
+
+def check_experiment_out(out: str | Path, runs: Sequence[RunSpec]) -> None:
+    """``PipelineError`` if ``out`` is a file, or holds a run already done with other options
+    than it is asked for now (a changed file run into the same --out): that run would be
+    skipped, and its record rewritten to options its trace was not made with."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise PipelineError(f"--out {out}: a file, not a directory")
+    for spec in runs:
+        if not run_done(out, spec.run):
+            continue
+        try:
+            stored = json.loads((Path(out) / "runs" / f"{spec.run}.json").read_text())
+        except (OSError, ValueError):
+            continue  # no record to compare with: the trace stands as it is
+        asked = spec.record()
+        was, now = stored.get("params", {}), asked["params"]
+        changed = [f"{key} {was.get(key, '(default)')!r} there, {now.get(key, '(default)')!r} "
+                   f"here" for key in sorted(set(was) | set(now)) if was.get(key) != now.get(key)]
+        changed += [f"{key} {stored.get(key)!r} there, {asked[key]!r} here"
+                    for key in ("workload", "mode", "seed") if stored.get(key) != asked[key]]
+        if changed:
+            raise PipelineError(
+                f"{Path(out) / 'trace' / spec.run}: run {spec.run} was done with other options "
+                f"({'; '.join(changed)}); a done run is skipped, not run again: give a new "
+                "--out, or remove that run's trace to run it anew")
 
 
 def _record_result(out_dir: str, outcome: RunOutcome) -> None:

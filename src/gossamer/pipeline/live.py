@@ -120,7 +120,7 @@ def segment_rows(spark: SparkSession, directory: str | Path) -> DataFrame:
              .option("pathGlobFilter", "*.seg")
              .option("recursiveFileLookup", "true")
              .option("ignoreMissingFiles", "true")
-             .load(str(directory)))
+             .load(str(Path(directory).absolute())))
     # a few segments a second: one task decodes them (Spark would pack four to eight small
     # files in a task and start a task, a Python worker round trip, per pack)
     return files.select("path", "content").coalesce(1).mapInArrow(

@@ -528,7 +528,7 @@ def _trace_sources(source: str | Path | Sequence[Path]) -> list[Path]:
 
 def _scan(spark: SparkSession, files: Sequence[Path]) -> DataFrame:
     """The files as one DataFrame of the trace columns, with ``row``."""
-    frame = spark.read.schema(trace_schema()).parquet(*(str(f) for f in files))
+    frame = spark.read.schema(trace_schema()).parquet(*(str(Path(f).absolute()) for f in files))
     return with_row_order(frame.select(*COLUMNS))
 
 

@@ -701,7 +701,8 @@ def _violations_by_run(
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, list[dict[str, Any]]]]]:
     """run -> check -> violations, from the tables ``analyze`` wrote (one per failing check,
     each row naming its check); and the first ``examples`` violations of each run and check."""
-    tables = sorted(str(p) for p in (analysis_dir / "violations").iterdir() if p.is_dir()) \
+    tables = sorted(str(p.absolute()) for p in (analysis_dir / "violations").iterdir()
+                    if p.is_dir()) \
         if (analysis_dir / "violations").is_dir() else []
     if not tables:
         raise PipelineError(f"the analysis under {analysis_dir} found violations but wrote no "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..core.env import Env, Process
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, check_fractions
 from ..core.ids import NodeId, node_ids
 from ..core.messages import Message
 from ..core.segments import SegmentSink
@@ -97,6 +97,9 @@ class FifoRunOptions:
             raise ConfigError("need rate > 0 and settle >= 0")
         if self.crash_at is not None and self.crash_at < 0:
             raise ConfigError(f"crash_at must be >= 0, got {self.crash_at}")
+        if self.recover_after is not None and not self.recover_after >= 0:
+            raise ConfigError(f"recover_after must be >= 0, got {self.recover_after}")
+        check_fractions(self, "loss", "duplicate", "reorder", "crash")
         if self.partition_at < 0 or self.partition_for <= 0:
             raise ConfigError("need partition_at >= 0 and partition_for > 0")
         parse_latency(self.latency)

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from ...core.env import Env
-from ...core.errors import ConfigError
+from ...core.errors import ConfigError, check_fractions
 from ...core.trace import MemorySink, Row, TraceSink
 from ...protocols.dissemination.srm import SrmSession
 from ...protocols.ordering.atomic import AtomicConfig, AtomicProcess, AtomicProcessConfig
@@ -62,9 +62,19 @@ class AtomicRunOptions:
 
     def __post_init__(self) -> None:
         if self.members < 2 or not 1 <= self.senders <= self.members:
-            raise ConfigError(f"need members >= 2 and 1 <= senders <= members, got {self}")
-        if self.messages < 0 or self.member_crashes < 0 or self.sender_crashes < 0:
-            raise ConfigError(f"counts must be >= 0, got {self}")
+            raise ConfigError(f"need members >= 2 and 1 <= senders <= members, got members "
+                              f"{self.members}, senders {self.senders}")
+        counts = {"messages": self.messages, "member_crashes": self.member_crashes,
+                  "sender_crashes": self.sender_crashes}
+        for name, count in counts.items():
+            if count < 0:
+                raise ConfigError(f"{name} must be >= 0, got {count}")
+        check_fractions(self, "loss", "duplicate", "reorder")
+        if not (self.gap >= 0 and self.settle >= 0 and self.down_for > 0
+                and self.session_period > 0):
+            raise ConfigError(f"need gap >= 0, settle >= 0, down_for > 0 and session_period "
+                              f"> 0, got {self.gap}, {self.settle}, {self.down_for} and "
+                              f"{self.session_period}")
 
 
 def run_atomic_sim(seed: int, options: AtomicRunOptions, *, trace: TraceSink | None = None,
