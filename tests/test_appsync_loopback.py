@@ -64,6 +64,29 @@ async def _bad_key() -> None:
             assert peer.client_id == "0001"
 
 
+def test_a_binary_frame_is_refused_at_once_with_4040() -> None:
+    # APSYN is JSON text: a binary join waited for the 10 s handshake timeout, and a binary
+    # request after the join was dropped without an answer
+    asyncio.run(_binary())
+
+
+async def _binary() -> None:
+    join = ('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"s"}}')
+    async with AppSyncWsServer(**FAST) as server, aiohttp.ClientSession() as http:
+        for joined in (False, True):
+            async with http.ws_connect(server.url) as ws:
+                if joined:
+                    await ws.send_str(join)
+                    init = await asyncio.wait_for(ws.receive(), 5)
+                    assert init.type is aiohttp.WSMsgType.TEXT and '"r":"0000"' in init.data
+                await ws.send_bytes(join.encode())
+                while (msg := await asyncio.wait_for(ws.receive(), 5)).type is \
+                        aiohttp.WSMsgType.TEXT:
+                    pass  # the rounds' syncs of the joined peer, until the close
+                assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 4040, (joined, msg)
+                assert str(msg.extra).startswith("40 Bad Request: a binary frame"), msg.extra
+
+
 def test_a_restarted_server_gives_the_state_back(tmp_path: Path) -> None:
     asyncio.run(_restart(tmp_path))
 

@@ -247,6 +247,8 @@ def test_foreign_connections_are_refused() -> None:
         sim.call("c0", lambda p: p.env.write(other, b"x"))
     with pytest.raises(ConfigError):
         ListenerSpec(name="x", port=1, reserved_for_peers=5, max_connections=5)
+    with pytest.raises(ConfigError, match="binary_close need a WebSocket listener"):
+        ListenerSpec(name="x", port=1, binary_close=(4040, "40 Bad Request"))
 
 
 class Timed(Recorder):

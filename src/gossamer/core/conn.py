@@ -180,6 +180,9 @@ class ListenerSpec:
     static_root: str | None = None  # WebSocket only: files served over HTTP beside it
     heartbeat: float | None = None  # WebSocket only: ping this often, close if no pong
     close_timeout: float = 5.0  # a close handshake the peer does not finish is aborted then
+    #: WebSocket only: a binary frame from the peer closes the connection with this code and
+    #: reason (a text protocol that answers what it cannot parse); None: dropped and traced
+    binary_close: tuple[int, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -204,9 +207,11 @@ class ListenerSpec:
         _positive("close_timeout", self.close_timeout)
         if not self.path.startswith("/"):
             raise ConfigError(f"path must start with '/', got {self.path!r}")
-        ws_only = self.static_root is not None or self.heartbeat is not None
+        ws_only = (self.static_root is not None or self.heartbeat is not None
+                   or self.binary_close is not None)
         if ws_only and self.framing is not Framing.WS:
-            raise ConfigError("static_root and heartbeat need a WebSocket listener")
+            raise ConfigError("static_root, heartbeat and binary_close need a WebSocket "
+                              "listener")
 
 
 def first_frame_deadline(spec: ListenerSpec, probation: bool) -> float | None:

@@ -322,6 +322,9 @@ class Connections:
                 self._text(conn, data if isinstance(data, bytes) else data.encode())
             elif kind is WSMsgType.BINARY:
                 self._trace_conn(conn, "drop", size=len(frame.data), reason="binary")
+                refusal = conn.spec.binary_close if conn.spec is not None else None
+                if refusal is not None:
+                    self._runtime_close(conn, "binary", *refusal)
             elif kind is WSMsgType.ERROR:
                 exc = frame.data
                 if isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG:

@@ -29,6 +29,7 @@ from ...protocols.appsync.server import (
     KeyHash,
     Uplink,
     hash_session_key,
+    refusal,
 )
 from ...protocols.appsync.state import SharedObject
 from ...protocols.ordering.paxos import CODEC, PaxosConfig
@@ -48,6 +49,9 @@ STORE_FILE = "appsync.sqlite"
 P2P_STORE_FILE = "appsync-p2p.sqlite"
 address_of = host_port_address
 LISTENER = "appsync"
+#: APSYN is JSON text: a binary frame is a message that does not parse (40), refused at once
+#: by a close (a join waited for the handshake timeout; a request was dropped unanswered)
+_BINARY_REFUSAL = refusal(Status.BAD_REQUEST, "a binary frame; APSYN messages are JSON text")
 
 
 class AppSyncWsServer:
@@ -84,6 +88,7 @@ class AppSyncWsServer:
         self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
                                  path="/", max_frame=max_frame,
                                  max_connections=max_connections, handshake_timeout=10.0,
+                                 binary_close=_BINARY_REFUSAL,
                                  static_root=None if web_root is None else str(
                                      Path(web_root).resolve()))
         self.data_dir = data_dir
@@ -390,7 +395,8 @@ class AppSyncP2PNode(AppSyncClient):
                              server=AppSyncConfig(min_ms=min_ms, max_ms=max_ms, tout=tout),
                              paxos=paxos or PaxosConfig())
         self.spec = ListenerSpec(name=LISTENER, host=host, port=port, framing=Framing.WS,
-                                 path="/", handshake_timeout=10.0)
+                                 path="/", handshake_timeout=10.0,
+                                 binary_close=_BINARY_REFUSAL)
         self.data_dir = data_dir
         self.cluster_key = cluster_key
         self.seed = seed
