@@ -271,3 +271,21 @@ def test_every_shipped_experiment_file_loads_and_every_run_validates(path: Path)
     assert len({r.run for r in runs}) == len(runs), f"{path.name}: run names collide"
     for spec in runs:
         validate_run(spec)
+
+
+def test_dry_run_lists_the_runs_whole_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    quickstart = REPO / "experiments" / "quickstart.toml"
+    runs = load_experiment(quickstart).runs()
+    assert main(["experiment", str(quickstart), "--dry-run", "--out", "out"]) == 0
+    said = capsys.readouterr().out
+    assert f"{len(runs)} runs (nothing run: --dry-run)" in said
+    lines = said.splitlines()
+    for spec in runs:  # each id whole, first on its line: --only takes it
+        assert any(line.startswith(f"{spec.run}  {spec.workload}/sim seed {spec.seed}: ")
+                   for line in lines), spec.run
+    assert list(tmp_path.iterdir()) == []
+    assert main(["experiment", str(quickstart)]) == 2  # neither --out nor --dry-run
+    assert "experiment needs --out DIR" in capsys.readouterr().out

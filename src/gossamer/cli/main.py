@@ -38,6 +38,7 @@ from ..pipeline import (
     PipelineError,
     RunOutcome,
     RunSettings,
+    RunSpec,
     analysis_jvm_options,
     analyze,
     check_experiment_out,
@@ -345,6 +346,15 @@ def _cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     return _verdict_code(analysis)
 
 
+def _print_planned_runs(runs: Sequence[RunSpec], console: Console) -> None:
+    """One line per run, its id first and whole (what --only takes), then what it runs."""
+    console.print(f"{len(runs)} runs (nothing run: --dry-run)")
+    for spec in runs:
+        options = ", ".join(f"{k}={v}" for k, v in sorted(spec.params.items())) or "defaults"
+        console.print(f"{spec.run}  {spec.workload}/{spec.mode} seed {spec.seed}: {options}",
+                      soft_wrap=True, markup=False, highlight=False)
+
+
 def _print_runs(outcomes: Sequence[RunOutcome], console: Console) -> None:
     counts = {status: sum(1 for o in outcomes if o.status == status)
               for status in ("done", "skipped", "failed")}
@@ -356,7 +366,10 @@ def _print_runs(outcomes: Sequence[RunOutcome], console: Console) -> None:
 
 
 def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
-    out = Path(args.out)
+    if args.out is None and not args.dry_run:
+        error_line(console, "experiment needs --out DIR (the run directory), or --dry-run")
+        return 2
+    out = Path(args.out) if args.out is not None else None
     try:
         experiment = load_experiment(args.file)
         runs = experiment.runs()
@@ -372,6 +385,10 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
                 validate_run(spec)
             except ConfigError as exc:
                 raise PipelineError(f"{args.file}: run {spec.run}: {exc}") from exc
+        if args.dry_run:
+            _print_planned_runs(runs, console)
+            return 0
+        assert out is not None  # checked above
         check_experiment_out(out, runs)  # before a JVM starts for nothing
         master = args.master or default_master()
         console.print(
@@ -518,7 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "skipped), then analyse OUT like `gossamer analyze`. Exits 1 when a run "
                     "failed or a check found violations.")
     experiment.add_argument("file", help="experiment file (TOML)")
-    experiment.add_argument("--out", required=True, help="run directory (shared by executors)")
+    experiment.add_argument("--out", default=None,
+                            help="run directory (shared by executors); required unless "
+                                 "--dry-run")
+    experiment.add_argument("--dry-run", action="store_true",
+                            help="print the runs the file expands to and their options, after "
+                                 "checking them; run nothing")
     experiment.add_argument("--only", action="append", default=None, metavar="RUN",
                             help="run only this run of the file (repeatable): how a failing "
                                  "run is replayed")
