@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from gossamer.core.errors import ConfigError
 from gossamer.protocols.activity import TreeState
 from gossamer.services.activity.client import ActivityClient
 from gossamer.services.activity.server import ActivityTcpServer
@@ -207,5 +208,24 @@ def test_status_probe_draws_the_tree_with_loads() -> None:
             finally:
                 for c in clients:
                     await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_one_live_server_per_data_dir(tmp_path: Path) -> None:
+    # two servers on one data dir registered users into one store behind each other's back
+    async def scenario() -> None:
+        first = ActivityTcpServer(secret=SECRET, port=0, data_dir=tmp_path, hash_iterations=10)
+        await first.start()
+        second = ActivityTcpServer(secret=SECRET, port=0, data_dir=tmp_path,
+                                   hash_iterations=10)
+        with pytest.raises(ConfigError, match="another live activity server uses this"):
+            await second.start()
+        await first.stop()
+        again = ActivityTcpServer(secret=SECRET, port=0, data_dir=tmp_path, hash_iterations=10)
+        await again.start()  # the lock went with the first server
+        await again.stop()
+        with pytest.raises(ConfigError, match="non-empty"):
+            ActivityTcpServer(secret="", port=0)
 
     asyncio.run(scenario())

@@ -112,8 +112,9 @@ def test_server_and_client_processes(tmp_path: Path) -> None:
             secret = first.rsplit(" ", 1)[1]
             p1 = int((await s1.expect(lambda s: " listening on " in s, "ready")).rsplit(":", 1)[1])
             join = ("-rh", "127.0.0.1", "-rp", str(p1), "-s", secret)
-            (s2, p2), (_s3, p3) = await asyncio.gather(net.server("s2", 0, *join),
-                                                       net.server("s3", 0, *join))
+            # s3 gives only -rp: it joins on 127.0.0.1 (it started a network of its own)
+            (s2, p2), (_s3, p3) = await asyncio.gather(
+                net.server("s2", 0, *join), net.server("s3", 0, *join[2:]))
             listen2, listen3, sender = await asyncio.gather(
                 net.client("listen2", p2, "--listen"), net.client("listen3", p3, "--listen"),
                 net.client("sender", p1, stdin=True))

@@ -79,3 +79,69 @@ def test_ctrl_c_in_a_client_verb_exits_130_without_a_traceback(
     assert main(["activity", "status", "127.0.0.1:9", "-s", "secret"]) == 130
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err
+
+
+@pytest.mark.parametrize(("verb", "store"), [
+    (["hub", "--port", "0"], "hub.sqlite"),
+    (["appsync", "server", "--port", "0"], "appsync.sqlite"),
+    (["activity", "server", "-lp", "0"], "activity.sqlite"),
+])
+@pytest.mark.parametrize("damage", ["junk", "a directory"])
+def test_a_store_that_cannot_be_opened_is_one_error_line_and_left_as_it_was(
+        verb: list[str], store: str, damage: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # each printed a sqlite3 traceback (file is not a database) and exited 1
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / store
+    if damage == "junk":
+        path.write_bytes(b"not a database at all\n" * 50)
+    else:
+        path.mkdir()
+    assert main([*verb, "--data-dir", str(data)]) == 2
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert f"error: {path}: cannot be opened as a store" in text, text
+    assert "Traceback" not in text and "new network" not in text
+    if damage == "junk":
+        assert path.read_bytes() == b"not a database at all\n" * 50
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["activity", "server", "-lp", "0", "-s", ""], "the server secret must not be empty"),
+    (["activity", "status", "127.0.0.1:9", "-s", ""], "the server secret must not be empty"),
+    (["activity", "server", "-lp", "0", "--trace-dir", "{tmp}/afile"], "not a directory"),
+])
+def test_activity_arguments_refused_by_the_parser(
+        argv: list[str], says: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # an empty secret was a "protocol bug" traceback once listening; a file as the trace
+    # directory a NotADirectoryError traceback
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(SystemExit) as exited:
+        main([a.format(tmp=tmp_path) for a in argv])
+    assert exited.value.code == 2
+    out = capsys.readouterr()
+    assert says in out.err and "Traceback" not in out.out + out.err
+
+
+def test_an_activity_server_that_cannot_listen_is_exit_2_and_prints_no_secret(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["activity", "server", "-lp", "0", "-lh", "999.9.9.9"]) == 2
+    out = capsys.readouterr()
+    assert "error: the activity server cannot listen on 999.9.9.9:0" in out.out
+    assert "new network" not in out.out  # the secret of a server that never ran
+    assert main(["activity", "server", "-lp", "0", "-rp", "9"]) == 2  # -rp alone joins
+    assert "joining a network needs its secret (-s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--zone", "xyz"], "error: a zone id is 4 hex digits, got 'xyz'"),
+    (["--session-key", ""], "error: a session key is 1..256 characters"),
+])
+def test_appsync_errors_name_their_own_option_only(
+        argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # every ValueError ended "(--min-ms, --max-ms, --tout)", pointing at the round settings
+    assert main(["appsync", "server", "--port", "0", *argv]) == 2
+    text = capsys.readouterr().out
+    assert says in text and "--min-ms" not in text, text

@@ -26,7 +26,7 @@ from .node import (
     TransportKind,
     host_port_address,
 )
-from .store import SqliteStore, WriteBehindStore
+from .store import SqliteStore, StoreOpenError, WriteBehindStore
 
 __all__ = [
     "DEFAULT_RECV_BUFFER",
@@ -44,6 +44,7 @@ __all__ = [
     "NetNodeError",
     "NodeState",
     "SqliteStore",
+    "StoreOpenError",
     "TransportKind",
     "WriteBehindStore",
     "host_port_address",

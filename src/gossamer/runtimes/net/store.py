@@ -25,11 +25,16 @@ from ...core.env import Store, scan_with_pending
 from ...core.errors import ConfigError, StateError
 from .redo import RedoLog, base64_changes, encode_changes, merge, read_redo, redo_path
 
-__all__ = ["SqliteStore", "WriteBehindStore"]
+__all__ = ["SqliteStore", "StoreOpenError", "WriteBehindStore"]
 
 log = logging.getLogger("gossamer.store")
 
 Changes = dict[tuple[str, str], bytes | None]  # (table, key) -> value, None: deleted
+
+
+class StoreOpenError(ConfigError):
+    """The store's file cannot be opened as one: not sqlite, damaged, or not a file. Nothing
+    in it was changed; the message names it."""
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS kv ("
@@ -75,13 +80,21 @@ class SqliteStore(Store):
         self.path = str(path)
         # autocommit mode: transactions are opened explicitly on the first write, so a close
         # without commit() rolls back instead of committing behind our back
-        self._db: sqlite3.Connection | None = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=not any_thread)
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # each commit syncs the log: durable
-            self._db.execute("PRAGMA fullfsync=ON")  # macOS: F_FULLFSYNC, through the disk's cache
-        self._db.execute(_SCHEMA)
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None,
+                                       check_same_thread=not any_thread)
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")  # each commit syncs the log
+                self._db.execute("PRAGMA fullfsync=ON")  # macOS: F_FULLFSYNC, past the cache
+            self._db.execute(_SCHEMA)
+        except sqlite3.Error as exc:  # junk, a damaged file, a directory: nothing is changed
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            raise StoreOpenError(f"{self.path}: cannot be opened as a store ({exc}); move it "
+                                 "aside or use another data directory") from None
         # a live writer's redo log, read at open: its rows on top of the file's (read only)
         self._beside: Changes | None = None
         if self.path != ":memory:" and replay:
@@ -422,7 +435,10 @@ class WriteBehindStore(Store):
                 loop.call_soon(self._run, fn)
             return
         forming.callbacks.append(fn)
-        idle = not self._handed and not self._landing  # landing: the group starts after it
+        # the writer is idle once the newest group handed over is on disk, whether or not the
+        # loop has run its callbacks yet (landing: the group starts after them)
+        handed = self._handed
+        idle = (not handed or handed[-1].durable) and not self._landing
         if idle or len(forming.writes) >= self.max_group_writes:
             self._hand_over()
 
@@ -592,7 +608,8 @@ class WriteBehindStore(Store):
                     del unsynced[row]
 
     def _start_next(self) -> None:
-        if not self._handed and self._forming.writes:
+        handed = self._handed
+        if self._forming.writes and (not handed or handed[-1].durable):
             self._hand_over()
 
     def _run(self, fn: Callable[[], None]) -> None:

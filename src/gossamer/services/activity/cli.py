@@ -49,9 +49,13 @@ def add_activity_parser(
     server = sub.add_parser("server", help="run one server of the network")
     server.add_argument("-lh", "--local-host", default="127.0.0.1")
     server.add_argument("-lp", "--local-port", type=_port, default=DEFAULT_PORT)
-    server.add_argument("-rh", "--remote-host", default=None, help="join the network here")
-    server.add_argument("-rp", "--remote-port", type=_port, default=DEFAULT_PORT)
-    server.add_argument("-s", "--secret", default=None,
+    server.add_argument("-rh", "--remote-host", default=None,
+                        help="join the network through the server on this host (with -rp, "
+                             f"default port {DEFAULT_PORT})")
+    server.add_argument("-rp", "--remote-port", type=_port, default=None,
+                        help="join the network through the server on this port (with -rh, "
+                             "default 127.0.0.1)")
+    server.add_argument("-s", "--secret", type=_secret, default=None,
                         help="the network's server secret (generated and printed if absent)")
     server.add_argument("-a", "--announce-interval", type=_positive_int, default=5000,
                         help="milliseconds between SERVER_ANNOUNCE messages")
@@ -82,7 +86,8 @@ def add_activity_parser(
                                            "parent and connected clients")
     status.add_argument("address", type=host_port, metavar="HOST:PORT",
                         help="any server of the network")
-    status.add_argument("-s", "--secret", required=True, help="the network's server secret")
+    status.add_argument("-s", "--secret", type=_secret, required=True,
+                        help="the network's server secret")
     status.add_argument("--wait", type=_seconds, default=6.0,
                         help="seconds to listen for announcements: a little over the "
                              "network's announce interval (default 6, for the default 5 s)")
@@ -140,8 +145,14 @@ def _status_tree(view: NetworkView) -> Tree:
     return tree
 
 
+def _secret(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("the server secret must not be empty")
+    return text
+
+
 def _trace_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace-dir", default=None,
+    parser.add_argument("--trace-dir", type=_directory, default=None,
                         help="write the trace to TRACE_DIR/trace/RUN/: segment files while "
                              "running (they survive kill -9), ID.parquet at exit")
     parser.add_argument("--run", default="activity", help="run id written in the trace")
@@ -174,16 +185,21 @@ def _close_trace(sink: TraceSink | None, path: Path | None, console: Console) ->
 def _cmd_server(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     secret = args.secret
-    if secret is None:
-        if args.remote_host is not None:
+    # -rh or -rp alone joins too: the other defaults (the client's defaults); it started a
+    # network of its own when only -rp was given
+    joins = args.remote_host is not None or args.remote_port is not None
+    remote = None if not joins else (args.remote_host or "127.0.0.1",
+                                     DEFAULT_PORT if args.remote_port is None
+                                     else args.remote_port)
+    new_network = secret is None
+    if new_network:
+        if joins:
             raise ConfigError("joining a network needs its secret (-s)")
         secret = secrets.token_hex(16)
-        console.print(f"new network, server secret: {secret}", highlight=False)
     data_dir = None
     if args.data_dir is not None:
         data_dir = Path(args.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-    remote = None if args.remote_host is None else (args.remote_host, args.remote_port)
     server_id = args.id or secrets.token_hex(8)
     sink, path = _open_trace(args, server_id)
     try:
@@ -192,23 +208,20 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
                                    announce_interval=args.announce_interval / 1000,
                                    data_dir=data_dir, max_depth=args.max_depth,
                                    server_id=server_id, trace=sink, run=args.run)
-        return asyncio.run(_serve(server, console))
+        return asyncio.run(_serve(server, console, new_network=new_network))
     finally:
         _close_trace(sink, path, console)
 
 
-async def _serve(server: ActivityTcpServer, console: Console) -> int:
+async def _serve(server: ActivityTcpServer, console: Console, *, new_network: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        try:
-            await server.start()
-        except OSError as exc:
-            _error(console, f"cannot listen on {server.spec.host}:{server.spec.port}: "
-                            f"{exc.strerror or exc}")
-            return 1
+        await server.start()  # ConfigError (exit 2) when it cannot listen or use its data dir
+        if new_network:  # once it listens: a secret of a server that never ran helps nobody
+            console.print(f"new network, server secret: {server.secret}", highlight=False)
         host, port = server.address
         console.print(f"activity server {server.server_id} listening on {host}:{port}",
                       highlight=False)

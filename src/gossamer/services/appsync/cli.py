@@ -130,6 +130,8 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
                                  tout=args.tout, zone=args.zone, uplink=args.uplink,
                                  uplink_key=args.uplink_key,
                                  web_root=None if not args.web_root else Path(args.web_root))
+    except ConfigError:  # says which setting itself (zone, session key, web root)
+        raise
     except ValueError as exc:  # the round settings the seed's ``sc`` can carry
         raise ConfigError(f"{exc} (--min-ms, --max-ms, --tout)") from None
     return asyncio.run(_serve(server, console))

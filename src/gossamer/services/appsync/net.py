@@ -131,9 +131,13 @@ class AppSyncWsServer:
             if self._lock is None:
                 raise StateError(f"{self.data_dir}: another live APSYN server uses this "
                                  "data dir")
+        try:
+            store = SqliteStore(path)
+        except BaseException:
+            self._unlock()  # a store that cannot be opened: the data dir is free again
+            raise
         node = NetNode(node_id="appsync-ctrl", factory=self._build, listen=None,
-                       listeners=[self.spec], store=SqliteStore(path), trace=self.trace,
-                       run=self.run)
+                       listeners=[self.spec], store=store, trace=self.trace, run=self.run)
         try:
             await node.start()
         except BaseException as exc:

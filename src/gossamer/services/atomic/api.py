@@ -54,6 +54,7 @@ from ...protocols.ordering.atomic import (
 from ...runtimes.net import (
     DEFAULT_RECV_BUFFER,
     MulticastEnv,
+    StoreOpenError,
     WriteBehindStore,
     parse_group,
     resolve_group_key,
@@ -187,7 +188,7 @@ class AtomicGroup:
             path = self._data_dir / "atomic.sqlite"
             try:
                 self._store = WriteBehindStore(path)
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, StoreOpenError) as exc:
                 self._release()  # this member cannot start: the data dir is free again
                 raise ConfigError(f"{path}: not a member's store ({exc})") from None
         env = MulticastEnv(self.name, group=self._address, key=self._key, codec=CODEC,

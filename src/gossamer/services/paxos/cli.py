@@ -41,6 +41,7 @@ from ...core.argtypes import host_port
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, OperationError
 from ...protocols.ordering.paxos import DecidedOp, PaxosConfig
+from ...runtimes.net import StoreOpenError
 from ...runtimes.net.lines import command_lines, stdin_reader
 from .api import KeyValue, ReplicatedLog
 
@@ -109,7 +110,7 @@ async def run_node(args: argparse.Namespace) -> int:
                             cluster_key=args.cluster_key,
                             trace_dir=None if args.trace_dir is None else Path(args.trace_dir),
                             run=args.run)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, StoreOpenError) as exc:
         raise ConfigError(f"{args.data_dir}: not a replica's store ({exc})") from None
 
     def applied(op: DecidedOp) -> None:
