@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,19 @@ def test_sim_refuses_a_negative_recovery_time_naming_the_flag(
         main(["sim", "--recover-after", "-1"])
     assert exit_info.value.code == 2
     assert "argument --recover-after: must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_the_console_script_exits_130_on_a_ctrl_c_while_loading(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a Ctrl-C in the second or more that Spark's modules take to load was a traceback
+    import types
+
+    import gossamer.cli
+
+    class Loading(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "gossamer.cli.main", Loading("gossamer.cli.main"))
+    assert gossamer.cli.run() == 130
