@@ -8,7 +8,6 @@ the event loop)."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import os
 import shutil
@@ -369,32 +368,6 @@ def test_write_behind_writers_that_wait_for_their_reply_write_again_in_one_group
         assert store.groups_written <= rounds + 1
         assert len(rows(tmp_path / "wb.sqlite")) == writers * rounds
         store.close()
-
-    run(scenario)
-
-
-def test_write_behind_hands_the_next_group_over_once_the_last_is_on_disk_not_once_it_landed(
-        tmp_path: Path) -> None:
-    # the writer thread sat idle from a group's fsync until the loop, busy with a long step,
-    # ran that group's callbacks: a write meanwhile waited for both
-    async def scenario() -> None:
-        store = WriteBehindStore(tmp_path / "wb.sqlite")
-        ran: list[str] = []
-        store.put("t", "a", b"1")
-        store.commit_then(lambda: ran.append("a"))
-        first = store._handed[0]
-        assert first.future is not None
-        concurrent.futures.wait([first.future], timeout=WAIT)  # on disk; the loop not told
-        assert first.durable and ran == []
-        store.put("t", "b", b"2")
-        store.commit_then(lambda: ran.append("b"))
-        assert store.groups_in_flight == 2  # handed over now, not after "a" lands
-        done = asyncio.Event()
-        store.commit_then(done.set)
-        await asyncio.wait_for(done.wait(), WAIT)
-        assert ran == ["a", "b"] and store.groups_written == 2
-        store.close()
-        assert rows(tmp_path / "wb.sqlite") == [("a", b"1"), ("b", b"2")]
 
     run(scenario)
 

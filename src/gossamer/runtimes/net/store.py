@@ -435,10 +435,7 @@ class WriteBehindStore(Store):
                 loop.call_soon(self._run, fn)
             return
         forming.callbacks.append(fn)
-        # the writer is idle once the newest group handed over is on disk, whether or not the
-        # loop has run its callbacks yet (landing: the group starts after them)
-        handed = self._handed
-        idle = (not handed or handed[-1].durable) and not self._landing
+        idle = not self._handed and not self._landing  # landing: the group starts after it
         if idle or len(forming.writes) >= self.max_group_writes:
             self._hand_over()
 
@@ -608,8 +605,7 @@ class WriteBehindStore(Store):
                     del unsynced[row]
 
     def _start_next(self) -> None:
-        handed = self._handed
-        if self._forming.writes and (not handed or handed[-1].durable):
+        if not self._handed and self._forming.writes:
             self._hand_over()
 
     def _run(self, fn: Callable[[], None]) -> None:
