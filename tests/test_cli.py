@@ -218,9 +218,11 @@ def test_sim_runs_differing_in_an_option_are_separate_runs(
     assert main([*base, "--loss", "0.2", "--latency", "const:0.01"]) == 0
     assert main([*base, "--no-retransmit", "--crash", "0.34", "--recover-after", "1"]) in (0, 1)
     capsys.readouterr()
+    assert main([*base, "--loss", "0.2000001", "--latency", "const:0.01"]) == 0  # not cut
+    capsys.readouterr()
     assert sorted(p.name for p in (tmp_path / "trace").iterdir()) == [
-        "fifo-n3-m9-s1", "fifo-n3-m9-s1-crash0.34-recover1-noretransmit",
-        "fifo-n3-m9-s1-loss0.2-latconst_0.01"]
+        "fifo-n3-m9-s1", "fifo-n3-m9-s1-crash0.34-recover1.0-noretransmit",
+        "fifo-n3-m9-s1-loss0.2-latconst_0.01", "fifo-n3-m9-s1-loss0.2000001-latconst_0.01"]
 
 
 def test_sim_refuses_a_negative_recovery_time_naming_the_flag(
@@ -246,3 +248,18 @@ def test_the_console_script_exits_130_on_a_ctrl_c_while_loading(
 
     monkeypatch.setitem(sys.modules, "gossamer.cli.main", Loading("gossamer.cli.main"))
     assert gossamer.cli.run() == 130
+
+
+def test_analyze_refuses_an_empty_layer_and_an_output_it_cannot_make(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", "--nodes", "3", "--messages", "9", "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    spark = ["--master", "no-spark-is-started"]
+    assert main(["analyze", str(tmp_path / "run"), "--layer", "", *spark]) == 2
+    assert "error: --layer needs a layer name" in capsys.readouterr().out
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "deeper")
+    # a traceback (FileExistsError) and exit 1 once Spark had run
+    assert main(["analyze", str(tmp_path / "run"), "--out", str(tmp_path / "dangling"),
+                 *spark]) == 2
+    assert "cannot be made" in capsys.readouterr().out

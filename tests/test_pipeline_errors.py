@@ -147,9 +147,10 @@ def test_a_spark_that_cannot_start_is_one_line_with_exit_2_and_no_java_log(
 
 
 @pytest.mark.parametrize(("given", "says"), [
-    (["--layer", "fiffo"], "layers fiffo: no row of the trace is in that layer (its layers: "),
-    (["--layer", "fifo", "--total-order", "replica"], "total_order_layers replica: no row"),
-    (["--ignore-stored-settings", "--layer", "fifo", "--layer", "fiffo"], "layers fiffo: no"),
+    (["--layer", "fiffo"],
+     "--layer fiffo (layers): no row of the trace is in that layer (its layers: "),
+    (["--layer", "fifo", "--total-order", "replica"], "--total-order replica (total_order"),
+    (["--ignore-stored-settings", "--layer", "fifo", "--layer", "fiffo"], "--layer fiffo"),
 ])
 def test_a_layer_named_on_the_command_line_that_the_trace_lacks_is_exit_2(
     spark: Any, tmp_path: Path, capsys: Any, given: list[str], says: str
@@ -177,3 +178,16 @@ def test_stored_settings_whose_layers_name_nothing_in_the_trace_are_exit_2(
     raw["checks"]["layers"] = ["fifo", "replica"]  # several services' layers: one is enough
     settings.write_text(json.dumps(raw))
     assert analyse(run_dir) == 0, capsys.readouterr().out
+
+
+def test_layer_checks_only_that_layer_and_a_verdict_with_nothing_checked_says_so(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    # --layer net went on judging FIFO on layer fifo (the stored fifo_layers) and said
+    # "EVERY GUARANTEE HELD (1 held; 11 not applicable)"
+    run_dir, _ = recorded_copy(tmp_path)
+    assert analyse(run_dir, "--layer", "net") == 0
+    output = capsys.readouterr().out
+    assert "verdict: NOTHING TO CHECK (0 held; 12 not applicable)" in output, output
+    assert analyse(run_dir, "--layer", "fifo") == 0
+    assert "verdict: EVERY GUARANTEE HELD (" in capsys.readouterr().out

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gossamer.cli.main import main
-from gossamer.cli.workloads import run_workload, validate_run
+from gossamer.cli.workloads import resolved_options, run_workload, validate_run
 from gossamer.core.errors import ConfigError
 from gossamer.core.traceio import ParquetSink, trace_path
 from gossamer.pipeline import (
@@ -231,6 +231,26 @@ def test_a_changed_file_into_the_same_output_is_refused_not_half_skipped(
     assert "run fifo-s1 was done with other options (loss 0.1 there, 0.2 here)" in said, said
     assert (out / "runs" / f"{spec.run}.json").read_text() == record
     check_experiment_out(out, [spec])  # the same file again: the done run is skipped
+    # an option written out at its default value is the same run (it was refused as a change)
+    same = write(tmp_path, 'name = "fifo"\nworkload = "fifo"\nseeds = [1]\n[options]\n'
+                           "loss = 0.1\nduplicate = 0.0\nnodes = 20")
+    check_experiment_out(out, load_experiment(same).runs(), resolved=resolved_options)
+    with pytest.raises(PipelineError, match="duplicate"):
+        check_experiment_out(out, load_experiment(same).runs())  # without the defaults
+
+
+def test_the_experiments_analysis_directory_is_checked_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it was refused only after every run had run
+    good = write(tmp_path, 'name = "fifo"\nworkload = "fifo"\nseeds = [1]')
+    (tmp_path / "out" / "analysis").mkdir(parents=True)
+    (tmp_path / "out" / "analysis" / "notes.txt").write_text("mine")
+    code = main(["experiment", str(good), "--out", str(tmp_path / "out"),
+                 "--master", "no-spark-is-started"])
+    said = capsys.readouterr().out
+    assert code == 2 and "the experiment's analysis directory" in said and "notes.txt" in said
+    assert not (tmp_path / "out" / "trace").exists()
 
 
 def test_conf_pairs_need_an_equals_sign() -> None:
@@ -289,3 +309,12 @@ def test_dry_run_lists_the_runs_whole_and_runs_nothing(
     assert list(tmp_path.iterdir()) == []
     assert main(["experiment", str(quickstart)]) == 2  # neither --out nor --dry-run
     assert "experiment needs --out DIR" in capsys.readouterr().out
+
+
+def test_a_sweep_repeating_a_value_is_refused_as_repeated_seeds_are(tmp_path: Path) -> None:
+    # loss = [0.1, 0.1] made two identical runs, the second named ...-s1-1
+    bad = write(tmp_path, 'workload = "fifo"\n[sweep]\nloss = [0.1, 0.1]')
+    with pytest.raises(PipelineError, match=r"sweep.loss repeats a value"):
+        load_experiment(bad)
+    fine = write(tmp_path, 'workload = "fifo"\n[sweep]\nnodes = [1, 2]')
+    assert len(load_experiment(fine).runs()) == 2

@@ -69,7 +69,7 @@ from ..services.pubsub.cli import add_pubsub_parser
 from ..services.replica.cli import add_hub_parser
 from .sparkargs import error_line, is_spark_failure, refused, spark_arguments, spark_failure
 from .vopr import add_vopr_parser
-from .workloads import run_workload, validate_run
+from .workloads import resolved_options, run_workload, validate_run
 
 __all__ = ["build_parser", "main"]
 
@@ -106,6 +106,13 @@ def _cmd_sim(args: argparse.Namespace, console: Console) -> int:
     return 0 if ok or args.allow_violations else 1
 
 
+def _loss(text: str) -> float:
+    value = _probability(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1) (at 1 nothing arrives), got {value}")
+    return value
+
+
 #: how ``gossamer sim`` names an option in its run id when it is not the default
 _SIM_NAMES = {"loss": "loss", "duplicate": "dup", "reorder": "reorder", "latency": "lat",
               "rate": "rate", "crash": "crash", "recover_after": "recover", "settle": "settle"}
@@ -120,8 +127,7 @@ def _sim_run_name(options: FifoRunOptions) -> str:
     for field, short in _SIM_NAMES.items():
         value = getattr(options, field)
         if value != getattr(defaults, field):
-            parts.append(short + re.sub(r"[^A-Za-z0-9.]+", "_", f"{value:g}"
-                                        if isinstance(value, float) else str(value)))
+            parts.append(short + re.sub(r"[^A-Za-z0-9.]+", "_", str(value)))
     if not options.retransmit:
         parts.append("noretransmit")
     return "-".join(parts)
@@ -243,6 +249,8 @@ def _check_overrides(args: argparse.Namespace) -> dict[str, Any]:
         if value is None or value is False:
             continue
         given[field] = tuple(v for v in value if v != "") if isinstance(value, list) else value
+    if given.get("layers") == ():  # '' is "none" for the lists of what layers promise
+        raise PipelineError("--layer needs a layer name (check only these layers)")
     return given
 
 
@@ -389,7 +397,9 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
             _print_planned_runs(runs, console)
             return 0
         assert out is not None  # checked above
-        check_experiment_out(out, runs)  # before a JVM starts for nothing
+        # before a JVM starts for nothing
+        check_experiment_out(out, runs, resolved=resolved_options)
+        check_out_dir(out / "analysis", out, what="the experiment's analysis directory")
         master = args.master or default_master()
         console.print(
             f"[bold]gossamer experiment[/] {experiment.name}: workload "
@@ -463,7 +473,7 @@ def _add_group_options(
     parser.add_argument("--nodes", type=_positive_int, default=nodes)
     parser.add_argument("--messages", type=int, default=messages)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--loss", type=_probability, default=0.0, help=loss_help)
+    parser.add_argument("--loss", type=_loss, default=0.0, help=loss_help)
 
 
 def build_parser() -> argparse.ArgumentParser:

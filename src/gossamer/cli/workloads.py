@@ -43,7 +43,7 @@ from ..services.pubsub.chordrun import ChordRunOptions, ChordRunResult, run_chor
 from ..services.pubsub.experiment import PubSubRunOptions, PubSubRunResult, run_pubsub_sim
 from ..services.replica.experiment import ReplicaRunOptions, ReplicaRunResult, run_replica_sim
 
-__all__ = ["WORKLOADS", "run_workload", "validate_run"]
+__all__ = ["WORKLOADS", "resolved_options", "run_workload", "validate_run"]
 
 #: workload -> mode -> options dataclass (its fields are what [options] and [sweep] may set)
 WORKLOADS: Mapping[str, Mapping[str, type[Any]]] = {
@@ -98,6 +98,14 @@ def _fits(default: Any, value: Any) -> bool:
 def validate_run(spec: RunSpec) -> None:
     """Raise ``ConfigError`` now, on the driver, for a run whose options cannot work."""
     _options(spec)
+
+
+def resolved_options(spec: RunSpec) -> dict[str, Any]:
+    """Every option the run has, the defaults filled in (``ConfigError`` as ``validate_run``)."""
+    options = dataclasses.asdict(_options(spec))
+    options.pop("seed", None)
+    options.pop("run", None)
+    return options
 
 
 def _result(result: FifoRunResult) -> dict[str, Any]:

@@ -305,10 +305,9 @@ def analyze(
     stored = read_run_settings(run_dir) if use_stored_settings else {}
     if overrides:
         try:
-            stored = {run: dataclasses.replace(settings, checks=dataclasses.replace(
-                settings.checks, **overrides)) for run, settings in stored.items()}
-            config = dataclasses.replace(config, checks=dataclasses.replace(config.checks,
-                                                                           **overrides))
+            stored = {run: dataclasses.replace(settings, checks=_overridden(
+                settings.checks, overrides)) for run, settings in stored.items()}
+            config = dataclasses.replace(config, checks=_overridden(config.checks, overrides))
         except TypeError as exc:
             raise PipelineError(f"unknown check setting: {exc}") from exc
     # segments of processes that were killed (or never closed) become their Parquet files
@@ -368,22 +367,27 @@ OUTPUT_NAMES = frozenset({
     "paxos", "atomic", "layer_messages"})
 
 
-def check_out_dir(out: Path, run_dir: Path) -> None:
+def check_out_dir(out: Path, run_dir: Path, *, what: str = "--out") -> None:
     """``PipelineError`` unless ``out`` may take an analysis's tables: the analysis replaces
     folders named like its tables (``runs/``, ``checks/``...), so ``out`` must be new, empty or
     an earlier analysis's output, and must neither hold the run directory nor lie in its
     trace. (``analyze RUN --out .`` replaced ``./runs``, an experiment's run records.)"""
     where, home = out.resolve(), run_dir.resolve()
     if where == home or where in home.parents:
-        raise PipelineError(f"--out {out}: holds the run directory {run_dir} (the analysis "
+        raise PipelineError(f"{what} {out}: holds the run directory {run_dir} (the analysis "
                             "writes folders such as runs/ and checks/ there); give a directory "
                             f"of its own, e.g. the default {run_dir / 'analysis'}")
     if where == home / "trace" or (home / "trace") in where.parents:
-        raise PipelineError(f"--out {out}: inside the run's trace directory; give a directory "
+        raise PipelineError(f"{what} {out}: inside the run's trace directory; give a directory "
                             f"of its own, e.g. the default {run_dir / 'analysis'}")
     if out.exists() and not out.is_dir():
-        raise PipelineError(f"--out {out}: a file, not a directory")
+        raise PipelineError(f"{what} {out}: a file, not a directory")
     if not out.is_dir():
+        try:  # now, not once Spark ran: a dangling link, a path no one may write
+            out.mkdir(parents=True)
+        except OSError as exc:
+            raise PipelineError(f"{what} {out}: cannot be made ({exc.strerror or exc})"
+                                ) from None
         return
     marked = (out / OUTPUT_MARKER).exists()
     foreign = sorted(entry.name for entry in out.iterdir()
@@ -392,7 +396,7 @@ def check_out_dir(out: Path, run_dir: Path) -> None:
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3
                                           else "")
-        raise PipelineError(f"--out {out}: holds files an analysis did not write ({shown}); "
+        raise PipelineError(f"{what} {out}: holds files an analysis did not write ({shown}); "
                             "give a new or empty directory, or an earlier analysis's output")
 
 
@@ -659,6 +663,26 @@ def _analyze(
 
 
 
+#: the command line's flag for each layer list (``gossamer analyze``)
+_FLAGS = {"layers": "--layer", "total_order_layers": "--total-order",
+          "fifo_layers": "--fifo-layer", "session_layers": "--session-layer",
+          "causal_layers": "--causal-layer", "own_delivery_layers": "--own-delivery-layer"}
+
+
+def _overridden(checks: CheckConfig, overrides: Mapping[str, Any]) -> CheckConfig:
+    """``checks`` with the command line's settings in place; a ``layers`` given there also
+    narrows the other layer lists it does not set (``--layer L`` checks only L: stored
+    ``fifo_layers = ["fifo"]`` went on judging fifo under ``--layer store``)."""
+    layers = overrides.get("layers")
+    narrowed: dict[str, Any] = {}
+    if layers is not None:
+        for field in LAYER_LISTS:
+            value = getattr(checks, field)
+            if field != "layers" and field not in overrides and value is not None:
+                narrowed[field] = tuple(layer for layer in value if layer in layers)
+    return dataclasses.replace(checks, **narrowed, **overrides)
+
+
 def _refuse_absent_layers(overrides: Mapping[str, Any], layers: set[str],
                           configs: Sequence[CheckConfig] = ()) -> None:
     """``PipelineError`` for a layer no row of the trace is in, where that is a mistake, not a
@@ -671,8 +695,10 @@ def _refuse_absent_layers(overrides: Mapping[str, Any], layers: set[str],
         if field in LAYER_LISTS and value is not None:
             missing = [layer for layer in value if layer not in layers]
             if missing:
-                raise PipelineError(f"{field} {', '.join(missing)}: no row of the trace is in "
-                                    f"that layer (its layers: {known})")
+                flag = _FLAGS.get(field)
+                given = f"{flag} {missing[0]} ({field})" if flag else f"{field} {missing[0]}"
+                raise PipelineError(f"{given}: no row of the trace is in that layer (its "
+                                    f"layers: {known})")
     for checks in configs:
         if checks.layers is not None and not set(checks.layers) & layers:
             raise PipelineError(f"layers {', '.join(checks.layers)}: no row of the trace is in "

@@ -221,6 +221,8 @@ def _group(
         if not isinstance(points, list) or not points:
             raise PipelineError(f"{file}: {where}sweep.{axis} must be a non-empty list")
         sweep[axis] = tuple(_scalar(f"{file}: {where}sweep.{axis}", p) for p in points)
+        if len({(type(p), p) for p in sweep[axis]}) != len(points):
+            raise PipelineError(f"{file}: {where}sweep.{axis} repeats a value: {points}")
     for key in (*options, *sweep):
         if key in _RESERVED:
             raise PipelineError(f"{file}: {where}{key!r} is set by the experiment itself "
@@ -353,10 +355,14 @@ def run_experiment(
     return [by_run[name] for name in names]
 
 
-def check_experiment_out(out: str | Path, runs: Sequence[RunSpec]) -> None:
+def check_experiment_out(out: str | Path, runs: Sequence[RunSpec], *,
+                         resolved: Callable[[RunSpec], Mapping[str, Any]] | None = None
+                         ) -> None:
     """``PipelineError`` if ``out`` is a file, or holds a run already done with other options
     than it is asked for now (a changed file run into the same --out): that run would be
-    skipped, and its record rewritten to options its trace was not made with."""
+    skipped, and its record rewritten to options its trace was not made with. ``resolved``
+    (the workload's, when the caller knows it): a run's every option, defaults filled in, so
+    an option written out at its default value is no change."""
     if Path(out).exists() and not Path(out).is_dir():
         raise PipelineError(f"--out {out}: a file, not a directory")
     for spec in runs:
@@ -368,6 +374,13 @@ def check_experiment_out(out: str | Path, runs: Sequence[RunSpec]) -> None:
             continue  # no record to compare with: the trace stands as it is
         asked = spec.record()
         was, now = stored.get("params", {}), asked["params"]
+        if resolved is not None and isinstance(was, dict):
+            try:
+                was = dict(resolved(dataclasses.replace(spec, params=was)))
+            except ValueError:  # the record's options no longer make a run: a change
+                pass
+            else:
+                now = dict(resolved(spec))
         changed = [f"{key} {was.get(key, '(default)')!r} there, {now.get(key, '(default)')!r} "
                    f"here" for key in sorted(set(was) | set(now)) if was.get(key) != now.get(key)]
         changed += [f"{key} {stored.get(key)!r} there, {asked[key]!r} here"

@@ -54,7 +54,7 @@ def verdict_line(analysis: Analysis) -> str:
     parts.append(f"{held} held")
     parts.append(f"{na} not applicable")
     word = ("COULD NOT ANALYSE" if analysis.errored else "VIOLATED" if analysis.failed
-            else "EVERY GUARANTEE HELD")
+            else "EVERY GUARANTEE HELD" if held else "NOTHING TO CHECK")
     return f"verdict: {word} ({'; '.join(parts)})"
 
 
