@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gossamer.core.errors import ConfigError
+from gossamer.core.errors import ConfigError, StateError
 from gossamer.protocols.activity import TreeState
 from gossamer.services.activity.client import ActivityClient
 from gossamer.services.activity.server import ActivityTcpServer
@@ -135,9 +135,10 @@ def test_in_process_server_with_the_wrong_secret_fails() -> None:
 
 
 @pytest.mark.processes
-def test_cli_server_errors_are_one_line_and_exit_1() -> None:
-    """A server joining with the wrong secret, and a server whose port is taken, each print one
-    error line and exit 1 (no traceback, no retrying for ever)."""
+def test_cli_server_errors_are_one_line_and_exit_1_or_2() -> None:
+    """A server joining with the wrong secret prints one error line and exits 1 (no traceback,
+    no retrying for ever); one whose port is taken exits 2, bad input as for the hub and the
+    APSYN server."""
     async def run(*args: str) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gossamer.cli.main", "activity", "server", *args,
@@ -155,8 +156,8 @@ def test_cli_server_errors_are_one_line_and_exit_1() -> None:
             assert "error:" in out and "refused this network's secret" in out
             assert "Traceback" not in err
             code, out, err = await run("-lp", str(port), "-lh", host)
-            assert code == 1, (out, err)
-            assert f"error: cannot listen on {host}:{port}" in out
+            assert code == 2, (out, err)
+            assert f"error: the activity server cannot listen on {host}:{port}" in out
             assert "Traceback" not in err
 
     asyncio.run(scenario())
@@ -219,7 +220,7 @@ def test_one_live_server_per_data_dir(tmp_path: Path) -> None:
         await first.start()
         second = ActivityTcpServer(secret=SECRET, port=0, data_dir=tmp_path,
                                    hash_iterations=10)
-        with pytest.raises(ConfigError, match="another live activity server uses this"):
+        with pytest.raises(StateError, match="another live activity server uses this"):
             await second.start()
         await first.stop()
         again = ActivityTcpServer(secret=SECRET, port=0, data_dir=tmp_path, hash_iterations=10)

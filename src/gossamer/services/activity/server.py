@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 from pathlib import Path
 
 from ...core.conn import Framing, ListenerSpec
 from ...core.env import Env
 from ...core.errors import ConfigError, StateError
-from ...core.filelock import try_lock
 from ...core.trace import TraceSink
 from ...protocols.activity import DEFAULT_MAX_LINE, ActivityServer, ServerConfig
-from ...runtimes.net import NetNode, SqliteStore
+from ...runtimes.net import NetNode
+from ...runtimes.net.datadir import DataDir
 
 __all__ = ["DEFAULT_PORT", "LISTENER", "ActivityTcpServer"]
 
@@ -70,7 +69,8 @@ class ActivityTcpServer:
         self.core: ActivityServer | None = None
         self._node: NetNode | None = None
         self.failure: str | None = None  # why the server gave up (its secret refused)
-        self._lock: int | None = None  # the data dir's lock while running
+        self._dir = DataDir(None if data_dir is None else Path(data_dir), STORE_FILE,
+                            who="activity server")
         self.failed = asyncio.Event()  # set when it gave up: the process should exit
 
     def _gave_up(self, reason: str) -> None:
@@ -103,46 +103,26 @@ class ActivityTcpServer:
                         self.server_id, host, port, attempts)
 
     async def start(self) -> None:
-        """Listen (and join ``remote``); ``ConfigError`` when the address cannot be bound, the
-        data dir's store cannot be opened or another live server uses the data dir (two
-        would register users into one store behind each other's back)."""
+        """Listen (and join ``remote``); ``ConfigError`` when the address cannot be bound or
+        the data dir's store cannot be opened, ``StateError`` when another live server uses
+        the data dir (two would register users into one store behind each other's back)."""
         if self._node is not None:
             raise StateError("start() called twice")
-        path = ":memory:" if self.data_dir is None else Path(self.data_dir) / STORE_FILE
-        if self.data_dir is not None:
-            self._lock = try_lock(Path(self.data_dir) / f"{STORE_FILE}.lock")
-            if self._lock is None:
-                raise ConfigError(f"{self.data_dir}: another live activity server uses this "
-                                  "data dir")
-        try:
-            store = SqliteStore(path)
-        except BaseException:
-            self._unlock()
-            raise
+        store = self._dir.open_store()
         node = NetNode(node_id=self.server_id, factory=self._build, listen=None,
                        listeners=[self.spec], store=store, trace=self.trace, run=self.run)
         self._node = node  # the process's factory reads its address
         try:
-            await node.start()
-        except BaseException as exc:
+            await self._dir.start(node, self.spec)
+        except BaseException:
             self._node = None
-            await node.close()
-            self._unlock()
-            if isinstance(exc, OSError):
-                raise ConfigError(f"the activity server cannot listen on {self.spec.host}:"
-                                  f"{self.spec.port}: {exc.strerror or exc}") from None
             raise
 
     async def stop(self) -> None:
         if self._node is not None:
             await self._node.close()
         self.core = None
-        self._unlock()
-
-    def _unlock(self) -> None:
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        self._dir.release()
 
     async def __aenter__(self) -> ActivityTcpServer:
         await self.start()

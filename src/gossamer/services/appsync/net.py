@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 from ...core.conn import Framing, ListenerSpec, parse_address
 from ...core.env import Env
 from ...core.errors import ConfigError, OperationError, StateError
-from ...core.filelock import try_lock
 from ...core.trace import TraceSink
 from ...protocols.appsync import Action, Create, Delete, Mode, ObjectInfo, Scope, Status, Update
 from ...protocols.appsync.p2p import P2PConfig, P2PParticipant
@@ -36,10 +34,10 @@ from ...protocols.ordering.paxos import CODEC, PaxosConfig
 from ...runtimes.net import (
     NetNode,
     NodeState,
-    SqliteStore,
     WriteBehindStore,
     host_port_address,
 )
+from ...runtimes.net.datadir import DataDir
 
 __all__ = ["DEFAULT_PORT", "AppSyncClient", "AppSyncP2PNode", "AppSyncWsServer", "Shared"]
 
@@ -92,7 +90,8 @@ class AppSyncWsServer:
                                  static_root=None if web_root is None else str(
                                      Path(web_root).resolve()))
         self.data_dir = data_dir
-        self._lock: int | None = None  # the data dir's lock while running
+        self._dir = DataDir(None if data_dir is None else Path(data_dir), STORE_FILE,
+                            who="APSYN server")
         self.trace = trace
         self.run = run
         self.core: AppSyncServer | None = None
@@ -124,29 +123,11 @@ class AppSyncWsServer:
     async def start(self) -> None:
         if self._node is not None:
             raise StateError("start() called twice")
-        path = ":memory:" if self.data_dir is None else Path(self.data_dir) / STORE_FILE
-        if self.data_dir is not None:
-            # one server per data dir: two would write their sessions into one store
-            self._lock = try_lock(Path(self.data_dir) / f"{STORE_FILE}.lock")
-            if self._lock is None:
-                raise StateError(f"{self.data_dir}: another live APSYN server uses this "
-                                 "data dir")
-        try:
-            store = SqliteStore(path)
-        except BaseException:
-            self._unlock()  # a store that cannot be opened: the data dir is free again
-            raise
+        # one server per data dir: two would write their sessions into one store
+        store = self._dir.open_store()
         node = NetNode(node_id="appsync-ctrl", factory=self._build, listen=None,
                        listeners=[self.spec], store=store, trace=self.trace, run=self.run)
-        try:
-            await node.start()
-        except BaseException as exc:
-            await node.close()
-            self._unlock()
-            if isinstance(exc, OSError):
-                raise ConfigError(f"the APSYN server cannot listen on {self.spec.host}:"
-                                  f"{self.spec.port}: {exc.strerror or exc}") from None
-            raise
+        await self._dir.start(node, self.spec)
         self._node = node
 
     async def stop(self) -> None:
@@ -154,12 +135,7 @@ class AppSyncWsServer:
             await self._node.close()
         self._node = None
         self.core = None
-        self._unlock()
-
-    def _unlock(self) -> None:
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        self._dir.release()
 
     async def __aenter__(self) -> AppSyncWsServer:
         await self.start()
