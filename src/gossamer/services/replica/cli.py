@@ -50,7 +50,8 @@ def add_hub_parser(
     hub.add_argument("--host", default="127.0.0.1")
     hub.add_argument("--port", type=_port, default=8080, help="0 picks a free port")
     hub.add_argument("--data-dir", type=_directory, default="runs/hub",
-                     help="the hub's directory: the object snapshot and per-client logs live in "
+                     help="the hub's directory (default runs/hub, under the current "
+                          "directory): the object snapshot and per-client logs live in "
                           "DATA_DIR/hub.sqlite (kept across restarts), the trace in "
                           "DATA_DIR/trace/RUN/: segment files while running (they survive "
                           "kill -9), hub.parquet at exit")
