@@ -141,3 +141,18 @@ def test_reanalysing_quickstart_output_reproduces_the_experiments_verdict(
     assert main(["analyze", str(out), "--out", str(again), *SPARK_ARGS]) == 0
     assert {r.check: (r.status, r.reason, r.violations)
             for r in spark.read.parquet(str(again / "checks")).collect()} == verdict
+
+
+def test_an_option_written_at_its_default_skips_the_done_run(
+    spark: Any, tmp_path: Path, capsys: Any
+) -> None:
+    # the driver's check took the defaults into account, run_experiment's did not: refused
+    toml = tmp_path / "exp.toml"
+    toml.write_text('name = "d"\nworkload = "fifo"\nseeds = [1]\n[options]\nnodes = 3\n'
+                    "messages = 10\nsettle = 5.0\n")
+    out = tmp_path / "out"
+    assert main(["experiment", str(toml), "--out", str(out), *SPARK_ARGS]) == 0
+    capsys.readouterr()
+    toml.write_text(toml.read_text() + "duplicate = 0.0\n")
+    assert main(["experiment", str(toml), "--out", str(out), *SPARK_ARGS]) == 0
+    assert "runs: 0 done, 1 skipped" in capsys.readouterr().out

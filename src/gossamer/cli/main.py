@@ -413,7 +413,7 @@ def _cmd_experiment(args: argparse.Namespace, console: Console) -> int:
         ) as bar:
             task = bar.add_task("running", total=len(runs))
             outcomes = run_experiment(
-                spark, runs, out, run_workload,
+                spark, runs, out, run_workload, resolved=resolved_options,
                 progress=lambda done, total: bar.update(task, completed=done, total=total))
         _print_runs(outcomes, console)
         if all(o.status == "failed" for o in outcomes):

@@ -294,8 +294,10 @@ def run_experiment(
     *,
     progress: Callable[[int, int], None] | None = None,
     poll_seconds: float = 0.5,
+    resolved: Callable[[RunSpec], Mapping[str, Any]] | None = None,
 ) -> list[RunOutcome]:
-    """Run every run that is not done yet, one Spark task each; done runs are skipped.
+    """Run every run that is not done yet, one Spark task each; done runs are skipped (one
+    done with other options is refused: ``check_experiment_out``, given ``resolved``).
 
     ``progress(done, total)`` is called from this thread as tasks finish (Spark's status
     tracker counts them). ``out_dir`` must be visible to every executor (shared storage on a
@@ -306,7 +308,7 @@ def run_experiment(
     names = [spec.run for spec in runs]
     if len(set(names)) != len(names):
         raise PipelineError("run ids must be unique")
-    check_experiment_out(out_dir, runs)
+    check_experiment_out(out_dir, runs, resolved=resolved)
     out = str(Path(out_dir).resolve())
     write_run_records(out, runs)
     skipped = [RunOutcome(s.run, "skipped", 0.0, "trace already complete", {})
@@ -375,12 +377,9 @@ def check_experiment_out(out: str | Path, runs: Sequence[RunSpec], *,
         asked = spec.record()
         was, now = stored.get("params", {}), asked["params"]
         if resolved is not None and isinstance(was, dict):
-            try:
-                was = dict(resolved(dataclasses.replace(spec, params=was)))
-            except ValueError:  # the record's options no longer make a run: a change
-                pass
-            else:
-                now = dict(resolved(spec))
+            stored_full = _resolved_or_none(resolved, dataclasses.replace(spec, params=was))
+            if stored_full is not None:  # else they no longer make a run: compared as given
+                was, now = stored_full, dict(resolved(spec))
         changed = [f"{key} {was.get(key, '(default)')!r} there, {now.get(key, '(default)')!r} "
                    f"here" for key in sorted(set(was) | set(now)) if was.get(key) != now.get(key)]
         changed += [f"{key} {stored.get(key)!r} there, {asked[key]!r} here"
@@ -390,6 +389,15 @@ def check_experiment_out(out: str | Path, runs: Sequence[RunSpec], *,
                 f"{Path(out) / 'trace' / spec.run}: run {spec.run} was done with other options "
                 f"({'; '.join(changed)}); a done run is skipped, not run again: give a new "
                 "--out, or remove that run's trace to run it anew")
+
+
+def _resolved_or_none(resolved: Callable[[RunSpec], Mapping[str, Any]],
+                      spec: RunSpec) -> dict[str, Any] | None:
+    """``spec``'s every option, or None when its options are refused (``ValueError``)."""
+    try:
+        return dict(resolved(spec))
+    except ValueError:
+        return None
 
 
 def _record_result(out_dir: str, outcome: RunOutcome) -> None:
