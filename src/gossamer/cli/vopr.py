@@ -100,7 +100,7 @@ def _cmd_vopr(args: argparse.Namespace, console: Console) -> int:
         schedules = [draw_schedule(service, seed, overrides=overrides) for seed in seeds]
         # one seed replayed goes where its replay command puts it: the campaign stays
         out = (Path(args.out) if args.out else Path("runs") / "vopr" / service
-               if args.seed is None else Path("runs") / "vopr" / "replay" / schedules[0].run)
+               if args.seed is None else schedules[0].replay_dir)
         for schedule in schedules:
             validate_run(schedule.spec())
         if args.dry_run:

@@ -530,8 +530,12 @@ class Schedule:
         campaign's stays as it was)."""
         extra = "".join(f" --override {key}={_literal(value)}"
                         for key, value in sorted(self.overrides.items()))
-        return (f"gossamer vopr {self.service} --seed {self.seed}{extra} "
-                f"--out runs/vopr/replay/{self.run}")
+        return f"gossamer vopr {self.service} --seed {self.seed}{extra} --out {self.replay_dir}"
+
+    @property
+    def replay_dir(self) -> Path:
+        """Where a replay of this seed goes by default: a directory of its own."""
+        return Path("runs") / "vopr" / "replay" / self.run
 
     def record(self) -> dict[str, Any]:
         return {"service": self.service, "seed": self.seed, "run": self.run,
