@@ -1226,6 +1226,19 @@ def _verdict(met: bool) -> str:
     return "[green]met[/green]" if met else "[red]MISSED[/red]"
 
 
+def serve_loop(kind: str) -> Callable[[Any], Any]:
+    """How a server kind runs: a gossamer hub on the event loop its commands choose
+    (``GOSSAMER_LOOP``; a checkout from before that choice, on asyncio's), every other server
+    on asyncio's, as its own library runs by default."""
+    if kind in ("hub", RELAY):  # (another checkout's hub is served as "hub" from its src)
+        try:
+            from gossamer.runtimes.net.looppolicy import run as run_on_policy
+        except ImportError:
+            return asyncio.run
+        return run_on_policy
+    return asyncio.run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true",
@@ -1247,7 +1260,7 @@ def main(argv: list[str] | None = None) -> int:
         SOURCES[BASE] = os.path.abspath(args.against)
     if args.serve:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(args.serve))
+            serve_loop(args.serve)(serve(args.serve))
         return 0
     result = run(args.quick, clients=args.clients, window=args.window,
                  rounds=args.rounds, relay=args.relay)

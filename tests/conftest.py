@@ -13,6 +13,13 @@ settings.register_profile("ci", max_examples=50, deadline=None)
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("GOSSAMER_HYPOTHESIS_PROFILE", "ci"))
 
+if os.environ.get("GOSSAMER_TEST_LOOP") == "uvloop":  # every test's event loop uvloop's
+    import asyncio
+
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
 
 @pytest.fixture(scope="session")
 def spark() -> Any:

@@ -13,7 +13,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from gossamer.core import (
     Codec,
@@ -55,6 +55,14 @@ async def _cancel_leftovers() -> None:
     await asyncio.gather(*leftovers, return_exceptions=True)
 
 
+def uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes uvloop's event loop: ``NetCluster(..., loop_factory=uvloop_factory())`` runs
+    the runtime on another loop than asyncio's (a dev dependency, as on users' machines)."""
+    import uvloop
+
+    return cast(Callable[[], asyncio.AbstractEventLoop], uvloop.new_event_loop)
+
+
 class NetCluster:
     """``down`` nodes get a reserved port and are only started by ``start_node``."""
 
@@ -71,10 +79,12 @@ class NetCluster:
         down: Iterable[str] = (),
         listeners: dict[str, list[ListenerSpec]] | None = None,
         sees_cluster: bool = False,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
         **node_options: Any,
     ) -> None:
         """``sees_cluster``: ``factory(env, cluster)``, so a process can find the others'
-        listeners (``listener_address``) when it starts."""
+        listeners (``listener_address``) when it starts. ``loop_factory`` makes the event
+        loop the nodes run on (``uvloop.new_event_loop``: the runtime on uvloop's)."""
         self.node_ids = list(node_ids)
         if sees_cluster:
             inner = factory
@@ -91,7 +101,7 @@ class NetCluster:
             trace=self.trace,
         )
         self._tmp = tempfile.TemporaryDirectory(prefix="gossamer-net-")
-        self._loop = asyncio.new_event_loop()
+        self._loop = loop_factory()
         self._wake = asyncio.Event()
         self.host = NetHost(on_activity=self._wake.set)
         self._ports: dict[str, int] = {}

@@ -17,9 +17,11 @@ from gossamer.protocols.ordering import FifoBroadcast, FifoData
 from gossamer.protocols.ordering.fifo import CODEC as FIFO_CODEC
 from harness_sim import SimCluster
 
-RUNTIMES = ["sim", "tcp", "ws"]
+# uvloop: TCP peer links on uvloop's event loop instead of asyncio's (its WebSocket listeners:
+# test_conformance_services.py)
+RUNTIMES = ["sim", "tcp", "ws", "uvloop"]
 # virtual seconds in the simulator, wall seconds on sockets
-TIMEOUT = {"sim": 120.0, "tcp": 30.0, "ws": 30.0}
+TIMEOUT = {"sim": 120.0, "tcp": 30.0, "ws": 30.0, "uvloop": 30.0}
 
 
 class Cluster(Protocol):
@@ -50,10 +52,12 @@ def make_cluster(runtime: str) -> Iterator[MakeCluster]:
         if runtime == "sim":
             cluster = SimCluster(node_ids, factory, seed=seed, loss=loss)
         else:
-            from harness_net import NetCluster
+            from harness_net import NetCluster, uvloop_factory
 
-            cluster = NetCluster(node_ids, factory, transport=runtime, seed=seed, loss=loss,
-                                 codec=FIFO_CODEC)
+            on_uvloop = runtime == "uvloop"
+            cluster = NetCluster(node_ids, factory, transport="tcp" if on_uvloop else runtime,
+                                 seed=seed, loss=loss, codec=FIFO_CODEC,
+                                 **({"loop_factory": uvloop_factory()} if on_uvloop else {}))
         made.append(cluster)
         return cluster
 

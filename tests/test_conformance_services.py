@@ -36,8 +36,8 @@ from gossamer.protocols.replica.node import ReplicaNode
 from gossamer.services.pubsub.node import PubSubNode, codec_for
 from harness_sim import SimCluster
 
-RUNTIMES = ["sim", "net"]
-TIMEOUT = {"sim": 60.0, "net": 30.0}  # virtual seconds in the simulator, wall on sockets
+RUNTIMES = ["sim", "net", "uvloop"]  # uvloop: over sockets on uvloop's event loop
+TIMEOUT = {"sim": 60.0, "net": 30.0, "uvloop": 30.0}  # virtual seconds in the sim, wall else
 
 
 class Cluster(Protocol):
@@ -67,11 +67,13 @@ def make_cluster(runtime: str) -> Iterator[Callable[..., Cluster]]:
             cluster = SimCluster(node_ids, factory, seed=seed,  # type: ignore[arg-type]
                                  listeners=listeners, sees_cluster=True)
         else:
-            from harness_net import NetCluster
+            from harness_net import NetCluster, uvloop_factory
 
             cluster = NetCluster(node_ids, factory, transport="tcp",  # type: ignore[arg-type]
                                  seed=seed, listeners=listeners, sees_cluster=True,
-                                 codec=codec_for("gossip"))
+                                 codec=codec_for("gossip"),
+                                 **({"loop_factory": uvloop_factory()}
+                                    if runtime == "uvloop" else {}))
         made.append(cluster)
         return cluster
 

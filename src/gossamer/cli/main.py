@@ -8,7 +8,6 @@ report over any trace), ``vopr`` (random fault schedules, judged by the same che
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import importlib.util
 import re
@@ -54,6 +53,7 @@ from ..pipeline import (
     write_run_settings,
 )
 from ..pipeline.analysis import check_out_dir, check_run_dir, refuse_uri
+from ..runtimes.net.looppolicy import run as run_loop
 from ..services.activity.cli import add_activity_parser
 from ..services.appsync.cli import add_appsync_parser
 from ..services.atomic.cli import add_atomic_parser
@@ -170,7 +170,7 @@ def _cmd_loopback(args: argparse.Namespace, console: Console) -> int:
         console=console,
     ) as bar:
         task = bar.add_task("broadcasting", total=options.messages)
-        result = asyncio.run(run_fifo_loopback(
+        result = run_loop(run_fifo_loopback(
             options, out_dir=args.out,
             progress=lambda done, total: bar.update(task, completed=done, total=total)))
     ok = _print_result(result, console, virtual=False)

@@ -6,7 +6,6 @@ a module-level function Spark pickles by reference and calls inside each task.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from ..core.errors import ConfigError
 from ..core.traceio import ParquetSink, trace_path
 from ..pipeline.experiment import RunSpec
+from ..runtimes.net.looppolicy import run as run_loop
 from ..services.activity.experiment import (
     ActivityRunOptions,
     ActivityRunResult,
@@ -185,9 +185,9 @@ def run_workload(spec: RunSpec, out_dir: str) -> dict[str, Any]:
         # durable state of an interrupted attempt would make this attempt a recovery
         for stale in (Path(out_dir) / "store").glob(f"*-{spec.run}.sqlite"):
             stale.unlink()
-        return _result(asyncio.run(run_fifo_loopback(options, out_dir=out_dir)))
+        return _result(run_loop(run_fifo_loopback(options, out_dir=out_dir)))
     if isinstance(options, AtomicLoopbackOptions):
-        return dataclasses.asdict(asyncio.run(run_atomic_loopback(options, out_dir=out_dir)))
+        return dataclasses.asdict(run_loop(run_atomic_loopback(options, out_dir=out_dir)))
     if isinstance(options, FifoRunOptions):
         return _result(run_fifo_sim(options, out_dir=out_dir))
     raise ConfigError(f"no runner for {type(options).__name__}")  # a workload missing above

@@ -10,7 +10,7 @@ import asyncio
 import enum
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import aiohttp
 from aiohttp import web
@@ -191,9 +191,10 @@ class StreamProtocol(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # a stream's transport has the whole Transport interface; not an isinstance check:
+        # other event loops' transports (uvloop's) implement it without subclassing it
         conn = self.conn
-        conn.transport = transport
+        conn.transport = cast(asyncio.Transport, transport)
         conn.protocol = self
         conn.paused = self.is_paused
         conn.stream = self

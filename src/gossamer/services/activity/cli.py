@@ -33,6 +33,7 @@ from ...core.segments import SegmentSink
 from ...core.trace import TraceSink
 from ...core.traceio import trace_path, write_settings
 from ...protocols.activity import ANONYMOUS
+from ...runtimes.net.looppolicy import run as run_loop
 from .client import ActivityClient
 from .server import DEFAULT_PORT, ActivityTcpServer
 from .status import NetworkView, ServerView, probe
@@ -104,7 +105,7 @@ def _error(console: Console, message: str) -> None:
 def _cmd_status(args: argparse.Namespace, console: Console) -> int:
     host, port = args.address
     try:
-        view = asyncio.run(probe(host, port, args.secret, wait=args.wait))
+        view = run_loop(probe(host, port, args.secret, wait=args.wait))
     except OperationError as exc:
         _error(console, str(exc))
         return 1
@@ -208,7 +209,7 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
                                    announce_interval=args.announce_interval / 1000,
                                    data_dir=data_dir, max_depth=args.max_depth,
                                    server_id=server_id, trace=sink, run=args.run)
-        return asyncio.run(_serve(server, console, new_network=new_network))
+        return run_loop(_serve(server, console, new_network=new_network))
     finally:
         _close_trace(sink, path, console)
 
@@ -242,7 +243,7 @@ def _cmd_client(args: argparse.Namespace, console: Console) -> int:
     client_id = args.id or f"{args.username}.{secrets.token_hex(4)}"
     sink, path = _open_trace(args, client_id)
     try:
-        return asyncio.run(_client(args, console, client_id, sink))
+        return run_loop(_client(args, console, client_id, sink))
     finally:
         _close_trace(sink, path, console)
 

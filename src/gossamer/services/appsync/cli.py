@@ -25,6 +25,7 @@ from ...core.conn import parse_address
 from ...core.errors import ConfigError, OperationError
 from ...protocols.appsync import ObjectInfo, Scope
 from ...protocols.appsync.server import parse_join_id
+from ...runtimes.net.looppolicy import run as run_loop
 from .net import DEFAULT_PORT, AppSyncClient, AppSyncP2PNode, AppSyncWsServer
 
 __all__ = ["add_appsync_parser", "default_web_root"]
@@ -134,7 +135,7 @@ def _cmd_server(args: argparse.Namespace, console: Console) -> int:
         raise
     except ValueError as exc:  # the round settings the seed's ``sc`` can carry
         raise ConfigError(f"{exc} (--min-ms, --max-ms, --tout)") from None
-    return asyncio.run(_serve(server, console))
+    return run_loop(_serve(server, console))
 
 
 async def _serve(server: AppSyncWsServer, console: Console) -> int:
@@ -178,7 +179,7 @@ def _parse_set(text: str) -> tuple[str, str, object]:
 def _cmd_peer(args: argparse.Namespace, console: Console) -> int:
     sets = [_parse_set(text) for text in args.set]
     try:
-        return asyncio.run(_peer(args, sets, AppSyncClient(args.url, args.session,
+        return run_loop(_peer(args, sets, AppSyncClient(args.url, args.session,
                                                            key=args.key)))
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
@@ -203,7 +204,7 @@ def _cmd_p2p(args: argparse.Namespace, console: Console) -> int:
 
     node.on_ctrl = ctrl_line
     try:
-        return asyncio.run(_peer(args, sets, node))
+        return run_loop(_peer(args, sets, node))
     except OperationError as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1

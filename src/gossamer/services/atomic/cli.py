@@ -52,6 +52,7 @@ from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...runtimes.net import DEFAULT_RECV_BUFFER
 from ...runtimes.net.lines import command_lines, stdin_reader
+from ...runtimes.net.looppolicy import run as run_loop
 from .api import AtomicGroup, Delivered
 from .journal import JOURNAL, Journal
 
@@ -247,4 +248,4 @@ def add_atomic_parser(
 def _cmd_node(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return asyncio.run(run_node(args))
+    return run_loop(run_node(args))

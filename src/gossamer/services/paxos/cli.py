@@ -43,6 +43,7 @@ from ...core.errors import ConfigError, OperationError
 from ...protocols.ordering.paxos import DecidedOp, PaxosConfig
 from ...runtimes.net import StoreOpenError
 from ...runtimes.net.lines import command_lines, stdin_reader
+from ...runtimes.net.looppolicy import run as run_loop
 from .api import KeyValue, ReplicatedLog
 
 __all__ = ["add_paxos_parser"]
@@ -205,4 +206,4 @@ def add_paxos_parser(
 def _cmd_node(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    return asyncio.run(run_node(args))
+    return run_loop(run_node(args))

@@ -27,7 +27,6 @@ node cleanly (exit code 0) in every case.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from ...core.argtypes import port as _port
 from ...core.argtypes import positive_int as _positive_int
 from ...core.argtypes import seconds as _seconds
 from ...core.errors import ConfigError, GossamerError
+from ...runtimes.net.looppolicy import run as run_loop
 from .client import run_client
 from .net import AutoOptions, NodeOptions, Output, parse_contact, run_node
 from .owned import OwnersOptions
@@ -182,7 +182,7 @@ def _spare_group(text: str) -> tuple[str, tuple[str, ...]]:
 def _cmd_client(args: argparse.Namespace, console: Console) -> int:
     host, port = args.address
     out = Output(sys.stdout, json=args.json)
-    return asyncio.run(run_client(host, port, out, fd=sys.stdin.fileno()))
+    return run_loop(run_client(host, port, out, fd=sys.stdin.fileno()))
 
 
 def _cmd_node(args: argparse.Namespace, console: Console) -> int:
@@ -220,7 +220,7 @@ def _cmd_node(args: argparse.Namespace, console: Console) -> int:
         auto = AutoOptions(publishes=args.publishes, topics=args.topics, seed=args.seed,
                            interval=args.interval, warmup=args.warmup, settle=args.settle)
     out = Output(sys.stdout, json=args.json, deliveries=not args.quiet)
-    return asyncio.run(run_node(options, out, interactive_input=args.interactive, auto=auto))
+    return run_loop(run_node(options, out, interactive_input=args.interactive, auto=auto))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from ...core.errors import ConfigError, GossamerError
 from ...core.segments import SegmentSink
 from ...core.traceio import trace_path, write_settings
 from ...protocols.replica.hub_service import DEFAULT_KEEPER
+from ...runtimes.net.looppolicy import run as run_loop
 from .hub_server import DEFAULT_MAX_FRAME, HubServer
 
 __all__ = ["add_hub_parser", "main"]
@@ -99,7 +100,7 @@ def _cmd_hub(args: argparse.Namespace, console: Console) -> int:
                            max_connections=args.max_connections, trace=sink, run=args.run,
                            data_dir=data_dir,
                            keeper=None if args.no_snapshots else DEFAULT_KEEPER)
-        code = asyncio.run(_run_until_signalled(server, console))
+        code = run_loop(_run_until_signalled(server, console))
     finally:
         sink.close()
     console.print(f"trace: {trace_file} ({sink.rows_written} rows)", soft_wrap=True,
