@@ -17,26 +17,25 @@ async def _loop_module() -> str:
     return type(asyncio.get_running_loop()).__module__
 
 
-def test_auto_and_uvloop_choose_uvloop_when_it_is_installed() -> None:
-    assert looppolicy.loop_name({}) == "uvloop"
-    assert looppolicy.loop_name({"GOSSAMER_LOOP": "auto"}) == "uvloop"
+def test_asyncio_by_default_and_uvloop_when_asked() -> None:
+    assert looppolicy.loop_name({}) == "asyncio"
+    assert looppolicy.loop_name({"GOSSAMER_LOOP": ""}) == "asyncio"
+    assert looppolicy.loop_factory({}) is None
     assert looppolicy.loop_name({"GOSSAMER_LOOP": " uvloop "}) == "uvloop"
-    assert looppolicy.loop_name({"GOSSAMER_LOOP": "asyncio"}) == "asyncio"
-    assert looppolicy.loop_factory({"GOSSAMER_LOOP": "asyncio"}) is None
+    assert looppolicy.loop_factory({"GOSSAMER_LOOP": "uvloop"}) is not None
 
 
-def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_uvloop_asked_for_but_not_installed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # "import uvloop" raises ImportError
     assert looppolicy.loop_name({}) == "asyncio"
-    with pytest.raises(ConfigError, match="uvloop is not installed"):
+    with pytest.raises(ConfigError, match=r"uvloop is not installed \(pip install"):
         looppolicy.loop_name({"GOSSAMER_LOOP": "uvloop"})
 
 
 def test_an_unknown_loop_is_refused_and_its_coroutine_closed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOSSAMER_LOOP", "trio")
-    with pytest.raises(ConfigError, match="GOSSAMER_LOOP must be one of auto, uvloop, asyncio"):
+    with pytest.raises(ConfigError, match="GOSSAMER_LOOP must be one of asyncio, uvloop"):
         looppolicy.loop_name()
     main = _loop_module()
     with pytest.raises(ConfigError):
@@ -67,5 +66,5 @@ def test_a_command_refuses_an_unknown_loop_in_one_line(
     assert main([*argv, "--data-dir", str(tmp_path / "data")]) == 2
     out = capsys.readouterr()
     text = " ".join((out.out + out.err).split())  # the console may wrap a long line
-    assert "GOSSAMER_LOOP must be one of auto, uvloop, asyncio, got 'bogus'" in text
+    assert "GOSSAMER_LOOP must be one of asyncio, uvloop, got 'bogus'" in text
     assert "Traceback" not in text

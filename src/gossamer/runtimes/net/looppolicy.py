@@ -4,13 +4,14 @@ The network runtime needs only the asyncio interfaces (``AbstractEventLoop``, ``
 ``Protocol``), so it runs on any loop that implements them; an application that embeds a node
 keeps whatever loop it runs. The ``gossamer`` commands pick one with ``GOSSAMER_LOOP``:
 
-* ``auto`` (the default): uvloop when it is installed (a dependency of gossamer everywhere but
-  on Windows, where uvloop does not run), else asyncio's;
-* ``uvloop``: uvloop, and an error naming the missing package when it is not installed;
-* ``asyncio``: asyncio's own loop.
+* ``asyncio`` (the default): asyncio's own loop;
+* ``uvloop``: uvloop's (``pip install 'gossamer[uvloop]'``; not on Windows), and an error
+  naming the missing package when it is not installed.
 
-uvloop's loop does the same work in less CPU (libuv's reads, writes and timers in C): the
-figures, each service side by side on both loops, are in ``BENCHMARKS.md`` (*Event loops*).
+Measured side by side (``BENCHMARKS.md``, *Event loops*), uvloop's loop made no service
+clearly faster on this workload's machine (the hub 1.01-1.07x, the APSYN server and Scribe
+within the spread, gossip on a tree about 0.9x the CPU per delivery), so it is a choice, not
+the default; the conformance suites run every service on both.
 """
 
 from __future__ import annotations
@@ -25,27 +26,24 @@ from ...core.errors import ConfigError
 __all__ = ["CHOICES", "ENV", "loop_factory", "loop_name", "run"]
 
 ENV = "GOSSAMER_LOOP"
-CHOICES = ("auto", "uvloop", "asyncio")
+CHOICES = ("asyncio", "uvloop")
 
 T = TypeVar("T")
 
 
 def loop_name(environ: dict[str, str] | None = None) -> str:
-    """The loop ``GOSSAMER_LOOP`` asks for, resolved: ``"uvloop"`` or ``"asyncio"``; a
+    """The loop ``GOSSAMER_LOOP`` asks for: ``"asyncio"`` (also when unset) or ``"uvloop"``; a
     ConfigError for a value not in ``CHOICES`` or for ``uvloop`` when it is not installed."""
-    setting = (os.environ if environ is None else environ).get(ENV, "").strip() or "auto"
+    setting = (os.environ if environ is None else environ).get(ENV, "").strip() or "asyncio"
     if setting not in CHOICES:
         raise ConfigError(f"{ENV} must be one of {', '.join(CHOICES)}, got {setting!r}")
-    if setting == "asyncio":
-        return "asyncio"
-    try:
-        import uvloop  # noqa: F401  (only whether it imports)
-    except ImportError:
-        if setting == "uvloop":
+    if setting == "uvloop":
+        try:
+            import uvloop  # noqa: F401  (only whether it imports)
+        except ImportError:
             raise ConfigError(f"{ENV}=uvloop, but uvloop is not installed (pip install "
-                              "uvloop; or GOSSAMER_LOOP=asyncio)") from None
-        return "asyncio"
-    return "uvloop"
+                              "'gossamer[uvloop]')") from None
+    return setting
 
 
 def loop_factory(environ: dict[str, str] | None = None
