@@ -10,8 +10,10 @@ servers interleaved round by round, the best round counts; then the latency at h
 one's own peak). It prints each hub's best deliveries/s, its CPU, deliveries per server
 CPU-second, the half-load p50/p99 and every round, and each figure as a ratio of the first
 hub's. Use it to compare a change, its parent and 904a816 in the same minutes on a shared
-machine; ``hub_fanout.py --against`` compares two hubs only (beside the bare servers and
-python-socketio, which it measures too).
+machine (``--loop NAME=LOOP`` serves one of them with ``GOSSAMER_LOOP=LOOP``: one checkout on
+two event loops is ``asyncio=src uvloop=src --loop uvloop=uvloop``); ``hub_fanout.py
+--against`` compares two hubs only (beside the bare servers and python-socketio, which it
+measures too).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, nargs="+", default=[50])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--window", type=float, default=3.0)
+    parser.add_argument("--loop", action="append", default=[], metavar="NAME=LOOP",
+                        help="serve hub NAME with GOSSAMER_LOOP=LOOP (repeatable)")
     args = parser.parse_args(argv)
     sources: dict[str, str] = {}
     for item in args.hubs:
@@ -60,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
         sources[name] = os.path.abspath(src)
     if len(sources) < 2:
         parser.error("give at least two hubs to compare")
+    for item in args.loop:
+        name, sep, loop = item.partition("=")
+        if not sep or name not in sources or loop not in ("asyncio", "uvloop"):
+            parser.error(f"--loop {item!r}: want NAME=asyncio or NAME=uvloop for a hub given")
+        fanout.ENVIRONS[name] = {"GOSSAMER_LOOP": loop}
     _served_from(sources)
     for clients in args.clients:
         sizes = fanout.Sizes(clients=(clients,), rounds=args.rounds, warmup=1.0,

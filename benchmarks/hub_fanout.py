@@ -89,6 +89,8 @@ CORKED_BACKLOG = 1000  # frames waiting for one bare-corked connection (the hub'
 # server kinds served as the hub from another checkout's src folder (PYTHONPATH): --against
 # adds hub-base; hub_against.py adds one kind per checkout it compares
 SOURCES: dict[str, str] = {}
+# environment variables set for one server kind's process only (hub_against.py --loop)
+ENVIRONS: dict[str, dict[str, str]] = {}
 WAIT = 60.0  # seconds: a wait that takes longer is broken, not slow
 MAX_FRAME = 64 * 1024
 IN_FLIGHT_PER_CLIENT = 400  # frames on their way to one client, at most (the hub's queue: 1,000)
@@ -483,9 +485,12 @@ class ServerProcess:
         env = None
         kind = self.kind
         src = SOURCES.get(kind)
+        extra = ENVIRONS.get(kind, {})
         if src is not None:  # the hub of another checkout: its src first on the path
-            env = dict(os.environ, PYTHONPATH=src)
+            env = dict(os.environ, PYTHONPATH=src, **extra)
             kind = "hub"
+        elif extra:
+            env = dict(os.environ, **extra)
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, os.path.abspath(__file__), "--serve", kind,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env,

@@ -13,7 +13,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from gossamer.core import (
     Codec,
@@ -24,6 +24,7 @@ from gossamer.core import (
     ProcessFactory,
 )
 from gossamer.runtimes.net import NetHost, NetNode, NetNodeError, SqliteStore
+from gossamer.runtimes.net.looppolicy import loop_factory
 
 T = TypeVar("T")
 
@@ -57,10 +58,8 @@ async def _cancel_leftovers() -> None:
 
 def uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     """What makes uvloop's event loop: ``NetCluster(..., loop_factory=uvloop_factory())`` runs
-    the runtime on another loop than asyncio's (a dev dependency, as on users' machines)."""
-    import uvloop
-
-    return cast(Callable[[], asyncio.AbstractEventLoop], uvloop.new_event_loop)
+    the runtime on another loop than asyncio's (uvloop is a dev dependency)."""
+    return loop_factory({"GOSSAMER_LOOP": "uvloop"})
 
 
 class NetCluster:

@@ -13,16 +13,21 @@ import pytest
 
 from gossamer.core.errors import ConfigError, OperationError, StateError
 from gossamer.protocols.appsync import Status
+from gossamer.runtimes.net import looppolicy
 from gossamer.services.appsync.net import AppSyncClient, AppSyncWsServer
 
 FAST: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations": 10}
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("eager", [False, True], ids=["answering", "eager"])
-def test_two_clients_share_an_object_with_results_and_callbacks(eager: bool) -> None:
+def test_two_clients_share_an_object_with_results_and_callbacks(
+        eager: bool, loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eager: alice's requests go when made (``PeerConfig.eager``), mostly in rqsts of their
-    own after her answer; the results and bob's view are the same."""
-    asyncio.run(_two_clients(eager))
+    own after her answer; the results and bob's view are the same. On asyncio's event loop
+    and on uvloop's (``GOSSAMER_LOOP``), the server and the clients alike."""
+    monkeypatch.setenv("GOSSAMER_LOOP", loop)
+    looppolicy.run(_two_clients(eager))
 
 
 async def _two_clients(eager: bool) -> None:

@@ -53,6 +53,7 @@ from ..pipeline import (
     write_run_settings,
 )
 from ..pipeline.analysis import check_out_dir, check_run_dir, refuse_uri
+from ..runtimes.net.looppolicy import loop_name
 from ..runtimes.net.looppolicy import run as run_loop
 from ..services.activity.cli import add_activity_parser
 from ..services.appsync.cli import add_appsync_parser
@@ -613,9 +614,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    console = Console()
+    try:  # a bad GOSSAMER_LOOP is refused before anything is made (the argument types make
+        loop_name()  # directories) or written
+    except ConfigError as exc:
+        error_line(console, str(exc))
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
-    console = Console()
     handler: Handler = args.handler
     try:
         return handler(args, console)
@@ -623,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error_line(console, str(exc))
         return 2
     except KeyboardInterrupt:  # Ctrl-C in a verb that does not stop on it by itself (a
-        return 130  # client): its cleanup ran as asyncio.run cancelled it; no traceback
+        return 130  # client): its cleanup ran as looppolicy.run cancelled it; no traceback
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Callable, Iterable
 
 from ...core.errors import ConfigError, StateError
@@ -85,9 +86,8 @@ class NetHost:
     async def start(self) -> None:
         """Start every added node that is not running yet: bind all, then start processes,
         so that each process can reach every other node of the host from its first step."""
-        loop = asyncio.get_running_loop()
         if self.epoch is None:
-            self.epoch = loop.time()
+            self.epoch = time.monotonic()  # the nodes' clock (NetEnv.now)
         if self._failed is None:
             self._failed = asyncio.Event()
         pending = [node for node in self.nodes.values() if node.state is NodeState.NEW]

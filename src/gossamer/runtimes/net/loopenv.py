@@ -72,7 +72,7 @@ class LoopEnv:
         self._send = send
         self._store = store
         self._loop = loop if loop is not None else asyncio.get_running_loop()
-        self._epoch = self._loop.time()
+        self._epoch = time.monotonic()
         self._sink = trace if trace is not None else NullSink()
         self.tracing = self._sink.enabled  # a sink keeps rows or not for its whole life
         self._run = run
@@ -87,7 +87,7 @@ class LoopEnv:
         return self._node
 
     def now(self) -> float:
-        return self._loop.time() - self._epoch
+        return time.monotonic() - self._epoch  # not loop.time: see NetEnv.now
 
     def send(self, dst: NodeId, msg: Message) -> None:
         if not self.closed:

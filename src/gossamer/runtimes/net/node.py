@@ -149,7 +149,10 @@ class NetEnv(TracesToSink):
         return self._node.node_id
 
     def now(self) -> float:
-        return self._loop.time() - self._epoch
+        # time.monotonic, as asyncio's loop.time is; not loop.time itself: uvloop's counts
+        # whole milliseconds, once per loop iteration, and the trace's times and latencies
+        # would come out in steps of 1 ms
+        return time.monotonic() - self._epoch
 
     def trace_wall(self) -> float:
         return time.time()
@@ -430,7 +433,8 @@ class NetNode:
         return self.address if self.listen_address is not None else None
 
     def start_process(self, *, epoch: float | None = None) -> None:
-        """Build the process on a fresh env and start it; ``epoch`` is loop time of t=0."""
+        """Build the process on a fresh env and start it; ``epoch``: ``time.monotonic()`` at
+        t=0 (default: now)."""
         if self.state is not NodeState.LISTENING:
             raise StateError(f"node {self.node_id}: start_process() in state {self.state.value}")
         loop = asyncio.get_running_loop()
@@ -443,7 +447,7 @@ class NetNode:
             # kill -9 that keeps the write keeps the rows (a delivery is never stored untraced)
             self.store.before_durable = self.trace_sink.flush
         self.incarnation = self._next_incarnation()
-        self.env = NetEnv(self, loop, loop.time() if epoch is None else epoch)
+        self.env = NetEnv(self, loop, time.monotonic() if epoch is None else epoch)
         self.state = NodeState.RUNNING
         self.running = True
         addresses = {name: "{}:{}".format(*self.connections.address(name))
