@@ -5,6 +5,7 @@ failing seed is printed with the command that replays it (exit 1)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gossamer.cli.main import main
-from gossamer.pipeline.vopr import SERVICES, draw_schedule
+from gossamer.pipeline.vopr import PLANS, SERVICES, draw_schedule
 
 # the shared session (tests/conftest.py), tuned for tiny inputs: the command reuses it
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
@@ -65,6 +66,23 @@ def test_a_small_campaign_holds_every_guarantee(
     assert record["schedules"][0]["options"] == dict(draw_schedule(service, 1).options)
     for seed in range(1, seeds + 1):
         assert list((out / "trace" / f"vopr-{service}-s{seed}").glob("*.parquet"))
+
+
+def test_a_campaign_whose_guarantee_check_finds_nothing_is_not_proven(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check the guarantee rests on that no row of the trace applies to (planted: fifo's
+    plan made to rest on round consistency too) fails the campaign, exit 1, whatever the
+    seeds' verdicts: it said EVERY GUARANTEE HELD with that check not applicable."""
+    plan = PLANS["fifo"]
+    monkeypatch.setitem(PLANS, "fifo",  # type: ignore[arg-type]
+                        dataclasses.replace(plan, checks=(*plan.checks, "round consistency")))
+    code, text = vopr(capsys, "fifo", "--seeds", "1", "--out", str(tmp_path / "fifo"))
+    assert code == 1, text
+    flat = " ".join(text.split())
+    assert "not proven: the fifo guarantee rests on the round consistency check, which did " \
+           "not apply" in flat
+    assert "held every guarantee" not in flat
 
 
 def needs_repair(seed: int) -> bool:

@@ -19,11 +19,14 @@ from gossamer.pipeline.vopr import (
     PLANS,
     SERVICES,
     VOPR_CHECKS,
+    Campaign,
+    SeedVerdict,
     check_out_dir,
     draw_schedule,
     fifo_repair_time,
     latency_within,
     parse_overrides,
+    unproven_checks,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,3 +204,47 @@ def test_bad_input_found_before_spark_starts_exits_2(
     with pytest.raises(PipelineError):
         check_out_dir(taken / "keep.txt")
     check_out_dir(tmp_path / "new")  # new or empty: fine
+
+
+def test_every_service_names_the_checks_its_guarantee_rests_on() -> None:
+    for service, plan in PLANS.items():
+        assert plan.checks, service
+        assert len(set(plan.checks)) == len(plan.checks), service
+
+
+def test_a_guarantee_check_that_did_not_apply_leaves_the_guarantee_unproven() -> None:
+    plan = PLANS["replica"]
+    applied = ["reliability", "duplicates", "validity", "fifo", "causal", "total order"]
+    why = {"convergence": "no apply row carries a revision", "atomicity": "no atomic rows"}
+    assert unproven_checks(plan, applied, why) == {
+        "convergence": "no apply row carries a revision"}
+    assert unproven_checks(plan, [*applied, "convergence"], {"atomicity": "x"}) == {}
+    renamed = dataclasses.replace(plan, checks=("fifo", "fiffo"))
+    assert unproven_checks(renamed, applied, why) == {"fiffo": "the analysis has no such check"}
+
+
+def test_the_summary_says_not_proven_and_lists_other_checks_by_name_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+
+    from gossamer.cli.vopr import _print_summary
+
+    schedule = draw_schedule("activity", 1)
+    na = {"atomicity": "no atomic multicast here: a long reason",
+          "fifo": "nothing was delivered in layers activity"}
+    campaign = Campaign("activity", tmp_path, [SeedVerdict(schedule, {})],
+                        ["reliability", "duplicates", "validity"], na, None,
+                        unproven_checks(PLANS["activity"],
+                                        ["reliability", "duplicates", "validity"], na))
+    _print_summary(campaign, Console(width=400))
+    text = capsys.readouterr().out
+    assert "not proven: the activity guarantee rests on the fifo check, which did not apply: " \
+           "nothing was delivered in layers activity" in text
+    assert "the guarantee is not proven: 1 of 1 seeds held the checks that applied" in text
+    assert "held every guarantee" not in text
+    assert f"not applicable to these seeds' traces: atomicity (why: gossamer analyze " \
+           f"{tmp_path})" in text
+    assert "a long reason" not in text
+    proven = dataclasses.replace(campaign, unproven={})
+    _print_summary(proven, Console(width=400))
+    assert "1 of 1 seeds held every guarantee" in capsys.readouterr().out

@@ -123,7 +123,7 @@ def _cmd_vopr(args: argparse.Namespace, console: Console) -> int:
     if args.seed is not None:
         _print_detail(campaign, console)
     _print_summary(campaign, console)
-    return 1 if campaign.failed else 0
+    return 1 if campaign.failed or campaign.unproven else 0
 
 
 def _seed_span(seeds: Sequence[int]) -> str:
@@ -199,11 +199,20 @@ def _print_summary(campaign: Campaign, console: Console) -> None:
                       or "[dim]none[/]", _checks_cell(verdict, campaign),
                       "-" if verdict.error else f"{verdict.violation_count:,}")
     console.print(table)
-    if campaign.not_applicable:
-        console.print("[dim]not applicable: " + "; ".join(
-            f"{name} ({escape(why)})" for name, why in campaign.not_applicable.items()) + "[/]")
+    others = [name for name in campaign.not_applicable if name not in campaign.unproven]
+    if others:  # other services' guarantees, or one these seeds did not exercise
+        console.print(f"[dim]not applicable to these seeds' traces: {', '.join(others)} (why: "
+                      f"gossamer analyze {escape(str(campaign.out_dir))})[/]", soft_wrap=True)
+    for name, why in campaign.unproven.items():
+        console.print(f"[bold red]not proven:[/] the {campaign.service} guarantee rests on the "
+                      f"{name} check, which did not apply: {escape(why)}")
     failed = campaign.failed
     passed = len(campaign.verdicts) - len(failed)
+    if not failed and campaign.unproven:
+        console.print(f"[bold red]the guarantee is not proven[/]: {passed} of "
+                      f"{len(campaign.verdicts)} seeds held the checks that applied; trace and "
+                      f"analysis under {campaign.out_dir}")
+        return
     if not failed:
         console.print(f"[green]{passed} of {len(campaign.verdicts)} seeds held every "
                       f"guarantee[/]; trace and analysis under {campaign.out_dir}")

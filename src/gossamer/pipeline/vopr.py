@@ -49,6 +49,7 @@ __all__ = [
     "latency_within",
     "parse_overrides",
     "run_campaign",
+    "unproven_checks",
 ]
 
 #: the [analysis] of experiments/quickstart.toml: which layers promise what (a test keeps the
@@ -401,7 +402,7 @@ _ATOMIC = Plan(
     "they recover) and by no one else, an aborted one by no one, under loss up to 30%, "
     "duplication, reordering, members crashing before or after their YES and senders "
     "crashing between the phases, everyone recovering.",
-    _ATOMIC_KNOBS, 0.02, _draw_atomic, _atomic_faults)
+    _ATOMIC_KNOBS, 0.02, _draw_atomic, _atomic_faults, checks=("atomicity",))
 
 
 # -- the plans ---------------------------------------------------------------------------------
@@ -432,14 +433,17 @@ _FIFO = Plan(
     "published while it was up, once, in order per origin, at any loss below 1 given time to "
     "settle, under duplication, reordering, a healed partition and crash-recover of any "
     "fraction of the nodes.",
-    _FIFO_KNOBS, 0.1, _draw_fifo, _fifo_faults)
+    _FIFO_KNOBS, 0.1, _draw_fifo, _fifo_faults,
+    checks=("reliability", "duplicates", "validity", "fifo"))
 _REPLICA = Plan(
     "replica",
     "Seed 000 replicated objects (services/replica/experiment.py): causal delivery, FIFO per "
     "writer and one final state per object at every replica and the hub's keeper, under "
     "connection cuts, crash-recover of clients and of the hub (power loss of uncommitted "
     "writes), clients working offline and a healed partition from the hub.",
-    _REPLICA_KNOBS, 0.1, _draw_replica, _replica_faults)
+    _REPLICA_KNOBS, 0.1, _draw_replica, _replica_faults,
+    checks=("reliability", "duplicates", "validity", "fifo", "causal", "total order",
+            "convergence"))
 _PUBSUB = Plan(
     "pubsub",
     "Seed 001 topic pub/sub (services/pubsub/experiment.py), gossip, gossip-tree or Scribe: "
@@ -447,12 +451,14 @@ _PUBSUB = Plan(
     "loss up to 10%, duplication and reordering; in the gossip modes, and in Scribe with the "
     "seed's spares, also while up to 30% of the nodes crash for good (they publish nothing); "
     "in the gossip modes across a healed partition.",
-    _PUBSUB_KNOBS, 0.1, _draw_pubsub, _pubsub_faults)
+    _PUBSUB_KNOBS, 0.1, _draw_pubsub, _pubsub_faults,
+    checks=("reliability", "duplicates", "validity"))
 _ACTIVITY = Plan(
     "activity",
     "Seed 003 activity network (services/activity/experiment.py): every client gets what was "
     "published in its session, in FIFO order per sender, while servers crash and recover.",
-    _ACTIVITY_KNOBS, 0.06, _draw_activity, _activity_faults)
+    _ACTIVITY_KNOBS, 0.06, _draw_activity, _activity_faults,
+    checks=("reliability", "duplicates", "validity", "fifo"))
 
 _PAXOS_KNOBS = (
     Knob("replicas", choices=(3, 5)), Knob("ops", 30, 80), Knob("rate", 10.0, 40.0), _LATENCY,
@@ -467,7 +473,8 @@ _PAXOS_KNOBS = (
     Knob("recover_after", 0.5, 3.0),
     Knob("settle", 10.0, 10.0, note="fixed: after the last proposal or fault"),
 )
-_PAXOS = Plan("paxos", PAXOS_GUARANTEE, _PAXOS_KNOBS, PAXOS_SLOWEST, draw_paxos, paxos_faults)
+_PAXOS = Plan("paxos", PAXOS_GUARANTEE, _PAXOS_KNOBS, PAXOS_SLOWEST, draw_paxos, paxos_faults,
+              checks=("paxos agreement", "decided order", "acknowledged kept"))
 _APPSYNC_KNOBS = (
     Knob("peers", 2, 12),
     Knob("request_chance", 0.2, 1.0, note="per peer per round: its C object, its property of "
@@ -496,7 +503,7 @@ _APPSYNC_KNOBS = (
                                               "(3 in 10 of the seeds)"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
-                appsync_faults)
+                appsync_faults, checks=("round consistency",))
 
 PLANS: Mapping[str, Plan] = {p.service: p for p in (_FIFO, _REPLICA, _PUBSUB, _ACTIVITY,
                                                     _PAXOS, _ATOMIC, _APPSYNC)}
@@ -618,10 +625,21 @@ class Campaign:
     applied: list[str]
     not_applicable: dict[str, str]
     analysis: Analysis | None
+    #: checks the service's guarantee rests on (``Plan.checks``) that did not apply, with why:
+    #: whatever the seeds' verdicts, the campaign has not proven the guarantee
+    unproven: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> list[SeedVerdict]:
         return [v for v in self.verdicts if v.failed]
+
+
+def unproven_checks(plan: Plan, applied: Sequence[str],
+                    not_applicable: Mapping[str, str]) -> dict[str, str]:
+    """The checks of ``plan`` that did not apply to a campaign's trace, with why (a check the
+    analysis does not have at all is named so: a renamed check must not pass unnoticed)."""
+    return {name: not_applicable.get(name, "the analysis has no such check")
+            for name in plan.checks if name not in applied}
 
 
 def check_out_dir(out: str | Path) -> None:
@@ -697,7 +715,9 @@ def run_campaign(
         error = outcome.detail if outcome.status == "failed" else ""
         verdicts.append(SeedVerdict(schedule, counts.get(schedule.run, {}), error,
                                     found.get(schedule.run, {})))
-    return Campaign(service, out, verdicts, applied, not_applicable, analysis)
+    unproven = (unproven_checks(PLANS[service], applied, not_applicable)
+                if analysis is not None else {})
+    return Campaign(service, out, verdicts, applied, not_applicable, analysis, unproven)
 
 
 def _violations_by_run(

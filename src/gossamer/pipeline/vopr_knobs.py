@@ -150,7 +150,9 @@ def latency_within(text: str, slowest: float) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """A service's VOPR: what its guarantee is under the faults drawn, the knobs and their
-    ranges, how one schedule is drawn, and how its faults read in a table."""
+    ranges, how one schedule is drawn, and how its faults read in a table. ``checks``: the
+    pipeline's checks the guarantee rests on, which must apply to every campaign of the
+    service (one that finds nothing to check has not proven it)."""
 
     service: str
     guarantee: str
@@ -158,6 +160,7 @@ class Plan:
     slowest: float  # the latency knob's ceiling (seconds)
     draw: Callable[[_Draw], None]
     faults: Callable[[Mapping[str, Scalar]], list[str]]
+    checks: tuple[str, ...] = ()
 
     def knob(self, option: str) -> Knob:
         for knob in self.knobs:
