@@ -223,7 +223,10 @@ def test_offline_writes_sync_and_converge_on_reconnect(tmp_path: Path) -> None:
             await alice.wait_for_function(
                 "() => document.getElementById('offline').textContent === 'Reconnect'",
                 timeout=WAIT * 1000)
+            # a draft of doc, replaced by the write after it (the same key, the default
+            # rebase): six queued writes, not seven; writes to other keys each keep theirs
             await alice.evaluate("""() => {
+                gossamer.set('doc', 'alice-draft');
                 gossamer.set('doc', 'alice-offline');
                 for (let n = 0; n < 5; n++) gossamer.set('offline-' + n, n);
             }""")
@@ -231,6 +234,7 @@ def test_offline_writes_sync_and_converge_on_reconnect(tmp_path: Path) -> None:
             await alice.wait_for_function(
                 "() => document.querySelectorAll('#offline-queue li').length === 6",
                 timeout=WAIT * 1000)
+            assert await alice.evaluate("gossamer.offlineQueue().length") == 6
             # meanwhile the others move on: alice's queued write is based on a stale revision
             py.set("doc", "v2")
             await bob.evaluate("gossamer.set('from-bob', 1)")

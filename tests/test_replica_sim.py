@@ -688,6 +688,53 @@ def test_a_lost_own_write_is_rebased_once_after_its_winner_even_if_also_told() -
     assert not any(isinstance(m, Conflict) for _, m in env.sent), "never a Conflict to oneself"
 
 
+def test_two_clients_queueing_hundreds_of_writes_to_one_key_offline_converge() -> None:
+    """The README's old limit: two clients offline for a while, each writing one key 300 times
+    (more than ``history_limit``, 256), then back. Sent as two chains of 300, each client's own
+    chain pushed the common base out of its history before the other's first write came, so
+    each judged the other's chain a loser and kept its own value for good. With the default
+    rebase, a write queued offline after one to the same key replaces it: one write each."""
+    seed = 1
+    scenario = Scenario(seed=seed, nodes=[HUB, *node_ids(3)], link=LinkModel(latency=LATENCY))
+    scenario.listen(HUB, HUB_LISTENER)
+    ada, bob, _cy = scenario.nodes[1:]
+
+    def each(nodes: Sequence[str], fn: Callable[[ReplicaNode], Any]) -> Callable[[Simulation],
+                                                                                  None]:
+        def act(sim: Simulation) -> None:
+            for node in nodes:
+                sim.call(node, lambda p: fn(cast(ReplicaNode, p)))
+        return act
+
+    scenario.at(0.5, each([ada], lambda n: n.client.set("k", "start")))
+    scenario.at(1.0, each([ada, bob], lambda n: n.go_offline()))
+    for i in range(300):
+        scenario.at(1.5, each([ada, bob], lambda n, i=i: n.client.set("k", f"{n.env.node}-{i}")))
+    scenario.at(1.6, each([ada, bob], lambda n: _queued_once(n, "k")))
+    scenario.at(2.0, each([ada, bob], lambda n: n.reconnect()))
+    sim, sink = run(scenario, until=30.0)
+    check_all(sim, sink, seed)
+    assert len({client_of(sim, n).get("k") for n in scenario.nodes[1:]}) == 1, f"seed={seed}"
+
+
+def _queued_once(node: ReplicaNode, key: str) -> None:
+    assert [k for k, _c, _d in node.client.offline_queue] == [key]
+
+
+def test_only_a_run_of_writes_to_one_key_collapses_offline_and_only_with_the_default_rebase(
+) -> None:
+    """Writes to other keys in between keep every intent in order (a reader that sees b must
+    see the a before it); an application's own rebase gets every intent, as it wrote them."""
+    for rebase, expected in ((None, [("a", 2), ("b", 1), ("a", 4)]),
+                             (lambda key, intended, current: intended,
+                              [("a", 1), ("a", 2), ("b", 1), ("a", 3), ("a", 4)])):
+        client = ReplicaClient(FakeEnv("ada"), rebase=rebase)
+        client.start()  # no hub answered: offline, every write queues
+        for key, value in (("a", 1), ("a", 2), ("b", 1), ("a", 3), ("a", 4)):
+            client.set(key, value)
+        assert [(k, c) for k, c, _deleted in client.offline_queue] == expected
+
+
 def test_a_queued_rebase_survives_a_crash_and_happens_once() -> None:
     store = MemoryStore()
     env = FakeEnv("n5", store=store)

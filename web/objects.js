@@ -374,16 +374,29 @@ export class ReplicaClient {
   // -- offline work ---------------------------------------------------------------------------
 
   _queueOffline(key, content, deleted) {
-    if (this._offline.size >= this.config.offlineQueueLimit) {
-      throw new StateError(`the offline queue is full: the write to ${key} was not made`);
+    // a write to the key of the write queued last, with the default rebase, replaces it:
+    // nobody saw it, and a chain of hundreds to one key outruns the other replicas' bounded
+    // histories (the Python client does the same; docs/replica-wire.md)
+    const last = this._offlineNext - 1;
+    const previous = this._offline.get(last);
+    const replaces = this.rebase === reapply && previous !== undefined && previous[0] === key;
+    let number;
+    let base;
+    if (replaces) {
+      number = last;
+      base = previous[3];
+    } else {
+      if (this._offline.size >= this.config.offlineQueueLimit) {
+        throw new StateError(`the offline queue is full: the write to ${key} was not made`);
+      }
+      number = this._offlineNext++;
+      base = this.revision(key);
     }
-    const number = this._offlineNext++;
-    const base = this.revision(key);
     this._offline.set(number, [key, content, deleted, base]);
     this._offlineLatest.set(key, number);
     this.store.put(T_OFFLINE, pad(number), [key, content, deleted, base]);
     this.store.commit();
-    this.trace("queue", { key, number, deleted, base });
+    this.trace("queue", { key, number, deleted, base, replaces });
     if (this.onChange) this.onChange(key, deleted ? null : content, null);
   }
 

@@ -465,19 +465,30 @@ class ReplicaClient:
     # -- offline work ---------------------------------------------------------------------------
 
     def _queue_offline(self, key: str, content: Any, *, deleted: bool) -> None:
-        if len(self._offline) >= self.config.offline_queue_limit:
-            raise StateError(f"the offline queue is full ({self.config.offline_queue_limit} "
-                             f"writes): the write to {key!r} was not made")
         if content is not None:
             crc_of(key, "", content)  # refuse content that is not JSON before queueing it
-        number = self._offline_next
-        self._offline_next += 1
-        base = self.revision(key)
+        last = self._offline_next - 1
+        # a write to the key of the write queued last, with the default rebase (which sends
+        # each intent as it is): it replaces that one, which nothing could have seen. Sent
+        # as a chain, hundreds of writes to one key queued by each of two clients outran the
+        # other replicas' bounded histories and left them disagreeing for good (per_object,
+        # Limits); writes to other keys in between keep every intent, in order (causality)
+        replaces = (self.rebase is reapply and last in self._offline
+                    and self._offline[last][0] == key)
+        if replaces:
+            number, base = last, self._offline[last][3]
+        else:
+            if len(self._offline) >= self.config.offline_queue_limit:
+                raise StateError(f"the offline queue is full ({self.config.offline_queue_limit}"
+                                 f" writes): the write to {key!r} was not made")
+            number, base = self._offline_next, self.revision(key)
+            self._offline_next += 1
         self._offline[number] = (key, content, deleted, base)
         self._offline_latest[key] = number
         put_json(self._store, _OFFLINE, f"{number:012d}", [key, content, deleted, base])
         self._store.commit()
-        self.env.trace("queue", layer=LAYER, key=key, seq=number, deleted=deleted, base=base)
+        self.env.trace("queue", layer=LAYER, key=key, seq=number, deleted=deleted, base=base,
+                       replaces=replaces)
         if self.on_change is not None:
             self._told[key] = None
             self.on_change(key, None if deleted else content, None)
