@@ -26,6 +26,7 @@ from gossamer.pipeline.vopr import (
     fifo_repair_time,
     latency_within,
     parse_overrides,
+    sort_checks,
     unproven_checks,
 )
 
@@ -221,6 +222,25 @@ def test_a_guarantee_check_that_did_not_apply_leaves_the_guarantee_unproven() ->
     assert unproven_checks(plan, [*applied, "convergence"], {"atomicity": "x"}) == {}
     renamed = dataclasses.replace(plan, checks=("fifo", "fiffo"))
     assert unproven_checks(renamed, applied, why) == {"fiffo": "the analysis has no such check"}
+
+
+def test_a_guarantee_check_that_could_not_run_is_not_proven_either() -> None:
+    from gossamer.pipeline.analysis import CheckSummary
+    from gossamer.pipeline.checks import Status
+
+    def summary(name: str, status: Status, reason: str = "") -> CheckSummary:
+        return CheckSummary(name, status, reason, 0, [])
+
+    checks = [summary("reliability", Status.PASS), summary("duplicates", Status.PASS),
+              summary("validity", Status.PASS),
+              summary("fifo", Status.ERROR, "cannot check: no column seq"),
+              summary("atomicity", Status.NOT_APPLICABLE, "no atomic rows")]
+    applied, na, unproven = sort_checks(PLANS["activity"], checks)
+    assert applied == ["reliability", "duplicates", "validity", "fifo"]  # shown in the table
+    assert na == {"atomicity": "no atomic rows"}
+    assert unproven == {"fifo": "it could not run: cannot check: no column seq"}
+    checks[3] = summary("fifo", Status.FAIL, "2 violations")
+    assert sort_checks(PLANS["activity"], checks)[2] == {}  # failed: proven to fail
 
 
 def test_the_summary_says_not_proven_and_lists_other_checks_by_name_only(

@@ -49,7 +49,9 @@ def add_vopr_parser(
                     "must hold, run each seed as one Spark task, analyse every run with the "
                     "checks of `gossamer analyze`, and print one row per seed. A failing seed "
                     "is printed with the command that replays it. Exits 1 if any seed "
-                    "violated a guarantee (or its run failed), 2 on bad input.")
+                    "violated a guarantee (or its run failed) or a check the guarantee rests "
+                    "on found nothing to check or could not run (not proven), 2 on bad "
+                    "input.")
     vopr.add_argument("service", choices=SERVICES)
     which = vopr.add_mutually_exclusive_group(required=True)
     which.add_argument("--seeds", type=_seed_count, metavar="N",

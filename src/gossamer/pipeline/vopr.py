@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from .analysis import Analysis, AnalysisConfig, analyze
+from .analysis import Analysis, AnalysisConfig, CheckSummary, analyze
 from .checks import VIOLATION_COLUMNS, CheckConfig, Status
 from .errors import PipelineError
 from .experiment import RunFunction, RunOutcome, RunSpec, Scalar, run_experiment
@@ -49,6 +49,7 @@ __all__ = [
     "latency_within",
     "parse_overrides",
     "run_campaign",
+    "sort_checks",
     "unproven_checks",
 ]
 
@@ -434,7 +435,7 @@ _FIFO = Plan(
     "settle, under duplication, reordering, a healed partition and crash-recover of any "
     "fraction of the nodes.",
     _FIFO_KNOBS, 0.1, _draw_fifo, _fifo_faults,
-    checks=("reliability", "duplicates", "validity", "fifo"))
+    checks=("reliability", "own delivery", "duplicates", "validity", "fifo"))
 _REPLICA = Plan(
     "replica",
     "Seed 000 replicated objects (services/replica/experiment.py): causal delivery, FIFO per "
@@ -634,6 +635,20 @@ class Campaign:
         return [v for v in self.verdicts if v.failed]
 
 
+def sort_checks(plan: Plan, checks: Sequence[CheckSummary]
+                ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """A campaign's analysis sorted: the checks that applied (those that could not run, a
+    column missing, too: the table shows them), the others with why, and the checks of
+    ``plan`` left unproven (not applicable, or could not run)."""
+    applied = [c.name for c in checks if c.status is not Status.NOT_APPLICABLE]
+    not_applicable = {c.name: c.reason for c in checks if c.status is Status.NOT_APPLICABLE}
+    could_not_run = {c.name: f"it could not run: {c.reason}" for c in checks
+                     if c.status is Status.ERROR}
+    ran = [name for name in applied if name not in could_not_run]
+    return applied, not_applicable, unproven_checks(plan, ran,
+                                                    {**not_applicable, **could_not_run})
+
+
 def unproven_checks(plan: Plan, applied: Sequence[str],
                     not_applicable: Mapping[str, str]) -> dict[str, str]:
     """The checks of ``plan`` that did not apply to a campaign's trace, with why (a check the
@@ -699,14 +714,11 @@ def run_campaign(
     analysis: Analysis | None = None
     applied: list[str] = []
     not_applicable: dict[str, str] = {}
+    unproven: dict[str, str] = {}
     if any(o.status != "failed" for o in outcomes):
         analysis = analyze(spark, out, config=AnalysisConfig(checks=VOPR_CHECKS),
                            progress=analysis_progress)
-        for check in analysis.checks:
-            if check.status is Status.NOT_APPLICABLE:
-                not_applicable[check.name] = check.reason
-            else:
-                applied.append(check.name)
+        applied, not_applicable, unproven = sort_checks(PLANS[service], analysis.checks)
         if analysis.failed:
             counts, found = _violations_by_run(spark, analysis.out_dir, examples)
     verdicts = []
@@ -715,8 +727,6 @@ def run_campaign(
         error = outcome.detail if outcome.status == "failed" else ""
         verdicts.append(SeedVerdict(schedule, counts.get(schedule.run, {}), error,
                                     found.get(schedule.run, {})))
-    unproven = (unproven_checks(PLANS[service], applied, not_applicable)
-                if analysis is not None else {})
     return Campaign(service, out, verdicts, applied, not_applicable, analysis, unproven)
 
 
