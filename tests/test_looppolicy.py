@@ -135,8 +135,8 @@ def test_the_runtime_clock_is_finer_than_a_millisecond_on_either_loop(loop: str)
             env = process.env
             first = env.now()
             until = time.monotonic() + 0.0002
-            while time.monotonic() < until:  # 0.2 ms inside one step of the loop
-                pass
+            while time.monotonic() < until:  # 0.2 ms of work inside one step of the loop
+                continue
             steps.append(env.now() - first)
 
         cluster.call("a", measure)
