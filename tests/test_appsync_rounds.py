@@ -1,5 +1,6 @@
 """One APSYN round on its own (``process_round``): the conflict groups found through the
-bucketed candidate pairs are those of testing every pair, on random requests."""
+bucketed candidate pairs are those of testing every pair, on random requests; and its updates
+as the syncs carry them (``as_sent``: property updates of one object merged into one)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 
 from gossamer.protocols.appsync import Delete, Mode, ObjectInfo, Scope, Update
 from gossamer.protocols.appsync import rounds as rounds_module
-from gossamer.protocols.appsync.rounds import Request, process_round
-from gossamer.protocols.appsync.state import SharedObject
+from gossamer.protocols.appsync.rounds import Request, Sent, as_sent, process_round
+from gossamer.protocols.appsync.state import SharedObject, apply_action
 
 NAMES = ["o", "o.a", "o.b", "o.a.x", "o.a.y", "o.b.x"]
 
@@ -71,3 +72,107 @@ def test_the_winner_rotates_with_the_round(number: int) -> None:
     result = process_round("s", board(), requests, number)
     winner = [r.client_id for r, c in zip(requests, result.codes, strict=True) if c == 22]
     assert winner == [["0001", "0002", "0003"][number % 3]]
+
+
+# -- a round's updates as the syncs carry them (as_sent) -------------------------------------
+
+
+def _applied(*actions: tuple[str, Any]) -> list[Any]:
+    """Apply ``(client, action)`` in order to ``board()``: a round's applied list."""
+    objects = board()
+    out = []
+    for client, action in actions:
+        before = objects.get(action.info.object_key)
+        after = apply_action(before, action, client)
+        assert after is not None
+        objects[after.key] = after
+        out.append((client, action, before, after))
+    return out
+
+
+def _replayed(sent: list[Sent]) -> dict[str, Any]:
+    """What a peer holding ``board()`` holds after applying ``sent``."""
+    objects = board()
+    for update in sent:
+        key = update.action.info.object_key
+        after = apply_action(objects.get(key), update.action, "0001")
+        if after is None:
+            objects.pop(key, None)
+        else:
+            objects[key] = after
+    return {key: obj.value for key, obj in objects.items()}
+
+
+def g(name: str) -> ObjectInfo:
+    return ObjectInfo(Scope.GLOBAL, name)
+
+
+def test_property_updates_of_one_object_in_a_round_are_sent_as_one_upd() -> None:
+    applied = _applied(("0001", Update(g("o.a.x"), 5)), ("0002", Update(g("o.b.x"), [1, 2])),
+                       ("0003", Update(g("o.c"), "new")))
+    sent = as_sent(applied)
+    assert len(sent) == 1 and sent[0].merged
+    assert sent[0].action == Update(g("o"), {"a": {"x": 5}, "b": {"x": [1, 2]}, "c": "new"})
+    assert sent[0].parts == tuple((client, action) for client, action, _b, _a in applied)
+    assert (sent[0].before, sent[0].after) == (applied[0][2], applied[-1][3])
+    assert _replayed(sent) == {"G//o": applied[-1][3].value}
+
+
+@pytest.mark.parametrize("second", [
+    Update(g("o.b"), {"x": 1}),  # an object value: a path update replaces, a patch would merge
+    Update(g("o.b"), None),  # null: a path update sets it, a patch would remove it
+    Update(g("o.a"), 3),  # a prefix of the first's path
+    Update(g("o.a.x"), 4),  # the same path again (one peer's two requests)
+    Update(g("o"), {"b": {"x": 1}}),  # the whole object
+    Delete(g("o.b")),
+])
+def test_updates_that_a_merge_would_change_are_sent_as_applied(second: Any) -> None:
+    applied = _applied(("0001", Update(g("o.a.x"), 5)), ("0001", second))
+    sent = as_sent(applied)
+    assert [update.action for update in sent] == [Update(g("o.a.x"), 5), second]
+    assert not any(update.merged for update in sent)
+
+
+def test_runs_end_at_another_object_and_keep_apart_clients_are_never_merged() -> None:
+    other = SharedObject(Scope.GLOBAL, None, "p", Mode.RW, "0001", {"k": 0})
+    objects = {**board(), other.key: other}
+    applied: list[Any] = []
+    for client, action in [("0001", Update(g("o.a.x"), 1)), ("0002", Update(g("o.a.y"), 2)),
+                           ("0001", Update(g("p.k"), 3)), ("0002", Update(g("o.b.x"), 4)),
+                           ("zone", Update(g("o.c"), 5)), ("0003", Update(g("o.d"), 6))]:
+        before = objects[action.info.object_key]
+        after = apply_action(before, action, client)
+        assert after is not None
+        objects[after.key] = after
+        applied.append((client, action, before, after))
+    sent = as_sent(applied, frozenset({"zone"}))
+    assert [len(update.parts) for update in sent] == [2, 1, 1, 1, 1]
+    assert sent[0].action == Update(g("o"), {"a": {"x": 1, "y": 2}})
+    assert [update.action for update in sent[1:]] == [a for _c, a, _b, _a in applied[2:]]
+
+
+def test_a_run_whose_merge_would_not_give_the_same_object_is_sent_as_applied() -> None:
+    """The check behind the rules: were ``before`` and ``after`` not what the run's merge
+    gives (a rule missed), the run goes out action by action."""
+    applied = _applied(("0001", Update(g("o.a.x"), 5)), ("0002", Update(g("o.b.x"), 6)))
+    client, action, before, after = applied[-1]
+    assert after is not None
+    wrong = SharedObject(after.scope, after.scope_id, after.name, after.mode, after.owner,
+                         {**after.value, "extra": 1})
+    sent = as_sent([*applied[:-1], (client, action, before, wrong)])
+    assert [update.merged for update in sent] == [False, False]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(request, min_size=1, max_size=12), st.integers(1, 5))
+def test_a_round_sent_merged_leaves_every_peer_where_the_round_left_ctrl(
+        specs: list[Any], number: int) -> None:
+    """Any round of the board's requests: applying what ``as_sent`` sends gives the objects
+    the round left at CTRL, and every applied request is carried once, in the apply order."""
+    objects = board()
+    result = process_round("s", objects, [make(spec) for spec in specs], number, zone="0001",
+                           max_objects=100, schemas={}, rule=None)
+    sent = as_sent(result.applied)
+    assert _replayed(sent) == {key: obj.value for key, obj in objects.items()}
+    assert [part for update in sent for part in update.parts] == [
+        (client, action) for client, action, _b, _a in result.applied]

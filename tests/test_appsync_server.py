@@ -24,8 +24,9 @@ from gossamer.protocols.appsync import (
     Update,
 )
 from gossamer.protocols.appsync.server import AppSyncConfig, AppSyncServer, hash_session_key
+from gossamer.protocols.appsync.state import action_digest, action_id
 from gossamer.runtimes.sim import MemoryStore
-from gossamer.testing import FakeConn, FakeEnv
+from gossamer.testing import FakeConn, FakeEnv, info_of
 
 G = Scope.GLOBAL
 
@@ -485,6 +486,37 @@ def test_a_round_writes_each_changed_object_once_as_the_round_left_it() -> None:
     bench.env.crash()
     _, init = Bench(env=FakeEnv("ctrl", store=store)).join()
     assert init.creates == (cre("board", {"p": 1, "q": 2, "r": 3}),)
+
+
+def test_a_rounds_property_updates_of_one_object_go_out_as_one_upd_and_are_traced() -> None:
+    """Three peers' property updates of one object in a round: every sync carries one upd of
+    the object holding all three (a merge patch), one ``sync_apply`` row names the requests it
+    carries and each accepting ack names that update."""
+    bench = Bench()
+    a, _ = bench.join()
+    b = bench.join_later()
+    c = bench.join_later()
+    bench.rqst(a)
+    bench.advance(0.01)
+    round_trip(bench, (a, (cre("board", {"p": 0}),)), (b, ()), (c, ()))
+    updates = {a: Update(g("board.p"), 1), b: Update(g("board.q"), [2]),
+               c: Update(g("board.r"), "3")}
+    round_trip(bench, *((conn, (update,)) for conn, update in updates.items()))
+    merged = Update(g("board"), {"p": 1, "q": [2], "r": "3"})
+    for conn in (a, b, c):
+        sync = bench.last(conn)
+        assert isinstance(sync, Sync) and sync.acks == (23,)
+        assert sync.actions == (merged,), sync.actions
+    round_number = bench.last(a).header.round
+    applies = [info_of(row) | {"msg": row.msg} for row in bench.env.traced("sync_apply")
+               if row.seq == round_number]
+    msg = action_id("s", round_number, merged)
+    assert len(applies) == 1 and applies[0]["msg"] == msg
+    clients = {bench.last(conn).header.client_id: update for conn, update in updates.items()}
+    assert sorted(map(tuple, applies[0]["parts"])) == sorted(
+        (client, action_digest(update)) for client, update in clients.items())
+    ack_msgs = [row.msg for row in bench.env.traced("sync_ack") if row.seq == round_number]
+    assert ack_msgs == [msg, msg, msg]
 
 
 @settings(max_examples=60, deadline=None)

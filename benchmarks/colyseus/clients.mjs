@@ -109,7 +109,11 @@ function apsynClient(index, instrumented, onRound) {
       if (instrumented) {
         const body = JSON.parse(data.toString()).b;
         for (const action of body.syn || []) {
-          if (action.t === "upd" && action.i.n.startsWith("board.p")) seen(action.d);
+          if (action.t !== "upd") continue;
+          if (action.i.n.startsWith("board.p")) seen(action.d);
+          else if (action.i.n === "board" && action.d !== null && typeof action.d === "object") {
+            for (const t of Object.values(action.d)) seen(t); // a round's changes in one upd
+          }
         }
       }
       if (delay > 0) pending = setTimeout(() => { pending = null; answer(round); }, delay);

@@ -6,8 +6,9 @@ Reads the sync server's ``round`` rows (``key`` the session, ``seq`` the round, 
 ``requests``, ``applied``, ``bytes`` = the round's sync frames written to the peers,
 ``codes`` = status code -> count), the ``sync_apply`` rows of the
 server and the peers (``msg`` the action's id, ``session:ROUND:digest``, the same everywhere;
-at the server ``origin`` the requesting peer) and the peers' ``sync_request`` rows (``origin``
-the peer, ``info.action`` the digest its action's id will end with).
+at the server ``origin`` the requesting peer, or ``info.parts`` for an update that merges
+several requests) and the peers' ``sync_request`` rows (``origin`` the peer, ``info.action``
+the digest its action's id ends with when the server sends it as it was asked).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ _ROUND_INFO = T.StructType([
     T.StructField("bytes", T.LongType()),
     T.StructField("codes", T.MapType(T.StringType(), T.LongType())),
 ])
+#: a merged update's ``info.parts``: the requests it carries, ``[origin, digest]`` each
+_PARTS = T.ArrayType(T.ArrayType(T.StringType()))
 _QUANTILES = [0.5, 0.99]
 _ACCURACY = 10_000
 #: an action id is ``session:ROUND:digest`` (``protocols.appsync.server.action_id``)
@@ -98,7 +101,8 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
                   F.sort_array(F.collect_list(F.struct("code", "n"))))).alias("codes")))
     servers = rounds.select("run", "node").distinct()
     applies = rows.filter((F.col("event") == APPLY) & F.col("msg").isNotNull()).select(
-        "run", "node", "origin", "msg", clock().alias("at"))
+        "run", "node", "origin", "msg", clock().alias("at"),
+        F.from_json(info_field("parts"), _PARTS).alias("parts"))
     server_applies = applies.join(F.broadcast(servers), ["run", "node"], "left_semi")
     at_server = server_applies.groupBy("run", "msg").agg(F.min("at").alias("applied_at"))
     last_peer = (applies.join(F.broadcast(servers), ["run", "node"], "left_anti")
@@ -113,8 +117,13 @@ def round_metrics(trace: DataFrame, *, layers: Sequence[str] = ("appsync",)) -> 
     requests = (rows.filter((F.col("event") == REQUEST) & F.col("origin").isNotNull())
                 .select("run", "origin", info_field("action").alias("digest"),
                         clock().alias("requested_at")))
-    taken = server_applies.select("run", "origin", "msg", "at", F.regexp_extract(
-        "msg", _DIGEST_OF_ACTION, 1).alias("digest"))
+    # a request is taken by the update that carries it: its own, or one merging several
+    # (``info.parts``: [origin, digest] of each request it carries)
+    carried = F.explode(F.coalesce("parts", F.array(F.array(
+        F.col("origin"), F.regexp_extract("msg", _DIGEST_OF_ACTION, 1))))).alias("part")
+    taken = (server_applies.select("run", "msg", "at", carried)
+             .select("run", "msg", "at", F.col("part")[0].alias("origin"),
+                     F.col("part")[1].alias("digest")))
     first_taken = (requests.join(taken, ["run", "origin", "digest"])
                    .filter(F.col("at") >= F.col("requested_at"))
                    .groupBy("run", "origin", "digest", "requested_at")

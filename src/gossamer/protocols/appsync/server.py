@@ -9,9 +9,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-import hashlib
 import hmac
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -20,10 +18,12 @@ import orjson
 from ...core.conn import CloseCode, Conn
 from ...core.env import Env, TimerHandle
 from ...core.errors import ConfigError
-from .rounds import Request, Rule, priority_order, process_round
+from .joins import ZONE_ID, JoinId, KeyHash, hash_session_key, parse_join_id, secret_digest
+from .rounds import Request, Rule, Sent, as_sent, priority_order, process_round
 from .state import (
     LAYER,
     SharedObject,
+    action_digest,
     action_id,
     object_from_json,
     object_to_json,
@@ -32,7 +32,6 @@ from .state import (
     visible_to,
 )
 from .wire import (
-    PEER_SECRET,
     AppSyncCodec,
     AppSyncProtocolError,
     BadRequest,
@@ -53,69 +52,6 @@ __all__ = ["LAYER", "AppSyncConfig", "AppSyncServer", "JoinId", "KeyHash", "Upli
            "hash_session_key", "parse_join_id", "refusal"]
 
 TABLE = "appsync"
-_SESSION = re.compile(r"[A-Za-z0-9._$-]{1,128}")
-_ZONE = re.compile(r"[0-9A-Fa-f]{4}")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class KeyHash:
-    """A session key at rest: PBKDF2-SHA256 of the key with ``salt``."""
-
-    salt: bytes
-    digest: bytes
-    iterations: int
-
-    def matches(self, key: str) -> bool:
-        candidate = hashlib.pbkdf2_hmac("sha256", key.encode(), self.salt, self.iterations)
-        return hmac.compare_digest(candidate, self.digest)
-
-
-def hash_session_key(key: str, salt: bytes, *, iterations: int = 100_000) -> KeyHash:
-    if not key or ";" in key:
-        raise ConfigError("a session key is 1..256 characters without ';'")
-    return KeyHash(salt=salt, iterations=iterations,
-                   digest=hashlib.pbkdf2_hmac("sha256", key.encode(), salt, iterations))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JoinId:
-    """What a join's ``id`` says: the session, its key (if any) and, for the CTRL of another
-    zone joining as a peer, that zone's id."""
-
-    session: str
-    key: str | None = None
-    zone: str | None = None
-    peer: str | None = None  # the peer's own secret: a reconnect as its client id proves it
-
-
-def parse_join_id(text: str) -> JoinId:
-    """``session [";key=" key] [";zone=" 4HEXDIG] [";peer=" secret]`` -> ``JoinId``;
-    ValueError if malformed."""
-    session, *params = text.split(";")
-    if _SESSION.fullmatch(session) is None:
-        raise ValueError("a session id is 1..128 of A-Z a-z 0-9 . _ $ -")
-    found: dict[str, str] = {}
-    for param in params:
-        name, sep, value = param.partition("=")
-        if not sep or name not in ("key", "zone", "peer") or name in found:
-            raise ValueError("the join parameters are ;key=KEY, ;zone=ZONE and ;peer=SECRET, "
-                             "each once")
-        found[name] = value
-    key, zone, peer = found.get("key"), found.get("zone"), found.get("peer")
-    if key is not None and not 1 <= len(key) <= 256:
-        raise ValueError("a session key is 1..256 characters without ';'")
-    if zone is not None and _ZONE.fullmatch(zone) is None:
-        raise ValueError("a zone id is 4 hex digits")
-    if peer is not None and PEER_SECRET.fullmatch(peer) is None:
-        raise ValueError("a peer secret is 16..128 of A-Z a-z 0-9 _ -")
-    return JoinId(session, key, zone, peer)
-
-
-def _secret_digest(salt: bytes, secret: str) -> bytes:
-    """A peer secret at rest (it is random and long: one salted hash suffices)."""
-    return hashlib.sha256(salt + secret.encode()).digest()
-
-
 def refusal(status: Status, why: str) -> tuple[int, str]:
     """The close code and reason of a refused join: 4000 + status, "NN Phrase: why"."""
     return 4000 + int(status), f"{int(status)} {status.phrase}: {why}"[:120]
@@ -148,7 +84,7 @@ class AppSyncConfig:
 
     def __post_init__(self) -> None:
         SessionConfig(self.min_ms, self.max_ms, self.tout)  # validates the three
-        if _ZONE.fullmatch(self.zone) is None:
+        if ZONE_ID.fullmatch(self.zone) is None:
             raise ConfigError(f"a zone id is 4 hex digits, got {self.zone!r}")
         for name in ("max_sessions", "max_peers", "max_objects", "history", "history_bytes",
                      "max_requests"):
@@ -221,7 +157,7 @@ class Session:
         if kept is None:
             return True
         return secret is not None and hmac.compare_digest(
-            _secret_digest(kept[:16], secret), kept[16:])
+            secret_digest(kept[:16], secret), kept[16:])
 
     def owns_objects(self, client_id: str) -> bool:
         return any(obj.owner == client_id for obj in self.objects.values())
@@ -521,7 +457,11 @@ class AppSyncServer:
         session.round = new_round
         session.phase = Phase.COMMITTING
         outgoing: list[tuple[Conn, bytes]] = []
-        syn_for = self._syn_lists(applied)
+        # a master zone's updates are relayed as it sent them, and a member zone's requests
+        # answered on their own: the member matches the master's acks to its peers' requests
+        sent_actions = as_sent(applied, _RELAYED.union(
+            client for client, peer in session.peers.items() if peer.zone is not None))
+        syn_for = self._syn_lists(sent_actions)
         for client, peer in session.peers.items():
             parts = self.codec.sync_parts_for(client, new_round, peer.answered, _due(peer),
                                               syn_for(peer))
@@ -545,7 +485,8 @@ class AppSyncServer:
 
         def send() -> None:  # rows only for a round that was committed and sent
             sent = sum(len(frame) for conn, frame in outgoing if conn in self.peers)
-            self._trace_round(session, new_round, len(requests), finals, applied, sent)
+            self._trace_round(session, new_round, len(requests), finals, len(applied),
+                              sent_actions, sent)
             self._send_round(session, outgoing)
 
         if self.round_log is None:
@@ -589,16 +530,16 @@ class AppSyncServer:
     def _register_uplink(self, conn: Conn, link: ZoneUplink) -> None:
         self.uplink_conns[conn] = link
 
-    def _syn_lists(self, applied: list[Any]) -> Callable[[PeerState], bytes]:
+    def _syn_lists(self, sent: list[Sent]) -> Callable[[PeerState], bytes]:
         """The round's updates as each peer may see them, encoded once: the updates of NA
         objects go only to their owners, those of L and C objects not to another zone's CTRL;
         everyone else shares one encoding."""
-        encoded = [self.codec.encode_action(action) for _, action, _b, _a in applied]
+        encoded = [self.codec.encode_action(update.action) for update in sent]
         private: dict[str, list[int]] = {}
         public: list[int] = []
         zone_local: set[int] = set()
-        for index, (_, _action, before, after) in enumerate(applied):
-            obj = after if after is not None else before
+        for index, update in enumerate(sent):
+            obj = update.after if update.after is not None else update.before
             if obj is not None and obj.mode is Mode.NA:
                 private.setdefault(obj.owner, []).append(index)
             else:
@@ -665,10 +606,14 @@ class AppSyncServer:
     # -- trace and store -------------------------------------------------------------------
 
     def _trace_round(self, session: Session, sync_round: int, requests: int,
-                     acks: list[OwedAck], applied: list[Any], sent: int) -> None:
+                     acks: list[OwedAck], applied: int, updates: list[Sent], sent: int
+                     ) -> None:
         """The round's rows; ``acks`` those whose code was decided for this round's sync
         (a request sent up to the master zone is decided when the master answers);
-        ``sent``: the bytes of its sync frames written to the peers."""
+        ``applied`` the actions applied, ``updates`` as the syncs carry them; ``sent``: the
+        bytes of its sync frames written to the peers. A ``sync_apply`` row per update sent
+        (a merged one: ``info.parts``, each request it carries as ``[origin, digest]``), and
+        each request's ``sync_ack`` names the update that carries it."""
         env = self.env
         if not env.tracing:
             return
@@ -677,11 +622,20 @@ class AppSyncServer:
             code = int(ack.code or 0)
             counts[code] = counts.get(code, 0) + 1
         env.trace("round", layer=LAYER, key=session.name, seq=sync_round,
-                  peers=len(session.peers), requests=requests, applied=len(applied),
+                  peers=len(session.peers), requests=requests, applied=applied,
                   bytes=sent, codes={str(k): v for k, v in sorted(counts.items())})
-        for index, (client, action, _before, after) in enumerate(applied):
+        carried: dict[str, str] = {}  # a request's digest -> the id of the update carrying it
+        for index, update in enumerate(updates):
+            action, after = update.action, update.after
             key = f"{session.name}/{action.info.object_key}"
             msg = action_id(session.name, sync_round, action)
+            if update.merged:
+                parts = [[client, action_digest(part)] for client, part in update.parts]
+                carried.update((digest, msg) for _client, digest in parts)
+                env.trace("sync_apply", layer=LAYER, key=key, seq=sync_round, msg=msg,
+                          index=index, digest=value_digest(after), parts=parts)
+                continue
+            client = update.parts[0][0]
             if client in (ZONE_ORIGIN, ZONE_INIT):  # the master's: acknowledged there
                 env.trace("sync_apply", layer=LAYER, key=key, seq=sync_round, origin=client,
                           msg=msg, index=index, digest=value_digest(after),
@@ -690,10 +644,13 @@ class AppSyncServer:
                 env.trace("sync_apply", layer=LAYER, key=key, seq=sync_round, origin=client,
                           msg=msg, index=index, digest=value_digest(after))
         for ack in acks:
+            carrier: str | None = None
+            if ack.action is not None:
+                carrier = carried.get(action_digest(ack.action)) if carried else None
+                if carrier is None:
+                    carrier = action_id(session.name, sync_round, ack.action)
             env.trace("sync_ack", layer=LAYER, key=session.name, seq=sync_round,
-                      peer=ack.client_id, code=int(ack.code or 0),
-                      msg=None if ack.action is None else action_id(
-                          session.name, sync_round, ack.action))
+                      peer=ack.client_id, code=int(ack.code or 0), msg=carrier)
 
     @staticmethod
     def _final(applied: list[Any]) -> dict[str, SharedObject | None]:
@@ -726,7 +683,7 @@ class AppSyncServer:
                 self.env.store.delete(TABLE, key)
             return
         salt = self.env.rng.randbytes(16)
-        kept = salt + _secret_digest(salt, secret)
+        kept = salt + secret_digest(salt, secret)
         session.secrets[client_id] = kept
         if self.round_log is None:  # p2p: kept by this CTRL only (docs/security.md)
             self.env.store.put(TABLE, key, kept)
@@ -770,6 +727,10 @@ class AppSyncServer:
         """This round's priority order of the session's peers (for tests and tools)."""
         found = self.sessions[session]
         return priority_order(list(found.peers), found.round)
+
+
+#: a master zone's updates, relayed as it sent them (``as_sent`` never merges them)
+_RELAYED = frozenset((ZONE_ORIGIN, ZONE_INIT))
 
 
 def _bad(why: str) -> AppSyncProtocolError:

@@ -95,16 +95,17 @@ def writable_by(obj: SharedObject, client_id: str) -> bool:
     return obj.scope is not Scope.CLIENT and obj.mode is Mode.RW
 
 
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7396: a non-object patch replaces; members set to null are removed."""
+def merge_patch(target: Any, patch: Any, *, copy_values: bool = True) -> Any:
+    """RFC 7396: a non-object patch replaces; members set to null are removed.
+    ``copy_values`` False: the result shares the patch's values (for a comparison only)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return copy.deepcopy(patch) if copy_values else patch
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
         else:
-            result[key] = merge_patch(result.get(key), value)
+            result[key] = merge_patch(result.get(key), value, copy_values=copy_values)
     return result
 
 
