@@ -31,6 +31,21 @@ def test_two_peers_share_a_board_and_see_each_others_changes() -> None:
     assert board["hot"] > 0 and len([k for k in board if k.startswith("p")]) == 2
 
 
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_broken_peer_that_skips_the_contended_property_ends_apart_from_its_ctrl(
+        drop: bool) -> None:
+    """``drop_updates`` (a fault the checks are tried on) loses ``board.hot`` at the peers,
+    sent alone or merged with the round's other properties of the board."""
+    world = AppSyncWorld(WorldConfig(peers=3, seed=4, drop_updates=drop))
+    world.run_for(1.0)
+    world.quiesce(2.0)
+    states = world.visible_states()
+    peers = [name for name in states if not name.startswith("=")]
+    assert len(peers) == 3
+    apart = [name for name in peers if states[name] != states[f"={name}"]]
+    assert apart == (peers if drop else []), apart
+
+
 @pytest.mark.parametrize("seed", [1])
 def test_fifty_peers_under_cuts_delays_churn_and_a_server_restart_converge(seed: int) -> None:
     sink = MemorySink()

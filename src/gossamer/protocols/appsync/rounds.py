@@ -339,7 +339,8 @@ class Sent:
         return len(self.parts) > 1
 
 
-def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset()) -> list[Sent]:
+def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset(), *,
+            merge: bool = True) -> list[Sent]:
     """A round's applied actions as its syncs carry them (docs/appsync-wire.md, *One upd per
     object*): consecutive updates of one object that each set a property to a value other
     than an object or null, on paths none of which is a prefix of another, become one ``upd``
@@ -347,7 +348,10 @@ def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset()
     exactly what applying them one by one did (checked here: a run whose merge would not is
     sent as it was applied). A 500-peer round of property updates is one action, not 250,
     and its syncs a third of the bytes. Actions of the clients in ``keep_apart`` (a master
-    zone's, relayed as the master sent them) are never merged."""
+    zone's, relayed as the master sent them) are never merged; ``merge`` False: nothing is."""
+    if not merge:
+        return [Sent(action, before, after, ((client, action),))
+                for client, action, before, after in applied]
     out: list[Sent] = []
     run: list[Applied] = []
     paths: set[tuple[str, ...]] = set()

@@ -457,10 +457,11 @@ class AppSyncServer:
         session.round = new_round
         session.phase = Phase.COMMITTING
         outgoing: list[tuple[Conn, bytes]] = []
-        # a master zone's updates are relayed as it sent them, and a member zone's requests
-        # answered on their own: the member matches the master's acks to its peers' requests
-        sent_actions = as_sent(applied, _RELAYED.union(
-            client for client, peer in session.peers.items() if peer.zone is not None))
+        # a master zone's updates are relayed as it sent them; and where another zone's CTRL
+        # is a peer nothing is merged: it matches the updates it relays to its own peers'
+        # requests by action (a majority's accepted action may be a local peer's)
+        sent_actions = as_sent(applied, _RELAYED, merge=not any(
+            peer.zone is not None for peer in session.peers.values()))
         syn_for = self._syn_lists(sent_actions)
         for client, peer in session.peers.items():
             parts = self.codec.sync_parts_for(client, new_round, peer.answered, _due(peer),

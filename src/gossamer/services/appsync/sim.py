@@ -82,7 +82,7 @@ class _WorkloadPeer(AppSyncPeer):
     def _sync(self, msg: Any) -> None:
         if self.world.config.drop_updates:  # a broken peer, for tests of the checks
             msg = dataclasses.replace(msg, actions=tuple(
-                a for a in msg.actions if a.info.name != "board.hot"))
+                _without_hot(a) for a in msg.actions if a.info.name != "board.hot"))
         super()._sync(msg)
 
     def _round(self, number: int) -> None:
@@ -114,6 +114,17 @@ class _WorkloadPeer(AppSyncPeer):
             self.request(Update(ObjectInfo(Scope.GLOBAL, f"board.p{self.client_id}"),
                                 self.counter))
             self.request(Update(ObjectInfo(Scope.GLOBAL, "board.hot"), self.counter))
+            if self.counter % 2:  # an object value: sent as applied, not merged with the rest
+                self.request(Update(ObjectInfo(Scope.GLOBAL, f"board.s{self.client_id}"),
+                                    {"n": self.counter}))
+
+
+def _without_hot(action: Any) -> Any:
+    """``action`` without the board's contended property, where a merged upd carries it."""
+    if isinstance(action, Update) and action.info.name == "board" and \
+            isinstance(action.data, dict) and "hot" in action.data:
+        return Update(action.info, {k: v for k, v in action.data.items() if k != "hot"})
+    return action
 
 
 def _answering(config: WorldConfig) -> dict[str, Any]:
