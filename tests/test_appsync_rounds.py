@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gossamer.protocols.appsync import Delete, Mode, ObjectInfo, Scope, Update
 from gossamer.protocols.appsync import rounds as rounds_module
-from gossamer.protocols.appsync.rounds import Request, Sent, as_sent, process_round
+from gossamer.protocols.appsync.rounds import MERGED_DEPTH, Request, Sent, as_sent, process_round
 from gossamer.protocols.appsync.state import SharedObject, apply_action
 
 NAMES = ["o", "o.a", "o.b", "o.a.x", "o.a.y", "o.b.x"]
@@ -108,11 +108,12 @@ def g(name: str) -> ObjectInfo:
 
 
 def test_property_updates_of_one_object_in_a_round_are_sent_as_one_upd() -> None:
-    applied = _applied(("0001", Update(g("o.a.x"), 5)), ("0002", Update(g("o.b.x"), [1, 2])),
-                       ("0003", Update(g("o.c"), "new")))
+    applied = _applied(("0001", Update(g("o.a.x"), 5)), ("0002", Update(g("o.b.x"), 2.5)),
+                       ("0003", Update(g("o.c"), "new")), ("0001", Update(g("o.d"), True)))
     sent = as_sent(applied)
     assert len(sent) == 1 and sent[0].merged
-    assert sent[0].action == Update(g("o"), {"a": {"x": 5}, "b": {"x": [1, 2]}, "c": "new"})
+    assert sent[0].action == Update(g("o"), {"a": {"x": 5}, "b": {"x": 2.5}, "c": "new",
+                                             "d": True})
     assert sent[0].parts == tuple((client, action) for client, action, _b, _a in applied)
     assert (sent[0].before, sent[0].after) == (applied[0][2], applied[-1][3])
     assert _replayed(sent) == {"G//o": applied[-1][3].value}
@@ -121,6 +122,7 @@ def test_property_updates_of_one_object_in_a_round_are_sent_as_one_upd() -> None
 @pytest.mark.parametrize("second", [
     Update(g("o.b"), {"x": 1}),  # an object value: a path update replaces, a patch would merge
     Update(g("o.b"), None),  # null: a path update sets it, a patch would remove it
+    Update(g("o.b"), [[1], 2]),  # a list: merged, it would nest deeper than its name
     Update(g("o.a"), 3),  # a prefix of the first's path
     Update(g("o.a.x"), 4),  # the same path again (one peer's two requests)
     Update(g("o"), {"b": {"x": 1}}),  # the whole object
@@ -131,6 +133,19 @@ def test_updates_that_a_merge_would_change_are_sent_as_applied(second: Any) -> N
     sent = as_sent(applied)
     assert [update.action for update in sent] == [Update(g("o.a.x"), 5), second]
     assert not any(update.merged for update in sent)
+
+
+def test_a_property_deeper_than_merged_depth_is_sent_as_applied() -> None:
+    deep: dict[str, Any] = {"z": 0}
+    for name in reversed("abcdefgh"):
+        deep = {name: deep}
+    obj = SharedObject(Scope.GLOBAL, None, "o", Mode.RW, "0001", {**deep, "k": 0})
+    nine = Update(g("o." + ".".join("abcdefgh") + ".z"), 1)
+    assert len(nine.info.path) == MERGED_DEPTH + 1
+    after = apply_action(obj, nine, "0001")
+    last = apply_action(after, Update(g("o.k"), 2), "0001")
+    sent = as_sent([("0001", nine, obj, after), ("0001", Update(g("o.k"), 2), after, last)])
+    assert [update.merged for update in sent] == [False, False]
 
 
 def test_runs_end_at_another_object_and_keep_apart_clients_are_never_merged() -> None:

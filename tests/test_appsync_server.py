@@ -499,10 +499,10 @@ def test_a_rounds_property_updates_of_one_object_go_out_as_one_upd_and_are_trace
     bench.rqst(a)
     bench.advance(0.01)
     round_trip(bench, (a, (cre("board", {"p": 0}),)), (b, ()), (c, ()))
-    updates = {a: Update(g("board.p"), 1), b: Update(g("board.q"), [2]),
+    updates = {a: Update(g("board.p"), 1), b: Update(g("board.q"), 2.5),
                c: Update(g("board.r"), "3")}
     round_trip(bench, *((conn, (update,)) for conn, update in updates.items()))
-    merged = Update(g("board"), {"p": 1, "q": [2], "r": "3"})
+    merged = Update(g("board"), {"p": 1, "q": 2.5, "r": "3"})
     for conn in (a, b, c):
         sync = bench.last(conn)
         assert isinstance(sync, Sync) and sync.acks == (23,)

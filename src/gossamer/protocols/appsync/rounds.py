@@ -321,6 +321,9 @@ def _resolve(requests: list[Request], group: list[int], clients: list[str], roun
 
 
 Applied = tuple[str, Action, SharedObject | None, SharedObject | None]
+#: the deepest property path ``as_sent`` merges (a merged upd nests its values this deep)
+MERGED_DEPTH = 8
+_SCALARS = (str, int, float)  # bool is an int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -342,9 +345,10 @@ class Sent:
 def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset(), *,
             merge: bool = True) -> list[Sent]:
     """A round's applied actions as its syncs carry them (docs/appsync-wire.md, *One upd per
-    object*): consecutive updates of one object that each set a property to a value other
-    than an object or null, on paths none of which is a prefix of another, become one ``upd``
-    of the object whose ``d`` holds them all. Applying it as a merge patch gives the object
+    object*): consecutive updates of one object that each set a property at most
+    ``MERGED_DEPTH`` names deep to a string, number or boolean, on paths none of which is a
+    prefix of another, become one ``upd`` of the object whose ``d`` holds them all (so a
+    merged update nests no deeper than its names). Applying it as a merge patch gives the object
     exactly what applying them one by one did (checked here: a run whose merge would not is
     sent as it was applied). A 500-peer round of property updates is one action, not 250,
     and its syncs a third of the bytes. Actions of the clients in ``keep_apart`` (a master
@@ -371,8 +375,8 @@ def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset()
     for entry in applied:
         client, action, before, after = entry
         path = action.info.path
-        if (not isinstance(action, Update) or not path or client in keep_apart
-                or isinstance(action.data, dict) or action.data is None):
+        if (not isinstance(action, Update) or not 0 < len(path) <= MERGED_DEPTH
+                or client in keep_apart or not isinstance(action.data, _SCALARS)):
             close()
             out.append(Sent(action, before, after, ((client, action),)))
             continue
