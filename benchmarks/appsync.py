@@ -30,6 +30,7 @@ GitHub, which this machine cannot reach, so peers are not installed automaticall
     .venv/bin/python benchmarks/appsync.py                 # 100 and 500 clients
     .venv/bin/python benchmarks/appsync.py --quick         # 20 clients, short windows
     .venv/bin/python benchmarks/appsync.py --clients 100 --json out.json
+    .venv/bin/python benchmarks/appsync.py --clients 500 --repeat 3   # medians of paired runs
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +114,34 @@ def run_one(system: str, clients: int, *, sample: int, warmup: float, seconds: f
     return result
 
 
+def median_run(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run whose deliveries per server CPU-second are the median (the lower middle one of
+    an even count): a run that happened, not a mix of several."""
+    ordered = sorted(results, key=lambda r: r["delivered_per_cpu_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def paired_ratios(theirs: list[dict[str, Any]], ours: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """Each of ``ours`` against the baseline run of its own repeat (the machine's load moves
+    both): the ratios, and their medians as ``p99_ratio`` and ``cpu_ratio``."""
+    if len(theirs) != len(ours) or not ours:
+        raise ValueError("one baseline run per run of ours")
+    p99 = [o["p99_ms"] / t["p99_ms"] for t, o in zip(theirs, ours, strict=True)]
+    cpu = [o["delivered_per_cpu_s"] / t["delivered_per_cpu_s"]
+           for t, o in zip(theirs, ours, strict=True)]
+    return {"p99_ratio": statistics.median(p99), "cpu_ratio": statistics.median(cpu),
+            "p99_ratios": p99, "cpu_ratios": cpu}
+
+
+def spread(ratios: list[float]) -> str:
+    """``1.03x`` for one run, ``1.03x (0.98-1.16x over 3 runs)`` for several."""
+    middle = f"{statistics.median(ratios):.2f}x"
+    if len(ratios) == 1:
+        return middle
+    return f"{middle} ({min(ratios):.2f}-{max(ratios):.2f}x over {len(ratios)} runs)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 clients, 2 s + 3 s")
@@ -126,6 +156,10 @@ def main() -> None:
                         help="APSYN is also run with eager peers (PeerConfig.eager: a change "
                              "is sent when it is made) gathering this fraction of the min "
                              "time (0: answering at once); negative: not")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every system this many times, interleaved; each APSYN run "
+                             "is compared with the Colyseus run of its own repeat, and the "
+                             "median ratio is reported with the range (default 1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     sizes = args.clients or ([20] if args.quick else [100, 500])
@@ -138,27 +172,32 @@ def main() -> None:
     if args.eager >= 0:
         label = "apsyn, eager" + (f", gather {args.eager:g}" if args.eager > 0 else "")
         variants.append((label, "apsyn", args.eager, True))
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     rows = []
     for clients in sizes:
         row: dict[str, Any] = {"clients": clients}
-        for label, system, gather, eager in variants:
-            print(f"{label}: {clients} clients, {warmup:g} s warm-up, {seconds:g} s measured "
-                  "...", flush=True)
-            r = run_one(system, clients, sample=args.sample, warmup=warmup, seconds=seconds,
-                        gather=gather, eager=eager)
-            row[label] = r
-            print(f"  p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; "
-                  f"{r['delivered_per_s']:,.0f} changes delivered/s; server CPU "
-                  f"{r['server_cpu_share']:.2f} cores, {r['delivered_per_cpu_s']:,.0f} "
-                  f"per CPU-second; errors {r['errors']}", flush=True)
-        theirs = row["colyseus"]
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in variants}
+        for repeat in range(args.repeat):
+            for label, system, gather, eager in variants:
+                print(f"{label}: {clients} clients, {warmup:g} s warm-up, {seconds:g} s "
+                      f"measured" + (f" (run {repeat + 1} of {args.repeat})"
+                                     if args.repeat > 1 else "") + " ...", flush=True)
+                r = run_one(system, clients, sample=args.sample, warmup=warmup,
+                            seconds=seconds, gather=gather, eager=eager)
+                runs[label].append(r)
+                print(f"  p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; "
+                      f"{r['delivered_per_s']:,.0f} changes delivered/s; server CPU "
+                      f"{r['server_cpu_share']:.2f} cores, {r['delivered_per_cpu_s']:,.0f} "
+                      f"per CPU-second; errors {r['errors']}", flush=True)
+        for label, results in runs.items():
+            row[label] = {**median_run(results), "runs": results}
         for label, _system, _gather, _eager in variants[1:]:
-            ours = row[label]
-            p99 = ours["p99_ms"] / theirs["p99_ms"]
-            cpu = ours["delivered_per_cpu_s"] / theirs["delivered_per_cpu_s"]
-            row[f"{label} / colyseus"] = {"p99_ratio": p99, "cpu_ratio": cpu}
-            print(f"{label} / colyseus at {clients} clients: p99 {p99:.2f}x (target <= 1), "
-                  f"delivered per server CPU-second {cpu:.2f}x (target >= 0.5)", flush=True)
+            ratios = paired_ratios(runs["colyseus"], runs[label])
+            row[f"{label} / colyseus"] = ratios
+            print(f"{label} / colyseus at {clients} clients: p99 "
+                  f"{spread(ratios['p99_ratios'])} (target <= 1), delivered per server "
+                  f"CPU-second {spread(ratios['cpu_ratios'])} (target >= 0.5)", flush=True)
         rows.append(row)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -211,6 +211,25 @@ def test_appsync_against_colyseus_quick_run_reports_both_and_the_ratios(tmp_path
     assert "apsyn, eager / colyseus at 20 clients" in done.stdout
 
 
+def test_appsync_repeats_pair_each_run_with_the_baseline_run_of_its_repeat() -> None:
+    appsync = load_benchmark("appsync")
+    theirs = [{"p99_ms": 50.0, "delivered_per_cpu_s": 10.0},
+              {"p99_ms": 60.0, "delivered_per_cpu_s": 20.0},
+              {"p99_ms": 40.0, "delivered_per_cpu_s": 8.0}]
+    ours = [{"p99_ms": 55.0, "delivered_per_cpu_s": 5.0},
+            {"p99_ms": 60.0, "delivered_per_cpu_s": 8.0},
+            {"p99_ms": 48.0, "delivered_per_cpu_s": 4.0}]
+    ratios = appsync.paired_ratios(theirs, ours)
+    assert ratios["cpu_ratios"] == [0.5, 0.4, 0.5] and ratios["cpu_ratio"] == 0.5
+    assert ratios["p99_ratios"] == [1.1, 1.0, 1.2] and ratios["p99_ratio"] == 1.1
+    assert appsync.median_run(ours) is ours[0]  # 5.0: the middle of 4, 5, 8
+    assert appsync.median_run(ours[1:]) is ours[2]  # 4.0: the lower middle of 4, 8
+    assert appsync.spread([0.5]) == "0.50x"
+    assert appsync.spread(ratios["cpu_ratios"]) == "0.50x (0.40-0.50x over 3 runs)"
+    with pytest.raises(ValueError):
+        appsync.paired_ratios(theirs, ours[:2])
+
+
 def test_srm_recovery_quick_run_reports_both_topologies_and_timers(tmp_path: Path) -> None:
     srm_recovery = load_benchmark("srm_recovery")
     out = tmp_path / "srm.json"
