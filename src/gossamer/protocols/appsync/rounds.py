@@ -341,6 +341,12 @@ class Sent:
     def merged(self) -> bool:
         return len(self.parts) > 1
 
+    @classmethod
+    def alone(cls, entry: Applied) -> Sent:
+        """One applied ``(client, action, before, after)`` sent as it was applied."""
+        client, action, before, after = entry
+        return cls(action, before, after, ((client, action),))
+
 
 def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset(), *,
             merge: bool = True) -> list[Sent]:
@@ -354,8 +360,7 @@ def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset()
     and its syncs a third of the bytes. Actions of the clients in ``keep_apart`` (a master
     zone's, relayed as the master sent them) are never merged; ``merge`` False: nothing is."""
     if not merge:
-        return [Sent(action, before, after, ((client, action),))
-                for client, action, before, after in applied]
+        return [Sent.alone(entry) for entry in applied]
     out: list[Sent] = []
     run: list[Applied] = []
     paths: set[tuple[str, ...]] = set()
@@ -366,19 +371,18 @@ def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset()
         if merged is not None:
             out.append(merged)
         else:
-            out.extend(Sent(action, before, after, ((client, action),))
-                       for client, action, before, after in run)
+            out.extend(Sent.alone(entry) for entry in run)
         run.clear()
         paths.clear()
         prefixes.clear()
 
     for entry in applied:
-        client, action, before, after = entry
+        client, action = entry[0], entry[1]
         path = action.info.path
         if (not isinstance(action, Update) or not 0 < len(path) <= MERGED_DEPTH
                 or client in keep_apart or not isinstance(action.data, _SCALARS)):
             close()
-            out.append(Sent(action, before, after, ((client, action),)))
+            out.append(Sent.alone(entry))
             continue
         if run and (run[0][1].info.object_key != action.info.object_key
                     or path in paths or path in prefixes
