@@ -330,3 +330,55 @@ def test_a_value_the_wire_cannot_carry_is_refused_before_it_is_queued(value: obj
     with pytest.raises(ValueError):
         Create(ObjectInfo(Scope.GLOBAL, "board"), Mode.RW, {"x": value})
     Update(info, {"fine": [1, 2.5, "s", None, True, 2**63]})
+
+
+OUR_RQSTS = [WIRE["rqst"], WIRE["empty"],
+             Rqst(header=Header("00AF", 0x1A2B, 0x1A2A), actions=(
+                 Update(ObjectInfo(Scope.GLOBAL, "board.p00AF"), 1234.5),)),
+             Rqst(header=Header("0001", 1, 0), actions=(
+                 Update(ObjectInfo(Scope.GLOBAL, "board"), {"a": [1, {"b": None}], "c": "é"}),
+                 Update(ObjectInfo(Scope.CLIENT, "me.x", "0001"), 18446744073709551615)))]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(OUR_RQSTS), st.integers(0, 300), st.integers(0, 255),
+       st.booleans())
+def test_the_quick_rqst_path_reads_what_the_general_path_reads(msg: Rqst, where: int,
+                                                               byte: int, change: bool) -> None:
+    """A rqst in our peers' own bytes is read without building the message (the server's
+    path): whatever a frame holds, it gives the general path's client id, round, last and
+    actions, raises where the general path raises, or leaves the frame to it (None)."""
+    frame = bytearray(codec.encode(msg))
+    if change:
+        frame[where % len(frame)] = byte
+    data = bytes(frame)
+    try:
+        general: Join | Rqst | None = codec._decode_peer(data)
+    except AppSyncProtocolError as exc:
+        general = None
+        status = exc.status
+    try:
+        quick = codec.peer_rqst(data)
+    except AppSyncProtocolError as exc:
+        assert general is None and exc.status == status, data
+        return
+    if not change:
+        assert quick == (msg.header.client_id, msg.header.round, msg.header.last, msg.actions)
+    if quick is not None:
+        assert isinstance(general, Rqst), data
+        assert quick == (general.header.client_id, general.header.round, general.header.last,
+                         general.actions), data
+    assert codec.decode_from_peer(data) == general if general is not None else True
+
+
+def test_the_quick_rqst_path_refuses_what_the_message_refuses() -> None:
+    many = b"[" + b",".join([b'{"t":"del","i":{"s":"G","n":"x"}}'] * 257) + b"]"
+    frame = b'{"h":{"p":"APSYN/01","c":"0001","r":"0002","l":"0001"},"b":' + many + b"}"
+    for decode in (codec.peer_rqst, codec._decode_peer):
+        with pytest.raises(BadRequest, match="more than 256"):
+            decode(frame)
+    join = codec.encode(WIRE["join"])
+    assert codec.peer_rqst(join) is None and isinstance(codec.decode_from_peer(join), Join)
+    assert codec.peer_rqst(frame.replace(b'"r":"0002"', b'"r":"0000"')) is None
+    assert codec.peer_rqst(b" " + codec.encode(WIRE["empty"])) is None  # another form
+    assert AppSyncCodec(max_frame=40).peer_rqst(codec.encode(WIRE["empty"])) is None

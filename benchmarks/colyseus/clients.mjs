@@ -33,6 +33,8 @@ const latencies = []; // ms, at the instrumented clients, inside the window
 let received = 0; // changes seen by the instrumented clients inside the window
 let sent = 0; // changes made inside the window, by every client
 let errors = 0;
+let syncs = 0; // syncs that client 0 received inside the window (APSYN: the rounds)
+let frames = 0; // frames the clients sent inside the window (APSYN: answers and eager rqsts)
 const now = () => performance.now();
 
 function changed() {
@@ -89,6 +91,7 @@ function apsynClient(index, instrumented, onRound) {
     ws.on("error", (err) => { errors += 1; reject(err); });
     ws.on("close", () => { if (cid === null) reject(new Error("closed before its init")); });
     ws.on("message", (data) => {
+      if (measuring && index === 0) syncs += 1;
       const head = HEADER.exec(data.toString("latin1", 0, 120));
       if (head === null) { errors += 1; return; }
       const round = head[2] === "0000" ? head[3] : head[2]; // an init's l: the round to answer
@@ -130,6 +133,7 @@ function apsynClient(index, instrumented, onRound) {
         actions.push({ t: "upd", i: { s: "G", n: `board.p${cid}` }, d: change });
         change = null;
       }
+      if (measuring) frames += 1;
       ws.send(`{"h":{"p":"APSYN/01","c":"${cid}","r":"${round}","l":"${round}"},"b":` +
               `${JSON.stringify(actions)}}`);
     }
@@ -175,6 +179,6 @@ latencies.sort((a, b) => a - b);
 console.log(JSON.stringify({
   system, clients: CLIENTS, sample: SAMPLE, seconds: MEASURE / 1000,
   p50_ms: percentile(latencies, 0.5), p99_ms: percentile(latencies, 0.99),
-  received, sent, errors,
+  received, sent, errors, syncs, frames,
 }));
 process.exit(0);

@@ -32,6 +32,7 @@ from .state import (
     visible_to,
 )
 from .wire import (
+    Action,
     AppSyncCodec,
     AppSyncProtocolError,
     BadRequest,
@@ -149,6 +150,9 @@ class Session:
         # client id -> salt (16 bytes) + SHA-256 of salt and the peer secret it joined with
         self.secrets: dict[str, bytes] = {}
         self.member: MemberSession | None = None  # in a member zone: the master's part
+        # a peer found not to have answered the round: while it has not, the round waits
+        # (``_all_answered`` asks it first instead of walking every peer at each answer)
+        self.laggard: PeerState | None = None
 
     def holds_secret(self, client_id: str, secret: str | None) -> bool:
         """A join naming ``client_id`` may have it back: no secret was kept for it, or
@@ -260,8 +264,15 @@ class AppSyncServer:
             return
         session, peer = entry
         try:
-            msg = self.codec.decode_from_peer(frame)
-            if not isinstance(msg, Rqst) or msg.header.client_id != peer.client_id:
+            # a rqst in our peers' own form is read without building the message
+            ours = self.codec.peer_rqst(frame) if frame.__class__ is bytes else None
+            if ours is None:
+                msg = self.codec.decode_from_peer(frame)
+                if not isinstance(msg, Rqst):
+                    raise _bad("a joined peer sends rqst with its own client id")
+                header = msg.header
+                ours = header.client_id, header.round, header.last, msg.actions
+            if ours[0] != peer.client_id:
                 raise _bad("a joined peer sends rqst with its own client id")
         except AppSyncProtocolError as exc:
             self.env.trace("drop", layer=LAYER, key=session.name, peer=peer.client_id,
@@ -269,7 +280,7 @@ class AppSyncServer:
             session.requests.append(Request(peer.client_id, None, exc.status))
             peer.requests += 1
             return
-        self._request(session, peer, msg)
+        self._request(session, peer, ours[1], ours[2], ours[3])
 
     # -- join ------------------------------------------------------------------------------
 
@@ -342,12 +353,14 @@ class AppSyncServer:
 
     # -- rounds ----------------------------------------------------------------------------
 
-    def _request(self, session: Session, peer: PeerState, msg: Rqst) -> None:
+    def _request(self, session: Session, peer: PeerState, number: int, last: int,
+                 actions: tuple[Action, ...]) -> None:
+        """A peer's rqst of round ``number``, having received up to round ``last``."""
         limit = self.config.max_requests
-        if peer.requests + len(msg.actions) > 4 * limit:  # flooding: not a peer we can serve
+        if peer.requests + len(actions) > 4 * limit:  # flooding: not a peer we can serve
             self._drop_peer(session, peer, "too many requests")
             return
-        for action in msg.actions:  # over the limit: answered 53, kept as the code only
+        for action in actions:  # over the limit: answered 53, kept as the code only
             if peer.requests >= limit:
                 session.requests.append(Request(peer.client_id, None,
                                                 Status.SERVICE_UNAVAILABLE))
@@ -361,9 +374,9 @@ class AppSyncServer:
                 session.requests.append(Request(peer.client_id, action))
             peer.requests += 1
         peer.silent = 0
-        if msg.header.round == session.round:
+        if number == session.round:
             peer.answered = session.round
-        behind = self._rounds_between(msg.header.last, session.round)
+        behind = self._rounds_between(last, session.round)
         # one round behind is a rqst that crossed this round's sync (a late answer, or a
         # request sent at once after the answer): the sync is on its way. A sync really lost
         # shows as two or more at the peer's next answer, which follows the next sync
@@ -403,7 +416,17 @@ class AppSyncServer:
         self._drop_peer(session, peer, "too far behind: rejoin", code=CloseCode.TRY_AGAIN_LATER)
 
     def _all_answered(self, session: Session) -> bool:
-        return all(p.answered == session.round for p in session.peers.values())
+        number = session.round
+        laggard = session.laggard
+        if laggard is not None and laggard.answered != number and \
+                session.peers.get(laggard.client_id) is laggard:
+            return False
+        for peer in session.peers.values():
+            if peer.answered != number:
+                session.laggard = peer
+                return False
+        session.laggard = None
+        return True
 
     def _start_round(self, session: Session) -> None:
         """Wait for the answers. The min and max round times bound a whole round, from the end
