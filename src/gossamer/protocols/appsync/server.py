@@ -486,15 +486,16 @@ class AppSyncServer:
         sent_actions = as_sent(applied, _RELAYED, merge=not any(
             peer.zone is not None for peer in session.peers.values()))
         syn_for = self._syn_lists(sent_actions)
+        kept, kept_bytes = self.config.history, self.config.history_bytes
         for client, peer in session.peers.items():
             parts = self.codec.sync_parts_for(client, new_round, peer.answered, _due(peer),
                                               syn_for(peer))
             frame = b"".join(parts)
-            peer.history.append((new_round, parts))
+            history = peer.history
+            history.append((new_round, parts))
             peer.history_bytes += len(frame)
-            while len(peer.history) > self.config.history or (
-                    len(peer.history) > 1 and peer.history_bytes > self.config.history_bytes):
-                peer.history_bytes -= sum(map(len, peer.history.popleft()[1]))
+            while len(history) > kept or (len(history) > 1 and peer.history_bytes > kept_bytes):
+                peer.history_bytes -= sum(map(len, history.popleft()[1]))
             peer.requests = 0
             outgoing.append((peer.conn, frame))
         for peer in session.joining:
