@@ -22,6 +22,7 @@ from gossamer.protocols.appsync import (
     Scope,
     Sync,
     Update,
+    next_round,
 )
 from gossamer.protocols.appsync.server import AppSyncConfig, AppSyncServer, hash_session_key
 from gossamer.protocols.appsync.state import action_digest, action_id
@@ -111,6 +112,35 @@ def test_the_round_waits_for_every_peer_never_less_than_min_never_more_than_max(
     assert bench.last(a).header.round == 3
     bench.advance(0.05)
     assert bench.last(a).header.round == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.permutations(range(5)), st.integers(-1, 4)), min_size=1,
+                max_size=3))
+def test_after_min_a_round_ends_at_its_last_answer_or_leave_whatever_the_order(
+        rounds: list[tuple[list[int], int]]) -> None:
+    """Once the min time has passed, each answer asks whether every peer has answered (the
+    server keeps those it still waits for): the round ends at the last answer, or when the
+    last peer it waits for leaves, never before, over several rounds in a row."""
+    bench = Bench()
+    peers = [bench.join()[0] for _ in range(5)]
+    live = list(range(5))
+    for order, leaving in rounds:
+        order = [n for n in order if n in live]
+        anchor = next(n for n in live if n != leaving) if leaving in live and \
+            len(live) > 1 else None
+        number = bench.last(peers[live[0]]).header.round
+        bench.advance(0.01 + 0.001)  # min passed, nobody has answered
+        for step, n in enumerate(order):
+            assert bench.last(peers[live[0]]).header.round == number, (order, step)
+            if n == leaving and anchor is not None:
+                bench.server.closed(peers[n], "gone")
+                bench.settle()
+                live.remove(n)
+            else:
+                bench.rqst(peers[n])
+        survivor = peers[live[0]]
+        assert bench.last(survivor).header.round == next_round(number), order
 
 
 def two_peers(config: AppSyncConfig | None = None) -> tuple[Bench, FakeConn, FakeConn]:

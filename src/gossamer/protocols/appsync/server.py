@@ -150,9 +150,11 @@ class Session:
         # client id -> salt (16 bytes) + SHA-256 of salt and the peer secret it joined with
         self.secrets: dict[str, bytes] = {}
         self.member: MemberSession | None = None  # in a member zone: the master's part
-        # a peer found not to have answered the round: while it has not, the round waits
-        # (``_all_answered`` asks it first instead of walking every peer at each answer)
-        self.laggard: PeerState | None = None
+        # the peers that had not answered the round when ``_all_answered`` first looked, and
+        # the round (``rounds_done``) that was: a round's peers only leave until it ends, so
+        # each later look drops those that answered or left since, without walking them all
+        self.waiting: list[PeerState] = []
+        self.waiting_for = -1
 
     def holds_secret(self, client_id: str, secret: str | None) -> bool:
         """A join naming ``client_id`` may have it back: no secret was kept for it, or
@@ -416,16 +418,16 @@ class AppSyncServer:
         self._drop_peer(session, peer, "too far behind: rejoin", code=CloseCode.TRY_AGAIN_LATER)
 
     def _all_answered(self, session: Session) -> bool:
-        number = session.round
-        laggard = session.laggard
-        if laggard is not None and laggard.answered != number and \
-                session.peers.get(laggard.client_id) is laggard:
-            return False
-        for peer in session.peers.values():
-            if peer.answered != number:
-                session.laggard = peer
+        number, peers = session.round, session.peers
+        if session.waiting_for != session.rounds_done:  # the first look this round
+            session.waiting = [peer for peer in peers.values() if peer.answered != number]
+            session.waiting_for = session.rounds_done
+        waiting = session.waiting
+        while waiting:
+            peer = waiting[-1]
+            if peer.answered != number and peers.get(peer.client_id) is peer:
                 return False
-        session.laggard = None
+            waiting.pop()
         return True
 
     def _start_round(self, session: Session) -> None:
