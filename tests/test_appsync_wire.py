@@ -368,7 +368,15 @@ def test_the_quick_rqst_path_reads_what_the_general_path_reads(msg: Rqst, where:
         assert isinstance(general, Rqst), data
         assert quick == (general.header.client_id, general.header.round, general.header.last,
                          general.actions), data
-    assert codec.decode_from_peer(data) == general if general is not None else True
+    if general is not None:
+        assert codec.decode_from_peer(data) == general
+    if isinstance(general, Rqst):  # what CTRL reads of it, whichever path
+        header = general.header
+        assert codec.rqst_fields(data) == (header.client_id, header.round, header.last,
+                                           general.actions), data
+    else:  # a join, or refused: CTRL refuses it with the general path's status
+        with pytest.raises(AppSyncProtocolError):
+            codec.rqst_fields(data)
 
 
 def test_the_quick_rqst_path_refuses_what_the_message_refuses() -> None:
@@ -379,6 +387,8 @@ def test_the_quick_rqst_path_refuses_what_the_message_refuses() -> None:
             decode(frame)
     join = codec.encode(WIRE["join"])
     assert codec.peer_rqst(join) is None and isinstance(codec.decode_from_peer(join), Join)
+    with pytest.raises(BadRequest, match="sends rqst"):  # from a joined peer: refused
+        codec.rqst_fields(join)
     assert codec.peer_rqst(frame.replace(b'"r":"0002"', b'"r":"0000"')) is None
     assert codec.peer_rqst(b" " + codec.encode(WIRE["empty"])) is None  # another form
     assert AppSyncCodec(max_frame=40).peer_rqst(codec.encode(WIRE["empty"])) is None

@@ -41,7 +41,6 @@ from .wire import (
     Join,
     Mode,
     ObjectInfo,
-    Rqst,
     Scope,
     SessionConfig,
     Status,
@@ -266,14 +265,7 @@ class AppSyncServer:
             return
         session, peer = entry
         try:
-            # a rqst in our peers' own form is read without building the message
-            ours = self.codec.peer_rqst(frame) if frame.__class__ is bytes else None
-            if ours is None:
-                msg = self.codec.decode_from_peer(frame)
-                if not isinstance(msg, Rqst):
-                    raise _bad("a joined peer sends rqst with its own client id")
-                header = msg.header
-                ours = header.client_id, header.round, header.last, msg.actions
+            ours = self.codec.rqst_fields(frame)  # our peers' form without the message
             if ours[0] != peer.client_id:
                 raise _bad("a joined peer sends rqst with its own client id")
         except AppSyncProtocolError as exc:

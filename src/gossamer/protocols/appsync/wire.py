@@ -589,6 +589,20 @@ class AppSyncCodec:
             raise BadRequest(f"more than {MAX_ACTIONS} actions in a rqst")
         return client.decode(), int(r, 16), int(last, 16), actions
 
+    def rqst_fields(self, data: bytes | str) -> tuple[str, int, int, tuple[Action, ...]]:
+        """What CTRL reads of a joined peer's frame: a rqst's client id, round, last received
+        and actions, by ``peer_rqst`` where the frame is in our peers' form, else by the
+        general path; ``BadRequest`` for anything else (a join included)."""
+        if data.__class__ is bytes:
+            ours = self.peer_rqst(data)
+            if ours is not None:
+                return ours
+        msg = self._decode_peer(data)
+        if not isinstance(msg, Rqst):
+            raise BadRequest("a joined peer sends rqst with its own client id")
+        header = msg.header
+        return header.client_id, header.round, header.last, msg.actions
+
     def decode_from_peer(self, data: bytes | str) -> Join | Rqst:
         if data.__class__ is bytes:
             ours = self.peer_rqst(data)
