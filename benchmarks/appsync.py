@@ -19,7 +19,10 @@ CPU-second.
   peers (``PeerConfig.eager``, gathering ``--eager``, 0): a change is sent when it is made, in
   the answer if that is still to come, else in a rqst of its own for the open round, so it
   waits only for the end of the round it reaches (``--eager`` 0: answering at once, the
-  changes in rqsts of their own).
+  changes in rqsts of their own), and quiet peers (``PeerConfig.quiet`` with ``eager``,
+  ``--no-quiet`` leaves them out): a rqst only when a change is made (or every tout / 2
+  rounds, so CTRL keeps the peer), in rounds of a fixed 50 ms (``--max-ms 50``: the rounds
+  wait for nobody's answer), as a Colyseus client sends a message per change.
 - Colyseus: ``colyseus/server.mjs``, a room whose state maps each client to its last change.
 
 Colyseus is a benchmark dependency only, installed into ``benchmarks/colyseus/node_modules``
@@ -74,15 +77,16 @@ def _wait_for_line(proc: subprocess.Popen[str], prefix: str, what: str) -> str:
     raise RuntimeError(f"{what} ended (exit {proc.wait()}) before printing {prefix!r}")
 
 
-def start_server(system: str) -> tuple[subprocess.Popen[str], str]:
-    """The server process and the URL its clients connect to."""
+def start_server(system: str, max_ms: int = 4 * ROUND_MS) -> tuple[subprocess.Popen[str], str]:
+    """The server process and the URL its clients connect to (APSYN: rounds of at least
+    ``ROUND_MS`` and at most ``max_ms``)."""
     port = free_port()
     if system == "colyseus":
         argv = ["node", str(NODE_DIR / "server.mjs"), str(port), str(ROUND_MS)]
         ready, url = "listening", f"ws://127.0.0.1:{port}"
     else:
         argv = [sys.executable, "-m", "gossamer.cli.main", "appsync", "server", "--port",
-                str(port), "--min-ms", str(ROUND_MS), "--max-ms", str(4 * ROUND_MS)]
+                str(port), "--min-ms", str(ROUND_MS), "--max-ms", str(max_ms)]
         ready, url = "appsync server listening", f"ws://127.0.0.1:{port}/"
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             cwd=NODE_DIR)
@@ -91,11 +95,14 @@ def start_server(system: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def run_one(system: str, clients: int, *, sample: int, warmup: float, seconds: float,
-            gather: float = 0.0, eager: bool = False) -> dict[str, Any]:
-    server, url = start_server(system)
+            gather: float = 0.0, eager: bool = False, quiet: bool = False) -> dict[str, Any]:
+    # quiet peers answer only the rounds they have changes for: the rounds must not wait for
+    # the others, so they last exactly ROUND_MS (max = min)
+    server, url = start_server(system, ROUND_MS if quiet else 4 * ROUND_MS)
     load = subprocess.Popen(
         ["node", str(NODE_DIR / "clients.mjs"), system, url, str(clients), str(sample),
-         str(warmup), str(seconds), str(RATE), str(gather), "1" if eager else "0"],
+         str(warmup), str(seconds), str(RATE), str(gather), "1" if eager else "0",
+         "1" if quiet else "0"],
         stdout=subprocess.PIPE, text=True, cwd=NODE_DIR)
     try:
         _wait_for_line(load, "measuring", f"the {system} load generator")
@@ -156,6 +163,9 @@ def main() -> None:
                         help="APSYN is also run with eager peers (PeerConfig.eager: a change "
                              "is sent when it is made) gathering this fraction of the min "
                              "time (0: answering at once); negative: not")
+    parser.add_argument("--no-quiet", dest="quiet", action="store_false",
+                        help="leave out the quiet peers (PeerConfig.quiet, eager, in rounds "
+                             "of a fixed 50 ms)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every system this many times, interleaved; each APSYN run "
                              "is compared with the Colyseus run of its own repeat, and the "
@@ -166,12 +176,16 @@ def main() -> None:
     warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 5.0)
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 15.0)
     ensure_node_modules()
-    variants = [("colyseus", "colyseus", 0.0, False), ("apsyn", "apsyn", 0.0, False)]
+    # label, system, gather, eager, quiet
+    variants = [("colyseus", "colyseus", 0.0, False, False),
+                ("apsyn", "apsyn", 0.0, False, False)]
     if args.gather > 0:
-        variants.append((f"apsyn, gather {args.gather:g}", "apsyn", args.gather, False))
+        variants.append((f"apsyn, gather {args.gather:g}", "apsyn", args.gather, False, False))
     if args.eager >= 0:
         label = "apsyn, eager" + (f", gather {args.eager:g}" if args.eager > 0 else "")
-        variants.append((label, "apsyn", args.eager, True))
+        variants.append((label, "apsyn", args.eager, True, False))
+    if args.quiet:
+        variants.append(("apsyn, quiet", "apsyn", 0.0, True, True))
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     rows = []
@@ -179,12 +193,12 @@ def main() -> None:
         row: dict[str, Any] = {"clients": clients}
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in variants}
         for repeat in range(args.repeat):
-            for label, system, gather, eager in variants:
+            for label, system, gather, eager, quiet in variants:
                 print(f"{label}: {clients} clients, {warmup:g} s warm-up, {seconds:g} s "
                       f"measured" + (f" (run {repeat + 1} of {args.repeat})"
                                      if args.repeat > 1 else "") + " ...", flush=True)
                 r = run_one(system, clients, sample=args.sample, warmup=warmup,
-                            seconds=seconds, gather=gather, eager=eager)
+                            seconds=seconds, gather=gather, eager=eager, quiet=quiet)
                 runs[label].append(r)
                 print(f"  p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; "
                       f"{r['delivered_per_s']:,.0f} changes delivered/s; server CPU "
@@ -192,7 +206,7 @@ def main() -> None:
                       f"per CPU-second; errors {r['errors']}", flush=True)
         for label, results in runs.items():
             row[label] = {**median_run(results), "runs": results}
-        for label, _system, _gather, _eager in variants[1:]:
+        for label, *_ in variants[1:]:
             ratios = paired_ratios(runs["colyseus"], runs[label])
             row[f"{label} / colyseus"] = ratios
             print(f"{label} / colyseus at {clients} clients: p99 "

@@ -20,20 +20,24 @@ FAST: dict[str, Any] = {"port": 0, "min_ms": 5, "max_ms": 100, "key_iterations":
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-@pytest.mark.parametrize("eager", [False, True], ids=["answering", "eager"])
+@pytest.mark.parametrize("mode", ["answering", "eager", "quiet"])
 def test_two_clients_share_an_object_with_results_and_callbacks(
-        eager: bool, loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        mode: str, loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eager: alice's requests go when made (``PeerConfig.eager``), mostly in rqsts of their
-    own after her answer; the results and bob's view are the same. On asyncio's event loop
-    and on uvloop's (``GOSSAMER_LOOP``), the server and the clients alike."""
+    own after her answer; quiet: both answer only the rounds they have requests for, in
+    rounds of a fixed 5 ms (``PeerConfig.quiet``); the results and bob's view are the same.
+    On asyncio's event loop and on uvloop's (``GOSSAMER_LOOP``), server and clients alike."""
     monkeypatch.setenv("GOSSAMER_LOOP", loop)
-    looppolicy.run(_two_clients(eager))
+    looppolicy.run(_two_clients(mode))
 
 
-async def _two_clients(eager: bool) -> None:
-    async with AppSyncWsServer(**FAST) as server, \
-            AppSyncClient(server.url, "quiz", timeout=5, eager=eager) as alice, \
-            AppSyncClient(server.url, "quiz", timeout=5) as bob:
+async def _two_clients(mode: str) -> None:
+    quiet = mode == "quiet"
+    server_config = {**FAST, "max_ms": FAST["min_ms"]} if quiet else FAST
+    async with AppSyncWsServer(**server_config) as server, \
+            AppSyncClient(server.url, "quiz", timeout=5, eager=mode != "answering",
+                          quiet=quiet) as alice, \
+            AppSyncClient(server.url, "quiz", timeout=5, quiet=quiet) as bob:
         board = alice.share("board", {"question": 1})
         await alice.synced()
         seen: list[object] = []

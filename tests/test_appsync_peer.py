@@ -203,6 +203,68 @@ def test_an_eager_peer_sends_a_request_when_it_is_made_for_the_round_that_is_ope
     assert sent(env) == []  # a stopped peer sends nothing
 
 
+def _quiet_peer(sc: SessionConfig) -> tuple[FakeEnv, AppSyncPeer, FakeConn]:
+    env = FakeEnv("p1")
+    peer = AppSyncPeer(env, PeerConfig(address="ctrl:1", session="s", eager=True, quiet=True))
+    peer.start()
+    [conn] = env.dialed
+    assert isinstance(conn, FakeConn)
+    peer.opened(conn, "ctrl:1")
+    env.take_written()
+    peer.received(conn, codec.encode(Init(header=Header("0007", 0, 5), config=sc, creates=())))
+    return env, peer, conn
+
+
+def _sync(peer: AppSyncPeer, conn: FakeConn, number: int, acks: tuple[int, ...] = ()) -> None:
+    peer.received(conn, codec.encode(Sync(header=Header("0007", number, number - 1),
+                                          acks=acks, actions=())))
+
+
+def test_a_quiet_peer_answers_only_with_requests_or_before_ctrl_would_drop_it() -> None:
+    """``quiet`` in fixed rounds (max = min): no rqst for a round it has nothing for, its
+    requests sent when made (eager), and an empty rqst once tout / 2 rounds (5 of 10) went by
+    without one, so CTRL, which drops a peer silent for tout rounds, keeps it."""
+    env, peer, conn = _quiet_peer(SessionConfig(50, 50, 10))
+    assert sent(env) == []  # the init's round: nothing to ask
+    answered = []
+    for number in range(6, 21):
+        _sync(peer, conn, number)
+        env.advance(0.0)
+        answered += [(number, r.actions) for r in sent(env)]
+    assert answered == [(9, ()), (14, ()), (19, ())]  # rounds 5-8 unanswered, then every 5th
+    first = peer.request(Update(BOARD, {"b": 2}))
+    env.advance(0.0)
+    assert sent(env) == [Rqst(header=Header("0007", 20, 20), actions=(Update(BOARD, {"b": 2}),))]
+    got: list[tuple[int, int | None]] = []
+    peer.on_result = lambda number, code: got.append((number, code))
+    for number in range(21, 25):  # the count starts again from the request
+        _sync(peer, conn, number, (21,) if number == 21 else ())
+        env.advance(0.0)
+        assert sent(env) == []
+    assert got == [(first, 21)]
+    _sync(peer, conn, 25)
+    assert sent(env) == [Rqst(header=Header("0007", 25, 25), actions=())]
+
+
+def test_a_quiet_peer_answers_every_round_where_rounds_wait_for_answers() -> None:
+    """Where the max round time is above the min, CTRL waits for every peer's answer up to the
+    max: a peer that kept quiet would hold each round that long, so it answers every round."""
+    env, peer, conn = _quiet_peer(SessionConfig(20, 200, 10))
+    assert sent(env) == [Rqst(header=Header("0007", 5, 5), actions=())]
+    for number in range(6, 10):
+        _sync(peer, conn, number)
+        assert sent(env) == [Rqst(header=Header("0007", number, number), actions=())]
+
+
+def test_a_quiet_peer_with_a_short_timeout_answers_every_round() -> None:
+    """tout 2 or 3: tout / 2 rounds is one round, so a quiet peer answers each one."""
+    for tout in (1, 2, 3):
+        env, peer, conn = _quiet_peer(SessionConfig(50, 50, tout))
+        assert len(sent(env)) == 1, tout
+        _sync(peer, conn, 6)
+        assert len(sent(env)) == 1, tout
+
+
 def test_gather_is_checked_at_once() -> None:
     with pytest.raises(ConfigError):
         PeerConfig(address="ctrl:1", session="s", gather=1.0)

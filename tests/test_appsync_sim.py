@@ -79,6 +79,27 @@ def test_peers_on_lossy_connections_converge_and_rounds_wait_for_the_resent_fram
     assert max(lossy) >= 0.2, f"seed {seed}: no round waited for a resent frame"
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_quiet_peers_in_fixed_rounds_converge_under_faults_and_stay_joined_while_idle(
+        seed: int) -> None:
+    """Quiet peers (``PeerConfig.quiet``) send a rqst only with requests, in rounds of a fixed
+    20 ms: under cuts and churn they end where CTRL is, and through 3 s of idling (150
+    rounds, tout 20) none is dropped for silence: each speaks up every tout / 2 rounds."""
+    sink = MemorySink()
+    world = AppSyncWorld(WorldConfig(peers=12, seed=seed, quiet=True, request_chance=0.3,
+                                     min_ms=20, max_ms=20, tout=20), trace=sink)
+    world.run_for(0.5)
+    world.faults(2.0, cuts=4, leaves=2, server_restarts=0)
+    converge(world)
+    idle_from = world.sim.now
+    world.run_for(3.0)
+    converge(world)
+    rows = [row for row in sink.rows if row[1] >= idle_from]
+    assert [row for row in rows if row[4] in ("timeout", "sync_init")] == [], f"seed {seed}"
+    starts = [row[1] for row in rows if row[4] == "round"]
+    assert len(starts) >= 140, f"seed {seed}: rounds of fixed length go on while idle"
+
+
 def test_one_seed_one_trace() -> None:
     def run() -> list[tuple[object, ...]]:
         sink = MemorySink()

@@ -200,7 +200,7 @@ def test_appsync_against_colyseus_quick_run_reports_both_and_the_ratios(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     (row,) = json.loads(out.read_text())
     assert row["clients"] == 20
-    for system in ("colyseus", "apsyn", "apsyn, gather 0.6", "apsyn, eager"):
+    for system in ("colyseus", "apsyn", "apsyn, gather 0.6", "apsyn, eager", "apsyn, quiet"):
         result = row[system]
         assert result["errors"] == 0 and result["received"] > 0 and result["sent"] > 0
         assert result["p50_ms"] <= result["p99_ms"]
@@ -209,6 +209,10 @@ def test_appsync_against_colyseus_quick_run_reports_both_and_the_ratios(tmp_path
     assert "apsyn / colyseus at 20 clients" in done.stdout
     assert "apsyn, gather 0.6 / colyseus at 20 clients" in done.stdout
     assert "apsyn, eager / colyseus at 20 clients" in done.stdout
+    assert "apsyn, quiet / colyseus at 20 clients" in done.stdout
+    # quiet clients send a rqst per change (every other round a client here), not one a round
+    quiet = row["apsyn, quiet"]
+    assert 0 < quiet["frames"] < 0.7 * quiet["syncs"] * 20, quiet
 
 
 def test_appsync_repeats_pair_each_run_with_the_baseline_run_of_its_repeat() -> None:

@@ -5,12 +5,14 @@
 // changes and decode only what the protocol needs to go on: nothing for Colyseus, the round
 // numbers of APSYN's headers).
 //
-//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE [GATHER [EAGER]]
+//   node clients.mjs SYSTEM URL CLIENTS SAMPLE WARMUP_S MEASURE_S RATE [GATHER [EAGER [QUIET]]]
 //     SYSTEM colyseus | apsyn
 //     GATHER (apsyn) answer each round this fraction of its min time late, with the changes
 //            made meanwhile, as gossamer's peers do with PeerConfig.gather (default 0: at once)
 //     EAGER  (apsyn) 1: send each change when it is made, in the answer if it is still to
 //            come, else in a rqst of its own for the open round (PeerConfig.eager)
+//     QUIET  (apsyn) 1: answer a round only with changes to send, or when tout/2 rounds went
+//            by without a rqst, so CTRL does not drop the client for silence (PeerConfig.quiet)
 //
 // Prints "measuring" when the measured window starts and "done" when it ends (the driver reads
 // the server's CPU time at both), then one JSON line of results.
@@ -18,7 +20,7 @@ import { Client } from "colyseus.js";
 import WebSocket from "ws";
 
 const [system, url, clientsArg, sampleArg, warmupArg, measureArg, rateArg, gatherArg,
-  eagerArg] = process.argv.slice(2);
+  eagerArg, quietArg] = process.argv.slice(2);
 const CLIENTS = Number(clientsArg);
 const SAMPLE = Math.min(Number(sampleArg), CLIENTS);
 const WARMUP = Number(warmupArg) * 1000;
@@ -26,6 +28,7 @@ const MEASURE = Number(measureArg) * 1000;
 const PERIOD = 1000 / Number(rateArg);
 const GATHER = Number(gatherArg || 0);
 const EAGER = eagerArg === "1";
+const QUIET = quietArg === "1";
 const JOINS_AT_ONCE = 20;
 
 let measuring = false;
@@ -75,6 +78,7 @@ async function colyseusClient(index, instrumented) {
 
 const HEADER = /"c":"([0-9A-Fa-f]{4})","r":"([0-9A-Fa-f]{4})","l":"([0-9A-Fa-f]{4})"/;
 const MIN_MS = /"sc":\{"min":"([0-9A-Fa-f]{1,8})"/;
+const TOUT = /"tout":"([0-9A-Fa-f]{1,4})"/;
 
 function apsynClient(index, instrumented, onRound) {
   return new Promise((resolve, reject) => {
@@ -85,6 +89,8 @@ function apsynClient(index, instrumented, onRound) {
     let delay = 0; // ms from a sync to its answer (GATHER x the session's min round time)
     let pending = null; // the gathering answer's timer
     let open = null; // the round the latest sync began (an eager change is for it)
+    let keep = 1; // QUIET: a rqst at least every this many rounds (tout / 2)
+    let silent = 0; // QUIET: syncs received since the last rqst sent
     ws.on("open", () => {
       ws.send('{"h":{"p":"APSYN/01","c":"","r":"0000","l":"0000"},"b":{"id":"bench"}}');
     });
@@ -100,6 +106,8 @@ function apsynClient(index, instrumented, onRound) {
         cid = head[1];
         const min = MIN_MS.exec(data.toString("latin1", 0, 200));
         delay = min === null ? 0 : GATHER * parseInt(min[1], 16);
+        const tout = TOUT.exec(data.toString("latin1", 0, 200));
+        keep = tout === null ? 1 : Math.max(1, Math.floor(parseInt(tout[1], 16) / 2));
         setTimeout(() => setInterval(() => {
           change = changed();
           if (EAGER) { // now: the answer if it is still to come, else a rqst of its own
@@ -119,8 +127,14 @@ function apsynClient(index, instrumented, onRound) {
           }
         }
       }
-      if (delay > 0) pending = setTimeout(() => { pending = null; answer(round); }, delay);
-      else answer(round);
+      silent += 1;
+      if (QUIET && created && change === null && silent < keep) {
+        // nothing to say this round
+      } else if (delay > 0) {
+        pending = setTimeout(() => { pending = null; answer(round); }, delay);
+      } else {
+        answer(round);
+      }
       if (onRound) onRound();
     });
 
@@ -134,6 +148,7 @@ function apsynClient(index, instrumented, onRound) {
         change = null;
       }
       if (measuring) frames += 1;
+      silent = 0;
       ws.send(`{"h":{"p":"APSYN/01","c":"${cid}","r":"${round}","l":"${round}"},"b":` +
               `${JSON.stringify(actions)}}`);
     }

@@ -502,6 +502,9 @@ _APPSYNC_KNOBS = (
     Knob("eager", choices=(False, True), note="eager peers (PeerConfig.eager, gather 0.5) "
                                               "requesting at a random moment of the round "
                                               "(3 in 10 of the seeds)"),
+    Knob("quiet", choices=(False, True), note="quiet peers (PeerConfig.quiet: a rqst only "
+                                              "with requests, or every tout / 2 rounds) in "
+                                              "fixed rounds of max_ms (1 in 4 of the seeds)"),
 )
 _APPSYNC = Plan("appsync", APPSYNC_GUARANTEE, _APPSYNC_KNOBS, APPSYNC_SLOWEST, draw_appsync,
                 appsync_faults, checks=("round consistency",))

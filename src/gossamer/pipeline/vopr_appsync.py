@@ -49,6 +49,7 @@ def draw_appsync(d: _Draw) -> None:
         d.set("loss", 0.0)
         d.set("server_restart", False)
     d.flag(0.3, "eager")  # drawn last, as above
+    d.flag(0.25, "quiet")  # drawn last, as above
 
 
 def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
@@ -60,7 +61,9 @@ def appsync_faults(o: Mapping[str, Scalar]) -> list[str]:
     if o.get("p2p"):
         out.append(f"peer-to-peer, {o.get('ctrl_crashes', 0)} CTRL crashes, "
                    f"{o.get('partitions', 0)} CTRL cut off")
-    if o.get("eager"):
+    if o.get("quiet"):
+        out.append("quiet peers (fixed rounds)")
+    elif o.get("eager"):
         out.append("eager peers")
     if o.get("zones", 1) != 1:
         out.append(f"{o['zones']} zones, {o.get('zone_faults', 0)} link cuts / member "

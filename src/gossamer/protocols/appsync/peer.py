@@ -77,6 +77,13 @@ class PeerConfig:
     # per burst of requests made after the answer (combine with ``gather`` so that most
     # requests ride in the answer: a request made before the answer is due sends it at once)
     eager: bool = False
+    # answer a round only when requests are queued as it begins (or in the gathered answer),
+    # and at least every tout / 2 rounds, so that CTRL does not drop the peer for silence:
+    # an idle peer then costs CTRL no frame a round (with ``eager``, a change still goes when
+    # it is made). Only in a session of fixed rounds (the init's max round time equal to its
+    # min): where rounds wait for every peer's answer up to the max, a quiet peer would hold
+    # each round that long, so there the peer answers every round as usual
+    quiet: bool = False
     # this peer is the CTRL of zone ``zone`` joining another zone's CTRL (docs/appsync-zones.md)
     zone: str | None = None
     # no sync for this long: the CTRL is taken for gone (the connection is closed and dialled
@@ -124,6 +131,7 @@ class AppSyncPeer:
         self._answer_timer: TimerHandle | None = None  # a gathering answer (``gather``)
         self._eager_timer: TimerHandle | None = None  # requests to send now (``eager``)
         self._watchdog: TimerHandle | None = None  # the next sync is due by then
+        self._unanswered = 0  # rounds begun since this peer's last rqst (``quiet``)
         self.on_result: ResultFn | None = None
         self.on_change: ChangeFn | None = None
         self.on_round: Callable[[int], None] | None = None
@@ -304,6 +312,9 @@ class AppSyncPeer:
         """Answer the round just begun: at once, or ``gather`` x its min time later."""
         self._cancel_answer()
         self._arm_watchdog()
+        self._unanswered += 1
+        if self.config.quiet and not self.queue and self._may_skip():
+            return  # nothing to ask (an eager request made later still goes at once)
         delay = (self.config.gather * self.session_config.min_ms / 1000
                  if self.session_config is not None else 0.0)
         if delay <= 0:
@@ -311,8 +322,17 @@ class AppSyncPeer:
             return
         self._answer_timer = self.env.set_timer(delay, self._answer_gathered)
 
+    def _may_skip(self) -> bool:
+        """A quiet peer may leave this round unanswered: the session's rounds are of fixed
+        length (they wait for nobody) and CTRL heard from it less than tout / 2 rounds ago."""
+        sc = self.session_config
+        return (sc is not None and sc.max_ms == sc.min_ms
+                and self._unanswered < max(1, sc.tout // 2))
+
     def _answer_gathered(self) -> None:
         self._answer_timer = None
+        if self.config.quiet and not self.queue and self._may_skip():
+            return
         self._answer()
 
     def _cancel_answer(self) -> None:
@@ -362,6 +382,7 @@ class AppSyncPeer:
             return
         rqst = Rqst(header=Header(self.client_id, self.round or 1, self.round or 1),
                     actions=actions)
+        self._unanswered = 0
         self.env.write(self.conn, self.codec.encode(rqst))
 
     def _result(self, number: int, code: int | None) -> None:

@@ -37,6 +37,9 @@ class AppSyncRunOptions:
     # peers with PeerConfig.eager (and gather 0.5) making their requests at a random moment
     # of the round: some ride in the answer, some in rqsts of their own after it
     eager: bool = False
+    # quiet peers (PeerConfig.quiet, eager): a rqst only when they have requests, or every
+    # tout / 2 rounds; the rounds are then of a fixed max_ms (the min raised to it)
+    quiet: bool = False
     zones: int = 1  # 2: a member zone's CTRL joins the master's (docs/appsync-zones.md)
     zone_faults: int = 0  # link cuts and member CTRL restarts (with two zones)
     p2p: bool = False  # peer-to-peer mode: ``peers`` participants choose the CTRL (Paxos)
@@ -128,7 +131,8 @@ def _world_config(options: AppSyncRunOptions) -> WorldConfig:
                        min_ms=options.min_ms, max_ms=options.max_ms,
                        request_chance=options.request_chance, loss=options.loss,
                        rto=options.rto, drop_updates=options.drop_updates,
-                       eager=options.eager, zones=options.zones, traced_peers=options.traced_peers)
+                       eager=options.eager, quiet=options.quiet, zones=options.zones,
+                       traced_peers=options.traced_peers)
 
 
 def _as_ctrl_says(states: dict[str, dict[str, Any]], peers: int) -> bool:

@@ -191,15 +191,17 @@ class AppSyncClient:
     def __init__(self, url: str, session: str, *, key: str | None = None,
                  timeout: float = 10.0, node: str = "appsync-peer",
                  trace: TraceSink | None = None, run: str = "appsync",
-                 gather: float = 0.0, eager: bool = False) -> None:
+                 gather: float = 0.0, eager: bool = False, quiet: bool = False) -> None:
         if not isinstance(url, str) or not url.startswith("ws://"):
             raise ConfigError(f"url must be ws://HOST:PORT/PATH, got {url!r}")
         self.url = url
         # gather: answer each round that fraction of its min time late, with the changes
         # made meanwhile (``PeerConfig.gather``); eager: send each change when it is made,
-        # for the round open when it arrives (``PeerConfig.eager``)
+        # for the round open when it arrives (``PeerConfig.eager``); quiet: answer a round
+        # only with requests (or every tout / 2 rounds) where rounds are of fixed length
+        # (``PeerConfig.quiet``)
         self.config = PeerConfig(address=url, session=session, key=key, framing=Framing.WS,
-                                 gather=gather, eager=eager,
+                                 gather=gather, eager=eager, quiet=quiet,
                                  secret=secrets.token_urlsafe(24))  # proves its reconnects
         self.timeout = timeout
         self.node = node

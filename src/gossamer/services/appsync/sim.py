@@ -51,6 +51,10 @@ class WorldConfig:
     # eager peers (PeerConfig.eager, gather 0.5) that make their requests at a random moment
     # of the round rather than when its sync comes
     eager: bool = False
+    # quiet peers (PeerConfig.quiet, and eager): a rqst only with requests, or every tout / 2
+    # rounds; the sessions' rounds are then of a fixed ``max_ms`` (the min raised to it: a
+    # round that waits for nobody must outlast the round trip, or the peers fall behind)
+    quiet: bool = False
     zones: int = 1  # 2: a second zone's CTRL links to the first (the master of G objects)
     traced_peers: int | None = None  # only the first N peers write apply rows (None: all)
 
@@ -88,8 +92,8 @@ class _WorkloadPeer(AppSyncPeer):
     def _round(self, number: int) -> None:
         if not self.world.active or self.env.rng.random() >= self.world.config.request_chance:
             return
-        if self.world.config.eager:  # somewhere in the round: before or after the answer
-            self.env.set_timer(self.env.rng.uniform(0.0, self.world.config.min_ms / 1000),
+        if self.world.config.eager or self.world.config.quiet:  # anywhere in the round
+            self.env.set_timer(self.env.rng.uniform(0.0, _min_ms(self.world.config) / 1000),
                                self._requests)
         else:
             self._requests()
@@ -128,8 +132,16 @@ def _without_hot(action: Any) -> Any:
 
 
 def _answering(config: WorldConfig) -> dict[str, Any]:
-    """How the workload's peers answer: at once, or eagerly (gathering half a round)."""
+    """How the workload's peers answer: at once, eagerly (gathering half a round), or quietly
+    (eagerly, and only when they have something to ask or CTRL is to hear from them)."""
+    if config.quiet:
+        return {"eager": True, "quiet": True}
     return {"eager": True, "gather": 0.5} if config.eager else {}
+
+
+def _min_ms(config: WorldConfig) -> int:
+    """The sessions' min round time: the max where the peers are quiet (fixed rounds)."""
+    return config.max_ms if config.quiet else config.min_ms
 
 
 _P = TypeVar("_P")
@@ -172,7 +184,7 @@ class AppSyncWorld(_World):
     def __init__(self, config: WorldConfig, *, trace: TraceSink | None = None,
                  run: str = "appsync") -> None:
         super().__init__(config, trace=trace, run=run, faults_seed="appsync-world")
-        self.server_config = AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
+        self.server_config = AppSyncConfig(min_ms=_min_ms(config), max_ms=config.max_ms,
                                            tout=config.tout)
         spec = ListenerSpec(name="appsync", port=PORT, handshake_timeout=None)
         self.sim.add_node(SERVER, lambda env: AppSyncServer(env, self.server_config),
@@ -290,8 +302,8 @@ class P2PWorld(_World):
         super().__init__(config, trace=trace, run=run, faults_seed="appsync-p2p")
         self.names = [f"n{n}" for n in range(participants)]
         self.p2p = P2PConfig(port=PORT, elect_after=elect_after,
-                             server=AppSyncConfig(min_ms=config.min_ms, max_ms=config.max_ms,
-                                                  tout=config.tout),
+                             server=AppSyncConfig(min_ms=_min_ms(config),
+                                                  max_ms=config.max_ms, tout=config.tout),
                              paxos=paxos or PaxosConfig(heartbeat_interval=0.2,
                                                         suspect_timeout=0.6,
                                                         election_jitter=0.2))
