@@ -181,6 +181,11 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
                 i = parent[i]
             return i
 
+        if len({requests[i].client_id for i in indices}) == 1:  # one peer's: no conflict
+            for i in indices:
+                codes[i] = Status.ACCEPTED
+            represented.update(indices)
+            continue
         for a, b in _candidate_pairs(requests, indices):
             ra, rb = requests[a], requests[b]
             if ra.client_id != rb.client_id and ra.action is not None and \
@@ -192,6 +197,10 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         accepted_clients: set[str] = set()
         solo: list[int] = []
         for group in groups.values():
+            if len(group) == 1:  # the usual case: a request no other one conflicts with
+                solo.append(group[0])
+                accepted_clients.add(requests[group[0]].client_id)
+                continue
             clients = sorted({requests[i].client_id for i in group})
             if len(clients) == 1:
                 solo += group
@@ -271,8 +280,8 @@ def _candidate_pairs(requests: list[Request], indices: list[int]
     if None in exact:  # the whole object: every request overlaps
         hubs_with(exact[None], indices)
     for head, members in buckets.items():
-        if head is None:
-            continue
+        if head is None or len(members) == 1:  # alone under its head: only the whole-
+            continue  # object requests overlap it, paired above
         if head in exact:
             hubs_with(exact[head], members)
         deeper = [i for i in members if i not in set(exact.get(head, ()))]

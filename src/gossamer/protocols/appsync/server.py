@@ -129,6 +129,11 @@ class PeerState:
     # (round, rounds behind) of the last repair: a gap is repaired once a round, unless a
     # later report goes further back
     repaired: tuple[int, int] = (-1, 0)
+    # the client id as a sync's header writes it (checked once, at the join)
+    client_bytes: bytes = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client_bytes = self.client_id.encode()
 
 
 class Session:
@@ -481,12 +486,14 @@ class AppSyncServer:
             peer.zone is not None for peer in session.peers.values()))
         syn_for = self._syn_lists(sent_actions)
         kept, kept_bytes = self.config.history, self.config.history_bytes
-        for client, peer in session.peers.items():
-            parts = self.codec.sync_parts_for(client, new_round, peer.answered, _due(peer),
-                                              syn_for(peer))
-            frame = b"".join(parts)
+        head = self.codec.sync_heads(new_round)  # the round checked once, not per peer
+        tail = b"}}"
+        for peer in session.peers.values():
+            syn = syn_for(peer)
+            first = head(peer.client_bytes, peer.answered, _due(peer) if peer.owed else ())
+            frame = first + syn + tail
             history = peer.history
-            history.append((new_round, parts))
+            history.append((new_round, (first, syn, tail)))
             peer.history_bytes += len(frame)
             while len(history) > kept or (len(history) > 1 and peer.history_bytes > kept_bytes):
                 peer.history_bytes -= sum(map(len, history.popleft()[1]))

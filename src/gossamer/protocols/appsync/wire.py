@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import json
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import orjson
@@ -558,6 +559,21 @@ class AppSyncCodec:
             raise ValueError("a client id is empty or 4 hex digits, upper case")
         return (_SYNC_HEAD % (version.encode(), client_id.encode(), round, last,
                               orjson.dumps(acks) if acks else b"[]"), syn, b"}}")
+
+    def sync_heads(self, round: int) -> Callable[[bytes, int, tuple[int, ...]], bytes]:
+        """``sync_parts_for``'s first part for many peers of one round (CTRL's per-peer path):
+        the round is checked here, once; the function takes a client id that CTRL checked at
+        the join (as bytes), the peer's last round and the codes CTRL decided (the same bytes
+        as ``sync_parts_for``, a test holds them to it)."""
+        if not 0 < round <= ROUND_MAX:
+            raise ValueError("a sync has a round other than 0000")
+        version = VERSION.encode()
+
+        def head(client: bytes, last: int, acks: tuple[int, ...]) -> bytes:
+            return _SYNC_HEAD % (version, client, round, last,
+                                 orjson.dumps(acks) if acks else b"[]")
+
+        return head
 
     def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
         if len(data) > self.max_frame:
