@@ -23,6 +23,18 @@ def converge(world: AppSyncWorld) -> dict[str, dict[str, Any]]:
     return states
 
 
+def run_faulted(config: WorldConfig, seconds: float, *, cuts: int, leaves: int
+                ) -> tuple[AppSyncWorld, MemorySink]:
+    """``config``'s world after half a second of workload and ``seconds`` of cuts and leaves,
+    converged."""
+    sink = MemorySink()
+    world = AppSyncWorld(config, trace=sink)
+    world.run_for(0.5)
+    world.faults(seconds, cuts=cuts, leaves=leaves, server_restarts=0)
+    converge(world)
+    return world, sink
+
+
 def test_two_peers_share_a_board_and_see_each_others_changes() -> None:
     world = AppSyncWorld(WorldConfig(peers=2, seed=3))
     world.run_for(2.0)
@@ -65,12 +77,8 @@ def test_peers_on_lossy_connections_converge_and_rounds_wait_for_the_resent_fram
     """Loss on a connection costs time (TCP sends a lost frame again after its timeout), so
     rounds take longer than on clean links, and every peer still ends where the server is."""
     def round_times(loss: float) -> list[float]:
-        sink = MemorySink()
-        world = AppSyncWorld(WorldConfig(peers=10, seed=seed, loss=loss, rto=0.2,
-                                         min_ms=20, max_ms=1000, tout=100), trace=sink)
-        world.run_for(0.5)
-        world.faults(3.0, cuts=0, leaves=0, server_restarts=0)
-        converge(world)
+        _, sink = run_faulted(WorldConfig(peers=10, seed=seed, loss=loss, rto=0.2, min_ms=20,
+                                          max_ms=1000, tout=100), 3.0, cuts=0, leaves=0)
         starts = [row[1] for row in sink.rows if row[4] == "round"]
         return [b - a for a, b in itertools.pairwise(starts)]
 
@@ -85,12 +93,8 @@ def test_quiet_peers_in_fixed_rounds_converge_under_faults_and_stay_joined_while
     """Quiet peers (``PeerConfig.quiet``) send a rqst only with requests, in rounds of a fixed
     20 ms: under cuts and churn they end where CTRL is, and through 3 s of idling (150
     rounds, tout 20) none is dropped for silence: each speaks up every tout / 2 rounds."""
-    sink = MemorySink()
-    world = AppSyncWorld(WorldConfig(peers=12, seed=seed, quiet=True, request_chance=0.3,
-                                     min_ms=20, max_ms=20, tout=20), trace=sink)
-    world.run_for(0.5)
-    world.faults(2.0, cuts=4, leaves=2, server_restarts=0)
-    converge(world)
+    world, sink = run_faulted(WorldConfig(peers=12, seed=seed, quiet=True, request_chance=0.3,
+                                          min_ms=20, max_ms=20, tout=20), 2.0, cuts=4, leaves=2)
     idle_from = world.sim.now
     world.run_for(3.0)
     converge(world)
