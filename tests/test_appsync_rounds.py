@@ -4,13 +4,14 @@ as the syncs carry them (``as_sent``: property updates of one object merged into
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossamer.protocols.appsync import Delete, Mode, ObjectInfo, Scope, Update
+from gossamer.protocols.appsync import Delete, Mode, ObjectInfo, Scope, Status, Update
 from gossamer.protocols.appsync import rounds as rounds_module
 from gossamer.protocols.appsync.rounds import MERGED_DEPTH, Request, Sent, as_sent, process_round
 from gossamer.protocols.appsync.state import SharedObject, apply_action
@@ -191,3 +192,37 @@ def test_a_round_sent_merged_leaves_every_peer_where_the_round_left_ctrl(
     assert _replayed(sent) == {key: obj.value for key, obj in objects.items()}
     assert [part for update in sent for part in update.parts] == [
         (client, action) for client, action, _b, _a in result.applied]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(request, min_size=1, max_size=14), st.integers(1, 5))
+def test_a_round_without_steps_decides_and_sends_what_it_does_with_them(
+        specs: list[Any], number: int) -> None:
+    """``steps=False`` (CTRL without a trace) sets a first-level property in the object the
+    round made instead of copying it again: the same codes, the same actions applied, the
+    same objects at the end, what ``as_sent`` makes of them leaves every peer there too, and
+    the objects the round started with are untouched."""
+    with_steps, without = board(), board()
+    start = {key: (obj, copy.deepcopy(obj.value)) for key, obj in without.items()}
+    kept = process_round("s", with_steps, [make(spec) for spec in specs], number)
+    quick = process_round("s", without, [make(spec) for spec in specs], number, steps=False)
+    assert quick.codes == kept.codes
+    assert [a[:2] for a in quick.applied] == [a[:2] for a in kept.applied]
+    final = {k: o.value for k, o in without.items()}
+    assert final == {k: o.value for k, o in with_steps.items()}
+    assert _replayed(as_sent(quick.applied)) == final
+    assert all(obj.value == value for obj, value in start.values())
+
+
+def test_a_round_without_steps_copies_a_shared_object_once() -> None:
+    """Ten peers' first-level properties of one board: one copy of it in the round (the first
+    update's), and the other nine set in that copy."""
+    objects = board()
+    requests = [Request(f"{n:04X}", Update(ObjectInfo(Scope.GLOBAL, f"o.p{n}"), n))
+                for n in range(1, 11)]
+    result = process_round("s", objects, requests, 3, steps=False)
+    afters = {id(after) for _c, _a, _b, after in result.applied}
+    assert len(afters) == 1 and set(result.codes) == {Status.MULTIPLE_ACCEPTED}
+    assert objects["G//o"].value == {"a": {"x": 0, "y": 0}, "b": {"x": 0},
+                                     **{f"p{n}": n for n in range(1, 11)}}
+    assert board()["G//o"].value == {"a": {"x": 0, "y": 0}, "b": {"x": 0}}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gossamer.core import MemorySink
+from gossamer.core import MemorySink, NullSink
 from gossamer.services.appsync.sim import AppSyncWorld, WorldConfig
 
 
@@ -23,12 +23,12 @@ def converge(world: AppSyncWorld) -> dict[str, dict[str, Any]]:
     return states
 
 
-def run_faulted(config: WorldConfig, seconds: float, *, cuts: int, leaves: int
-                ) -> tuple[AppSyncWorld, MemorySink]:
+def run_faulted(config: WorldConfig, seconds: float, *, cuts: int, leaves: int,
+                traced: bool = True) -> tuple[AppSyncWorld, MemorySink]:
     """``config``'s world after half a second of workload and ``seconds`` of cuts and leaves,
-    converged."""
+    converged (``traced`` False: nothing traced, so CTRL keeps no step of a round)."""
     sink = MemorySink()
-    world = AppSyncWorld(config, trace=sink)
+    world = AppSyncWorld(config, trace=sink if traced else NullSink())
     world.run_for(0.5)
     world.faults(seconds, cuts=cuts, leaves=leaves, server_restarts=0)
     converge(world)
@@ -102,6 +102,16 @@ def test_quiet_peers_in_fixed_rounds_converge_under_faults_and_stay_joined_while
     assert [row for row in rows if row[4] in ("timeout", "sync_init")] == [], f"seed {seed}"
     starts = [row[1] for row in rows if row[4] == "round"]
     assert len(starts) >= 140, f"seed {seed}: rounds of fixed length go on while idle"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_untraced_rounds_converge_under_faults(seed: int) -> None:
+    """Without a trace CTRL sets a round's property updates of the board in one copy of it
+    (``process_round(steps=False)``): 20 peers under cuts and leaves still end where it is."""
+    world, sink = run_faulted(WorldConfig(peers=20, seed=seed, request_chance=0.6), 2.0,
+                              cuts=5, leaves=3, traced=False)
+    server = world.server()
+    assert sink.rows == [] and server is not None and not server.env.tracing
 
 
 def test_one_seed_one_trace() -> None:

@@ -6,6 +6,7 @@ Pure: objects in, objects and codes out.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -96,6 +97,12 @@ class _Round:
         self.schemas = schemas
         self.rule = rule
 
+    def settable(self, action: Action) -> bool:
+        """``action`` sets a first-level property of an object no schema or rule looks at
+        (what ``process_round`` may set in an object it made this round)."""
+        return (isinstance(action, Update) and len(action.info.path) == 1
+                and self.rule is None and action.info.root not in self.schemas)
+
     def check(self, current: SharedObject | None, action: Action, client: str,
               count: int, *, need_after: bool = True) -> SharedObject | None:
         """The object after ``action``, or ``ActionRefused`` (any status but 2x).
@@ -128,13 +135,29 @@ class _Round:
 
 
 _KEPT_AT_APPLY = frozenset({Status.INTERNAL_ERROR, Status.SERVICE_UNAVAILABLE})
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """``value`` to keep in an object: a scalar as it is, anything else copied."""
+    return value if value.__class__ in _IMMUTABLE else copy.deepcopy(value)
 
 
 def process_round(session: str, objects: dict[str, SharedObject], requests: list[Request],
                   round_number: int, *, zone: str = "0001", max_objects: int = 10_000,
                   schemas: Mapping[str, Mapping[str, Any]] | None = None,
-                  rule: Rule | None = None) -> RoundResult:
-    """Process one round's ``requests`` against ``objects`` (changed in place)."""
+                  rule: Rule | None = None, steps: bool = True) -> RoundResult:
+    """Process one round's ``requests`` against ``objects`` (changed in place).
+
+    ``steps`` False: the caller reads of ``applied`` only the actions and each key's last
+    object (what the syncs and the store need; not each update's digest: no trace). A
+    first-level property update of an object an earlier update of this round made (its value
+    a dict nobody else holds) then sets the property in that object instead of copying it
+    again: one copy of a shared object a round, not one per update (500 peers' updates of one
+    board copied it 250 times a round). Every entry of ``applied`` on that object then shares
+    it as its ``after`` (and all but the first as their ``before``): its state at the end of
+    the round. What ``as_sent`` makes of them applies to the same objects (it merges only
+    updates whose merge is the same by construction), though it may merge fewer of them."""
     rnd = _Round(session, objects, round_number, zone=zone, max_objects=max_objects,
                  schemas=schemas or {}, rule=rule)
     codes: list[Status | None] = [r.status for r in requests]
@@ -217,6 +240,7 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
     clients = sorted({r.client_id for r in requests})
     position = {c: n for n, c in enumerate(priority_order(clients, round_number))}
     order = sorted(represented, key=lambda i: (position[requests[i].client_id], i))
+    made: dict[str, SharedObject] = {}  # steps False: objects this loop made, by key
     for index in order:
         request = requests[index]
         action = request.action
@@ -224,7 +248,15 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         key = action.info.object_key
         before = objects.get(key)
         try:
-            after = rnd.check(before, action, request.client_id, len(objects))
+            if before is not None and made.get(key) is before and rnd.settable(action):
+                assert isinstance(action, Update)  # as settable says
+                rnd.check(before, action, request.client_id, len(objects), need_after=False)
+                before.value[action.info.path[0]] = _copied(action.data)
+                after = before
+            else:
+                after = rnd.check(before, action, request.client_id, len(objects))
+                if not steps and after is not None:
+                    made[key] = after
         except ActionRefused as refused:
             # the server's own trouble keeps its code (50; 53: an accepted create before it
             # filled the session); anything else changed under it: a rival accepted first

@@ -490,10 +490,11 @@ class AppSyncServer:
         tail = b"}}"
         for peer in session.peers.values():
             syn = syn_for(peer)
-            first = head(peer.client_bytes, peer.answered, _due(peer) if peer.owed else ())
-            frame = first + syn + tail
+            parts = (head(peer.client_bytes, peer.answered, _due(peer) if peer.owed else ()),
+                     syn, tail)
+            frame = b"".join(parts)  # one copy of the shared part (a sync may be 100 KB)
             history = peer.history
-            history.append((new_round, (first, syn, tail)))
+            history.append((new_round, parts))
             peer.history_bytes += len(frame)
             while len(history) > kept or (len(history) > 1 and peer.history_bytes > kept_bytes):
                 peer.history_bytes -= sum(map(len, history.popleft()[1]))
@@ -549,7 +550,8 @@ class AppSyncServer:
         config = self.config
         result = process_round(session.name, session.objects, requests, processed,
                                zone=config.zone, max_objects=config.max_objects,
-                               schemas=config.schemas, rule=config.rule)
+                               schemas=config.schemas, rule=config.rule,
+                               steps=self.env.tracing)  # a trace digests every update
         return ([OwedAck(r.client_id, r.action, code)
                  for r, code in zip(requests, result.codes, strict=True)], result.applied)
 
