@@ -428,7 +428,7 @@ def as_sent(applied: Sequence[Applied], keep_apart: frozenset[str] = frozenset()
         deep = len(path) > 1  # a first-level property has no prefix to look at
         if run and (run[0][1].info.object_key != action.info.object_key
                     or path in paths or path in prefixes
-                    or deep and any(path[:n] in paths for n in range(1, len(path)))):
+                    or (deep and any(path[:n] in paths for n in range(1, len(path))))):
             close()
         run.append(entry)
         paths.add(path)
