@@ -288,10 +288,10 @@ def test_a_sync_built_without_a_header_object_is_the_same_bytes(
                 ("00af", r, last, acks), ("1", r, last, acks)):
         with pytest.raises(ValueError):
             codec.sync_parts_for(*bad, syn)
-    # CTRL's per-peer path: the round checked once, the same first part
-    assert codec.sync_heads(r)(client.encode(), last, acks) == parts[0]
+    # CTRL's per-peer path: the round checked once, the same parts
+    assert codec.round_syncs(r)(client.encode(), last, acks, syn) == parts
     with pytest.raises(ValueError):
-        codec.sync_heads(0)
+        codec.round_syncs(0)
 
 
 def test_object_infos_are_checked_once_and_the_cache_stays_bounded(

@@ -313,7 +313,7 @@ class AppSyncPeer:
         self._cancel_answer()
         self._arm_watchdog()
         self._unanswered += 1
-        if self.config.quiet and not self.queue and self._may_skip():
+        if self._may_skip():
             return  # nothing to ask (an eager request made later still goes at once)
         delay = (self.config.gather * self.session_config.min_ms / 1000
                  if self.session_config is not None else 0.0)
@@ -323,17 +323,17 @@ class AppSyncPeer:
         self._answer_timer = self.env.set_timer(delay, self._answer_gathered)
 
     def _may_skip(self) -> bool:
-        """A quiet peer may leave this round unanswered: the session's rounds are of fixed
-        length (they wait for nobody) and CTRL heard from it less than tout / 2 rounds ago."""
+        """A quiet peer with nothing queued may leave this round unanswered: the session's
+        rounds are of fixed length (they wait for nobody) and CTRL heard from it less than
+        tout / 2 rounds ago."""
         sc = self.session_config
-        return (sc is not None and sc.max_ms == sc.min_ms
-                and self._unanswered < max(1, sc.tout // 2))
+        return (self.config.quiet and not self.queue and sc is not None
+                and sc.max_ms == sc.min_ms and self._unanswered < max(1, sc.tout // 2))
 
     def _answer_gathered(self) -> None:
         self._answer_timer = None
-        if self.config.quiet and not self.queue and self._may_skip():
-            return
-        self._answer()
+        if not self._may_skip():
+            self._answer()
 
     def _cancel_answer(self) -> None:
         """No answer pending and no sync awaited (a round begun, or the connection gone)."""

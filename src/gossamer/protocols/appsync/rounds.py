@@ -6,7 +6,6 @@ Pure: objects in, objects and codes out.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,6 +19,7 @@ from .state import (
     check_action,
     merge_patch,
     schema_errors,
+    set_property,
     touched_paths,
 )
 from .wire import Action, Create, ObjectInfo, Scope, Status, Update
@@ -135,12 +135,6 @@ class _Round:
 
 
 _KEPT_AT_APPLY = frozenset({Status.INTERNAL_ERROR, Status.SERVICE_UNAVAILABLE})
-_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
-
-
-def _copied(value: Any) -> Any:
-    """``value`` to keep in an object: a scalar as it is, anything else copied."""
-    return value if value.__class__ in _IMMUTABLE else copy.deepcopy(value)
 
 
 def process_round(session: str, objects: dict[str, SharedObject], requests: list[Request],
@@ -251,8 +245,7 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
             if before is not None and made.get(key) is before and rnd.settable(action):
                 assert isinstance(action, Update)  # as settable says
                 rnd.check(before, action, request.client_id, len(objects), need_after=False)
-                before.value[action.info.path[0]] = _copied(action.data)
-                after = before
+                after = set_property(before, action)
             else:
                 after = rnd.check(before, action, request.client_id, len(objects))
                 if not steps and after is not None:

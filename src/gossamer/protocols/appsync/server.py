@@ -486,12 +486,10 @@ class AppSyncServer:
             peer.zone is not None for peer in session.peers.values()))
         syn_for = self._syn_lists(sent_actions)
         kept, kept_bytes = self.config.history, self.config.history_bytes
-        head = self.codec.sync_heads(new_round)  # the round checked once, not per peer
-        tail = b"}}"
+        sync_of = self.codec.round_syncs(new_round)  # the round checked once, not per peer
         for peer in session.peers.values():
-            syn = syn_for(peer)
-            parts = (head(peer.client_bytes, peer.answered, _due(peer) if peer.owed else ()),
-                     syn, tail)
+            parts = sync_of(peer.client_bytes, peer.answered, _due(peer) if peer.owed else (),
+                            syn_for(peer))
             frame = b"".join(parts)  # one copy of the shared part (a sync may be 100 KB)
             history = peer.history
             history.append((new_round, parts))

@@ -190,6 +190,14 @@ def apply_action(current: SharedObject | None, action: Action, client_id: str
                         current.owner, value)
 
 
+def set_property(obj: SharedObject, action: Update) -> SharedObject:
+    """``obj`` with the first-level property ``action`` sets, set in ``obj`` itself: for a
+    caller that made ``obj`` (its value a dict nobody else holds) and checked ``action``
+    against it (``check_action``); ``apply_action`` copies instead."""
+    obj.value[action.info.path[0]] = copy.deepcopy(action.data)
+    return obj
+
+
 _TYPES: Mapping[str, tuple[type, ...]] = {
     "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
     "integer": (int,), "number": (int, float), "null": (type(None),),

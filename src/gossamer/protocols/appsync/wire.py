@@ -61,7 +61,7 @@ _CLIENT_ID = re.compile(r"(?:[0-9A-F]{4})?")  # a client id as a Header holds it
 # a header as the common case writes it (upper-case hex, our version), read without the checks
 # of the general path: ``c``, ``r`` and ``l`` joined by "/" (see ``_decode_header``)
 _HEADER_FIELDS = re.compile(r"(?:[0-9A-F]{4})?/[0-9A-F]{4}/[0-9A-F]{4}")
-# the start of a sync as ``orjson`` writes its header (``AppSyncCodec.sync_parts_for``)
+# the start of a sync as ``orjson`` writes its header (``AppSyncCodec.round_syncs``)
 _SYNC_HEAD = b'{"h":{"p":"APSYN/%b","c":"%b","r":"%04X","l":"%04X"},"b":{"ack":%b,"syn":'
 # a rqst as our peers write it (orjson's bytes: no space, upper-case hex, our version): the
 # header's fields read from the bytes and the body parsed alone (``decode_from_peer``)
@@ -549,31 +549,33 @@ class AppSyncCodec:
 
     def sync_parts_for(self, client_id: str, round: int, last: int, acks: tuple[int, ...],
                        syn: bytes, version: str = VERSION) -> tuple[bytes, bytes, bytes]:
-        """``sync_parts`` without building a ``Header`` (the server's per-peer path, once per
-        peer and round): the same checks, the same bytes as ``orjson`` writes the header."""
-        if not 0 < round <= ROUND_MAX or any(a not in CODES for a in acks):
-            raise ValueError("a sync has a round other than 0000 and codes of the table")
+        """``sync_parts`` without building a ``Header``: the same checks, the same bytes as
+        ``orjson`` writes the header."""
+        if any(a not in CODES for a in acks):
+            raise ValueError("a sync's acks are codes of the table")
         if not 0 <= last <= ROUND_MAX:
             raise ValueError("last must be in 0..FFFF")
         if _CLIENT_ID.fullmatch(client_id) is None:
             raise ValueError("a client id is empty or 4 hex digits, upper case")
-        return (_SYNC_HEAD % (version.encode(), client_id.encode(), round, last,
-                              orjson.dumps(acks) if acks else b"[]"), syn, b"}}")
+        return self.round_syncs(round, version)(client_id.encode(), last, acks, syn)
 
-    def sync_heads(self, round: int) -> Callable[[bytes, int, tuple[int, ...]], bytes]:
-        """``sync_parts_for``'s first part for many peers of one round (CTRL's per-peer path):
-        the round is checked here, once; the function takes a client id that CTRL checked at
-        the join (as bytes), the peer's last round and the codes CTRL decided (the same bytes
-        as ``sync_parts_for``, a test holds them to it)."""
+    def round_syncs(self, round: int, version: str = VERSION
+                    ) -> Callable[[bytes, int, tuple[int, ...], bytes],
+                                  tuple[bytes, bytes, bytes]]:
+        """The syncs of round ``round`` in ``sync_parts``'s three parts, for many peers (CTRL's
+        per-peer path, once per peer and round): the round is checked here, once; the function
+        takes a client id CTRL checked at the join (as bytes), the peer's last round, the codes
+        CTRL decided and the round's shared ``syn``."""
         if not 0 < round <= ROUND_MAX:
             raise ValueError("a sync has a round other than 0000")
-        version = VERSION.encode()
+        version_bytes = version.encode()
 
-        def head(client: bytes, last: int, acks: tuple[int, ...]) -> bytes:
-            return _SYNC_HEAD % (version, client, round, last,
-                                 orjson.dumps(acks) if acks else b"[]")
+        def parts(client: bytes, last: int, acks: tuple[int, ...], syn: bytes
+                  ) -> tuple[bytes, bytes, bytes]:
+            return (_SYNC_HEAD % (version_bytes, client, round, last,
+                                  orjson.dumps(acks) if acks else b"[]"), syn, b"}}")
 
-        return head
+        return parts
 
     def _envelope(self, data: bytes | str) -> tuple[Header, Any]:
         if len(data) > self.max_frame:
