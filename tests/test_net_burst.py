@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
 
 from gossamer.core import Conn, Env, Framing, ListenerSpec
 from gossamer.runtimes.net import NetNode
@@ -122,6 +126,65 @@ def test_a_silent_connection_in_a_kept_slot_is_closed_after_probation_timeout() 
         finally:
             for client in clients:
                 await client.close()
+            await node.close()
+
+    asyncio.run(scenario())
+
+
+class Fan(Burst):
+    """On ``fan``: ``before`` written to the asker, then ``write_each`` of a frame to every
+    client, built lazily; ``queued_when_next`` records, as each next frame is built, how
+    many frames the connection written before still had queued (0: handed to its
+    transport already)."""
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.clients: list[Conn] = []
+        self.queued_when_next: list[int] = []
+        self.joined = asyncio.Event()
+
+    def opened(self, conn: Conn, peer_address: str) -> None:
+        self.clients.append(conn)
+        self.joined.set()
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        self.env.write(conn, b"before")
+        self.env.write_each(self._frames())
+
+    def _frames(self) -> Iterator[tuple[Conn, bytes]]:
+        previous: Any = None
+        for n, conn in enumerate(self.clients):
+            if previous is not None:
+                self.queued_when_next.append(previous.queued)
+            previous = conn
+            yield conn, b"to %d" % n
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_write_each_hands_each_frame_over_at_once_after_what_was_written_before(
+        transport: str) -> None:
+    async def scenario() -> None:
+        spec = ListenerSpec(name="fan", host="127.0.0.1", port=0,
+                            framing=Framing.WS if transport == "ws" else Framing.LINES,
+                            handshake_timeout=None)
+        node = NetNode(node_id="fan", listen=None, listeners=[spec], factory=Fan)
+        await node.start()
+        fan = node.process
+        assert isinstance(fan, Fan)
+        try:
+            clients = []
+            for _ in range(3):
+                fan.joined.clear()
+                clients.append(await RawClient.open(transport, node.listener_address("fan")))
+                await asyncio.wait_for(fan.joined.wait(), WAIT)  # opened in the order dialed
+            await clients[1].send(b"fan")
+            got = [[await asyncio.wait_for(c.recv(), WAIT) for _ in range(2 if n == 1 else 1)]
+                   for n, c in enumerate(clients)]
+            assert got == [[b"to 0"], [b"before", b"to 1"], [b"to 2"]]
+            assert fan.queued_when_next == [0, 0], "a frame waited for the end of the step"
+            for client in clients:
+                await client.close()
+        finally:
             await node.close()
 
     asyncio.run(scenario())

@@ -95,6 +95,40 @@ def test_frames_arrive_in_order_and_are_answered() -> None:
         assert client.frames() == [b"echo:" + f for f in want], f"seed {seed}"
 
 
+class Fanner(Recorder):
+    """On ``fan``: a frame written to the asking connection, then ``write_each`` of a frame
+    of its own to every connection opened, newest first."""
+
+    def received(self, conn: Conn, frame: bytes) -> None:
+        super().received(conn, frame)
+        if frame == b"fan":
+            self.env.write(conn, b"before")
+            opened = [c for kind, c, _ in self.events if kind == "opened"]
+            self.env.write_each((c, b"to %d" % n) for n, c in reversed(list(enumerate(opened))))
+
+
+def test_write_each_delivers_each_frame_to_its_connection_after_what_was_written_before(
+) -> None:
+    for seed in range(3):
+        sim = Simulation(seed=seed, link=LinkModel(latency=Uniform(0.001, 0.02)),
+                         trace=MemorySink())
+        sim.add_node("srv", Fanner, listeners=[ListenerSpec(name="clients", port=PORT)])
+        for n in range(3):
+            sim.add_node(f"c{n}", lambda env: Recorder(env, dial=f"srv:{PORT}"))
+        sim.run(until=0.5)
+        server = rec(sim, "srv")
+        order = {peer: n for n, (kind, _, peer) in enumerate(
+            e for e in server.events if e[0] == "opened")}
+        sim.call("c1", lambda p: p.env.write(p.conn, b"fan"))
+        sim.run(until=2.0)
+        for name in ("c0", "c1", "c2"):
+            client = rec(sim, name)
+            mine = client.frames()
+            index = next(n for peer, n in order.items() if peer.startswith(name))
+            want = ([b"before"] if name == "c1" else []) + [b"to %d" % index]
+            assert mine == want, f"seed {seed}: {name} got {mine}"
+
+
 def test_graceful_close_delivers_what_was_written_first() -> None:
     sim = build()
     sim.run(until=0.5)

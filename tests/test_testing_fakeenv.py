@@ -269,6 +269,15 @@ def test_write_many_writes_once_to_each_member_but_the_excluded_one() -> None:
     assert env.take_written() == [(c, b"list"), (a, b"list")]
 
 
+def test_write_each_writes_each_frame_to_its_conn_in_order() -> None:
+    env = FakeEnv()
+    a, b, closed = env.accept(), env.accept(), env.accept()
+    env.close(closed)
+    env.write(a, b"before")
+    env.write_each(iter([(b, b"to b"), (closed, b"lost"), (a, b"to a")]))
+    assert env.take_written() == [(a, b"before"), (b, b"to b"), (a, b"to a")]
+
+
 def test_promote_is_recorded() -> None:
     env = FakeEnv()
     conn = env.accept("peers")

@@ -217,6 +217,11 @@ class FakeEnv(TracesToSink):
             if member is not exclude:
                 self.write(member, frame)
 
+    def write_each(self, frames: Iterable[tuple[Conn, bytes]]) -> None:
+        """One ``write`` per pair, in order (recorded in ``written``)."""
+        for conn, frame in frames:
+            self.write(conn, frame)
+
     def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Record ``(conn, code, reason)`` in ``closes`` (every call: closing twice shows);
         later writes to ``conn`` are dropped."""

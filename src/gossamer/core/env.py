@@ -321,6 +321,15 @@ class Env(Protocol):
         """``write(conn, frame)`` to every connection of ``conns`` but ``exclude``: the frame
         is framed once; to a ``ConnGroup`` (``group()``) it costs O(1) per call."""
 
+    def write_each(self, frames: Iterable[tuple[Conn, bytes]]) -> None:
+        """``write(conn, frame)`` for each pair, in order, each handed to its connection now
+        rather than at the end of the step: for a fan-out of frames that differ per
+        connection, one each (a round's syncs), which gains nothing from waiting to be
+        joined with later writes. ``frames`` is read one pair at a time, each written before
+        the next is asked for (a generator that builds them spreads the building over the
+        writes, and the first leave before the last are built), and to its end within the
+        call."""
+
     def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Close ``conn`` after what was written to it; ``closed(conn, "closed")`` follows."""
 

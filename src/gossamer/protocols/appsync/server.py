@@ -10,7 +10,7 @@ import collections
 import dataclasses
 import enum
 import hmac
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -478,7 +478,6 @@ class AppSyncServer:
         self._persist(session, applied, new_round)
         session.round = new_round
         session.phase = Phase.COMMITTING
-        outgoing: list[tuple[Conn, bytes]] = []
         # a master zone's updates are relayed as it sent them; and where another zone's CTRL
         # is a peer nothing is merged: it matches the updates it relays to its own peers'
         # requests by action (a majority's accepted action may be a local peer's)
@@ -487,32 +486,53 @@ class AppSyncServer:
         syn_for = self._syn_lists(sent_actions)
         kept, kept_bytes = self.config.history, self.config.history_bytes
         sync_of = self.codec.round_syncs(new_round)  # the round checked once, not per peer
+        # what each peer's sync says is decided now (its acks leave the owed queue, its
+        # request count starts again); its bytes are made as they are written (``frames``)
+        syncs: list[tuple[PeerState, int, tuple[int, ...], bytes]] = []
         for peer in session.peers.values():
-            parts = sync_of(peer.client_bytes, peer.answered, _due(peer) if peer.owed else (),
-                            syn_for(peer))
-            frame = b"".join(parts)  # one copy of the shared part (a sync may be 100 KB)
-            history = peer.history
-            history.append((new_round, parts))
-            peer.history_bytes += len(frame)
-            while len(history) > kept or (len(history) > 1 and peer.history_bytes > kept_bytes):
-                peer.history_bytes -= sum(map(len, history.popleft()[1]))
+            syncs.append((peer, peer.answered, _due(peer) if peer.owed else (), syn_for(peer)))
             peer.requests = 0
-            outgoing.append((peer.conn, frame))
+        inits: list[tuple[Conn, bytes]] = []
         for peer in session.joining:
             session.peers[peer.client_id] = peer
             peer.answered = 0
-            outgoing.append((peer.conn, self.codec.encode(self._init_for(session, peer))))
+            inits.append((peer.conn, self.codec.encode(self._init_for(session, peer))))
             self.env.trace("sync_init", layer=LAYER, key=session.name, peer=peer.client_id,
                            seq=new_round, objects=sum(
                                1 for o in session.objects.values() if _sees(peer, o)))
         session.joining = []
         session.joining_ids.clear()
 
+        sent = 0  # bytes of the frames written
+
+        def frames() -> Iterator[tuple[Conn, bytes]]:
+            """Each sync built, kept for a resend and handed to the runtime, one at a time:
+            the first peers' syncs leave while the others' are made, and each frame is
+            written and dropped while the shared part is still in the cache."""
+            nonlocal sent
+            live = self.peers
+            for peer, answered, acks, syn in syncs:
+                parts = sync_of(peer.client_bytes, answered, acks, syn)
+                frame = b"".join(parts)  # one copy of the shared part (a sync may be 100 KB)
+                history = peer.history
+                history.append((new_round, parts))
+                peer.history_bytes += len(frame)
+                while len(history) > kept or (
+                        len(history) > 1 and peer.history_bytes > kept_bytes):
+                    peer.history_bytes -= sum(map(len, history.popleft()[1]))
+                if peer.conn in live:
+                    sent += len(frame)
+                    yield peer.conn, frame
+            for conn, frame in inits:
+                if conn in live:
+                    sent += len(frame)
+                    yield conn, frame
+
         def send() -> None:  # rows only for a round that was committed and sent
-            sent = sum(len(frame) for conn, frame in outgoing if conn in self.peers)
+            self.env.write_each(frames())
             self._trace_round(session, new_round, len(requests), finals, len(applied),
                               sent_actions, sent)
-            self._send_round(session, outgoing)
+            self._next_round(session)
 
         if self.round_log is None:
             self.env.store.commit_then(send)
@@ -591,10 +611,8 @@ class AppSyncServer:
         return Init(header=Header(peer.client_id, 0, session.round), config=self.sc,
                     creates=creates)
 
-    def _send_round(self, session: Session, outgoing: list[tuple[Conn, bytes]]) -> None:
-        for conn, frame in outgoing:
-            if conn in self.peers:
-                self.env.write(conn, frame)
+    def _next_round(self, session: Session) -> None:
+        """The round's syncs are sent: the next round, or none when nobody is left."""
         if session.peers or session.joining:
             self._start_round(session)
         else:  # nobody left: its state is in the store, the next join loads it again

@@ -420,6 +420,25 @@ class Connections:
             if self._flush_handle is None:
                 self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
+    def write_each(self, frames: Iterable[tuple[NetConn, bytes]]) -> None:
+        """Each frame queued as ``write`` queues it, and its connection's backlog handed to
+        the transport at once (one write, before the next frame is read) unless the
+        transport is paused, where the writer task goes on after its drain. A connection
+        without a raw transport (aiohttp's WebSocket) is written at the end of the step."""
+        for conn, frame in frames:
+            if conn.state is not State.OPEN:
+                continue
+            if not conn.raw or conn.blocked:
+                self.write(conn, frame)
+                continue
+            if self._batch:
+                self._spread()
+            if conn.queued >= conn.limit and self._full(conn, 1):
+                continue
+            conn.add(conn.encode(frame), 1)
+            if self._write_backlog(conn) and conn.blocked:
+                self._start_writer(conn)
+
     def write_many(self, conns: ConnGroup | Iterable[Any], frame: bytes,
                    exclude: Any) -> None:
         if not isinstance(conns, ConnGroup):

@@ -151,6 +151,9 @@ class LoopEnv:
                    exclude: Conn | None = None) -> None:
         raise StateError("a LoopEnv has no connections: run the process on a NetNode")
 
+    def write_each(self, frames: Iterable[tuple[Conn, bytes]]) -> None:
+        raise StateError("a LoopEnv has no connections: run the process on a NetNode")
+
     def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         raise StateError("a LoopEnv has no connections: run the process on a NetNode")
 

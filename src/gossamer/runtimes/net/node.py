@@ -223,6 +223,9 @@ class NetEnv(TracesToSink):
                    exclude: Conn | None = None) -> None:
         self._node.connections.write_many(conns, frame, exclude)
 
+    def write_each(self, frames: Iterable[tuple[Conn, bytes]]) -> None:
+        self._node.connections.write_each((_net(conn), frame) for conn, frame in frames)
+
     def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         self._node.connections.close(_net(conn), code, reason)
 

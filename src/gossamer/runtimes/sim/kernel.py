@@ -151,6 +151,12 @@ class SimEnv(TracesToSink):
         if self.alive:
             self._sim.connections.write_many(self, conns, frame, exclude)
 
+    def write_each(self, frames: Iterable[tuple[Conn, bytes]]) -> None:
+        """One ``write`` per pair, in order: a simulated connection carries each frame with
+        its latency whenever in the step it was written."""
+        for conn, frame in frames:
+            self.write(conn, frame)
+
     def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         if self.alive:
             self._sim.connections.close(self, conn, code, reason)

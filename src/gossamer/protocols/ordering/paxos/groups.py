@@ -146,6 +146,9 @@ class GroupView:
                    exclude: Conn | None = None) -> None:
         raise StateError(f"group {self.group_name!r}: a Paxos replica writes to no connection")
 
+    def write_each(self, frames: Iterable[tuple[Conn, bytes]]) -> None:
+        raise StateError(f"group {self.group_name!r}: a Paxos replica writes to no connection")
+
     def close(self, conn: Conn, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         raise StateError(f"group {self.group_name!r}: a Paxos replica holds no connection")
 
