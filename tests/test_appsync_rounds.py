@@ -1,6 +1,7 @@
 """One APSYN round on its own (``process_round``): the conflict groups found through the
-bucketed candidate pairs are those of testing every pair, on random requests; and its updates
-as the syncs carry them (``as_sent``: property updates of one object merged into one)."""
+bucketed candidate pairs (and the shortcut for peers writing properties of their own) are
+those of testing every pair, on random requests; and its updates as the syncs carry them
+(``as_sent``: property updates of one object merged into one)."""
 
 from __future__ import annotations
 
@@ -45,15 +46,16 @@ def all_pairs(requests: list[Request], indices: list[int]) -> set[tuple[int, int
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(request, max_size=9), st.integers(1, 0xFFFF))
-def test_bucketed_pairs_find_the_groups_every_pair_would(specs: list[Any],
-                                                          number: int) -> None:
+def test_bucketed_pairs_and_the_apart_shortcut_find_the_groups_every_pair_would(
+        specs: list[Any], number: int) -> None:
     fast = process_round("s", board(), [make(s) for s in specs], number)
-    original = rounds_module._candidate_pairs
+    original, apart = rounds_module._candidate_pairs, rounds_module._apart
     try:
         rounds_module._candidate_pairs = all_pairs
+        rounds_module._apart = lambda requests, indices: False
         slow = process_round("s", board(), [make(s) for s in specs], number)
     finally:
-        rounds_module._candidate_pairs = original
+        rounds_module._candidate_pairs, rounds_module._apart = original, apart
     assert fast.codes == slow.codes
     assert [a[1] for a in fast.applied] == [a[1] for a in slow.applied]
 

@@ -203,6 +203,11 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
                 codes[i] = Status.ACCEPTED
             represented.update(indices)
             continue
+        if _apart(requests, indices):  # peers' properties of their own: all 23, no pairs
+            for i in indices:
+                codes[i] = Status.MULTIPLE_ACCEPTED
+            represented.update(indices)
+            continue
         for a, b in _candidate_pairs(requests, indices):
             ra, rb = requests[a], requests[b]
             if ra.client_id != rb.client_id and ra.action is not None and \
@@ -263,6 +268,22 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         applied.append((request.client_id, action, before, after))
     return RoundResult(codes=[c if c is not None else Status.INTERNAL_ERROR for c in codes],
                        applied=applied)
+
+
+def _apart(requests: list[Request], indices: list[int]) -> bool:
+    """Whether each of these requests writes one first-level property no other one writes
+    (a round of a shared board: every peer its own): then no path of one is a prefix of a
+    path of another, no two conflict, and every group ``process_round`` forms is one
+    request."""
+    heads: set[str] = set()
+    for i in indices:
+        action = requests[i].action
+        assert action is not None
+        path = action.info.path
+        if len(path) != 1 or path[0] in heads:
+            return False
+        heads.add(path[0])
+    return True
 
 
 def _candidate_pairs(requests: list[Request], indices: list[int]

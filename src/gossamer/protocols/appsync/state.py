@@ -95,11 +95,20 @@ def writable_by(obj: SharedObject, client_id: str) -> bool:
     return obj.scope is not Scope.CLIENT and obj.mode is Mode.RW
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copied(value: Any) -> Any:
+    """A copy of a JSON value nobody else holds: a string, number, boolean or null is
+    immutable and kept as it is (what ``copy.deepcopy`` does with it, without its call)."""
+    return value if type(value) in _SCALARS else copy.deepcopy(value)
+
+
 def merge_patch(target: Any, patch: Any, *, copy_values: bool = True) -> Any:
     """RFC 7396: a non-object patch replaces; members set to null are removed.
     ``copy_values`` False: the result shares the patch's values (for a comparison only)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch) if copy_values else patch
+        return _copied(patch) if copy_values else patch
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -132,7 +141,7 @@ def _set_path(value: Any, path: tuple[str, ...], new: Any | None, *, delete: boo
             raise ActionRefused(Status.NOT_FOUND, f"no property {head!r}")
         del out[head]
     else:
-        out[head] = copy.deepcopy(new)
+        out[head] = _copied(new)
     return out
 
 
@@ -194,7 +203,7 @@ def set_property(obj: SharedObject, action: Update) -> SharedObject:
     """``obj`` with the first-level property ``action`` sets, set in ``obj`` itself: for a
     caller that made ``obj`` (its value a dict nobody else holds) and checked ``action``
     against it (``check_action``); ``apply_action`` copies instead."""
-    obj.value[action.info.path[0]] = copy.deepcopy(action.data)
+    obj.value[action.info.path[0]] = _copied(action.data)
     return obj
 
 
