@@ -3,6 +3,7 @@ modes and privacy on the wire bytes, session keys, timeouts, gap repair, persist
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from appsync_harness import Bench, codec
+from gossamer.core.env import TimerHandle
 from gossamer.protocols.appsync import (
     Create,
     Header,
@@ -91,6 +93,37 @@ def test_the_round_time_counts_the_rounds_processing_so_rounds_come_every_min() 
     bench.rqst(a)
     bench.advance(0.0)
     assert held  # min has passed already: the answer ends it at once
+
+
+class LateTimers(FakeEnv):
+    """An env whose timers run 0.7 ms after they are due, as an event loop of millisecond
+    timers may run them."""
+
+    def set_timer(self, delay: float, fn: Callable[[], None]) -> TimerHandle:
+        return super().set_timer(delay + 0.0007, fn)
+
+
+@pytest.mark.parametrize("max_ms", [10, 100])
+def test_late_timers_do_not_add_up_rounds_at_the_min_time_end_every_min_ms(max_ms: int) -> None:
+    """Rounds of 10 ms whose timers each run 0.7 ms late still end every 10 ms on average
+    (counted from when the last one was due), not every 10.7 ms; none waits less than min
+    less one timer's lateness. With max 100 ms the answer ends each round at its min timer;
+    with max = min the round ends at its max timer, just after its min one."""
+    bench = Bench(AppSyncConfig(min_ms=10, max_ms=max_ms, tout=3),
+                  env=LateTimers("ctrl", seed=1))
+    a, _ = bench.join()
+    ends: list[float] = []
+    while len(ends) < 21:
+        bench.rqst(a)
+        number = bench.last(a).header.round
+        for _ in range(200):  # 20 ms at most
+            bench.advance(0.0001)
+            if bench.last(a).header.round != number:
+                break
+        ends.append(bench.env.now())
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ends)]
+    assert ends[-1] - ends[0] == pytest.approx(20 * 0.010, abs=0.0012), gaps
+    assert min(gaps) >= 0.010 - 0.0007 - 0.0002, gaps
 
 
 def test_the_round_waits_for_every_peer_never_less_than_min_never_more_than_max() -> None:

@@ -149,6 +149,7 @@ class Session:
         self.timer: TimerHandle | None = None
         self.min_passed = False
         self.waited_until: float | None = None  # when the last round stopped waiting
+        self.due = 0.0  # when the timer of the round's wait is due (its min, then its max)
         self.last_id = 0  # the last client id given (as a number)
         self.joining_ids: set[str] = set()  # the client ids of ``joining``
         # client id -> salt (16 bytes) + SHA-256 of salt and the peer secret it joined with
@@ -434,21 +435,28 @@ class AppSyncServer:
         min time come every ``min`` ms, not every ``min`` ms plus the processing."""
         session.phase = Phase.WAITING
         session.min_passed = False
-        spent = 0.0 if session.waited_until is None else self.env.now() - session.waited_until
-        session.timer = self.env.set_timer(max(0.0, self.config.min_ms / 1000 - spent),
-                                           lambda: self._min_passed(session))
+        now = self.env.now()
+        spent = 0.0 if session.waited_until is None else now - session.waited_until
+        delay = max(0.0, self.config.min_ms / 1000 - spent)
+        session.due = now + delay
+        session.timer = self.env.set_timer(delay, lambda: self._min_passed(session))
 
     def _min_passed(self, session: Session) -> None:
         session.min_passed = True
         if self._all_answered(session):
-            self._end_round(session)
+            self._end_round(session, due=session.due)
         else:
-            session.timer = self.env.set_timer(
-                (self.config.max_ms - self.config.min_ms) / 1000,
-                lambda: self._end_round(session))
+            session.due += (self.config.max_ms - self.config.min_ms) / 1000
+            session.timer = self.env.set_timer(max(0.0, session.due - self.env.now()),
+                                               lambda: self._end_round(session, due=session.due))
 
-    def _end_round(self, session: Session) -> None:
-        session.waited_until = self.env.now()
+    def _end_round(self, session: Session, *, due: float | None = None) -> None:
+        """End the round's wait now; ``due``: when the timer that ends it was due. The next
+        round's times count from then, not from when the event loop ran the timer (up to a
+        millisecond later on a loop of millisecond timers): late timers do not add up, and
+        rounds at the min time end every ``min`` ms on average."""
+        now = self.env.now()
+        session.waited_until = now if due is None else min(due, now)
         if session.timer is not None:
             self.env.cancel(session.timer)
             session.timer = None
