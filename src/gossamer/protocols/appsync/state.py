@@ -95,13 +95,13 @@ def writable_by(obj: SharedObject, client_id: str) -> bool:
     return obj.scope is not Scope.CLIENT and obj.mode is Mode.RW
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+_IMMUTABLE = frozenset({str, int, float, bool, type(None)})
 
 
 def _copied(value: Any) -> Any:
     """A copy of a JSON value nobody else holds: a string, number, boolean or null is
     immutable and kept as it is (what ``copy.deepcopy`` does with it, without its call)."""
-    return value if type(value) in _SCALARS else copy.deepcopy(value)
+    return value if type(value) in _IMMUTABLE else copy.deepcopy(value)
 
 
 def merge_patch(target: Any, patch: Any, *, copy_values: bool = True) -> Any:
