@@ -14,8 +14,16 @@ from hypothesis import strategies as st
 
 from gossamer.protocols.appsync import Delete, Mode, ObjectInfo, Scope, Status, Update
 from gossamer.protocols.appsync import rounds as rounds_module
-from gossamer.protocols.appsync.rounds import MERGED_DEPTH, Request, Sent, as_sent, process_round
+from gossamer.protocols.appsync.rounds import (
+    MERGED_DEPTH,
+    Request,
+    Sent,
+    as_sent,
+    precheck,
+    process_round,
+)
 from gossamer.protocols.appsync.state import SharedObject, apply_action
+from gossamer.protocols.appsync.wire import MAX_DEPTH
 
 NAMES = ["o", "o.a", "o.b", "o.a.x", "o.a.y", "o.b.x"]
 
@@ -228,3 +236,83 @@ def test_a_round_without_steps_copies_a_shared_object_once() -> None:
     assert objects["G//o"].value == {"a": {"x": 0, "y": 0}, "b": {"x": 0},
                                      **{f"p{n}": n for n in range(1, 11)}}
     assert board()["G//o"].value == {"a": {"x": 0, "y": 0}, "b": {"x": 0}}
+
+
+# -- requests checked as they arrive (precheck) ---------------------------------------------
+
+
+def two_boards() -> dict[str, SharedObject]:
+    """``board()`` and ``r``, read-only and owned by 0001: refusals (43, 44) to check early."""
+    ro = SharedObject(Scope.GLOBAL, None, "r", Mode.RO, "0001", {"a": 1, "n": 2})
+    return {**board(), ro.key: ro}
+
+
+mixed = st.tuples(st.sampled_from(["0001", "0002", "0003"]),
+                  st.sampled_from([*NAMES, "r.a", "r.n", "r", "q.a"]),
+                  st.sampled_from(["upd", "patch", "del"]), st.integers(0, 2))
+
+
+def decided(result: Any, objects: dict[str, SharedObject]) -> tuple[Any, ...]:
+    return (result.codes, [a[:2] for a in result.applied],
+            {key: obj.value for key, obj in objects.items()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(mixed, min_size=1, max_size=14), st.integers(1, 5), st.booleans())
+def test_requests_checked_as_they_arrive_are_decided_as_the_round_would(
+        specs: list[Any], number: int, steps: bool) -> None:
+    """Each request prechecked against the objects the round starts with: the same codes, the
+    same actions applied and the same objects as a round that checks everything itself (a
+    peer's several requests on one object included: only its only one takes the verdict)."""
+    early, late = two_boards(), two_boards()
+    requests = [make(spec) for spec in specs]
+    for request in requests:
+        precheck(request, early)
+    assert all(r.checked is None or r.checked is early[r.action.info.object_key]
+               for r in requests if r.action is not None)
+    quick = process_round("s", early, requests, number, steps=steps)
+    full = process_round("s", late, [make(spec) for spec in specs], number, steps=steps)
+    assert decided(quick, early) == decided(full, late)
+
+
+def test_precheck_keeps_the_object_an_action_applies_to_and_nothing_it_refuses() -> None:
+    objects = two_boards()
+    ok = Request("0002", Update(g("o.a.x"), 1))
+    read_only = Request("0002", Update(g("r.a"), 1))  # 43
+    missing = Request("0002", Update(g("q.a"), 1))  # 44
+    no_parent = Request("0002", Update(g("o.z.x"), 1))  # 44
+    for request in (ok, read_only, missing, no_parent):
+        precheck(request, objects)
+    assert ok.checked is objects["G//o"]
+    assert (read_only.checked, missing.checked, no_parent.checked) == (None, None, None)
+    schema = Request("0002", Update(g("o.a.x"), 1))
+    precheck(schema, objects, schemas={"o": {"type": "object"}})  # a schema needs the after
+    ruled = Request("0002", Update(g("o.a.x"), 1))
+    precheck(ruled, objects, rule=lambda call: True)  # a rule is asked at the round
+    assert (schema.checked, ruled.checked) == (None, None)
+
+
+@pytest.mark.parametrize(("now", "code"), [
+    (SharedObject(Scope.GLOBAL, None, "o", Mode.RW, "0001", {"a": 5}), Status.NOT_FOUND),
+    (SharedObject(Scope.GLOBAL, None, "o", Mode.RO, "0003", {"a": {"x": 0}}),
+     Status.FORBIDDEN),
+])
+def test_a_verdict_for_another_object_than_the_rounds_is_not_taken(
+        now: SharedObject, code: Status) -> None:
+    """Checked against one instance of ``o``, decided where another stands under its key (a
+    master zone's update came in between): the round checks it again and refuses it."""
+    request = Request("0002", Update(g("o.a.x"), 1))
+    precheck(request, board())
+    assert request.checked is not None
+    result = process_round("s", {now.key: now}, [request], 4)
+    assert result.codes == [code] and result.applied == []
+
+
+def test_a_merged_update_is_one_the_wire_accepts_as_it_is() -> None:
+    """``as_sent`` builds its merged ``upd`` without checking its data again: its values are
+    checked scalars nested at most MERGED_DEPTH, which the wire's limit allows."""
+    assert MERGED_DEPTH < MAX_DEPTH
+    applied = _applied(("0001", Update(g("o.a.x"), 5)), ("0002", Update(g("o.c"), "s")))
+    merged = as_sent(applied)[0].action
+    assert merged == Update(merged.info, merged.data)  # what checking it would have made
+    assert Update.checked(g("o"), {"a": 1}) == Update(g("o"), {"a": 1})

@@ -208,6 +208,21 @@ def test_non_conflicting_requests_on_one_object_are_23_and_alone_21() -> None:
     assert isinstance(sync, Sync) and len(sync.actions) == 2
 
 
+def test_a_request_is_checked_as_it_arrives_and_decided_at_the_rounds_end() -> None:
+    """The round's step 1 is done while it waits (``precheck``): a request that applies to
+    the object as it stands keeps that object; one the object refuses keeps nothing and is
+    refused at the round's end as before."""
+    bench, a, b = two_peers()
+    round_trip(bench, (a, (cre("x", {}),)), (b, ()))
+    bench.rqst(a, Update(g("x.p"), 1))
+    bench.rqst(b, Update(g("nope.q"), 2))
+    session = bench.server.sessions["s"]
+    assert [r.checked for r in session.requests] == [session.objects["G//x"], None]
+    round_trip(bench)
+    assert (acks(bench, a), acks(bench, b)) == ((21,), (44,))
+    assert session.objects["G//x"].value == {"p": 1}
+
+
 def test_a_majority_is_24_and_the_rest_34() -> None:
     bench = Bench()
     conns = [bench.join()[0]]

@@ -21,11 +21,12 @@ from .state import (
     schema_errors,
     set_property,
     touched_paths,
+    writable_by,
 )
 from .wire import Action, Create, ObjectInfo, Scope, Status, Update
 
-__all__ = ["Request", "RoundResult", "RuleCall", "Sent", "as_sent", "priority_order",
-           "process_round", "signature_of"]
+__all__ = ["Request", "RoundResult", "RuleCall", "Sent", "as_sent", "precheck",
+           "priority_order", "process_round", "signature_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,11 +46,13 @@ Rule = Callable[[RuleCall], bool]
 
 @dataclasses.dataclass(slots=True)
 class Request:
-    """One request action of a peer; ``status`` preset (40, 55) for what did not parse."""
+    """One request action of a peer; ``status`` preset (40, 55) for what did not parse;
+    ``checked``: the object its action was found to apply to on its own (``precheck``)."""
 
     client_id: str
     action: Action | None
     status: Status | None = None
+    checked: SharedObject | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -137,6 +140,32 @@ class _Round:
 _KEPT_AT_APPLY = frozenset({Status.INTERNAL_ERROR, Status.SERVICE_UNAVAILABLE})
 
 
+def precheck(request: Request, objects: Mapping[str, SharedObject], *, zone: str = "0001",
+             schemas: Mapping[str, Mapping[str, Any]] | None = None,
+             rule: Rule | None = None) -> None:
+    """Step 1 of ``process_round`` for one request, done as it arrives (a server waiting for
+    a round's requests is idle, and the round's end is what its peers wait for): an update
+    or delete of an object no schema or rule looks at, that applies to the object as it is
+    now, has that object kept in ``checked``. ``process_round`` takes the verdict where its
+    round meets the same instance under the key (nothing made another since, and an object
+    is changed in place only by the round that made it) and the request is its peer's only
+    one on the object; anything else is checked there as before. Same arguments as
+    ``process_round``."""
+    action = request.action
+    if request.status is not None or action is None or isinstance(action, Create) or \
+            rule is not None or (schemas is not None and action.info.root in schemas):
+        return
+    info = action.info
+    current = objects.get(info.object_key)
+    if current is None or (info.scope is Scope.LOCAL and info.scope_id not in (None, zone)):
+        return
+    try:
+        check_action(current, action, request.client_id)  # what ``_Round.check`` asks here
+    except ActionRefused:
+        return  # refused: the round says why
+    request.checked = current
+
+
 def process_round(session: str, objects: dict[str, SharedObject], requests: list[Request],
                   round_number: int, *, zone: str = "0001", max_objects: int = 10_000,
                   schemas: Mapping[str, Mapping[str, Any]] | None = None,
@@ -173,6 +202,9 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         current = view[key] if key in view else objects.get(key)
         pair = (request.client_id, key)
         later[pair] -= 1
+        if request.checked is current and current is not None and later[pair] == 0:
+            valid.append(index)  # checked as it arrived, against this very object
+            continue
         try:
             after = rnd.check(current, request.action, request.client_id, len(objects),
                               need_after=later[pair] > 0)
@@ -247,9 +279,11 @@ def process_round(session: str, objects: dict[str, SharedObject], requests: list
         key = action.info.object_key
         before = objects.get(key)
         try:
-            if before is not None and made.get(key) is before and rnd.settable(action):
+            if before is not None and made.get(key) is before and rnd.settable(action) and \
+                    writable_by(before, request.client_id) and isinstance(before.value, dict):
+                # what ``check`` asks of a first-level property update (its zone was seen
+                # in step 1): the property's object exists, may be written and is an object
                 assert isinstance(action, Update)  # as settable says
-                rnd.check(before, action, request.client_id, len(objects), need_after=False)
                 after = set_property(before, action)
             else:
                 after = rnd.check(before, action, request.client_id, len(objects))
@@ -469,6 +503,8 @@ def _merged(run: list[Applied]) -> Sent | None:
             merge_patch(before.value, patch, copy_values=False) != after.value:
         return None
     info = first[1].info
-    action = Update(ObjectInfo(info.scope, info.root, info.scope_id), patch)
+    # its values are the run's checked scalars, nested at most MERGED_DEPTH (< the wire's
+    # MAX_DEPTH): nothing to check again
+    action = Update.checked(ObjectInfo(info.scope, info.root, info.scope_id), patch)
     return Sent(action, before, after, tuple((client, part) for client, part, _b, _a in run))
 

@@ -16,7 +16,7 @@ from ...core.conn import CloseCode, Conn
 from ...core.env import Env
 from ...core.errors import ConfigError
 from .joins import ZONE_ID, JoinId, KeyHash, hash_session_key, parse_join_id, secret_digest
-from .rounds import Request, Rule, Sent, as_sent, priority_order, process_round
+from .rounds import Request, Rule, Sent, as_sent, precheck, priority_order, process_round
 from .sessions import PeerState, Phase, Session, due_acks, sees
 from .state import (
     LAYER,
@@ -279,7 +279,12 @@ class AppSyncServer:
                 if info.scope is Scope.LOCAL and info.scope_id == self.zone_id:
                     # "L" with this zone's id and without one name the same object
                     action = dataclasses.replace(action, info=ObjectInfo(Scope.LOCAL, info.name))
-                session.requests.append(Request(peer.client_id, action))
+                request = Request(peer.client_id, action)
+                # checked now, while the round waits, not at its end (the round takes the
+                # verdict only where it meets the same object)
+                precheck(request, session.objects, zone=self.config.zone,
+                         schemas=self.config.schemas, rule=self.config.rule)
+                session.requests.append(request)
             peer.requests += 1
         peer.silent = 0
         if number == session.round:
@@ -383,14 +388,22 @@ class AppSyncServer:
             owner = session.peers.get(ack.client_id)
             if owner is not None:
                 owner.owed.append(ack)
+        # the peers that stay, each with the last round it answered (its sync's ``l``): what
+        # the rest of its sync says (its acks, the updates it may see) is no longer changed
+        # by anything before the sync is built, so it is read then (``frames``)
+        staying: list[tuple[PeerState, int]] = []
+        tout, counting = self.config.tout, session.round != 0
         for client, peer in list(session.peers.items()):
-            if peer.answered != processed and session.round != 0:
+            if counting and peer.answered != processed:
                 peer.silent += 1
-                if peer.silent >= self.config.tout:
+                if peer.silent >= tout:
                     self.env.trace("timeout", layer=LAYER, key=session.name, peer=client)
                     del session.peers[client]
                     self.peers.pop(peer.conn, None)
                     self.env.close(peer.conn, CloseCode.NORMAL, "timeout")
+                    continue
+            staying.append((peer, peer.answered))
+            peer.requests = 0  # its request count starts again
         self._persist(session, applied, new_round)
         session.round = new_round
         session.phase = Phase.COMMITTING
@@ -402,12 +415,6 @@ class AppSyncServer:
         syn_for = self._syn_lists(sent_actions)
         kept, kept_bytes = self.config.history, self.config.history_bytes
         sync_of = self.codec.round_syncs(new_round)  # the round checked once, not per peer
-        # what each peer's sync says is decided now (its acks leave the owed queue, its
-        # request count starts again); its bytes are made as they are written (``frames``)
-        syncs: list[tuple[PeerState, int, tuple[int, ...], bytes]] = []
-        for peer in session.peers.values():
-            syncs.append((peer, peer.answered, due_acks(peer) if peer.owed else (), syn_for(peer)))
-            peer.requests = 0
         inits: list[tuple[Conn, bytes]] = []
         for peer in session.joining:
             session.peers[peer.client_id] = peer
@@ -427,8 +434,11 @@ class AppSyncServer:
             written and dropped while the shared part is still in the cache."""
             nonlocal sent
             live = self.peers
-            for peer, answered, acks, syn in syncs:
-                parts = sync_of(peer.client_bytes, answered, acks, syn)
+            for peer, answered in staying:
+                # its acks leave the owed queue now: until the round's syncs are sent no
+                # round decides more (the next one starts after them)
+                parts = sync_of(peer.client_bytes, answered, due_acks(peer) if peer.owed else (),
+                                syn_for(peer))
                 frame = b"".join(parts)  # one copy of the shared part (a sync may be 100 KB)
                 history = peer.history
                 history.append((new_round, parts))

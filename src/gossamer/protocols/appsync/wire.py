@@ -221,6 +221,15 @@ class Update:
     def __post_init__(self) -> None:
         check_json_value(self.data, MAX_DEPTH)  # NaN, sets, big ints: refused before queueing
 
+    @classmethod
+    def checked(cls, info: ObjectInfo, data: Any) -> Update:
+        """An update whose data the caller has checked already (made of checked updates'
+        values, nested no deeper than ``MAX_DEPTH``): made without walking it again."""
+        update = object.__new__(cls)
+        object.__setattr__(update, "info", info)
+        object.__setattr__(update, "data", data)
+        return update
+
     def to_wire(self) -> dict[str, Any]:
         return {"t": "upd", "i": self.info.to_wire(), "d": self.data}
 
