@@ -305,6 +305,35 @@ async def _vectors(tmp_path: Path) -> None:
                     await new Promise((resolve) => setTimeout(resolve, 60));
                     return { early, sent: sent.slice(1) };
                 })(),
+                quiet: await (async () => {
+                    // a quiet client: in rounds of a fixed 40 ms (tout 6) it answers only
+                    // every third round, or a round with a request queued; in rounds that
+                    // wait for every answer (max 200 ms) it answers each one
+                    const run = async (max) => {
+                        const sent = [];
+                        class FakeSocket {
+                            constructor() { this.readyState = 1; FakeSocket.last = this; }
+                            send(text) { sent.push(text); }
+                            close() {}
+                        }
+                        const c = new m.ApsynClient("ws://x/", "s",
+                                                    { quiet: true, WebSocketImpl: FakeSocket });
+                        c.connect();
+                        FakeSocket.last.onopen();
+                        FakeSocket.last.onmessage({ data: '{"h":{"p":"APSYN/01","c":"0007",'
+                            + `"r":"0000","l":"0005"},"b":{"sc":{"min":"28","max":"${max}",`
+                            + '"tout":"6"},"cr":[]}}' });
+                        const sync = (r) => FakeSocket.last.onmessage({ data: '{"h":{"p":'
+                            + `"APSYN/01","c":"0007","r":"${r}","l":"0005"},"b":{"ack":[],`
+                            + '"syn":[]}}' });
+                        for (const r of ["0006", "0007", "0008"]) sync(r);
+                        c.request({ t: "cre", i: { s: "G", n: "q" }, m: "RW", d: 1 });
+                        sync("0009");
+                        await new Promise((resolve) => setTimeout(resolve, 0));
+                        return sent.slice(1).map((t) => JSON.parse(t));
+                    };
+                    return { fixed: await run("28"), waiting: await run("C8") };
+                })(),
             };
         }""", [vectors, peer_side, refused])
         assert got["encoded"] == vectors
@@ -325,6 +354,11 @@ async def _vectors(tmp_path: Path) -> None:
             head + '[{"t":"cre","i":{"s":"G","n":"a"},"m":"RW","d":1}]}',
             head + '[{"t":"cre","i":{"s":"G","n":"b"},"m":"RW","d":2},'
                    '{"t":"cre","i":{"s":"G","n":"c"},"m":"RW","d":3}]}']
+        answered = {kind: [(msg["h"]["r"], len(msg["b"])) for msg in frames]
+                    for kind, frames in got["quiet"].items()}
+        assert answered["fixed"] == [("0007", 0), ("0009", 1)]
+        assert answered["waiting"] == [("0005", 0), ("0006", 0), ("0007", 0), ("0008", 0),
+                                       ("0009", 1)]
         wrong = await st.open("session=locked&key=wrong",
                               "() => window.apsyn && apsyn.phase === 'closed'")
         state = await wrong.evaluate("apsyn.state()")

@@ -358,7 +358,7 @@ const RESULTS_KEPT = 500;
 export class ApsynClient {
   constructor(url, session, { key = null, reconnectDelay = 0.5, maxQueue = 10_000,
     maxFrame = MAX_FRAME, WebSocketImpl = globalThis.WebSocket, gather = 0, eager = false,
-    secret = null } = {}) {
+    quiet = false, secret = null } = {}) {
     if (!(gather >= 0 && gather < 1)) throw new RangeError(`gather must be in [0, 1), got ${gather}`);
     // answer each round this fraction of its min time late, with the changes made meanwhile
     // (as gossamer's Python peer, PeerConfig.gather); 0: at once
@@ -366,6 +366,12 @@ export class ApsynClient {
     // send each request when it is made (those of one task together): in the round's answer
     // if it is still to come, else in a rqst of its own for the open round (PeerConfig.eager)
     this.eager = Boolean(eager);
+    // answer a round only with requests queued (or gathered), and at least every tout / 2
+    // rounds so that the server does not drop this client for silence: an idle client costs
+    // the server no frame a round. Only where rounds are of fixed length (the init's max
+    // equal to its min); where a round waits for every answer, every round is answered
+    // (as gossamer's Python peer, PeerConfig.quiet)
+    this.quiet = Boolean(quiet);
     this.url = url;
     this.session = session;
     this.key = key;
@@ -397,6 +403,7 @@ export class ApsynClient {
     this._timer = null;
     this._answerTimer = null; // a gathering answer
     this._eagerTimer = null; // requests to send now (eager)
+    this._unanswered = 0; // rounds begun since this client's last rqst (quiet)
   }
 
   // -- events ----------------------------------------------------------------------------
@@ -549,9 +556,25 @@ export class ApsynClient {
   _answerRound() {
     clearTimeout(this._answerTimer);
     this._answerTimer = null;
+    this._unanswered += 1;
+    if (this._maySkip()) return; // nothing to ask (an eager request made later still goes)
     const delay = this.config ? this.gather * this.config.min : 0;
     if (delay <= 0) this._answer();
-    else this._answerTimer = setTimeout(() => { this._answerTimer = null; this._answer(); }, delay);
+    else {
+      this._answerTimer = setTimeout(() => {
+        this._answerTimer = null;
+        if (!this._maySkip()) this._answer();
+      }, delay);
+    }
+  }
+
+  /** A quiet client with nothing queued may leave this round unanswered: the session's
+   * rounds are of fixed length (they wait for nobody) and the server heard from it less
+   * than tout / 2 rounds ago. */
+  _maySkip() {
+    const c = this.config;
+    return this.quiet && this.queue.length === 0 && c !== null && c.max === c.min
+      && this._unanswered < Math.max(1, Math.floor(c.tout / 2));
   }
 
   _answer() {
@@ -571,6 +594,7 @@ export class ApsynClient {
   _write(actions) {
     if (!this._ws || !this.clientId || this._ws.readyState !== 1) return;
     const r = this.round || 1;
+    this._unanswered = 0;
     this._ws.send(encode(rqstMessage(this.clientId, r, r, actions)));
   }
 

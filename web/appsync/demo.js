@@ -15,7 +15,8 @@ const session = params.get("session") || "demo";
 const idKey = `apsyn:${session}:id`;
 const wsUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/`;
 const client = new ApsynClient(wsUrl, session, {
-  key: params.get("key"), reconnectDelay: Number(params.get("reconnect")) || 0.5 });
+  key: params.get("key"), reconnectDelay: Number(params.get("reconnect")) || 0.5,
+  eager: params.get("eager") === "1", quiet: params.get("quiet") === "1" });
 client.clientId = sessionStorage.getItem(idKey) || ""; // a reload asks for its id back
 window.apsyn = client;
 
