@@ -246,6 +246,24 @@ async def _vectors(tmp_path: Path) -> None:
             }
             const status = (text, decode) => {
                 try { decode(text); return null; } catch (e) { return e.status; } };
+            // a client over a fake socket, joined as 0007 to round 0005 of a session whose
+            // rounds last 40 ms at least and `max` (hex) at most, tout 6: what it sends
+            const joined = (options, max = "C8") => {
+                const sent = [];
+                class FakeSocket {
+                    constructor() { this.readyState = 1; FakeSocket.last = this; }
+                    send(text) { sent.push(text); }
+                    close() {}
+                }
+                const client = new m.ApsynClient("ws://x/", "s",
+                                                 { ...options, WebSocketImpl: FakeSocket });
+                client.connect();
+                FakeSocket.last.onopen();
+                const server = (text) => FakeSocket.last.onmessage({ data: text });
+                server('{"h":{"p":"APSYN/01","c":"0007","r":"0000","l":"0005"},"b":{"sc":'
+                       + `{"min":"28","max":"${max}","tout":"6"},"cr":[]}}`);
+                return { client, sent, server };
+            };
             return {
                 encoded: out,
                 refused: refused.map((t) => status(t, m.decodeFromPeer)),
@@ -259,19 +277,7 @@ async def _vectors(tmp_path: Path) -> None:
                 gather: await (async () => {
                     // a gathering client (gather 0.5 of a 40 ms min round) answers its init
                     // 20 ms late, with the request made in the wait
-                    const sent = [];
-                    class FakeSocket {
-                        constructor() { this.readyState = 1; FakeSocket.last = this; }
-                        send(text) { sent.push(text); }
-                        close() {}
-                    }
-                    const c = new m.ApsynClient("ws://x/", "s",
-                                                { gather: 0.5, WebSocketImpl: FakeSocket });
-                    c.connect();
-                    FakeSocket.last.onopen();
-                    FakeSocket.last.onmessage({ data: '{"h":{"p":"APSYN/01","c":"0007",'
-                        + '"r":"0000","l":"0005"},"b":{"sc":{"min":"28","max":"C8",'
-                        + '"tout":"A"},"cr":[]}}' });
+                    const { client: c, sent } = joined({ gather: 0.5 });
                     const atOnce = sent.length;
                     c.request({ t: "cre", i: { s: "G", n: "late" }, m: "RW", d: 1 });
                     await new Promise((resolve) => setTimeout(resolve, 60));
@@ -284,19 +290,7 @@ async def _vectors(tmp_path: Path) -> None:
                     // an eager client (gather 0.5 of a 40 ms min round): a request made
                     // before the answer is due sends it at once; two made after it go
                     // together in a rqst of their own for the same round
-                    const sent = [];
-                    class FakeSocket {
-                        constructor() { this.readyState = 1; FakeSocket.last = this; }
-                        send(text) { sent.push(text); }
-                        close() {}
-                    }
-                    const c = new m.ApsynClient("ws://x/", "s", { gather: 0.5, eager: true,
-                                                                  WebSocketImpl: FakeSocket });
-                    c.connect();
-                    FakeSocket.last.onopen();
-                    FakeSocket.last.onmessage({ data: '{"h":{"p":"APSYN/01","c":"0007",'
-                        + '"r":"0000","l":"0005"},"b":{"sc":{"min":"28","max":"C8",'
-                        + '"tout":"A"},"cr":[]}}' });
+                    const { client: c, sent } = joined({ gather: 0.5, eager: true });
                     c.request({ t: "cre", i: { s: "G", n: "a" }, m: "RW", d: 1 });
                     await new Promise((resolve) => setTimeout(resolve, 0));
                     const early = sent.length;  // the join and the answer, long before 20 ms
@@ -310,22 +304,9 @@ async def _vectors(tmp_path: Path) -> None:
                     // every third round, or a round with a request queued; in rounds that
                     // wait for every answer (max 200 ms) it answers each one
                     const run = async (max) => {
-                        const sent = [];
-                        class FakeSocket {
-                            constructor() { this.readyState = 1; FakeSocket.last = this; }
-                            send(text) { sent.push(text); }
-                            close() {}
-                        }
-                        const c = new m.ApsynClient("ws://x/", "s",
-                                                    { quiet: true, WebSocketImpl: FakeSocket });
-                        c.connect();
-                        FakeSocket.last.onopen();
-                        FakeSocket.last.onmessage({ data: '{"h":{"p":"APSYN/01","c":"0007",'
-                            + `"r":"0000","l":"0005"},"b":{"sc":{"min":"28","max":"${max}",`
-                            + '"tout":"6"},"cr":[]}}' });
-                        const sync = (r) => FakeSocket.last.onmessage({ data: '{"h":{"p":'
-                            + `"APSYN/01","c":"0007","r":"${r}","l":"0005"},"b":{"ack":[],`
-                            + '"syn":[]}}' });
+                        const { client: c, sent, server } = joined({ quiet: true }, max);
+                        const sync = (r) => server('{"h":{"p":"APSYN/01","c":"0007",'
+                            + `"r":"${r}","l":"0005"},"b":{"ack":[],"syn":[]}}`);
                         for (const r of ["0006", "0007", "0008"]) sync(r);
                         c.request({ t: "cre", i: { s: "G", n: "q" }, m: "RW", d: 1 });
                         sync("0009");
