@@ -141,7 +141,7 @@ _KEPT_AT_APPLY = frozenset({Status.INTERNAL_ERROR, Status.SERVICE_UNAVAILABLE})
 
 
 def precheck(request: Request, objects: Mapping[str, SharedObject], *, zone: str = "0001",
-             schemas: Mapping[str, Mapping[str, Any]] | None = None,
+             max_objects: int = 10_000, schemas: Mapping[str, Mapping[str, Any]] | None = None,
              rule: Rule | None = None) -> None:
     """Step 1 of ``process_round`` for one request, done as it arrives (a server waiting for
     a round's requests is idle, and the round's end is what its peers wait for): an update
@@ -155,12 +155,13 @@ def precheck(request: Request, objects: Mapping[str, SharedObject], *, zone: str
     if request.status is not None or action is None or isinstance(action, Create) or \
             rule is not None or (schemas is not None and action.info.root in schemas):
         return
-    info = action.info
-    current = objects.get(info.object_key)
-    if current is None or (info.scope is Scope.LOCAL and info.scope_id not in (None, zone)):
+    current = objects.get(action.info.object_key)
+    if current is None:
         return
-    try:
-        check_action(current, action, request.client_id)  # what ``_Round.check`` asks here
+    rnd = _Round("", objects, 0, zone=zone, max_objects=max_objects, schemas=schemas or {},
+                 rule=None)  # neither the session nor the round matters without a rule
+    try:  # step 1's own check, as the round would make it for the peer's only request
+        rnd.check(current, action, request.client_id, len(objects), need_after=False)
     except ActionRefused:
         return  # refused: the round says why
     request.checked = current

@@ -283,7 +283,8 @@ class AppSyncServer:
                 # checked now, while the round waits, not at its end (the round takes the
                 # verdict only where it meets the same object)
                 precheck(request, session.objects, zone=self.config.zone,
-                         schemas=self.config.schemas, rule=self.config.rule)
+                         max_objects=self.config.max_objects, schemas=self.config.schemas,
+                         rule=self.config.rule)
                 session.requests.append(request)
             peer.requests += 1
         peer.silent = 0
