@@ -340,6 +340,9 @@ async def _vectors(tmp_path: Path) -> None:
         assert answered["fixed"] == [("0007", 0), ("0009", 1)]
         assert answered["waiting"] == [("0005", 0), ("0006", 0), ("0007", 0), ("0008", 0),
                                        ("0009", 1)]
+        flagged = await st.open(f"session={SESSION}&eager=1&quiet=1")  # the demo's options
+        assert await flagged.evaluate("[apsyn.eager, apsyn.quiet]") == [True, True]
+        assert await page.evaluate("[apsyn.eager, apsyn.quiet]") == [False, False]
         wrong = await st.open("session=locked&key=wrong",
                               "() => window.apsyn && apsyn.phase === 'closed'")
         state = await wrong.evaluate("apsyn.state()")
